@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from coorp.sim.phy import LEGACY_RATES_MBPS, GuardInterval, is_valid_vht_mcs, valid_vht_mcs
+from coorp.phy import LEGACY_RATES_MBPS, GuardInterval, is_valid_vht_mcs, valid_vht_mcs
 
 __all__ = [
     "AccessCategory",

@@ -1,0 +1,89 @@
+"""The driver view: the narrow interface between a station's NIC driver and a policy.
+
+A policy (EDCA, SchedWiFi, COORP, ...) sees a station only through :class:`DriverView`
+and reacts through :class:`DriverHooks`. The real runtime exposes the same shape, which
+is what lets ``coorp.control`` run unchanged in both.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from coorp.scenario import AccessCategory
+
+__all__ = ["FOREVER", "AdmitAll", "DriverHooks", "DriverView"]
+
+#: A resume time meaning "until the policy calls ``resume_bulk()``".
+FOREVER = 2**62
+
+
+class DriverView(Protocol):
+    """What a policy may read and do on one station."""
+
+    name: str
+
+    def hw_queue_length(self) -> int:
+        """Packets in the ring a bulk packet would join (shared ring, or the BE ring)."""
+        ...
+
+    def pause_bulk(self, until_ns: int | None) -> None:
+        """Stop moving bulk packets to the NIC until ``until_ns`` (None: until resumed)."""
+        ...
+
+    def resume_bulk(self) -> None:
+        """Resume moving bulk packets to the NIC now."""
+        ...
+
+    @property
+    def bulk_backlog(self) -> bool:
+        """Whether bulk data is waiting in the kernel queue."""
+        ...
+
+
+class DriverHooks(Protocol):
+    """Callbacks a policy implements; the simulator calls them at exact event times."""
+
+    def admit_bulk(self, station: DriverView, now_ns: int) -> int | None:
+        """The driver wants to hand the next bulk packet to the NIC.
+
+        Return ``None`` to allow it, or a time (ns) later than ``now_ns`` at which to
+        ask again: the bulk queue is paused until then (``FOREVER``: until the policy
+        calls ``resume_bulk()``).
+        """
+        ...
+
+    def on_ls_send(self, station: DriverView, flow: str, now_ns: int) -> None:
+        """An LS message was handed to this station's stack."""
+        ...
+
+    def on_hw_enqueue(
+        self, station: DriverView, pid: int, ac: AccessCategory, depth: int, now_ns: int
+    ) -> None:
+        """Packet ``pid`` entered the hardware ring behind ``depth`` others."""
+        ...
+
+    def on_hw_complete(
+        self, station: DriverView, pid: int, ac: AccessCategory, now_ns: int, delivered: bool
+    ) -> None:
+        """Packet ``pid`` left the hardware ring (acknowledged, or dropped after retries)."""
+        ...
+
+
+class AdmitAll:
+    """Plain EDCA: every bulk packet is admitted, nothing is observed."""
+
+    def admit_bulk(self, station: DriverView, now_ns: int) -> int | None:
+        return None
+
+    def on_ls_send(self, station: DriverView, flow: str, now_ns: int) -> None:
+        return None
+
+    def on_hw_enqueue(
+        self, station: DriverView, pid: int, ac: AccessCategory, depth: int, now_ns: int
+    ) -> None:
+        return None
+
+    def on_hw_complete(
+        self, station: DriverView, pid: int, ac: AccessCategory, now_ns: int, delivered: bool
+    ) -> None:
+        return None

@@ -1,0 +1,262 @@
+"""The simulation: builds stations, links and the channel from a scenario, drives traffic.
+
+:class:`Simulation` is also the API the workload layer and the policies use: create flows,
+send datagram messages, start bulk transfers, install driver hooks, schedule callbacks.
+Randomness comes from one ``numpy.random.SeedSequence`` per run, split into independent
+streams (one per station's backoff, one per traffic flow, one for packet errors), so two
+policies run with the same seed see the same traffic.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from coorp._errors import ScenarioError, ScenarioProblem, UsageError
+from coorp.scenario import AccessCategory, BulkFlow, DatagramFlow, Scenario
+from coorp.sim.driver import DriverHooks
+from coorp.sim.events import PRIO_CONTROL, PRIO_TRAFFIC, Event, EventLoop
+from coorp.sim.links import LinkTable
+from coorp.sim.mac import Channel
+from coorp.sim.packets import IP_HEADER_BYTES, TCP_ACK_BYTES, FlowState, Message, Packet
+from coorp.sim.results import SimResult
+from coorp.sim.station import BulkTransfer, Station
+from coorp.sim.timing import ExchangeTiming, edca_params
+from coorp.units import NS_PER_US, s
+
+__all__ = ["Simulation", "simulate"]
+
+_UDP_HEADER_BYTES = 8
+
+
+class Simulation:
+    """One run of one scenario with one seed."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        *,
+        seed: int | None = None,
+        source: str = "<scenario>",
+        trace: bool = False,
+    ) -> None:
+        self.scenario = scenario
+        self.seed = scenario.seed if seed is None else seed
+        if self.seed < 0:
+            raise UsageError(f"seed must be >= 0, got {self.seed}")
+        self.loop = EventLoop()
+        try:
+            edca = edca_params(scenario.mac)
+        except ValueError as exc:
+            raise ScenarioError(source, [ScenarioProblem("mac.edca", None, str(exc))]) from None
+        self.timing = ExchangeTiming(scenario.phy)
+        self.links = LinkTable(scenario, source)
+        self._seeds = np.random.SeedSequence(self.seed)
+        self.channel = Channel(
+            self.loop, self.timing, scenario.mac, self.links,
+            rng=self._py_rng("packet-errors"),
+            on_delivered=self._delivered, on_dropped=self._dropped, trace=trace,
+        )  # fmt: skip
+        self._pid = 0
+        self.stations: dict[str, Station] = {}
+        for i, cfg in enumerate(scenario.stations):
+            st = Station(
+                i, cfg.name, cfg.position_m, loop=self.loop, mode=scenario.hw_queue.mode,
+                capacity=scenario.hw_queue.capacity_packets, edca=edca,
+                packet_bytes=scenario.packet_bytes,
+            )  # fmt: skip
+            st.rng = self._py_rng(f"backoff:{cfg.name}")
+            st.channel = self.channel
+            st._next_pid = self._next_pid
+            self.stations[cfg.name] = st
+        self.flows: dict[str, FlowState] = {}
+        self.messages: list[Message] = []
+        self._ack_flows: dict[str, FlowState] = {}
+        self._ack_every: dict[str, int] = {}
+        self._unacked: dict[str, int] = {}
+        self.wall_s = 0.0
+        for f in scenario.flows:
+            self._install(f)
+
+    # -- randomness ----------------------------------------------------------------------
+    def _stream_seed(self, name: str) -> int:
+        # Streams are keyed by name, not creation order, so adding a flow to a scenario
+        # does not change the random numbers every other flow sees.
+        key = [ord(c) for c in name]
+        return int(np.random.SeedSequence([self.seed, *key]).generate_state(2, np.uint64)[0])
+
+    def _py_rng(self, name: str) -> random.Random:
+        return random.Random(self._stream_seed(name))
+
+    def rng(self, name: str) -> np.random.Generator:
+        """An independent numpy generator for ``name`` (e.g. a workload's jitter)."""
+        return np.random.default_rng(self._stream_seed(name))
+
+    def _next_pid(self) -> int:
+        self._pid += 1
+        return self._pid
+
+    # -- API for workloads and policies ---------------------------------------------------
+    @property
+    def now_ns(self) -> int:
+        return self.loop.now_ns
+
+    def station(self, name: str) -> Station:
+        try:
+            return self.stations[name]
+        except KeyError:
+            raise UsageError(f"unknown station {name!r}; stations: {sorted(self.stations)}") from None
+
+    def set_hooks(self, station: str, hooks: DriverHooks) -> None:
+        self.station(station).hooks = hooks
+
+    def flow(
+        self, name: str, src: str, dst: str, ac: AccessCategory, *, bulk: bool, tcp_acks: bool = True
+    ) -> FlowState:
+        """Get or create the flow ``name`` from ``src`` to ``dst``."""
+        f = self.flows.get(name)
+        if f is None:
+            f = FlowState(name, self.station(src), self.station(dst), ac, bulk)
+            self.flows[name] = f
+            if bulk and tcp_acks:
+                self._ack_every[name] = 2
+                self._unacked[name] = 0
+                ack = FlowState(f"{name}:ack", f.dst, f.src, AccessCategory.BE, bulk=False)
+                self._ack_flows[name] = ack
+                self.flows[ack.name] = ack
+        return f
+
+    def call_at(self, time_ns: int, callback: Callable[..., Any], *args: Any) -> Event:
+        return self.loop.call_at(time_ns, PRIO_TRAFFIC, callback, *args)
+
+    def call_control_at(self, time_ns: int, callback: Callable[..., Any], *args: Any) -> Event:
+        return self.loop.call_at(time_ns, PRIO_CONTROL, callback, *args)
+
+    def send_message(
+        self,
+        flow: FlowState,
+        size_bytes: int,
+        on_delivered: Callable[[Message], None] | None = None,
+    ) -> Message:
+        """Hand a datagram message to ``flow.src`` now: UDP/IP fragments, LS path."""
+        per_frag = self.scenario.packet_bytes - IP_HEADER_BYTES
+        total = size_bytes + _UDP_HEADER_BYTES
+        n = max(1, math.ceil(total / per_frag))
+        msg = Message(len(self.messages), flow, size_bytes, self.loop.now_ns, n, on_delivered)
+        self.messages.append(msg)
+        packets = []
+        for k in range(n):
+            body = per_frag if k < n - 1 else total - per_frag * (n - 1)
+            packets.append(Packet(self._next_pid(), flow, body + IP_HEADER_BYTES, message=msg))
+        flow.sent_packets += n
+        st = flow.src
+        st.hooks.on_ls_send(st, flow.name, self.loop.now_ns)
+        st.send_ls(packets)
+        return msg
+
+    def start_transfer(
+        self,
+        flow: FlowState,
+        total_bytes: int | None,
+        on_complete: Callable[[BulkTransfer, int], None] | None = None,
+    ) -> BulkTransfer:
+        """Start a bulk transfer on ``flow`` (``None`` bytes: saturating, never ends)."""
+        if not flow.bulk:
+            raise UsageError(f"flow {flow.name!r} is not a bulk flow")
+        t = BulkTransfer(flow, total_bytes, on_complete)
+        flow.src.add_transfer(t)
+        return t
+
+    # -- delivery ------------------------------------------------------------------------
+    def _delivered(self, p: Packet, now: int) -> None:
+        f = p.flow
+        f.delivered_packets += 1
+        f.delivered_bytes += p.ip_bytes
+        msg = p.message
+        if msg is not None:
+            msg.remaining -= 1
+            if msg.remaining == 0 and not msg.lost:
+                msg.delivered_ns = now
+                if msg.on_delivered is not None:
+                    msg.on_delivered(msg)
+            return
+        t = p.transfer
+        if isinstance(t, BulkTransfer):
+            t.delivered_bytes += p.ip_bytes
+            every = self._ack_every.get(f.name)
+            if every:
+                n = self._unacked[f.name] + 1
+                if n >= every:
+                    n = 0
+                    ack = self._ack_flows[f.name]
+                    ack.sent_packets += 1
+                    ack.src.send_ls([Packet(self._next_pid(), ack, TCP_ACK_BYTES)])
+                self._unacked[f.name] = n
+            if t.total_bytes is not None and t.delivered_bytes >= t.total_bytes:
+                if t.on_complete is not None:
+                    t.on_complete(t, now)
+
+    def _dropped(self, p: Packet, now: int) -> None:
+        if p.message is not None:
+            p.message.lost = True
+        elif p.bulk:
+            p.src.requeue_bulk_bytes(p)
+            p.src.refill()
+
+    # -- scenario traffic -----------------------------------------------------------------
+    def _install(self, f: DatagramFlow | BulkFlow) -> None:
+        start = round(f.start_us * NS_PER_US)
+        if isinstance(f, BulkFlow):
+            flow = self.flow(f.name, f.src, f.dst, f.category, bulk=True, tcp_acks=f.tcp_acks)
+            self.call_at(start, self.start_transfer, flow, f.total_bytes)
+            return
+        flow = self.flow(f.name, f.src, f.dst, f.category, bulk=False)
+        if f.times_us is not None:
+            for t_us in sorted(f.times_us):
+                self.call_at(round(t_us * NS_PER_US), self.send_message, flow, f.size_bytes)
+            return
+        assert f.period_us is not None
+        period = round(f.period_us * NS_PER_US)
+        jitter = round(f.jitter_us * NS_PER_US)
+        rng = self.rng(f"flow:{f.name}")
+        self.call_at(start, self._periodic, flow, f.size_bytes, start, period, jitter, rng, 0)
+
+    def _periodic(
+        self, flow: FlowState, size: int, start: int, period: int, jitter: int,
+        rng: np.random.Generator, k: int,
+    ) -> None:  # fmt: skip
+        self.send_message(flow, size)
+        now = self.loop.now_ns
+        nominal = start + (k + 1) * period
+        t = nominal + (round(rng.normal(0.0, jitter)) if jitter else 0)
+        self.call_at(max(t, now), self._periodic, flow, size, start, period, jitter, rng, k + 1)
+
+    # -- running -------------------------------------------------------------------------
+    def run(
+        self, duration_ns: int | None = None, on_progress: Callable[[int], None] | None = None
+    ) -> SimResult:
+        """Run until ``duration_ns`` (default: the scenario's duration) and collect results."""
+        until = s(self.scenario.duration_s) if duration_ns is None else duration_ns
+        if until <= 0:
+            raise UsageError(f"duration must be > 0 ns, got {until}")
+        t0 = time.perf_counter()
+        self.loop.run(until, on_progress)
+        self.wall_s = time.perf_counter() - t0
+        return SimResult.collect(self, until)
+
+
+def simulate(
+    scenario: Scenario,
+    *,
+    seed: int | None = None,
+    duration_ns: int | None = None,
+    trace: bool = False,
+    on_progress: Callable[[int], None] | None = None,
+) -> SimResult:
+    """Build and run one simulation; the one-call API."""
+    return Simulation(scenario, seed=seed, trace=trace).run(duration_ns, on_progress)

@@ -1,0 +1,66 @@
+"""Link rates: which MCS each (sender, receiver) pair uses, and optional packet errors.
+
+``fixed`` mode gives every link the scenario's MCS (with per-link overrides); ``distance``
+mode picks the highest MCS whose receiver sensitivity the log-distance link budget meets.
+Packet errors, when enabled, use the received power from the same link budget.
+"""
+
+from __future__ import annotations
+
+import math
+
+from coorp._errors import ScenarioError, ScenarioProblem
+from coorp.phy import LinkBudget, packet_error_rate
+from coorp.scenario import Scenario
+
+__all__ = ["LinkTable"]
+
+
+class LinkTable:
+    def __init__(self, scenario: Scenario, source: str = "<scenario>") -> None:
+        stations = scenario.stations
+        n = len(stations)
+        cfg = scenario.links
+        phy = scenario.phy
+        pl = cfg.pathloss
+        self.budget = LinkBudget(pl.tx_power_dbm, pl.reference_loss_db, pl.exponent, pl.margin_db)
+        self.width_mhz = phy.width_mhz
+        self.packet_errors = cfg.packet_errors
+        self._rx_dbm = [[0.0] * n for _ in range(n)]
+        self._mcs = [[cfg.mcs] * n for _ in range(n)]
+        for i, a in enumerate(stations):
+            for j, b in enumerate(stations):
+                if i == j:
+                    continue
+                d = math.dist(a.position_m, b.position_m)
+                self._rx_dbm[i][j] = self.budget.rx_power_dbm(d)
+                if cfg.mode == "distance":
+                    mcs = self.budget.best_mcs(d, phy.spatial_streams, phy.width_mhz)
+                    if mcs is None:
+                        raise ScenarioError(source, [ScenarioProblem(
+                            "stations", f"{a.name} -> {b.name}",
+                            f"out of range: {d:.1f} m gives {self._rx_dbm[i][j]:.1f} dBm, below "
+                            "the MCS 0 sensitivity; move the stations closer or lower "
+                            "links.pathloss.exponent",
+                        )])  # fmt: skip
+                    self._mcs[i][j] = mcs
+        index = {s.name: i for i, s in enumerate(stations)}
+        for o in cfg.overrides:
+            self._mcs[index[o.src]][index[o.dst]] = o.mcs
+        self._per_cache: dict[tuple[int, int, int], float] = {}
+
+    def mcs(self, src: int, dst: int) -> int:
+        return self._mcs[src][dst]
+
+    def rx_power_dbm(self, src: int, dst: int) -> float:
+        return self._rx_dbm[src][dst]
+
+    def error_prob(self, src: int, dst: int, mpdu_bytes: int) -> float:
+        key = (src, dst, mpdu_bytes)
+        p = self._per_cache.get(key)
+        if p is None:
+            p = packet_error_rate(
+                self._rx_dbm[src][dst], self._mcs[src][dst], self.width_mhz, mpdu_bytes
+            )
+            self._per_cache[key] = p
+        return p

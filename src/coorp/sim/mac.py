@@ -1,0 +1,361 @@
+"""The shared medium and EDCA contention (802.11-2016 10.22.2), without per-slot events.
+
+When the medium goes idle at time ``I``, the EDCAF of category ``ac`` with counter ``b``
+may transmit at ``I + AIFS[ac] + b·slot``; the channel schedules one access event at the
+earliest such time over all EDCAFs with a frame. When a transmission starts at time
+``t``, every other EDCAF's counter drops by the number of slot boundaries at or before
+``t`` (Bianchi's virtual-slot rule: a counter also decrements at the boundary where
+another station starts), then freezes until the medium is idle again.
+
+EDCAFs of different stations whose access times coincide collide; EDCAFs of the same
+station resolve the internal collision in favour of the higher category, and the loser
+behaves as after a failed attempt. The exchange airtimes come from
+:mod:`coorp.sim.timing`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from itertools import islice
+
+from coorp.phy import MAX_PPDU_NS, SIFS_NS, SLOT_NS
+from coorp.scenario import MacConfig, RetryPolicy
+from coorp.sim.events import PRIO_ACCESS, PRIO_MEDIUM, Event, EventLoop
+from coorp.sim.links import LinkTable
+from coorp.sim.packets import Packet
+from coorp.sim.station import Edcaf, Station
+from coorp.sim.timing import ExchangeTiming
+
+__all__ = ["Channel", "ChannelStats", "Transmission"]
+
+
+@dataclass(slots=True)
+class ChannelStats:
+    """Counters of the medium. ``busy_ns == success_ns + failure_ns`` always holds."""
+
+    busy_ns: int = 0
+    success_ns: int = 0
+    failure_ns: int = 0
+    exchanges: int = 0
+    collisions: int = 0
+    internal_collisions: int = 0
+    bar_exchanges: int = 0
+    per_failures: int = 0
+    trace: list[tuple[object, ...]] | None = field(default=None)
+
+
+class Transmission:
+    """One station's PPDU in one exchange: an A-MPDU (or single MPDU), or a BlockAckReq."""
+
+    __slots__ = (
+        "block_ack", "data_ns", "edcaf", "failure_ns", "packets", "psdu", "rts", "success_ns",
+        "txop_start",
+    )  # fmt: skip
+
+    def __init__(self, edcaf: Edcaf, packets: list[Packet], txop_start: int) -> None:
+        self.edcaf = edcaf
+        self.packets = packets  # empty for a BlockAckReq
+        self.txop_start = txop_start
+        self.psdu = 0
+        self.data_ns = 0
+        self.block_ack = False
+        self.rts = False
+        self.success_ns = 0
+        self.failure_ns = 0
+
+
+class Channel:
+    """One collision domain: every station hears every other (no hidden nodes)."""
+
+    def __init__(
+        self,
+        loop: EventLoop,
+        timing: ExchangeTiming,
+        mac: MacConfig,
+        links: LinkTable,
+        *,
+        rng: random.Random,
+        on_delivered: Callable[[Packet, int], None],
+        on_dropped: Callable[[Packet, int], None],
+        trace: bool = False,
+    ) -> None:
+        self.loop = loop
+        self.timing = timing
+        self.links = links
+        self.retry_limit = mac.retry_limit
+        self.ns3_retry = mac.retry_policy is RetryPolicy.NS3
+        self.rts_threshold = mac.rts_threshold_bytes
+        self.max_mpdus = mac.max_ampdu_mpdus
+        self.max_ampdu_bytes = mac.max_ampdu_bytes
+        self.rng = rng
+        self.on_delivered = on_delivered
+        self.on_dropped = on_dropped
+        self.edcafs: list[Edcaf] = []
+        self.busy = False
+        self.idle_since = 0
+        self.stats = ChannelStats(trace=[] if trace else None)
+        self._access_ev: Event | None = None
+        self._busy_start = 0
+
+    def add_edcaf(self, e: Edcaf) -> None:
+        self.edcafs.append(e)
+
+    # -- contention ----------------------------------------------------------------------
+    def frame_arrived(self, e: Edcaf, now: int) -> None:
+        """``e`` had no frame and now has one."""
+        if self.busy:
+            if e.backoff == 0:
+                # 10.22.2.2: a frame arriving while the medium is busy invokes a backoff.
+                e.backoff = e.station.rng.randrange(e.cw + 1)
+            return
+        e.not_before = now
+        self._schedule_access()
+
+    def _access_time(self, e: Edcaf) -> int:
+        t = self.idle_since + e.aifs + e.backoff * SLOT_NS
+        return t if t >= e.not_before else e.not_before
+
+    def _schedule_access(self) -> None:
+        best = -1
+        for e in self.edcafs:
+            if e.station.head_ac(e.ac):
+                t = self._access_time(e)
+                if best < 0 or t < best:
+                    best = t
+        ev = self._access_ev
+        if ev is not None:
+            if ev.time_ns == best and not ev.cancelled:
+                return
+            ev.cancel()
+            self._access_ev = None
+        if best >= 0:
+            self._access_ev = self.loop.call_at(best, PRIO_ACCESS, self._on_access)
+
+    def _on_access(self) -> None:
+        self._access_ev = None
+        now = self.loop.now_ns
+        winners = [
+            e for e in self.edcafs if e.station.head_ac(e.ac) and self._access_time(e) == now
+        ]
+        if not winners:
+            self._schedule_access()
+            return
+        self._begin_busy(now, winners)
+        by_station: dict[Station, Edcaf] = {}
+        for e in winners:
+            other = by_station.get(e.station)
+            if other is None:
+                by_station[e.station] = e
+                continue
+            hi, lo = (e, other) if e.priority > other.priority else (other, e)
+            by_station[e.station] = hi
+            self.stats.internal_collisions += 1
+            self._fail_internal(lo)
+        txs = [self._build(e, now, now) for e in by_station.values()]
+        self._transmit(now, [tx for tx in txs if tx is not None])
+
+    def _begin_busy(self, now: int, winners: list[Edcaf]) -> None:
+        self.busy = True
+        self._busy_start = now
+        idle = self.idle_since
+        for e in self.edcafs:
+            e.not_before = 0
+            b = e.backoff
+            if b and e not in winners:
+                b0 = idle + e.aifs
+                if now >= b0:
+                    k = (now - b0) // SLOT_NS + 1
+                    e.backoff = b - k if b > k else 0
+
+    # -- building PPDUs ------------------------------------------------------------------
+    def _build(self, e: Edcaf, now: int, txop_start: int) -> Transmission | None:
+        timing = self.timing
+        if e.bar_pending is not None:
+            tx = Transmission(e, [], txop_start)
+            tx.success_ns = tx.failure_ns = timing.bar_exchange_ns()
+            return tx
+        st = e.station
+        ring = st.rings[e.ac]
+        first = ring[0]
+        dst = first.dst
+        mcs = self.links.mcs(st.idx, dst.idx)
+        txop_left = e.txop_limit - (now - txop_start) if e.txop_limit else 0
+        packets = [first]
+        psdu = 4 + first.mpdu
+        if e.aggregation:
+            max_data = MAX_PPDU_NS
+            if txop_left:
+                overhead = SIFS_NS + timing.block_ack_ns
+                if self.rts_threshold < self.max_ampdu_bytes:
+                    overhead += timing.rts_ns + timing.cts_ns + 2 * SIFS_NS
+                max_data = min(max_data, txop_left - overhead)
+            max_psdu = min(self.max_ampdu_bytes, timing.max_psdu_bytes(mcs, max_data))
+            limit = self.max_mpdus
+            ac = e.ac
+            for p in islice(ring, 1, None):
+                if len(packets) >= limit or p.dst is not dst or p.ac is not ac:
+                    break
+                nxt = ((psdu + 3) & ~3) + 4 + p.mpdu
+                if nxt > max_psdu:
+                    break
+                psdu = nxt
+                packets.append(p)
+        tx = Transmission(e, packets, txop_start)
+        tx.psdu = psdu
+        tx.data_ns = timing.data_ns(psdu, mcs)
+        tx.block_ack = len(packets) > 1
+        tx.rts = psdu > self.rts_threshold
+        tx.success_ns = timing.success_ns(tx.data_ns, block_ack=tx.block_ack, rts=tx.rts)
+        tx.failure_ns = timing.failure_ns(tx.data_ns, block_ack=tx.block_ack, rts=tx.rts)
+        if txop_left and tx.success_ns > txop_left and now != txop_start:
+            return None  # a continuation that does not fit ends the TXOP
+        return tx
+
+    # -- exchanges -----------------------------------------------------------------------
+    def _transmit(self, now: int, txs: list[Transmission]) -> None:
+        if not txs:
+            self._go_idle(now, [])
+            return
+        collided = len(txs) > 1
+        for tx in txs:
+            st = tx.edcaf.station
+            st.tx_attempts += 1
+            st.airtime_ns += tx.failure_ns if collided else tx.success_ns
+        dur = max(tx.failure_ns for tx in txs) if collided else txs[0].success_ns
+        stats = self.stats
+        stats.exchanges += 1
+        if collided:
+            stats.collisions += 1
+            stats.failure_ns += dur
+        else:
+            stats.success_ns += dur
+        if not txs[0].packets and not collided:
+            stats.bar_exchanges += 1
+        if stats.trace is not None:
+            stats.trace.append((
+                now, now + dur, collided, tuple(tx.edcaf.station.name for tx in txs),
+                tuple(tx.edcaf.ac.value for tx in txs), tuple(len(tx.packets) for tx in txs),
+                tuple(tx.psdu for tx in txs), tuple(tx.txop_start for tx in txs),
+            ))  # fmt: skip
+        self.loop.call_at(now + dur, PRIO_MEDIUM, self._end, txs, collided)
+
+    def _end(self, txs: list[Transmission], collided: bool) -> None:
+        now = self.loop.now_ns
+        if collided:
+            for tx in txs:
+                self._fail(tx)
+            self._go_idle(now, txs)
+            return
+        tx = txs[0]
+        if not self._succeed(tx, now):
+            self._go_idle(now, txs)
+            return
+        e = tx.edcaf
+        if e.txop_limit and tx.packets and e.bar_pending is None and e.station.head_ac(e.ac):
+            nxt = self._build(e, now + SIFS_NS, tx.txop_start)
+            if nxt is not None:
+                self.loop.call_at(now + SIFS_NS, PRIO_MEDIUM, self._continue_txop, nxt)
+                return
+        e.backoff = e.station.rng.randrange(e.cw + 1)
+        self._go_idle(now, txs)
+
+    def _continue_txop(self, tx: Transmission) -> None:
+        # The SIFS gap counts as busy: no other EDCAF can see AIFS of idle inside a TXOP.
+        now = self.loop.now_ns
+        self.stats.success_ns += SIFS_NS
+        self._transmit(now, [tx])
+
+    def _go_idle(self, now: int, txs: list[Transmission]) -> None:
+        self.busy = False
+        self.idle_since = now
+        self.stats.busy_ns += now - self._busy_start
+        for tx in txs:
+            tx.edcaf.station.refill()
+        self._schedule_access()
+
+    # -- outcomes ------------------------------------------------------------------------
+    def _succeed(self, tx: Transmission, now: int) -> bool:
+        e = tx.edcaf
+        st = e.station
+        if not tx.packets:  # BlockAck answered our BlockAckReq
+            pending = e.bar_pending or []
+            e.bar_pending = None
+            e.bar_retries = 0
+            e.cw = e.cw_min
+            for p in pending:
+                self._count_retry(p, now)
+            e.backoff = st.rng.randrange(e.cw + 1)
+            return False
+        ring = st.rings[e.ac]
+        failed: list[Packet] = []
+        links = self.links
+        if links.packet_errors:
+            per = links.error_prob
+            rnd = self.rng.random
+            failed = [p for p in tx.packets if rnd() < per(st.idx, p.dst.idx, p.mpdu)]
+            if len(failed) == len(tx.packets):
+                self.stats.per_failures += 1
+                self._fail(tx)
+                return False
+        for _ in tx.packets:
+            ring.popleft()
+        for p in reversed(failed):
+            ring.appendleft(p)
+        hooks = st.hooks
+        for p in tx.packets:
+            if failed and p in failed:
+                self._count_retry(p, now)
+                continue
+            hooks.on_hw_complete(st, p.pid, p.ac, now, True)
+            self.on_delivered(p, now)
+        st.tx_success += 1
+        e.cw = e.cw_min
+        return True
+
+    def _fail(self, tx: Transmission) -> None:
+        e = tx.edcaf
+        st = e.station
+        st.tx_failed += 1
+        now = self.loop.now_ns
+        e.cw = min(2 * e.cw + 1, e.cw_max)
+        if not tx.packets:  # the BlockAckReq itself failed
+            e.bar_retries += 1
+            if e.bar_retries > self.retry_limit:
+                pending = e.bar_pending or []
+                e.bar_pending = None
+                e.bar_retries = 0
+                e.cw = e.cw_min
+                for p in pending:
+                    self._count_retry(p, now)
+        elif tx.block_ack and self.ns3_retry:
+            e.bar_pending = list(tx.packets)
+        else:
+            dropped = False
+            for p in tx.packets:
+                dropped |= self._count_retry(p, now)
+            if dropped:
+                e.cw = e.cw_min
+        e.backoff = st.rng.randrange(e.cw + 1)
+
+    def _fail_internal(self, e: Edcaf) -> None:
+        """The lower category lost an internal collision: as a failed attempt of its head."""
+        st = e.station
+        e.cw = min(2 * e.cw + 1, e.cw_max)
+        if e.bar_pending is None and self._count_retry(st.rings[e.ac][0], self.loop.now_ns):
+            e.cw = e.cw_min
+        e.backoff = st.rng.randrange(e.cw + 1)
+
+    def _count_retry(self, p: Packet, now: int) -> bool:
+        """One more failed attempt for ``p``; drop it past the retry limit. True if dropped."""
+        p.retries += 1
+        if p.retries <= self.retry_limit:
+            return False
+        st = p.src
+        st.rings[p.ac].remove(p)
+        st.dropped_packets += 1
+        p.flow.dropped_packets += 1
+        st.hooks.on_hw_complete(st, p.pid, p.ac, now, False)
+        self.on_dropped(p, now)
+        return True

@@ -1,0 +1,172 @@
+"""What a simulation run produced: per-flow, per-station, per-message and channel results.
+
+:class:`SimResult` is plain data. ``summary()`` is the JSON-able digest; ``tables()``
+gives the columnar per-message / per-flow / per-station tables written as Parquet/CSV.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from coorp.units import NS_PER_MS
+
+if TYPE_CHECKING:
+    from coorp.sim.engine import Simulation
+    from coorp.sim.mac import ChannelStats
+
+__all__ = ["FlowStats", "SimResult", "StationStats"]
+
+
+def _pct(values: np.ndarray, q: float) -> float | None:
+    return float(np.percentile(values, q)) if values.size else None
+
+
+@dataclass(frozen=True, slots=True)
+class FlowStats:
+    name: str
+    kind: str  # "datagram", "bulk" or "tcp-ack"
+    src: str
+    dst: str
+    category: str
+    sent_packets: int
+    delivered_packets: int
+    delivered_bytes: int
+    dropped_packets: int
+    retransmitted_packets: int
+    throughput_mbps: float
+    messages_sent: int
+    messages_delivered: int
+    messages_lost: int
+    latency_ms_p50: float | None
+    latency_ms_p99: float | None
+    latency_ms_max: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class StationStats:
+    name: str
+    airtime_ns: int
+    airtime_fraction: float
+    tx_attempts: int
+    tx_success: int
+    tx_failed: int
+    dropped_packets: int
+    ls_hw_depth_mean: float | None
+    ls_hw_depth_max: int | None
+
+
+@dataclass(frozen=True)
+class SimResult:
+    scenario_name: str
+    seed: int
+    duration_ns: int
+    wall_s: float
+    events_processed: int
+    flows: dict[str, FlowStats]
+    stations: dict[str, StationStats]
+    channel: ChannelStats
+    messages: dict[str, np.ndarray]
+    ls_hw_depths: dict[str, np.ndarray]
+    trace: list[tuple[object, ...]] | None = field(default=None, repr=False)
+
+    @property
+    def sim_s_per_wall_s(self) -> float:
+        return (self.duration_ns / 1e9) / self.wall_s if self.wall_s > 0 else float("inf")
+
+    @classmethod
+    def collect(cls, sim: Simulation, duration_ns: int) -> SimResult:
+        msgs = sim.messages
+        names = [m.flow.name for m in msgs]
+        created = np.fromiter((m.created_ns for m in msgs), np.int64, len(msgs))
+        delivered = np.fromiter((m.delivered_ns for m in msgs), np.int64, len(msgs))
+        latency = np.where(delivered >= 0, delivered - created, -1)
+        messages = {
+            "flow": np.array(names, dtype=object),
+            "msg_id": np.fromiter((m.msg_id for m in msgs), np.int64, len(msgs)),
+            "size_bytes": np.fromiter((m.size_bytes for m in msgs), np.int64, len(msgs)),
+            "created_ns": created,
+            "delivered_ns": delivered,
+            "latency_ns": latency,
+            "lost": np.fromiter((m.lost for m in msgs), bool, len(msgs)),
+            "hw_depth_first": np.fromiter((m.first_depth for m in msgs), np.int64, len(msgs)),
+        }
+        secs = duration_ns / 1e9
+        flows = {}
+        for name, f in sim.flows.items():
+            mask = messages["flow"] == name
+            lat = latency[mask]
+            done = lat[lat >= 0] / NS_PER_MS
+            kind = "bulk" if f.bulk else ("tcp-ack" if name.endswith(":ack") else "datagram")
+            flows[name] = FlowStats(
+                name=name, kind=kind, src=f.src.name, dst=f.dst.name, category=f.ac.value,
+                sent_packets=f.sent_packets, delivered_packets=f.delivered_packets,
+                delivered_bytes=f.delivered_bytes, dropped_packets=f.dropped_packets,
+                retransmitted_packets=f.retransmitted_packets,
+                throughput_mbps=f.delivered_bytes * 8 / secs / 1e6,
+                messages_sent=int(mask.sum()), messages_delivered=int(done.size),
+                messages_lost=int(messages["lost"][mask].sum()),
+                latency_ms_p50=_pct(done, 50), latency_ms_p99=_pct(done, 99),
+                latency_ms_max=float(done.max()) if done.size else None,
+            )  # fmt: skip
+        stations = {}
+        depths = {}
+        for name, st in sim.stations.items():
+            d = np.asarray(st.ls_depths, dtype=np.int64)
+            depths[name] = d
+            stations[name] = StationStats(
+                name=name, airtime_ns=st.airtime_ns, airtime_fraction=st.airtime_ns / duration_ns,
+                tx_attempts=st.tx_attempts, tx_success=st.tx_success, tx_failed=st.tx_failed,
+                dropped_packets=st.dropped_packets,
+                ls_hw_depth_mean=float(d.mean()) if d.size else None,
+                ls_hw_depth_max=int(d.max()) if d.size else None,
+            )  # fmt: skip
+        return cls(
+            scenario_name=sim.scenario.name, seed=sim.seed, duration_ns=duration_ns,
+            wall_s=sim.wall_s, events_processed=sim.loop.events_processed, flows=flows,
+            stations=stations, channel=sim.channel.stats, messages=messages,
+            ls_hw_depths=depths, trace=sim.channel.stats.trace,
+        )  # fmt: skip
+
+    @property
+    def total_throughput_mbps(self) -> float:
+        return sum(f.throughput_mbps for f in self.flows.values() if f.kind != "tcp-ack")
+
+    def summary(self) -> dict[str, Any]:
+        ch = self.channel
+        return {
+            "scenario": self.scenario_name,
+            "seed": self.seed,
+            "duration_s": self.duration_ns / 1e9,
+            "wall_s": round(self.wall_s, 6),
+            "sim_s_per_wall_s": round(self.sim_s_per_wall_s, 3),
+            "events_processed": self.events_processed,
+            "throughput_mbps": self.total_throughput_mbps,
+            "channel": {
+                "busy_fraction": ch.busy_ns / self.duration_ns,
+                "success_ns": ch.success_ns,
+                "failure_ns": ch.failure_ns,
+                "exchanges": ch.exchanges,
+                "collisions": ch.collisions,
+                "internal_collisions": ch.internal_collisions,
+                "bar_exchanges": ch.bar_exchanges,
+                "per_failures": ch.per_failures,
+            },
+            "flows": {n: _asdict(f) for n, f in self.flows.items()},
+            "stations": {n: _asdict(s) for n, s in self.stations.items()},
+        }
+
+    def tables(self) -> dict[str, dict[str, Any]]:
+        flows = list(self.flows.values())
+        stations = list(self.stations.values())
+        return {
+            "messages": self.messages,
+            "flows": {k: [getattr(f, k) for f in flows] for k in FlowStats.__slots__},
+            "stations": {k: [getattr(s, k) for s in stations] for k in StationStats.__slots__},
+        }
+
+
+def _asdict(obj: Any) -> dict[str, Any]:
+    return {k: getattr(obj, k) for k in obj.__slots__}

@@ -1,0 +1,176 @@
+"""MAC timing: EDCA parameters, frame sizes, and the airtime of every frame exchange.
+
+The simulator and the Bianchi reference model (``coorp.analysis.bianchi``) both take their
+durations from here, so a comparison between them tests the *contention* model alone.
+
+Exchange model (what occupies the medium, from the first bit until idle starts):
+
+* success, basic access: ``DATA + SIFS + ACK|BlockAck``
+* success, RTS/CTS: ``RTS + SIFS + CTS + SIFS + DATA + SIFS + ACK|BlockAck``
+* failure (collision or lost response): the longest colliding transmission plus
+  ``SIFS + response``: every station defers as if it had waited for the missing response
+  (the transmitters' response timeout; EIFS for the others, simplified to the same value
+  so that all stations keep common slot boundaries).
+* BlockAckReq exchange (ns-3 retry policy): ``BAR + SIFS + BlockAck``.
+
+After the medium goes idle, an EDCAF may act at slot boundaries ``idle + AIFS + k·slot``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from coorp.phy import (
+    ACK_BYTES,
+    BAR_BYTES,
+    BLOCK_ACK_BYTES,
+    CTS_BYTES,
+    RTS_BYTES,
+    SIFS_NS,
+    SLOT_NS,
+    GuardInterval,
+    VhtMode,
+    legacy_duration_ns,
+    vht_ppdu_duration_ns,
+)
+from coorp.scenario import AccessCategory, MacConfig, PhyConfig
+
+__all__ = [
+    "AMPDU_DELIMITER_BYTES",
+    "MAC_OVERHEAD_BYTES",
+    "STANDARD_EDCA",
+    "EdcaParams",
+    "ExchangeTiming",
+    "aifs_ns",
+    "edca_params",
+    "mpdu_bytes",
+    "psdu_bytes",
+]
+
+#: QoS data header (26) + LLC/SNAP (8) + FCS (4) around each IP packet.
+MAC_OVERHEAD_BYTES: Final = 38
+#: Every VHT PSDU is an A-MPDU (a single MPDU is an S-MPDU): 4-byte delimiter per subframe.
+AMPDU_DELIMITER_BYTES: Final = 4
+
+
+@dataclass(frozen=True, slots=True)
+class EdcaParams:
+    """One access category's EDCA parameters."""
+
+    aifsn: int
+    cw_min: int
+    cw_max: int
+    txop_limit_ns: int
+    aggregation: bool
+
+
+#: 802.11-2016 Table 9-137 defaults for OFDM PHYs (aCWmin = 15, aCWmax = 1023).
+#: Aggregation is off for VO by default, as in common drivers.
+STANDARD_EDCA: Final = {
+    AccessCategory.BK: EdcaParams(7, 15, 1023, 0, True),
+    AccessCategory.BE: EdcaParams(3, 15, 1023, 0, True),
+    AccessCategory.VI: EdcaParams(2, 7, 15, 3_008_000, True),
+    AccessCategory.VO: EdcaParams(2, 3, 7, 1_504_000, False),
+}
+
+
+def edca_params(mac: MacConfig) -> dict[AccessCategory, EdcaParams]:
+    """The standard's EDCA parameters with the scenario's overrides applied."""
+    out = {}
+    for ac, std in STANDARD_EDCA.items():
+        o = mac.edca.get(ac)
+        if o is None:
+            out[ac] = std
+            continue
+        out[ac] = EdcaParams(
+            aifsn=std.aifsn if o.aifsn is None else o.aifsn,
+            cw_min=std.cw_min if o.cw_min is None else o.cw_min,
+            cw_max=std.cw_max if o.cw_max is None else o.cw_max,
+            txop_limit_ns=std.txop_limit_ns if o.txop_limit_us is None else o.txop_limit_us * 1000,
+            aggregation=std.aggregation if o.aggregation is None else o.aggregation,
+        )
+        if out[ac].cw_max < out[ac].cw_min:
+            raise ValueError(f"mac.edca.{ac.value}: cw_max {out[ac].cw_max} < cw_min {out[ac].cw_min}")
+    return out
+
+
+def aifs_ns(aifsn: int) -> int:
+    return SIFS_NS + aifsn * SLOT_NS
+
+
+def mpdu_bytes(ip_bytes: int) -> int:
+    return ip_bytes + MAC_OVERHEAD_BYTES
+
+
+def psdu_bytes(mpdu_sizes: list[int]) -> int:
+    """Length of the A-MPDU carrying these MPDUs: delimiters, and padding to 4 bytes
+    for every subframe but the last."""
+    total = 0
+    for m in mpdu_sizes:
+        total = (total + 3) & ~3
+        total += AMPDU_DELIMITER_BYTES + m
+    return total
+
+
+class ExchangeTiming:
+    """Durations of frame exchanges for one PHY configuration (all in ns)."""
+
+    def __init__(self, phy: PhyConfig) -> None:
+        rate = phy.basic_rate_mbps
+        self.phy = phy
+        self.rts_ns = legacy_duration_ns(RTS_BYTES, rate)
+        self.cts_ns = legacy_duration_ns(CTS_BYTES, rate)
+        self.ack_ns = legacy_duration_ns(ACK_BYTES, rate)
+        self.block_ack_ns = legacy_duration_ns(BLOCK_ACK_BYTES, rate)
+        self.bar_ns = legacy_duration_ns(BAR_BYTES, rate)
+        self._modes: dict[int, VhtMode] = {}
+        self._max_psdu: dict[tuple[int, int], int] = {}
+
+    def mode(self, mcs: int) -> VhtMode:
+        m = self._modes.get(mcs)
+        if m is None:
+            p = self.phy
+            m = VhtMode(mcs, p.spatial_streams, p.width_mhz, p.guard_interval)
+            self._modes[mcs] = m
+        return m
+
+    def data_ns(self, psdu: int, mcs: int) -> int:
+        return vht_ppdu_duration_ns(psdu, self.mode(mcs))
+
+    def response_ns(self, block_ack: bool) -> int:
+        return self.block_ack_ns if block_ack else self.ack_ns
+
+    def success_ns(self, data_ns: int, *, block_ack: bool, rts: bool) -> int:
+        d = data_ns + SIFS_NS + self.response_ns(block_ack)
+        if rts:
+            d += self.rts_ns + SIFS_NS + self.cts_ns + SIFS_NS
+        return d
+
+    def failure_ns(self, data_ns: int, *, block_ack: bool, rts: bool) -> int:
+        """Busy time of a failed attempt, as seen by everyone (see module docstring)."""
+        if rts:
+            return self.rts_ns + SIFS_NS + self.cts_ns
+        return data_ns + SIFS_NS + self.response_ns(block_ack)
+
+    def max_psdu_bytes(self, mcs: int, max_data_ns: int) -> int:
+        """Largest PSDU whose PPDU lasts at most ``max_data_ns`` (inverse of ``data_ns``)."""
+        key = (mcs, max_data_ns)
+        cached = self._max_psdu.get(key)
+        if cached is not None:
+            return cached
+        mode = self.mode(mcs)
+        avail = max_data_ns - vht_ppdu_duration_ns(0, mode) + 4_000  # preamble only
+        if mode.guard_interval is GuardInterval.SHORT:
+            n_sym = (avail // 4_000) * 4_000 // 3_600
+        else:
+            n_sym = avail // 4_000
+        bits = n_sym * mode.data_bits_per_symbol - 16 - 6 * mode.bcc_encoders
+        out = max(bits // 8, 0)
+        while out > 0 and vht_ppdu_duration_ns(out, mode) > max_data_ns:
+            out -= 1
+        self._max_psdu[key] = out
+        return out
+
+    def bar_exchange_ns(self) -> int:
+        return self.bar_ns + SIFS_NS + self.block_ack_ns
