@@ -23,12 +23,18 @@ def git_commit() -> dict[str, Any]:
     try:
         commit = subprocess.run(
             ["git", "-C", str(here), "rev-parse", "HEAD"],
-            capture_output=True, text=True, timeout=5, check=True,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
         ).stdout.strip()
         dirty = bool(
             subprocess.run(
                 ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
-                capture_output=True, text=True, timeout=5, check=True,
+                capture_output=True,
+                text=True,
+                timeout=5,
+                check=True,
             ).stdout.strip()
         )
     except (OSError, subprocess.SubprocessError):

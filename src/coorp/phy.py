@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Final
 
 __all__ = [
@@ -73,7 +73,7 @@ _VHT_FIXED_PREAMBLE_NS: Final = 36_000
 _SENSITIVITY_20MHZ_DBM: Final = (-82, -79, -77, -74, -70, -66, -65, -64, -59, -57)
 
 
-class GuardInterval(str, Enum):
+class GuardInterval(StrEnum):
     """OFDM guard interval of VHT data symbols."""
 
     LONG = "long"

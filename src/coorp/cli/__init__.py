@@ -25,9 +25,7 @@ app = typer.Typer(
 )
 
 #: Modules that contribute commands; each defines ``register(app: typer.Typer) -> None``.
-COMMAND_MODULES = (
-    "coorp.cli._simulate",
-)
+COMMAND_MODULES = ("coorp.cli._simulate",)
 
 for _name in COMMAND_MODULES:
     importlib.import_module(_name).register(app)

@@ -31,12 +31,20 @@ def render_result(result: SimResult) -> Table:
     for f in result.flows.values():
         msgs = f"{f.messages_delivered}/{f.messages_sent}" if f.kind == "datagram" else "-"
         table.add_row(
-            f.name, f.kind, f"{f.src}→{f.dst}", f.category, f"{f.throughput_mbps:.2f}", msgs,
-            _fmt(f.latency_ms_p50), _fmt(f.latency_ms_p99), str(f.dropped_packets),
+            f.name,
+            f.kind,
+            f"{f.src}→{f.dst}",
+            f.category,
+            f"{f.throughput_mbps:.2f}",
+            msgs,
+            _fmt(f.latency_ms_p50),
+            _fmt(f.latency_ms_p99),
+            str(f.dropped_packets),
         )
     ch = result.channel
     table.caption = (
-        f"total {result.total_throughput_mbps:.1f} Mb/s · busy {ch.busy_ns / result.duration_ns:.1%}"
+        f"total {result.total_throughput_mbps:.1f} Mb/s"
+        f" · busy {ch.busy_ns / result.duration_ns:.1%}"
         f" · {ch.exchanges} exchanges, {ch.collisions} collisions"
         f" · {result.events_processed} events, {result.sim_s_per_wall_s:.1f} sim-s/wall-s"
     )
@@ -46,8 +54,12 @@ def render_result(result: SimResult) -> Table:
 def register(app: typer.Typer) -> None:
     @app.command()
     def simulate(
-        scenario: Annotated[Path, typer.Argument(help="Scenario TOML file (see docs/scenarios.md).")],
-        seed: Annotated[int | None, typer.Option(help="RNG seed (default: the scenario's).")] = None,
+        scenario: Annotated[
+            Path, typer.Argument(help="Scenario TOML file (see docs/scenarios.md).")
+        ],
+        seed: Annotated[
+            int | None, typer.Option(help="RNG seed (default: the scenario's).")
+        ] = None,
         duration: Annotated[
             float | None, typer.Option(help="Simulated seconds (default: the scenario's).")
         ] = None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar, get_args
+from typing import Any, TypeVar, get_args, overload
 
 from pydantic import BaseModel, ValidationError
 
@@ -18,8 +18,12 @@ __all__ = ["load_scenario", "parse_scenario", "problems_from_validation"]
 M = TypeVar("M", bound=BaseModel)
 
 
-def load_scenario(path: str | Path, model: type[M] = Scenario) -> M:  # type: ignore[assignment]
-    """Read and validate a scenario TOML file.
+@overload
+def load_scenario(path: str | Path) -> Scenario: ...
+@overload
+def load_scenario(path: str | Path, model: type[M]) -> M: ...
+def load_scenario(path: str | Path, model: type[BaseModel] = Scenario) -> BaseModel:
+    """Read and validate a scenario TOML file (or any config model given as ``model``).
 
     Raises :class:`ScenarioError` naming the file, each bad field, its value and what is
     allowed; never a bare pydantic or TOML traceback.
@@ -34,13 +38,19 @@ def load_scenario(path: str | Path, model: type[M] = Scenario) -> M:  # type: ig
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ScenarioError(str(p), [ScenarioProblem("", "<TOML>", f"not valid TOML: {exc}")]) from None
+        raise ScenarioError(
+            str(p), [ScenarioProblem("", "<TOML>", f"not valid TOML: {exc}")]
+        ) from None
     return parse_scenario(data, source=str(p), model=model)
 
 
+@overload
+def parse_scenario(data: Mapping[str, Any], *, source: str = ...) -> Scenario: ...
+@overload
+def parse_scenario(data: Mapping[str, Any], *, source: str = ..., model: type[M]) -> M: ...
 def parse_scenario(
-    data: Mapping[str, Any], *, source: str = "<data>", model: type[M] = Scenario  # type: ignore[assignment]
-) -> M:
+    data: Mapping[str, Any], *, source: str = "<data>", model: type[BaseModel] = Scenario
+) -> BaseModel:
     """Validate already-parsed scenario data (e.g. a dict built in code)."""
     try:
         return model.model_validate(data)

@@ -7,7 +7,7 @@ that loads is a scenario the simulator can run.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -37,7 +37,7 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
 
 
-class AccessCategory(str, Enum):
+class AccessCategory(StrEnum):
     """EDCA access category (802.11-2016 Table 10-1)."""
 
     BK = "BK"
@@ -50,7 +50,7 @@ class AccessCategory(str, Enum):
     """Voice: latency-sensitive (LS) traffic."""
 
 
-class RetryPolicy(str, Enum):
+class RetryPolicy(StrEnum):
     """What a station does after an A-MPDU's BlockAck is missing."""
 
     CLASSIC = "classic"
@@ -60,7 +60,7 @@ class RetryPolicy(str, Enum):
     CWmin when its BlockAck arrives, then retransmit the unacknowledged MPDUs."""
 
 
-class HwQueueMode(str, Enum):
+class HwQueueMode(StrEnum):
     """How the NIC's hardware queue is organised."""
 
     PER_AC = "per_ac"

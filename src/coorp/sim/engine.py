@@ -69,8 +69,8 @@ class Simulation:
                 i, cfg.name, cfg.position_m, loop=self.loop, mode=scenario.hw_queue.mode,
                 capacity=scenario.hw_queue.capacity_packets, edca=edca,
                 packet_bytes=scenario.packet_bytes,
+                rng=self._py_rng(f"backoff:{cfg.name}"),
             )  # fmt: skip
-            st.rng = self._py_rng(f"backoff:{cfg.name}")
             st.channel = self.channel
             st._next_pid = self._next_pid
             self.stations[cfg.name] = st
@@ -110,13 +110,22 @@ class Simulation:
         try:
             return self.stations[name]
         except KeyError:
-            raise UsageError(f"unknown station {name!r}; stations: {sorted(self.stations)}") from None
+            raise UsageError(
+                f"unknown station {name!r}; stations: {sorted(self.stations)}"
+            ) from None
 
     def set_hooks(self, station: str, hooks: DriverHooks) -> None:
         self.station(station).hooks = hooks
 
     def flow(
-        self, name: str, src: str, dst: str, ac: AccessCategory, *, bulk: bool, tcp_acks: bool = True
+        self,
+        name: str,
+        src: str,
+        dst: str,
+        ac: AccessCategory,
+        *,
+        bulk: bool,
+        tcp_acks: bool = True,
     ) -> FlowState:
         """Get or create the flow ``name`` from ``src`` to ``dst``."""
         f = self.flows.get(name)
@@ -197,9 +206,9 @@ class Simulation:
                     ack.sent_packets += 1
                     ack.src.send_ls([Packet(self._next_pid(), ack, TCP_ACK_BYTES)])
                 self._unacked[f.name] = n
-            if t.total_bytes is not None and t.delivered_bytes >= t.total_bytes:
-                if t.on_complete is not None:
-                    t.on_complete(t, now)
+            done = t.total_bytes is not None and t.delivered_bytes >= t.total_bytes
+            if done and t.on_complete is not None:
+                t.on_complete(t, now)
 
     def _dropped(self, p: Packet, now: int) -> None:
         if p.message is not None:

@@ -12,6 +12,7 @@ This module owns the driver view a policy sees (:class:`Station` implements
 
 from __future__ import annotations
 
+import random
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -106,8 +107,11 @@ class Station:
         capacity: int,
         edca: dict[AccessCategory, EdcaParams],
         packet_bytes: int,
+        rng: random.Random,
     ) -> None:
         self.idx = idx
+        #: Backoff draws of this station's EDCAFs (its own stream: see Simulation).
+        self.rng = rng
         self.name = name
         self.position_m = position_m
         self.loop = loop

@@ -91,7 +91,9 @@ def edca_params(mac: MacConfig) -> dict[AccessCategory, EdcaParams]:
             aggregation=std.aggregation if o.aggregation is None else o.aggregation,
         )
         if out[ac].cw_max < out[ac].cw_min:
-            raise ValueError(f"mac.edca.{ac.value}: cw_max {out[ac].cw_max} < cw_min {out[ac].cw_min}")
+            raise ValueError(
+                f"mac.edca.{ac.value}: cw_max {out[ac].cw_max} < cw_min {out[ac].cw_min}"
+            )
     return out
 
 
