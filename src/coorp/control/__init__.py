@@ -6,20 +6,51 @@ number. The built-in simulator and the real Linux runtime drive the same code.
 
 * Global preemption (Algorithm 1): :class:`GlobalController` on the leader,
   :class:`BulkClient` on every robot.
+* Local preemption: :class:`SendTimeModel` per LS flow, merged into protection
+  windows by :class:`ProtectionPlanner`; :class:`CompletionTimeTable` and
+  :class:`Gate` (Algorithm 2) decide whether the NIC may take another bulk packet.
+* SchedWiFi baseline: :func:`stw_duration_ns` (Eq. 4), :class:`SchedWifiPlanner`
+  and :class:`TimeAwareShaper`.
+
+See ``docs/control.md`` for the exact rules and defaults.
 """
 
+from coorp.control._ctt import CompletionTimeTable
 from coorp.control._errors import ForeignGrantError, UnknownFlowError, UnknownRobotError
+from coorp.control._gate import Gate, GateDecision, GateStats, decide_against
 from coorp.control._interval import Interval
 from coorp.control._permits import BulkClient, GlobalController, Grant, PermitStats, PermitUpdate
+from coorp.control._schedwifi import (
+    PeriodicWindow,
+    SchedWifiPlanner,
+    TimeAwareShaper,
+    stw_duration_ns,
+)
+from coorp.control._timemodel import SendTimeModel
+from coorp.control._windows import ProtectionPlanner, WindowSource, first_window, merge_intervals
 
 __all__ = [
     "BulkClient",
+    "CompletionTimeTable",
     "ForeignGrantError",
+    "Gate",
+    "GateDecision",
+    "GateStats",
     "GlobalController",
     "Grant",
     "Interval",
+    "PeriodicWindow",
     "PermitStats",
     "PermitUpdate",
+    "ProtectionPlanner",
+    "SchedWifiPlanner",
+    "SendTimeModel",
+    "TimeAwareShaper",
     "UnknownFlowError",
     "UnknownRobotError",
+    "WindowSource",
+    "decide_against",
+    "first_window",
+    "merge_intervals",
+    "stw_duration_ns",
 ]

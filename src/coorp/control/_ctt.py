@@ -1,0 +1,128 @@
+"""The completion-time table (paper §IV-C, Algorithm 2 lines 11-21).
+
+``CTT[n]`` holds the most recent samples of how long a bulk packet took from being
+enqueued to the NIC behind ``n`` others until its completion was reported. The gate
+asks for a high percentile of ``CTT[n]`` to decide whether a packet handed to the NIC
+now would still be on air when the next LS message arrives.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from fractions import Fraction
+
+from coorp._errors import UsageError
+
+__all__ = ["CompletionTimeTable"]
+
+#: aPPDUMaxTime of VHT (IEEE 802.11-2016 Table 21-28): the longest one packet (an
+#: A-MPDU) can occupy the air, the per-packet guess before anything was measured.
+DEFAULT_PER_PACKET_NS = 5_484_000
+
+
+class CompletionTimeTable:
+    """Bounded rings of completion times per hardware-queue depth, queried by percentile.
+
+    Depths run from 0 to ``max_depth``; deeper depths are clamped to ``max_depth``
+    both when recording and when querying.
+
+    Before ``CTT[n]`` has any sample, :meth:`query` answers conservatively, assuming
+    only that a packet behind more packets does not finish sooner:
+
+    1. the largest sample at the nearest deeper depth that has samples; else
+    2. ``max((n + 1)·default_ns, largest sample at the nearest shallower sampled
+       depth)`` — ``default_ns`` per packet ahead, but never less than what a shorter
+       queue was seen to take.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_depth: int = 256,
+        samples_per_depth: int = 64,
+        percentile: float = 95.0,
+        default_ns: int = DEFAULT_PER_PACKET_NS,
+    ) -> None:
+        if max_depth < 0:
+            raise UsageError(f"max_depth={max_depth}: must be >= 0 (hardware-queue depth)")
+        if samples_per_depth < 1:
+            raise UsageError(f"samples_per_depth={samples_per_depth}: must be >= 1")
+        if not 0.0 <= percentile <= 100.0:
+            raise UsageError(f"percentile={percentile}: must lie in [0, 100]")
+        if default_ns < 1:
+            raise UsageError(f"default_ns={default_ns}: must be >= 1 nanosecond")
+        self._max_depth = max_depth
+        self._samples_per_depth = samples_per_depth
+        self._percentile = percentile
+        self._default_ns = default_ns
+        self._rings: dict[int, deque[int]] = {}
+        # query() runs on every dequeue decision; recording is rarer, so cache answers.
+        self._cache: dict[int, int] = {}
+
+    @property
+    def max_depth(self) -> int:
+        return self._max_depth
+
+    @property
+    def percentile(self) -> float:
+        return self._percentile
+
+    @property
+    def default_ns(self) -> int:
+        return self._default_ns
+
+    def samples(self, depth: int) -> tuple[int, ...]:
+        """The ring of ``CTT[depth]`` (after clamping), oldest first."""
+        ring = self._rings.get(self._clamp(depth))
+        return tuple(ring) if ring is not None else ()
+
+    def record(self, depth: int, duration_ns: int) -> None:
+        """Add one completion time for a packet enqueued behind ``depth`` others."""
+        if duration_ns < 0:
+            raise UsageError(f"duration_ns={duration_ns}: completion times must be >= 0")
+        d = self._clamp(depth)
+        ring = self._rings.get(d)
+        if ring is None:
+            ring = self._rings[d] = deque(maxlen=self._samples_per_depth)
+        ring.append(duration_ns)
+        # Fallback answers of other depths may depend on this ring.
+        self._cache.clear()
+
+    def query(self, depth: int) -> int:
+        """``percentile(CTT[depth], p_prot)`` in ns, rounded up; see the class docstring
+        for depths without samples."""
+        d = self._clamp(depth)
+        cached = self._cache.get(d)
+        if cached is None:
+            cached = self._cache[d] = self._compute(d)
+        return cached
+
+    def _compute(self, d: int) -> int:
+        ring = self._rings.get(d)
+        if ring:
+            return _percentile_ceil(sorted(ring), self._percentile)
+        deeper = [k for k in self._rings if k > d]
+        if deeper:
+            return max(self._rings[min(deeper)])
+        guess = (d + 1) * self._default_ns
+        shallower = [k for k in self._rings if k < d]
+        if shallower:
+            guess = max(guess, max(self._rings[max(shallower)]))
+        return guess
+
+    def _clamp(self, depth: int) -> int:
+        if depth < 0:
+            raise UsageError(f"depth={depth}: queue depths must be >= 0")
+        return min(depth, self._max_depth)
+
+
+def _percentile_ceil(values: list[int], percentile: float) -> int:
+    # numpy.percentile's default ("linear") rule: interpolate between order statistics
+    # at rank (n − 1)·P/100. Exact rationals, rounded up, so the answer never undercuts
+    # the true percentile by a float rounding error.
+    rank = (len(values) - 1) * Fraction(percentile) / 100
+    lo = math.floor(rank)
+    hi = min(lo + 1, len(values) - 1)
+    exact = values[lo] + (values[hi] - values[lo]) * (rank - lo)
+    return math.ceil(exact)

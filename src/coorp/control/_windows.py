@@ -1,0 +1,147 @@
+"""Protection windows (paper §IV-B): when a robot's LS sends must find the NIC idle.
+
+This module owns the merge rule (take the earliest interval, absorb every later one
+that starts inside it, extend the end by a margin) and the :class:`ProtectionPlanner`,
+which keeps one :class:`~coorp.control.SendTimeModel` per LS flow of a robot and
+answers "which protection window (PW) contains now, or comes next?".
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
+
+from coorp._errors import UsageError
+from coorp.control._errors import UnknownFlowError
+from coorp.control._interval import Interval
+from coorp.control._timemodel import SendTimeModel
+
+__all__ = ["ProtectionPlanner", "WindowSource", "first_window", "merge_intervals"]
+
+DEFAULT_MARGIN_NS = 2_000_000
+
+#: Cap on how many successive intervals one window may absorb. Only reached when the
+#: intervals tile time (no gap at all); the window then ends early and the next query,
+#: made at its end, continues it, so protection is never lost.
+MAX_CHAIN = 256
+
+
+class WindowSource(Protocol):
+    """Anything that says which protected window contains ``now_ns`` or comes next."""
+
+    def next_window(self, now_ns: int) -> Interval | None: ...
+
+
+def merge_intervals(intervals: Iterable[Interval], margin_ns: int = 0) -> list[Interval]:
+    """Merge closed intervals into protection windows.
+
+    Sorted by start; the earliest opens a window ``[t1, t2 + margin]``; every later
+    interval starting inside the window (``t1 ≤ t1' ≤ end``) is absorbed and extends
+    the end to ``max(end, t2' + margin)``; the first one starting after the end opens
+    the next window. The result is sorted, pairwise disjoint, and covers every input.
+    """
+    if margin_ns < 0:
+        raise UsageError(f"margin_ns={margin_ns}: must be >= 0")
+    items = sorted(_checked(i) for i in intervals)
+    merged: list[Interval] = []
+    for start, end in items:
+        if merged and start <= merged[-1].end_ns:
+            last = merged[-1]
+            merged[-1] = Interval(last.start_ns, max(last.end_ns, end + margin_ns))
+        else:
+            merged.append(Interval(start, end + margin_ns))
+    return merged
+
+
+def first_window(
+    sources: Sequence[Callable[[int], Interval | None]], now_ns: int, margin_ns: int = 0
+) -> Interval | None:
+    """The merged window that contains ``now_ns`` or starts next.
+
+    Each source maps ``t`` to its earliest interval ending at or after ``t`` (its
+    following one is found by asking again just after that end). Sources are asked
+    from ``now_ns − margin_ns`` so a window whose margin tail covers ``now_ns`` is
+    still found. Later intervals of every source are absorbed for as long as they
+    start inside the window, so the answer is the whole merged PW, not a prefix.
+    """
+    heap: list[tuple[Interval, int]] = []
+    for i, source in enumerate(sources):
+        interval = source(now_ns - margin_ns)
+        if interval is not None:
+            heap.append((_checked(interval), i))
+    if not heap:
+        return None
+    heapq.heapify(heap)
+    (start, end), i = heapq.heappop(heap)
+    window_end = end + margin_ns
+    for _ in range(MAX_CHAIN):
+        following = sources[i](end + 1)
+        if following is not None:
+            heapq.heappush(heap, (_checked(following), i))
+        if not heap or heap[0][0].start_ns > window_end:
+            break
+        (_, end), i = heapq.heappop(heap)
+        window_end = max(window_end, end + margin_ns)
+    return Interval(start, window_end)
+
+
+class ProtectionPlanner:
+    """The preemption controller of one robot: a time model per LS flow, merged PWs.
+
+    ``model_kwargs`` are passed to every flow's :class:`SendTimeModel`. A flow exists
+    from its first observed send; flows without a fitted model yet contribute
+    nothing, so before any model is ready :meth:`next_window` returns None and the
+    gate lets bulk traffic through (nothing is known to protect yet).
+    """
+
+    def __init__(self, *, margin_ns: int = DEFAULT_MARGIN_NS, **model_kwargs: Any) -> None:
+        if margin_ns < 0:
+            raise UsageError(f"margin_ns={margin_ns}: must be >= 0 (PW extension after t2)")
+        try:
+            SendTimeModel(**model_kwargs)  # fail now, not at the first send of some flow
+        except TypeError as exc:
+            raise UsageError(
+                f"model_kwargs={sorted(model_kwargs)}: {exc}; allowed: history, confidence, "
+                "refit_interval_ns, min_samples, miss_sigmas, min_sigma_ns, jump_after, "
+                "idle_periods"
+            ) from None
+        self._margin_ns = margin_ns
+        self._model_kwargs = dict(model_kwargs)
+        self._models: dict[str, SendTimeModel] = {}
+
+    @property
+    def margin_ns(self) -> int:
+        return self._margin_ns
+
+    @property
+    def flows(self) -> tuple[str, ...]:
+        return tuple(self._models)
+
+    def observe(self, flow: str, send_ns: int) -> None:
+        """Record an LS send of ``flow`` (creates the flow's model on first use)."""
+        model = self._models.get(flow)
+        if model is None:
+            model = self._models[flow] = SendTimeModel(**self._model_kwargs)
+        model.observe(send_ns)
+
+    def model(self, flow: str) -> SendTimeModel:
+        try:
+            return self._models[flow]
+        except KeyError:
+            raise UnknownFlowError(flow) from None
+
+    def forget(self, flow: str) -> None:
+        """Stop protecting ``flow`` (unknown flows are ignored)."""
+        self._models.pop(flow, None)
+
+    def next_window(self, now_ns: int) -> Interval | None:
+        """The PW ``[t1, t2]`` containing ``now_ns``, else the next one, else None."""
+        return first_window([m.predict for m in self._models.values()], now_ns, self._margin_ns)
+
+
+def _checked(interval: Interval) -> Interval:
+    start, end = interval
+    if start > end:
+        raise UsageError(f"interval={tuple(interval)}: start_ns must be <= end_ns")
+    return Interval(start, end)

@@ -1,0 +1,212 @@
+"""The per-flow time model T_k ≈ p·k + q + N(0, σ²)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from coorp import UsageError
+from coorp.control import Interval, SendTimeModel
+
+P = 33_333_333  # 30 Hz
+MS = 1_000_000
+
+
+def noisy_sends(seed: int, n: int, *, p: int = P, q: int = 7 * 10**9, sigma: float = 300_000.0):
+    rng = np.random.default_rng(seed)
+    noise = rng.normal(0.0, sigma, size=n)
+    return [q + p * k + round(e) for k, e in enumerate(noise)]
+
+
+def feed(model: SendTimeModel, sends: list[int]) -> None:
+    for t in sends:
+        model.observe(t)
+
+
+def centre(interval: Interval) -> int:
+    return (interval.start_ns + interval.end_ns) // 2
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"confidence": 0.0}, "confidence=0.0"),
+        ({"confidence": 1.0}, "confidence=1.0"),
+        ({"confidence": 1.5}, "confidence=1.5"),
+        ({"min_samples": 2}, "min_samples=2"),
+        ({"history": 3, "min_samples": 4}, "history=3"),
+        ({"refit_interval_ns": 0}, "refit_interval_ns=0"),
+        ({"miss_sigmas": 0.0}, "miss_sigmas=0.0"),
+        ({"min_sigma_ns": 0}, "min_sigma_ns=0"),
+        ({"jump_after": 0}, "jump_after=0"),
+        ({"idle_periods": 0}, "idle_periods=0"),
+    ],
+)
+def test_bad_arguments_raise_usage_errors_naming_them(kwargs: dict, name: str) -> None:
+    with pytest.raises(UsageError, match=name):
+        SendTimeModel(**kwargs)
+
+
+def test_nothing_is_predicted_before_min_samples() -> None:
+    m = SendTimeModel(min_samples=5)
+    for t in noisy_sends(0, 4):
+        m.observe(t)
+        assert m.predict(t) is None
+        assert m.period_ns is None and m.offset_ns is None and m.sigma_ns is None
+    m.observe(noisy_sends(0, 5)[-1])
+    assert m.predict(0) is not None
+    assert m.refits == 1
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+def test_recovers_period_and_phase_from_noisy_sends(seed: int) -> None:
+    sigma = 300_000
+    q = 7 * 10**9
+    sends = noisy_sends(seed, 300, q=q, sigma=sigma)
+    m = SendTimeModel()
+    feed(m, sends)
+    assert m.period_ns is not None and m.sigma_ns is not None
+    # Slope standard error over 32 samples is about σ/52 ≈ 6 µs; allow 5x that.
+    assert abs(m.period_ns - P) < 30_000
+    assert 0.5 * sigma < m.sigma_ns < 2 * sigma
+    # The next predicted send sits on the true line q + p·300 to within one σ.
+    nxt = m.predict(sends[-1] + 1)
+    assert nxt is not None
+    assert abs(centre(nxt) - (q + P * 300)) < sigma
+
+
+def test_prediction_interval_is_z_sigma_wide() -> None:
+    for confidence, z in [(0.95, 1.959964), (0.6827, 1.0), (0.9973, 3.0)]:
+        m = SendTimeModel(confidence=confidence)
+        feed(m, noisy_sends(9, 64, sigma=400_000))
+        assert m.sigma_ns is not None and m.delta_ns is not None
+        assert m.delta_ns == pytest.approx(z * m.sigma_ns, rel=1e-3)
+        nxt = m.predict(0)
+        assert nxt is not None
+        assert nxt.end_ns - nxt.start_ns == 2 * m.delta_ns
+
+
+def test_about_c_of_the_sends_fall_inside_their_predicted_interval() -> None:
+    sends = noisy_sends(11, 1000, sigma=500_000)
+    m = SendTimeModel(confidence=0.95)
+    inside = total = 0
+    for t in sends:
+        if m.period_ns is not None:
+            interval = m.predict(m.last_send_ns + 1)  # type: ignore[operator]
+            assert interval is not None
+            total += 1
+            inside += interval.contains(t)
+        m.observe(t)
+    assert total > 900
+    assert 0.88 < inside / total <= 1.0
+
+
+def test_skipped_sends_do_not_break_the_fit() -> None:
+    rng = np.random.default_rng(3)
+    sends = [t for t in noisy_sends(3, 400, sigma=200_000) if rng.random() > 0.3]
+    m = SendTimeModel()
+    feed(m, sends)
+    assert m.period_ns is not None
+    assert abs(m.period_ns - P) < 30_000
+
+
+def test_a_skipped_send_is_still_protected() -> None:
+    sends = noisy_sends(4, 40, sigma=0.0)
+    m = SendTimeModel()
+    feed(m, sends)
+    # Send 40 never happens; at its due time its interval is still the answer.
+    due = sends[-1] + P
+    assert m.predict(due).contains(due)  # type: ignore[union-attr]
+
+
+def test_a_send_consumes_its_own_interval() -> None:
+    sends = noisy_sends(5, 40, sigma=0.0)
+    m = SendTimeModel()
+    feed(m, sends)
+    nxt = m.predict(sends[-1])
+    assert nxt is not None
+    assert abs(centre(nxt) - (sends[-1] + P)) <= 1
+    assert nxt.end_ns >= sends[-1]
+
+
+def test_predict_returns_the_earliest_interval_ending_at_or_after_the_query() -> None:
+    sends = noisy_sends(6, 40, sigma=100_000)
+    m = SendTimeModel()
+    feed(m, sends)
+    after = sends[-1] + 3 * P + 5 * MS
+    got = m.predict(after)
+    assert got is not None
+    assert got.end_ns >= after
+    assert m.period_ns is not None
+    earlier = Interval(got.start_ns - m.period_ns, got.end_ns - m.period_ns)
+    assert earlier.end_ns < after
+
+
+def test_a_single_outlier_triggers_a_refit() -> None:
+    sends = noisy_sends(7, 20, sigma=100_000)
+    m = SendTimeModel()
+    feed(m, sends)
+    refits, misses = m.refits, m.misses
+    m.observe(sends[-1] + P + 10 * MS)  # 10 ms late: far beyond 2σ
+    assert m.misses == misses + 1
+    assert m.refits == refits + 1
+
+
+def test_refits_periodically_when_nothing_misses() -> None:
+    m = SendTimeModel(refit_interval_ns=1_000_000_000)
+    feed(m, noisy_sends(8, 106, sigma=0.0))  # 3.5 s of perfectly periodic sends
+    assert m.misses == 0
+    assert m.refits == 1 + 3  # the first fit, then one per elapsed second
+
+
+@pytest.mark.parametrize("jump", [P // 2, P // 3, 8 * MS])
+def test_follows_a_phase_jump(jump: int) -> None:
+    sigma = 150_000
+    q = 10**9
+    before = noisy_sends(12, 100, q=q, sigma=sigma)
+    after = noisy_sends(13, 40, q=q + 100 * P + jump, sigma=sigma)
+    m = SendTimeModel()
+    feed(m, before)
+    refits = m.refits
+    feed(m, after[:3])
+    assert m.refits > refits
+    nxt = m.predict(after[2] + 1)
+    assert nxt is not None
+    assert abs(centre(nxt) - (q + 103 * P + jump)) < 3 * sigma
+    feed(m, after[3:])
+    assert m.period_ns is not None
+    assert abs(m.period_ns - P) < 30_000
+
+
+def test_period_doubling_is_detected_from_the_index_gaps() -> None:
+    m = SendTimeModel()
+    feed(m, noisy_sends(14, 50, sigma=50_000))
+    slow = noisy_sends(15, 100, p=2 * P, q=10**10, sigma=50_000)
+    feed(m, slow)
+    assert m.period_ns is not None
+    assert abs(m.period_ns - 2 * P) < 30_000
+
+
+def test_a_silent_flow_stops_being_protected() -> None:
+    sends = noisy_sends(16, 40, sigma=0.0)
+    m = SendTimeModel(idle_periods=4)
+    feed(m, sends)
+    assert m.predict(sends[-1] + 3 * P) is not None
+    assert m.predict(sends[-1] + 5 * P) is None
+
+
+def test_large_absolute_times_keep_nanosecond_precision() -> None:
+    t0 = 1_700_000_000_000_000_000  # a Unix-epoch timestamp in ns: beyond float precision
+    m = SendTimeModel()
+    feed(m, [t0 + P * k for k in range(40)])
+    assert m.period_ns == P
+    nxt = m.predict(t0 + P * 39 + 1)
+    assert nxt is not None
+    assert centre(nxt) == t0 + P * 40
+
+
+def test_sends_must_be_in_time_order() -> None:
+    m = SendTimeModel()
+    m.observe(100)
+    with pytest.raises(UsageError, match="send_ns=99"):
+        m.observe(99)
