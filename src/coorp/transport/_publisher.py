@@ -1,0 +1,270 @@
+"""Publishers and loans: one ``publish`` that reaches every kind of peer.
+
+``publish(obj)`` hands ``obj`` itself to subscribers on the same bus (no copy, no
+serialization: arrays arrive as read-only views of the publisher's array), serializes it
+*once* for everything else, writes the frame into one loaned iceoryx2 sample (the only
+copy on the same machine) and gives the same frame to the network transport.
+
+``loan_array(shape, dtype)`` / ``loan(nbytes)`` skip even that copy: the producer fills a
+writable numpy view of a shared-memory sample in place, and ``Loan.send()`` publishes it.
+Subscribers on the same bus receive a loaned message through shared memory too, so a
+loaned frame is never copied on this machine.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from coorp._errors import UsageError
+from coorp.transport._codec import Codec, Encoded, _pack
+from coorp.transport._credit import CreditGate
+from coorp.transport._errors import PayloadTooLargeError, TransportClosedError
+from coorp.transport._frame import Flags, FrameHeader, FrameLayout, Kind, layout, write_prefix
+from coorp.transport._options import QueuePolicy
+from coorp.transport._shm import ShmOutlet
+from coorp.transport._topic import Topic
+
+if TYPE_CHECKING:
+    from coorp.transport._bus import Bus
+
+__all__ = ["Loan", "Publisher", "PublisherStats"]
+
+
+class PublisherStats:
+    """Counters of one publisher."""
+
+    __slots__ = ("bytes_shared", "published", "shm_deliveries")
+
+    def __init__(self) -> None:
+        self.published = 0
+        self.shm_deliveries = 0
+        self.bytes_shared = 0
+
+
+class Publisher:
+    """Publishes messages of one :class:`Topic` from one :class:`Bus`."""
+
+    def __init__(self, bus: Bus, topic: Topic, pub_id: int) -> None:
+        self.bus = bus
+        self.topic = topic
+        self.pub_id = pub_id
+        self.stats = PublisherStats()
+        self._codec = Codec(topic)
+        self._seq = 0
+        self._lock = threading.Lock()
+        self._closed = False
+        self._outlet: ShmOutlet | None = None
+        self._gate: CreditGate | None = None
+        if bus.shm is not None:
+            self._outlet = ShmOutlet(bus.shm, topic)
+            if topic.policy is QueuePolicy.BLOCK:
+                self._gate = CreditGate(bus.shm, topic, bus.id, pub_id)
+
+    # -- helpers ------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise TransportClosedError(f"publisher of {self.topic.name!r} is closed")
+
+    def _head(self, kind: int, flags: int, seq: int, stamp: int) -> FrameHeader:
+        return FrameHeader(kind, flags, self.topic.type_id, self.bus.id, self.pub_id, seq,
+                           stamp)
+
+    def _shm_peers(self) -> int:
+        """Subscribers outside this bus that shared memory must reach."""
+        if self._outlet is None:
+            return 0
+        return self._outlet.subscribers() - self.bus.shm_subscribers_here(self.topic)
+
+    def _limit(self, total: int) -> None:
+        if total > self.topic.max_payload:
+            raise PayloadTooLargeError(self.topic.name, total, self.topic.max_payload)
+
+    # -- publish ------------------------------------------------------------------------
+    def publish(self, obj: Any, *, timeout: float | None = 5.0) -> int:
+        """Publish ``obj`` to every subscriber; returns its sequence number.
+
+        ``timeout`` bounds the wait for room under ``QueuePolicy.BLOCK`` (``None`` waits
+        forever); it raises :class:`DeliveryTimeoutError` when exceeded.
+        """
+        self.topic.check(obj)
+        with self._lock:
+            self._check_open()
+            seq = self._seq + 1
+            stamp = self.bus.clock()
+            shm_peers = self._shm_peers()
+            net = self.bus.network
+            to_net = net is not None and net.has_subscribers(self.topic)
+            enc: Encoded | None = None
+            if shm_peers > 0 or to_net:
+                enc = self._codec.encode(obj)
+                lay = layout(len(enc.meta), enc.buffer_lengths)
+                self._limit(lay.total)
+                if to_net and enc.kind == Kind.PICKLE:
+                    raise UsageError(f"topic {self.topic.name!r} allows pickle and is "
+                                     f"therefore never sent over the network")
+            self._seq = seq
+            self.bus.deliver_local(self.topic, obj, seq, stamp, self.pub_id, timeout)
+            if enc is not None and shm_peers > 0:
+                if self._gate is not None:
+                    self._gate.wait_for_room(seq - 1, timeout)
+                head = self._head(enc.kind, 0, seq, stamp)
+                sample, owner = self._outlet.loan(lay.total)  # type: ignore[union-attr]
+                dest = memoryview(owner).cast("B")
+                write_prefix(dest, head, enc.meta, lay, enc.buffer_lengths)
+                for off, buf in zip(lay.buffer_offsets, enc.buffers, strict=True):
+                    dest[off : off + buf.nbytes] = buf
+                del dest, owner
+                self.stats.shm_deliveries += self._outlet.send(sample)  # type: ignore[union-attr]
+                self.stats.bytes_shared += lay.total
+            if enc is not None and to_net:
+                head = self._head(enc.kind, 0, seq, stamp)
+                prefix = bytearray(lay.buffer_offsets[0] if enc.buffers else lay.total)
+                write_prefix(memoryview(prefix), head, enc.meta, lay, enc.buffer_lengths)
+                parts: list[bytes | memoryview] = [memoryview(prefix)]
+                pos = len(prefix)
+                for off, buf in zip(lay.buffer_offsets, enc.buffers, strict=True):
+                    if off > pos:
+                        parts.append(bytes(off - pos))
+                    parts.append(buf)
+                    pos = off + buf.nbytes
+                net.send(self.topic, parts, timeout=timeout)  # type: ignore[union-attr]
+            self.stats.published += 1
+            return seq
+
+    # -- loans --------------------------------------------------------------------------
+    def loan_array(self, shape: int | tuple[int, ...], dtype: Any = np.uint8) -> Loan:
+        """Loan a writable array of ``shape``/``dtype`` in shared memory; fill it, ``send()``."""
+        self.topic.check(np.empty(0))
+        dt = np.dtype(dtype)
+        shp = (shape,) if isinstance(shape, int) else tuple(shape)
+        nbytes = int(np.prod(shp, dtype=np.int64)) * dt.itemsize
+        meta = _pack([np.lib.format.dtype_to_descr(dt), shp])
+        return self._loan(Kind.ARRAY, meta, nbytes, lambda view: np.frombuffer(
+            view, dtype=dt, count=nbytes // dt.itemsize if dt.itemsize else 0).reshape(shp))
+
+    def loan(self, nbytes: int) -> Loan:
+        """Loan ``nbytes`` of writable shared memory (a ``uint8`` array); ``send()`` when full."""
+        self.topic.check(b"")
+        return self._loan(Kind.BYTES, b"", nbytes, lambda view: np.frombuffer(view, np.uint8))
+
+    def _loan(self, kind: int, meta: bytes, nbytes: int,
+              make: Callable[[memoryview], np.ndarray]) -> Loan:
+        self._check_open()
+        lay = layout(len(meta), [nbytes])
+        self._limit(lay.total)
+        if self._outlet is None:
+            return Loan(self, kind, None, bytearray(nbytes), make, meta, lay)
+        sample, owner = self._outlet.loan(lay.total)
+        return Loan(self, kind, sample, owner, make, meta, lay)
+
+    def _send_loan(self, loan: Loan, owner: Any) -> int:
+        with self._lock:
+            self._check_open()
+            seq = self._seq = self._seq + 1
+            stamp = self.bus.clock()
+            lay = loan.layout
+            nbytes = lay.total - lay.buffer_offsets[0]
+            dest = memoryview(owner).cast("B")
+            head = self._head(loan.kind, Flags.LOANED, seq, stamp)
+            write_prefix(dest, head, loan.meta, lay, [nbytes])
+            net = self.bus.network
+            if net is not None and net.has_subscribers(self.topic):
+                # The sample belongs to subscribers once sent, so the network gets a copy.
+                net.send(self.topic, [bytes(dest[: lay.total])], timeout=5.0)
+            del dest
+            if self._gate is not None:
+                self._gate.wait_for_room(seq - 1, 5.0)
+            self.stats.shm_deliveries += self._outlet.send(loan.sample)  # type: ignore[union-attr]
+            self.stats.bytes_shared += lay.total
+            self.stats.published += 1
+            return seq
+
+    def close(self) -> None:
+        """Stop publishing; loans not yet sent are discarded."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._outlet is not None:
+                self._outlet.close()
+            if self._gate is not None:
+                self._gate.close()
+        self.bus.forget_publisher(self)
+
+    def __enter__(self) -> Publisher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Loan:
+    """A writable shared-memory buffer that becomes a message on :meth:`send`.
+
+    ``array`` is a numpy view of the sample: fill it in place. After ``send()`` (or
+    ``discard()``) the array object handed out is made read-only; the memory itself stays
+    mapped as long as any view exists, so a stale view can never touch freed memory.
+    As a context manager the loan is sent on normal exit and discarded on an exception.
+    Without shared memory (no iceoryx2, or a bus without ``Reach.MACHINE``) the loan is an
+    ordinary heap buffer and ``send()`` is ``publish(array)``.
+    """
+
+    def __init__(self, publisher: Publisher, kind: int, sample: Any, owner: Any,
+                 make: Callable[[memoryview], np.ndarray], meta: bytes,
+                 lay: FrameLayout) -> None:
+        self.publisher = publisher
+        self.kind = kind
+        self.sample = sample
+        self.meta = meta
+        self.layout = lay
+        self._owner = owner
+        start = lay.buffer_offsets[0] if sample is not None else 0
+        end = lay.total if sample is not None else len(owner)
+        self._array: np.ndarray | None = make(memoryview(owner).cast("B")[start:end])
+        self.seq: int | None = None
+
+    @property
+    def array(self) -> np.ndarray:
+        """The writable view to fill."""
+        if self._array is None:
+            raise TransportClosedError("this loan was already sent or discarded")
+        return self._array
+
+    def send(self) -> int:
+        """Publish the filled buffer; returns its sequence number."""
+        arr = self.array
+        try:
+            if self.sample is None:
+                value: Any = arr if self.kind == Kind.ARRAY else memoryview(self._owner)
+                self.seq = self.publisher.publish(value)
+            else:
+                self.seq = self.publisher._send_loan(self, self._owner)
+        finally:
+            arr.flags.writeable = False
+            self._array = None
+            self._owner = None
+            self.sample = None
+        return self.seq
+
+    def discard(self) -> None:
+        """Give the buffer back unsent."""
+        if self._array is not None:
+            self._array.flags.writeable = False
+        self._array = None
+        self._owner = None
+        self.sample = None  # dropping an uninitialised sample returns it to the pool
+
+    def __enter__(self) -> Loan:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if self._array is None:
+            return
+        if exc_type is None:
+            self.send()
+        else:
+            self.discard()

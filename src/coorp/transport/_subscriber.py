@@ -1,0 +1,348 @@
+"""Subscribers: one bounded queue per subscriber fed by every path, one blocking wait.
+
+Messages from the same bus (no copy), from shared memory (zero-copy views of iceoryx2
+samples) and from the network (views of the received frame) end up behind one
+``receive()``. Shared-memory samples stay in iceoryx2's per-subscriber queue until taken;
+the other paths use a local bounded deque with the topic's :class:`QueuePolicy`. A
+blocked ``receive()`` sleeps on an iceoryx2 WaitSet that watches both the topic's event
+service and an eventfd for local arrivals -- no busy polling.
+
+Each sender numbers its messages; a gap in the numbers is counted as a drop, and a number
+seen before (the same message over a second path) is ignored, so every message is
+delivered at most once and in each publisher's order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import os
+import select
+import threading
+from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from coorp._errors import CoorpError, UsageError
+from coorp.transport._codec import Codec
+from coorp.transport._credit import CreditReporter
+from coorp.transport._deadline import DeadlineMiss, DeadlineMonitor, MissHandler
+from coorp.transport._errors import (
+    DeliveryTimeoutError,
+    MalformedFrameError,
+    TopicTypeMismatchError,
+    TransportClosedError,
+)
+from coorp.transport._frame import Flags, parse
+from coorp.transport._message import Message, OwnerTracker
+from coorp.transport._options import QueuePolicy, Reach
+from coorp.transport._shm import ShmInlet
+from coorp.transport._topic import Topic
+
+if TYPE_CHECKING:
+    from coorp.transport._bus import Bus
+
+__all__ = ["Subscriber", "SubscriberStats"]
+
+_FOREVER = 3600.0
+
+
+class SubscriberStats:
+    """Counters of one subscriber."""
+
+    __slots__ = ("deadline_misses", "dropped", "duplicates", "received", "rejected")
+
+    def __init__(self) -> None:
+        self.received = 0
+        #: Messages lost to the KEEP_LAST policy (detected from sequence gaps).
+        self.dropped = 0
+        #: The same message seen again over a second path (ignored).
+        self.duplicates = 0
+        #: Frames refused: malformed, wrong type, or pickle from the network.
+        self.rejected = 0
+        self.deadline_misses = 0
+
+
+def _readonly(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        view = obj.view()
+        view.flags.writeable = False
+        return view
+    if isinstance(obj, bytearray | memoryview):
+        return memoryview(obj).toreadonly()
+    return obj
+
+
+class Subscriber:
+    """Receives messages of one :class:`Topic` on one :class:`Bus`."""
+
+    def __init__(self, bus: Bus, topic: Topic, *, depth: int, deadline: float | None,
+                 on_deadline_miss: MissHandler | None, uid: int) -> None:
+        if not 1 <= depth <= topic.max_depth:
+            raise UsageError(f"depth must be within 1..{topic.max_depth} (Topic.max_depth), "
+                             f"got {depth}")
+        if deadline is None and on_deadline_miss is not None:
+            raise UsageError("on_deadline_miss needs a deadline")
+        self.bus = bus
+        self.topic = topic
+        self.depth = depth
+        self.uid = uid
+        self.stats = SubscriberStats()
+        self._codec = Codec(topic)
+        self._queue: collections.deque[Any] = collections.deque()
+        self._cond = threading.Condition()
+        self._last_seq: dict[tuple[int, int], int] = {}
+        self._owners = OwnerTracker()
+        self._error: CoorpError | None = None
+        self._closed = False
+        self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._handler = on_deadline_miss
+        self._monitor = (None if deadline is None else
+                         DeadlineMonitor(topic.name, int(deadline * 1e9), bus.clock()))
+        self._inlet: ShmInlet | None = None
+        self._credits: CreditReporter | None = None
+        self._waitset: Any = None
+        self._guards: list[Any] = []
+        if bus.shm is not None:
+            iox = bus.shm.iox
+            self._inlet = ShmInlet(bus.shm, topic, depth)
+            if topic.policy is QueuePolicy.BLOCK:
+                self._credits = CreditReporter(bus.shm, topic, uid, depth, os.getpid())
+            self._waitset = iox.WaitSetBuilder.new().signal_handling_mode(
+                iox.SignalHandlingMode.Disabled).create(iox.ServiceType.Ipc)
+            self._guards = [
+                self._waitset.attach_notification(self._inlet.listener),
+                self._waitset.attach_notification_fd(
+                    iox.FileDescriptor.non_owning_new(self._wake_fd)),
+            ]
+            self._iox = iox
+
+    # -- feeding (called by the bus and the network transport) ---------------------------
+    def push(self, item: Any, timeout: float | None) -> None:
+        """Queue a local/network delivery, applying the topic's queue policy."""
+        with self._cond:
+            if self._closed:
+                return
+            if len(self._queue) >= self.depth:
+                if self.topic.policy is QueuePolicy.KEEP_LAST:
+                    self._queue.popleft()
+                    self.stats.dropped += 1
+                else:
+                    ok = self._cond.wait_for(
+                        lambda: len(self._queue) < self.depth or self._closed,
+                        _FOREVER if timeout is None else timeout)
+                    if not ok:
+                        raise DeliveryTimeoutError(
+                            f"subscriber of {self.topic.name!r} (policy BLOCK, depth "
+                            f"{self.depth}) did not read for {timeout} s")
+                    if self._closed:
+                        return
+            self._queue.append(item)
+            os.eventfd_write(self._wake_fd, 1)
+
+    def fail(self, error: CoorpError) -> None:
+        """Make the next ``receive()`` raise ``error`` (e.g. a peer's type mismatch)."""
+        with self._cond:
+            self._error = error
+            if not self._closed:
+                os.eventfd_write(self._wake_fd, 1)
+
+    # -- taking -------------------------------------------------------------------------
+    def _accept(self, origin: tuple[int, int], seq: int) -> bool:
+        last = self._last_seq.get(origin, 0)
+        if seq <= last:
+            self.stats.duplicates += 1
+            return False
+        self.stats.dropped += seq - last - 1 if last else 0
+        self._last_seq[origin] = seq
+        return True
+
+    def _from_shm(self) -> Message[Any] | None:
+        inlet = self._inlet
+        while inlet is not None:
+            got = inlet.receive()
+            if got is None:
+                return None
+            owner, frame = got
+            try:
+                head, meta, buffers = parse(frame, max_size=self.topic.max_payload)
+            except MalformedFrameError:
+                self.stats.rejected += 1
+                continue
+            if self._credits is not None:
+                self._credits.consumed(head.bus_id, head.pub_id, head.seq)
+            if head.type_id != self.topic.type_id:
+                self.stats.rejected += 1
+                continue
+            if head.bus_id == self.bus.id and not head.flags & Flags.LOANED:
+                continue  # already delivered in-process, without a copy
+            if not self._accept((head.bus_id, head.pub_id), head.seq):
+                continue
+            try:
+                value = self._codec.decode(head.kind, meta, buffers, trusted=True)
+            except MalformedFrameError:
+                self.stats.rejected += 1
+                continue
+            self._owners.add(owner)
+            return Message(self.topic.name, value, seq=head.seq, stamp_ns=head.stamp_ns,
+                           received_ns=self.bus.clock(), origin=(head.bus_id, head.pub_id),
+                           via=Reach.MACHINE, same_clock=True)
+        return None
+
+    def _from_queue(self) -> Message[Any] | None:
+        with self._cond:
+            while self._queue:
+                item = self._queue.popleft()
+                self._cond.notify_all()
+                msg = self._materialize(item)
+                if msg is not None:
+                    return msg
+        return None
+
+    def _materialize(self, item: Any) -> Message[Any] | None:
+        if isinstance(item, Message):
+            if self._accept(item.origin, item.seq):
+                return item
+            return None
+        frame, owner = item  # a network frame
+        try:
+            head, meta, buffers = parse(frame, max_size=self.topic.max_payload)
+            if head.type_id != self.topic.type_id:
+                self._error = TopicTypeMismatchError(
+                    self.topic.name, self.topic.type_name, "another type (network peer)")
+                self.stats.rejected += 1
+                return None
+            if not self._accept((head.bus_id, head.pub_id), head.seq):
+                return None
+            value = self._codec.decode(head.kind, meta, buffers, trusted=False)
+        except MalformedFrameError:
+            self.stats.rejected += 1
+            return None
+        del owner  # `value`'s views keep the receive buffer alive on their own
+        return Message(self.topic.name, value, seq=head.seq, stamp_ns=head.stamp_ns,
+                       received_ns=self.bus.clock(), origin=(head.bus_id, head.pub_id),
+                       via=Reach.NETWORK, same_clock=False)
+
+    def try_receive(self) -> Message[Any] | None:
+        """The next message if one is waiting, else ``None`` (never blocks)."""
+        if self._closed:
+            raise TransportClosedError(f"subscriber of {self.topic.name!r} is closed")
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        self._drain_wakeups()
+        msg = self._from_shm() or self._from_queue()
+        if msg is not None:
+            self.stats.received += 1
+            if self._monitor is not None:
+                stamp = msg.stamp_ns if msg.latency_ns is not None else None
+                self._report(self._monitor.on_message(stamp, msg.received_ns, msg))
+        elif self._monitor is not None:
+            self._report(self._monitor.poll(self.bus.clock()))
+        return msg
+
+    def receive(self, timeout: float | None = None) -> Message[Any] | None:
+        """Wait for the next message; ``None`` after ``timeout`` seconds (``None``: forever).
+
+        While waiting, a deadline handler runs when the topic stays silent too long.
+        """
+        clock = self.bus.clock
+        end = None if timeout is None else clock() + int(timeout * 1e9)
+        while True:
+            msg = self.try_receive()
+            if msg is not None:
+                return msg
+            now = clock()
+            if end is not None and now >= end:
+                return None
+            wait_ns = int(_FOREVER * 1e9) if end is None else end - now
+            if self._monitor is not None:
+                wait_ns = min(wait_ns, max(0, self._monitor.next_due_ns - now))
+            self._wait(wait_ns)
+
+    def _report(self, miss: DeadlineMiss | None) -> None:
+        if miss is None:
+            return
+        self.stats.deadline_misses += 1
+        if self._handler is not None:
+            self._handler(miss)
+
+    def _drain_wakeups(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            os.eventfd_read(self._wake_fd)
+        if self._inlet is not None:
+            self._inlet.drain_events()
+
+    def _wait(self, wait_ns: int) -> None:
+        if self._waitset is not None:
+            self._waitset.wait_and_process_with_timeout(self._iox.Duration.from_nanos(wait_ns))
+        else:
+            select.select([self._wake_fd], [], [], wait_ns / 1e9)
+
+    async def areceive(self, timeout: float | None = None) -> Message[Any] | None:
+        """``receive`` for asyncio: waits in a worker thread, cancellable."""
+        msg = self.try_receive()
+        if msg is not None:
+            return msg
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(None, self.receive, timeout)
+        except asyncio.CancelledError:
+            self.wake()  # let the worker thread notice and return
+            raise
+
+    def wake(self) -> None:
+        """Interrupt a blocked ``receive`` (it returns ``None`` if nothing arrived)."""
+        with self._cond:
+            if not self._closed:
+                os.eventfd_write(self._wake_fd, 1)
+
+    def __iter__(self) -> Iterator[Message[Any]]:
+        while not self._closed:
+            msg = self.receive(timeout=1.0)
+            if msg is not None:
+                yield msg
+
+    async def __aiter__(self) -> AsyncIterator[Message[Any]]:
+        while not self._closed:
+            msg = await self.areceive(timeout=1.0)
+            if msg is not None:
+                yield msg
+
+    @property
+    def borrowed(self) -> int:
+        """Shared-memory samples still held by live views of received messages."""
+        return len(self._owners)
+
+    def close(self) -> None:
+        """Stop receiving; views of received messages stay valid until dropped."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._queue.clear()
+            self._cond.notify_all()
+        if self._credits is not None:
+            self._credits.close()
+        self._guards = []
+        self._waitset = None
+        if self._inlet is not None:
+            self._inlet.close()
+        with self._cond:
+            os.close(self._wake_fd)
+        self.bus.forget_subscriber(self)
+
+    def __enter__(self) -> Subscriber:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def local_message(topic: Topic, obj: Any, seq: int, stamp: int, origin: tuple[int, int],
+                  now: int) -> Message[Any]:
+    """The in-process delivery of ``obj``: the object itself, arrays made read-only."""
+    return Message(topic.name, _readonly(obj), seq=seq, stamp_ns=stamp, received_ns=now,
+                   origin=origin, via=Reach.PROCESS, same_clock=True)
