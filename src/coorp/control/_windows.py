@@ -63,7 +63,10 @@ def first_window(
     following one is found by asking again just after that end). Sources are asked
     from ``now_ns − margin_ns`` so a window whose margin tail covers ``now_ns`` is
     still found. Later intervals of every source are absorbed for as long as they
-    start inside the window, so the answer is the whole merged PW, not a prefix.
+    start inside the window, so the answer is the whole merged PW, not a prefix. When
+    ``now_ns`` is already inside a window, its start may be reported later than where
+    the merge really began (intervals over before ``now_ns`` are not revisited), but
+    never after ``now_ns``.
     """
     heap: list[tuple[Interval, int]] = []
     for i, source in enumerate(sources):
