@@ -1,0 +1,95 @@
+"""The real runtime: coordinated preemption on Linux sockets.
+
+A robot joins its team (:func:`join` for threads, :func:`ajoin` for asyncio) and gets
+
+* latency-sensitive (LS) channels — one marked (AC_VO) UDP datagram per message,
+  keep-last freshness, deadlines (:class:`LatencySensitiveChannel`);
+* bandwidth-hungry (BH) bulk streams — permit from the leader, chunks paced by local
+  preemption, resume without loss after preemption or reconnects
+  (:class:`BulkStream`, :class:`AsyncBulkStream`);
+* inboxes that deliver whole messages with metadata (:class:`Inbox`,
+  :class:`AsyncInbox`, :class:`Message`).
+
+The leader runs :class:`PermitService` (``coorp leader``). Decisions come from
+:mod:`coorp.control`, the same code the simulator runs. See ``docs/runtime.md``.
+"""
+
+from coorp.runtime._auth import TeamKey
+from coorp.runtime._bulk import AsyncBulkStream, BulkReceipt, BulkSettings
+from coorp.runtime._config import (
+    AgentSection,
+    LeaderSection,
+    TeamConfig,
+    TeamSection,
+    load_team_config,
+    resolve_team_key,
+)
+from coorp.runtime._errors import (
+    AuthenticationError,
+    FrameTooLargeError,
+    MalformedFrameError,
+    MarkingError,
+    PeerTimeoutError,
+    RefusedError,
+    ReplayError,
+    RuntimeUsageError,
+    TransferError,
+    UnsupportedVersionError,
+)
+from coorp.runtime._inbox import AsyncInbox, Inbox
+from coorp.runtime._latency import ChannelStats, LatencySensitiveChannel
+from coorp.runtime._leader import LeaderSettings, PermitService
+from coorp.runtime._marking import Marking, mark_socket, probe_marking
+from coorp.runtime._observer import query_leader_stats
+from coorp.runtime._receiver import Message, ReceiverLimits
+from coorp.runtime._team import (
+    AsyncTeam,
+    BulkStream,
+    Team,
+    TeamSettings,
+    ajoin,
+    join,
+    join_config,
+)
+
+__all__ = [
+    "AgentSection",
+    "AsyncBulkStream",
+    "AsyncInbox",
+    "AsyncTeam",
+    "AuthenticationError",
+    "BulkReceipt",
+    "BulkSettings",
+    "BulkStream",
+    "ChannelStats",
+    "FrameTooLargeError",
+    "Inbox",
+    "LatencySensitiveChannel",
+    "LeaderSection",
+    "LeaderSettings",
+    "MalformedFrameError",
+    "Marking",
+    "MarkingError",
+    "Message",
+    "PeerTimeoutError",
+    "PermitService",
+    "ReceiverLimits",
+    "RefusedError",
+    "ReplayError",
+    "RuntimeUsageError",
+    "Team",
+    "TeamConfig",
+    "TeamKey",
+    "TeamSection",
+    "TeamSettings",
+    "TransferError",
+    "UnsupportedVersionError",
+    "ajoin",
+    "join",
+    "join_config",
+    "load_team_config",
+    "mark_socket",
+    "probe_marking",
+    "query_leader_stats",
+    "resolve_team_key",
+]

@@ -1,0 +1,161 @@
+"""The robot side of global preemption: may this robot send BH right now?
+
+:class:`Coordinator` joins :class:`~coorp.control.BulkClient` (the pure
+request/grant/release state machine) to the :class:`~._link.ControlLink`. All BH
+streams of a robot share its one permit: the first stream that has data makes the
+robot request, the last one to finish releases.
+
+A fresh ``BulkClient`` is made on every (re)join: grant ids restart with a new leader
+epoch, and a request sent on a dead connection must be asked again.
+
+Modes: with no leader configured every send is permitted (marking and local
+preemption only); while joined, only with a valid permit; while the link is
+reconnecting, nothing (the grace period before fallback); after fallback, everything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from coorp.control import BulkClient, ForeignGrantError, Grant
+
+from ._link import ControlLink, LinkState
+from ._wire import Granted, Message, Release, Request, Revoked, Welcome
+
+__all__ = ["Coordinator"]
+
+log = logging.getLogger("coorp.runtime.agent")
+
+
+class Coordinator:
+    """Permit bookkeeping for one robot's BH streams (runs on the event loop)."""
+
+    def __init__(self, robot: str, clock: Callable[[], int]) -> None:
+        self.robot = robot
+        self._clock = clock
+        self.link: ControlLink | None = None
+        self.state: LinkState | None = None  # None: no leader, never coordinated
+        self._client = BulkClient(robot)
+        self._active = 0
+        self._changed = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.counters = {"grants": 0, "revocations": 0, "releases": 0, "requests": 0}
+
+    def attach(self, link: ControlLink) -> None:
+        self.link = link
+        self.state = LinkState.PENDING
+
+    # -- link callbacks --------------------------------------------------------------------
+    def on_state(self, state: LinkState, welcome: Welcome | None) -> None:
+        self.state = state
+        if state is LinkState.JOINED:
+            self._client = BulkClient(self.robot)
+            if self._active:
+                self._request()
+        self._notify()
+
+    def on_message(self, msg: Message) -> None:
+        now = self._clock()
+        if isinstance(msg, Granted):
+            grant = Grant(self.robot, msg.grant_id, msg.granted_ns, msg.expires_ns)
+            try:
+                give_back = self._client.on_grant(grant, now)
+            except ForeignGrantError:  # impossible by construction; never fatal
+                return
+            self.counters["grants"] += 1
+            if give_back is not None:
+                self._send(Release(give_back))
+        elif isinstance(msg, Revoked):
+            self.counters["revocations"] += 1
+            self._client.on_revoke(msg.grant_id, now)
+        else:
+            log.debug("ignoring %s from the leader", type(msg).__name__)
+            return
+        self._notify()
+
+    # -- stream side -----------------------------------------------------------------------
+    @property
+    def coordinated(self) -> bool:
+        return self.state is LinkState.JOINED
+
+    def permitted(self, now_ns: int) -> bool:
+        if self.state is None or self.state is LinkState.UNCOORDINATED:
+            return True
+        if self.state is LinkState.PENDING:
+            return False
+        return self._client.may_send(now_ns)
+
+    def permit_ends_ns(self) -> int | None:
+        """Local end of the current permit while coordinated (None: no end known)."""
+        if self.state is not LinkState.JOINED:
+            return None
+        return self._client.local_expires_ns
+
+    def begin(self) -> None:
+        """A stream has data to send."""
+        self._active += 1
+        if self._active == 1 and self.state is LinkState.JOINED:
+            self._request()
+
+    def end(self) -> None:
+        """A stream finished its message."""
+        self._active -= 1
+        if self._active == 0:
+            gid = self._client.finished(self._clock())
+            if gid is not None and self.state is LinkState.JOINED:
+                self.counters["releases"] += 1
+                self._send(Release(gid))
+
+    async def wait_permitted(self, max_wait_s: float) -> bool:
+        """Wait (at most ``max_wait_s``) until BH may be sent; re-requests as needed."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait_s
+        while True:
+            now = self._clock()
+            if self.permitted(now):
+                return True
+            if self.state is LinkState.JOINED:
+                self._request()
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            # Wake at the latest when the current permit expires locally, to re-request.
+            ends = self._client.local_expires_ns
+            if ends is not None and ends > now:
+                remaining = min(remaining, (ends - now) / 1e9 + 1e-4)
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await self._changed.wait()
+
+    async def changed(self, timeout_s: float) -> None:
+        """Wait for any permit or link change (or the timeout)."""
+        self._changed.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await self._changed.wait()
+
+    # -- internals -------------------------------------------------------------------------
+    def _notify(self) -> None:
+        self._changed.set()
+
+    def _request(self) -> None:
+        if self._client.want(self._clock()):
+            self.counters["requests"] += 1
+            self._send(Request(), on_fail=lambda: self._client.on_request_lost(self._clock()))
+
+    def _send(self, msg: Message, on_fail: Callable[[], None] | None = None) -> None:
+        link = self.link
+        if link is None:
+            return
+
+        async def go() -> None:
+            if not await link.send(msg) and on_fail is not None:
+                on_fail()
+
+        task = asyncio.get_running_loop().create_task(go())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)

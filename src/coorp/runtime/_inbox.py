@@ -1,0 +1,250 @@
+"""Inboxes: where an application receives whole LS and bulk messages.
+
+An inbox listens on one address: UDP for LS datagrams and TCP (same port) for bulk
+senders. Two flavours with the same behaviour:
+
+* :class:`AsyncInbox` for asyncio code: ``await inbox.recv()`` or ``async for``.
+* :class:`Inbox` for threads: ``inbox.recv(timeout=...)``. LS datagrams are read and
+  checked on the calling thread itself (no hop through the event loop, which is
+  what keeps LS overhead low); bulk messages arrive from the team's event-loop thread.
+
+Invalid datagrams are dropped, counted and logged with the sender's address. If the
+application falls behind on LS, the oldest LS message waiting in the inbox is
+dropped first (keep-last); bulk messages are never dropped: the sender waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import queue
+import selectors
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+
+from coorp._errors import PeerError
+
+from ._auth import TeamKey
+from ._counters import DropLog
+from ._errors import RuntimeUsageError
+from ._receiver import BulkReceiver, LsDecoder, Message, ReceiverLimits
+from ._sockets import Address, format_address, open_tcp_listener, resolve
+from ._wire import MAX_DATAGRAM_BYTES
+
+__all__ = ["AsyncInbox", "Inbox", "bind_endpoints"]
+
+log = logging.getLogger("coorp.runtime.receiver")
+_MAX_DATAGRAMS_PER_WAKEUP = 64
+
+
+def bind_endpoints(addr: Address) -> tuple[socket.socket, socket.socket, Address]:
+    """A TCP listener and a UDP socket on the same port (port 0: pick a free one)."""
+    family, sockaddr = resolve(addr, socket.SOCK_DGRAM)
+    for _ in range(16):  # an ephemeral TCP port may be taken for UDP: try another
+        listener = open_tcp_listener(addr)
+        port = listener.getsockname()[1]
+        udp = socket.socket(family, socket.SOCK_DGRAM)
+        try:
+            udp.bind((sockaddr[0], port, *sockaddr[2:]))
+        except OSError:
+            udp.close()
+            listener.close()
+            if addr[1] != 0:
+                raise
+            continue
+        udp.setblocking(False)
+        return listener, udp, (str(listener.getsockname()[0]), port)
+    raise OSError(f"no port free for both TCP and UDP on {format_address(addr)}")
+
+
+class _InboxCore:
+    """What both flavours share: decoding, counters."""
+
+    def __init__(self, udp: socket.socket, key: TeamKey, clock: Callable[[], int],
+                 drops: DropLog) -> None:
+        self.udp = udp
+        self.decoder = LsDecoder(key, clock)
+        self.drops = drops
+        self.ls_received = 0
+        self.ls_overflow = 0
+
+    def read_datagram(self) -> Message | None:
+        """One valid LS message from the socket, None if none is waiting.
+
+        Invalid datagrams are counted and skipped (bounded per call)."""
+        for _ in range(_MAX_DATAGRAMS_PER_WAKEUP):
+            try:
+                data, addr = self.udp.recvfrom(MAX_DATAGRAM_BYTES + 1)
+            except (BlockingIOError, InterruptedError):
+                return None
+            except OSError as exc:  # e.g. ICMP errors reported on the socket
+                log.debug("LS socket error: %s", exc)
+                continue
+            try:
+                msg = self.decoder.decode(data, format_address(addr))
+            except PeerError as exc:
+                self.drops.drop(format_address(addr), exc)
+                continue
+            self.ls_received += 1
+            return msg
+        return None
+
+
+class AsyncInbox:
+    """Receive LS and bulk messages in asyncio code."""
+
+    def __init__(self, listener: socket.socket, udp: socket.socket, address: Address,
+                 key: TeamKey, *, clock: Callable[[], int] = time.monotonic_ns,
+                 maxsize: int = 1024, limits: ReceiverLimits = ReceiverLimits()) -> None:
+        self.address = address
+        self._loop = asyncio.get_running_loop()
+        self._queue: asyncio.Queue[Message] = asyncio.Queue(maxsize)
+        drops = DropLog(log, clock)
+        self._core = _InboxCore(udp, key, clock, drops)
+        self.bulk = BulkReceiver(key, self._queue.put, limits=limits, clock=clock, drops=drops)
+        self.bulk.start(listener)
+        self._listener = listener
+        self._loop.add_reader(udp.fileno(), self._on_readable)
+
+    @classmethod
+    async def open(cls, address: Address, key: TeamKey, **kwargs: object) -> AsyncInbox:
+        listener, udp, bound = bind_endpoints(address)
+        return cls(listener, udp, bound, key, **kwargs)  # type: ignore[arg-type]
+
+    @property
+    def drops(self) -> DropLog:
+        return self._core.drops
+
+    def _on_readable(self) -> None:
+        for _ in range(_MAX_DATAGRAMS_PER_WAKEUP):
+            msg = self._core.read_datagram()
+            if msg is None:
+                return
+            if self._queue.full():
+                # Keep-last: an application that fell behind wants the newest LS data.
+                with contextlib.suppress(asyncio.QueueEmpty):
+                    self._queue.get_nowait()
+                self._core.ls_overflow += 1
+            self._queue.put_nowait(msg)
+
+    async def recv(self, timeout_s: float | None = None) -> Message:
+        """The next message; :class:`TimeoutError` after ``timeout_s``."""
+        async with asyncio.timeout(timeout_s):
+            return await self._queue.get()
+
+    def __aiter__(self) -> AsyncIterator[Message]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Message]:
+        while True:
+            yield await self._queue.get()
+
+    def stats(self) -> dict[str, int]:
+        out = {"ls_received": self._core.ls_received, "ls_overflow": self._core.ls_overflow,
+               "dropped": self._core.drops.total()}
+        out.update({f"dropped_{k}": v for k, v in self._core.drops.counts.items()})
+        out.update({f"bulk_{k}": v for k, v in self.bulk.counters.items()})
+        return out
+
+    async def close(self) -> None:
+        with contextlib.suppress(ValueError, OSError):
+            self._loop.remove_reader(self._core.udp.fileno())
+        await self.bulk.close()
+        self._listener.close()
+        self._core.udp.close()
+
+
+class Inbox:
+    """Receive LS and bulk messages from a thread; made by :meth:`Team.listen`.
+
+    One thread at a time may call :meth:`recv`.
+    """
+
+    def __init__(self, listener: socket.socket, udp: socket.socket, address: Address,
+                 key: TeamKey, loop: asyncio.AbstractEventLoop, *,
+                 clock: Callable[[], int] = time.monotonic_ns, maxsize: int = 1024,
+                 limits: ReceiverLimits = ReceiverLimits()) -> None:
+        self.address = address
+        self._loop = loop
+        self._bulk_q: queue.Queue[Message] = queue.Queue(maxsize)
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._core = _InboxCore(udp, key, clock, DropLog(log, clock))
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(udp.fileno(), selectors.EVENT_READ)
+        self._sel.register(self._wake_r, selectors.EVENT_READ)
+        self._recv_lock = threading.Lock()
+        self._listener = listener
+        self._closed = False
+        self.bulk: BulkReceiver | None = None
+
+        async def start() -> BulkReceiver:
+            receiver = BulkReceiver(key, self._deliver_bulk, limits=limits, clock=clock,
+                                    drops=self._core.drops)
+            receiver.start(listener)
+            return receiver
+
+        self.bulk = asyncio.run_coroutine_threadsafe(start(), loop).result(timeout=10)
+
+    @property
+    def drops(self) -> DropLog:
+        return self._core.drops
+
+    async def _deliver_bulk(self, msg: Message) -> None:
+        # Runs on the loop thread. Waiting for room (in a worker thread) makes the
+        # sender wait for its confirmation: back-pressure instead of dropping bulk data.
+        try:
+            self._bulk_q.put_nowait(msg)
+        except queue.Full:
+            await asyncio.get_running_loop().run_in_executor(None, self._bulk_q.put, msg)
+        with contextlib.suppress(BlockingIOError):
+            os.write(self._wake_w, b"x")
+
+    def recv(self, timeout: float | None = None) -> Message:
+        """The next message (LS or bulk); :class:`TimeoutError` after ``timeout`` s."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._recv_lock:
+            while True:
+                with contextlib.suppress(queue.Empty):
+                    return self._bulk_q.get_nowait()
+                msg = self._core.read_datagram()
+                if msg is not None:
+                    return msg
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError("no message within the timeout")
+                if self._closed:
+                    raise RuntimeUsageError("the inbox is closed")
+                # Bounded wait per round, so a closed inbox is noticed.
+                self._sel.select(1.0 if remaining is None else min(remaining, 1.0))
+                with contextlib.suppress(BlockingIOError):
+                    os.read(self._wake_r, 4096)
+
+    def __iter__(self) -> Iterator[Message]:
+        while not self._closed:
+            yield self.recv()
+
+    def stats(self) -> dict[str, int]:
+        out = {"ls_received": self._core.ls_received, "dropped": self._core.drops.total()}
+        out.update({f"dropped_{k}": v for k, v in self._core.drops.counts.items()})
+        if self.bulk is not None:
+            out.update({f"bulk_{k}": v for k, v in self.bulk.counters.items()})
+        return out
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self.bulk is not None and not self._loop.is_closed():
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(self.bulk.close(), self._loop).result(timeout=5)
+        self._listener.close()
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.write(self._wake_w, b"x")
+        self._sel.close()
+        self._core.udp.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)

@@ -1,0 +1,308 @@
+"""The permit service (global controller daemon): :class:`~coorp.control.GlobalController`
+on asyncio sockets.
+
+One authenticated TCP connection per robot. Requests and releases go to the
+controller; its :class:`~coorp.control.PermitUpdate` answers go out as
+``Granted``/``Revoked`` frames; a timer calls ``tick`` at the controller's next
+deadline, so a holder that vanishes without a word loses its permit when its
+timeslice ends. A holder whose connection closes, or stays silent for three
+heartbeats, is removed at once (and may come back: it re-requests and resumes).
+
+Peers that send malformed, oversized, unauthenticated or replayed frames are
+dropped, counted and logged with their address; the service keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from coorp._errors import PeerError
+from coorp.control import GlobalController, PermitUpdate, UnknownRobotError
+
+from ._auth import TeamKey
+from ._counters import DropLog
+from ._errors import MalformedFrameError, RefusedError
+from ._framing import FramedConnection, PeerClosed, server_handshake
+from ._sockets import Address, format_address, open_tcp_listener, tune_tcp
+from ._wire import (
+    Granted,
+    Ping,
+    Pong,
+    Refused,
+    Release,
+    Request,
+    Revoked,
+    StatsQuery,
+    StatsReply,
+    Welcome,
+)
+
+__all__ = ["LeaderSettings", "PermitService"]
+
+log = logging.getLogger("coorp.runtime.leader")
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderSettings:
+    limit: int = 1
+    timeslice_ns: int = 5_000_000_000
+    heartbeat_ns: int = 200_000_000
+    handshake_timeout_s: float = 2.0
+    write_timeout_s: float = 2.0
+    max_connections: int = 1024
+
+    @property
+    def silence_timeout_s(self) -> float:
+        """An agent silent for three heartbeats is considered gone."""
+        return 3 * self.heartbeat_ns / 1e9
+
+
+class PermitService:
+    """The leader's permit service for one team."""
+
+    def __init__(
+        self,
+        robots: Iterable[str],
+        key: TeamKey,
+        settings: LeaderSettings = LeaderSettings(),
+        *,
+        clock: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        self._key = key
+        self.settings = settings
+        self._clock = clock
+        self.team = frozenset(robots)
+        self.controller = GlobalController(
+            sorted(self.team), limit=settings.limit, timeslice_ns=settings.timeslice_ns
+        )
+        #: Identifies this run of the leader: agents see a restart as a new epoch.
+        self.epoch = int.from_bytes(os.urandom(8), "big") >> 1
+        self.drops = DropLog(log, clock)
+        self._agents: dict[str, FramedConnection] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._listener: socket.socket | None = None
+        self._accept_task: asyncio.Task[None] | None = None
+        self._counts = {"connections": 0, "joins": 0, "frames": 0, "max_holders": 0,
+                        "refused_connections": 0, "disconnect_revocations": 0}
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def start(self, listen: Address) -> Address:
+        """Listen on ``listen`` (port 0 picks one); returns the bound address."""
+        self._listener = open_tcp_listener(listen)
+        bound = self._listener.getsockname()
+        self._accept_task = asyncio.create_task(self._accept_loop(), name="coorp-leader-accept")
+        log.info(
+            "permit service for %d robots on %s: limit %d, timeslice %.0f ms",
+            len(self.team), format_address(bound), self.settings.limit,
+            self.settings.timeslice_ns / 1e6,
+        )
+        return bound[0], bound[1]
+
+    async def serve_forever(self) -> None:
+        if self._accept_task is None:
+            raise RuntimeError("start() first")
+        await self._accept_task
+
+    async def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._accept_task is not None:
+            self._accept_task.cancel()
+        if self._listener is not None:
+            self._listener.close()
+        for conn in list(self._agents.values()):
+            conn.close()
+        tasks = list(self._tasks)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._accept_task is not None:
+            await asyncio.gather(self._accept_task, return_exceptions=True)
+
+    # -- observability ----------------------------------------------------------------------
+    def stats(self) -> dict[str, int]:
+        c = self.controller.stats
+        out = dict(self._counts)
+        out.update(
+            requests=c.requests, grants=c.grants, releases=c.releases,
+            revocations=c.revocations, stale_releases=c.stale_releases,
+            duplicate_requests=c.duplicate_requests, holders=len(self.controller.holders),
+            waiting=len(self.controller.waiting), agents=len(self._agents),
+        )
+        for kind, n in self.drops.counts.items():
+            out[f"dropped_{kind}"] = n
+        out["dropped"] = self.drops.total()
+        return out
+
+    # -- connections --------------------------------------------------------------------------
+    async def _accept_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._listener is not None
+        while True:
+            sock, addr = await loop.sock_accept(self._listener)
+            peer = format_address(addr)
+            self._counts["connections"] += 1
+            if len(self._tasks) >= self.settings.max_connections:
+                self._counts["refused_connections"] += 1
+                log.warning("refusing %s: %d connections open", peer, len(self._tasks))
+                sock.close()
+                continue
+            tune_tcp(sock)
+            self._spawn(self._handle(sock, peer), f"coorp-leader-{peer}")
+
+    def _spawn(self, coro: object, name: str) -> None:
+        task = asyncio.ensure_future(coro)  # type: ignore[call-overload]
+        task.set_name(name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _handle(self, sock: socket.socket, peer: str) -> None:
+        s = self.settings
+        conn = FramedConnection(
+            sock, peer=peer, read_timeout_s=s.handshake_timeout_s, write_timeout_s=s.write_timeout_s
+        )
+        robot: str | None = None
+        try:
+            join = await server_handshake(conn, self._key, service="leader", epoch=self.epoch)
+            if join.role == "observer":
+                await self._observer_loop(conn)
+                return
+            if join.role != "agent" or join.robot not in self.team:
+                why = (f"robot {join.robot!r} is not in the team" if join.role == "agent"
+                       else f"role {join.role!r} is not served by the leader")
+                await conn.send(Refused(why))
+                raise RefusedError(why)
+            robot = join.robot
+            self._attach(robot, conn)
+            await conn.send(Welcome(self.epoch, s.limit, s.timeslice_ns, s.heartbeat_ns))
+            conn.read_timeout_s = s.silence_timeout_s
+            await self._agent_loop(robot, conn)
+        except PeerClosed:
+            pass
+        except PeerError as exc:
+            self.drops.drop(peer, exc)
+        except OSError as exc:
+            log.debug("connection %s failed: %s", peer, exc)
+        finally:
+            conn.close()
+            if robot is not None:
+                self._detach(robot, conn)
+
+    def _attach(self, robot: str, conn: FramedConnection) -> None:
+        old = self._agents.get(robot)
+        if old is not None:
+            # The robot reconnected before we noticed the old connection die.
+            log.info("%s rejoined from %s; dropping its old connection", robot, conn.peer)
+            self._forget_robot(robot)
+            old.close()
+        self._agents[robot] = conn
+        self._counts["joins"] += 1
+        log.info("%s joined from %s", robot, conn.peer)
+
+    def _detach(self, robot: str, conn: FramedConnection) -> None:
+        if self._agents.get(robot) is not conn:
+            return  # already replaced by a newer connection of the same robot
+        del self._agents[robot]
+        log.info("%s left (%s)", robot, conn.peer)
+        self._forget_robot(robot)
+
+    def _forget_robot(self, robot: str) -> None:
+        """Drop the robot's request and permit (it re-requests when it comes back)."""
+        now = self._clock()
+        held = any(g.robot == robot for g in self.controller.holders)
+        update = self.controller.remove_robot(robot, now)
+        self.controller.add_robot(robot)
+        if held:
+            self._counts["disconnect_revocations"] += 1
+        self._apply(update, reason="holder disconnected")
+
+    async def _agent_loop(self, robot: str, conn: FramedConnection) -> None:
+        while True:
+            msg = await conn.recv()
+            self._counts["frames"] += 1
+            now = self._clock()
+            if isinstance(msg, Ping):
+                await conn.send(Pong(msg.token))
+            elif isinstance(msg, Request):
+                self._apply(self._controller_call(self.controller.request, robot, now))
+            elif isinstance(msg, Release):
+                self._apply(self._controller_call(
+                    self.controller.release, robot, msg.grant_id, now))
+            elif isinstance(msg, StatsQuery):
+                await conn.send(self._stats_reply())
+            else:
+                # Authenticated but out of place: a confused team member. Count it and
+                # carry on; the framing is intact.
+                self.drops.drop(conn.peer, MalformedFrameError(
+                    f"unexpected {type(msg).__name__} from agent {robot}"))
+
+    def _controller_call(self, call: Callable[..., PermitUpdate], *args: object) -> PermitUpdate:
+        try:
+            return call(*args)
+        except UnknownRobotError:  # cannot happen for a joined robot; never fatal
+            return PermitUpdate()
+
+    async def _observer_loop(self, conn: FramedConnection) -> None:
+        conn.read_timeout_s = max(self.settings.silence_timeout_s, 5.0)
+        while True:
+            msg = await conn.recv()
+            if isinstance(msg, StatsQuery):
+                await conn.send(self._stats_reply())
+            elif isinstance(msg, Ping):
+                await conn.send(Pong(msg.token))
+            else:
+                raise MalformedFrameError(f"unexpected {type(msg).__name__} from an observer")
+
+    def _stats_reply(self) -> StatsReply:
+        return StatsReply(
+            self.stats(),
+            [g.robot for g in self.controller.holders],
+            list(self.controller.waiting),
+        )
+
+    # -- permits ---------------------------------------------------------------------------------
+    def _apply(self, update: PermitUpdate, *, reason: str = "timeslice over") -> None:
+        for g in update.revoked:
+            log.debug("revoked grant %d of %s (%s)", g.grant_id, g.robot, reason)
+            self._send_to(g.robot, Revoked(g.grant_id, reason))
+        for g in update.granted:
+            log.debug("granted %d to %s", g.grant_id, g.robot)
+            self._send_to(g.robot, Granted(g.grant_id, g.granted_ns, g.expires_ns))
+        holders = len(self.controller.holders)
+        self._counts["max_holders"] = max(self._counts["max_holders"], holders)
+        self._reschedule()
+
+    def _send_to(self, robot: str, msg: Granted | Revoked) -> None:
+        conn = self._agents.get(robot)
+        if conn is None:
+            return
+        self._spawn(self._send_or_close(conn, msg), f"coorp-leader-send-{robot}")
+
+    async def _send_or_close(self, conn: FramedConnection, msg: Granted | Revoked) -> None:
+        try:
+            await conn.send(msg)
+        except (PeerError, OSError) as exc:
+            # The reader of this connection will notice and detach the robot.
+            log.debug("cannot send to %s: %s", conn.peer, exc)
+            conn.close()
+
+    def _reschedule(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        deadline = self.controller.next_deadline_ns()
+        if deadline is None:
+            return
+        delay_s = max(deadline - self._clock(), 0) / 1e9
+        self._timer = asyncio.get_running_loop().call_later(delay_s, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._apply(self.controller.tick(self._clock()))

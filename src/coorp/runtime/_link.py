@@ -1,0 +1,241 @@
+"""An agent's link to the leader: join, heartbeat, reconnect, and fall back.
+
+States (:class:`LinkState`):
+
+* ``JOINED`` — authenticated connection up; BH needs a permit.
+* ``PENDING`` — not (yet) joined, but the leader was heard from recently: BH waits,
+  the link is reconnecting.
+* ``UNCOORDINATED`` — the leader has not been heard from for ``fallback_ns``
+  (default 0.9 s): BH sends without permits. Logged once per outage; when the
+  leader answers again the link rejoins (logged once) and permits apply again.
+
+Every read has a timeout (three heartbeats), so a leader that vanishes silently is
+noticed as quickly as one whose connection closes; the fallback clock runs from the
+last frame heard, so the switch to uncoordinated mode always happens within
+``fallback_ns`` of the leader becoming unreachable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import socket
+import time
+from collections.abc import Callable
+
+from coorp._errors import PeerError
+
+from ._auth import TeamKey
+from ._errors import MalformedFrameError, RefusedError
+from ._framing import FramedConnection, PeerClosed, client_handshake, recv_first_reply
+from ._sockets import Address, format_address, resolve, tune_tcp
+from ._wire import Message, Ping, Pong, Welcome
+
+__all__ = ["ControlLink", "LinkState"]
+
+log = logging.getLogger("coorp.runtime.agent")
+
+
+class LinkState(enum.Enum):
+    JOINED = "coordinated"
+    PENDING = "reconnecting"
+    UNCOORDINATED = "uncoordinated"
+
+
+class ControlLink:
+    """Keeps one robot joined to its leader for as long as it runs."""
+
+    def __init__(
+        self,
+        leader: Address,
+        robot: str,
+        key: TeamKey,
+        *,
+        on_message: Callable[[Message], None],
+        on_state: Callable[[LinkState, Welcome | None], None],
+        clock: Callable[[], int] = time.monotonic_ns,
+        fallback_ns: int = 900_000_000,
+        connect_timeout_s: float = 0.5,
+        max_backoff_s: float = 0.5,
+    ) -> None:
+        self.leader = leader
+        self.robot = robot
+        self._key = key
+        self._on_message = on_message
+        self._on_state = on_state
+        self._clock = clock
+        self.fallback_ns = fallback_ns
+        self._connect_timeout_s = connect_timeout_s
+        self._max_backoff_s = max_backoff_s
+        self.state = LinkState.PENDING
+        self.welcome: Welcome | None = None
+        self.refused: str | None = None
+        self._conn: FramedConnection | None = None
+        self._last_heard_ns = clock()
+        self._fallback_timer: asyncio.TimerHandle | None = None
+        self._settled = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._fallback_logged = False
+        self._closing = False
+        self.counters = {"joins": 0, "disconnects": 0, "fallbacks": 0, "refusals": 0}
+
+    # -- public ----------------------------------------------------------------------------
+    def start(self) -> None:
+        self._arm_fallback()
+        self._task = asyncio.create_task(self._run(), name=f"coorp-link-{self.robot}")
+
+    async def wait_settled(self, timeout_s: float) -> LinkState:
+        """Wait until joined, refused, or fallen back (at most ``timeout_s``)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await self._settled.wait()
+        return self.state
+
+    async def send(self, msg: Message) -> bool:
+        """Send if joined; False (nothing sent) otherwise."""
+        conn = self._conn
+        if conn is None or self.state is not LinkState.JOINED:
+            return False
+        try:
+            await conn.send(msg)
+        except (PeerError, OSError):
+            conn.close()
+            return False
+        return True
+
+    async def close(self) -> None:
+        self._closing = True
+        if self._fallback_timer is not None:
+            self._fallback_timer.cancel()
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._conn is not None:
+            self._conn.close()
+
+    # -- the connection loop ---------------------------------------------------------------
+    async def _run(self) -> None:
+        backoff = 0.05
+        peer = format_address(self.leader)
+        while True:
+            try:
+                conn, welcome = await self._connect()
+                backoff = 0.05
+                await self._serve(conn, welcome)
+            except RefusedError as exc:
+                self.counters["refusals"] += 1
+                if self.refused is None:
+                    log.error("leader %s refused %s: %s", peer, self.robot, exc)
+                self.refused = str(exc)
+                self._settled.set()
+            except (PeerError, PeerClosed, OSError, TimeoutError) as exc:
+                log.debug("link to %s: %s", peer, exc)
+            finally:
+                self._lost()
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, self._max_backoff_s)
+
+    async def _connect(self) -> tuple[FramedConnection, Welcome]:
+        loop = asyncio.get_running_loop()
+        family, sockaddr = resolve(self.leader, socket.SOCK_STREAM)
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            async with asyncio.timeout(self._connect_timeout_s):
+                await loop.sock_connect(sock, sockaddr)
+        except BaseException:
+            sock.close()
+            raise
+        tune_tcp(sock)
+        conn = FramedConnection(
+            sock,
+            peer=format_address(self.leader),
+            read_timeout_s=self._connect_timeout_s * 4,
+            write_timeout_s=self._connect_timeout_s * 4,
+        )
+        self._conn = conn
+        await client_handshake(conn, self._key, robot=self.robot, role="agent", service="leader")
+        msg = await recv_first_reply(conn)
+        if not isinstance(msg, Welcome):
+            raise MalformedFrameError(f"expected Welcome, got {type(msg).__name__}")
+        return conn, msg
+
+    async def _serve(self, conn: FramedConnection, welcome: Welcome) -> None:
+        self._joined(welcome)
+        conn.read_timeout_s = 3 * welcome.heartbeat_ns / 1e9
+        beat = asyncio.create_task(self._heartbeat(conn, welcome.heartbeat_ns / 1e9))
+        try:
+            while True:
+                msg = await conn.recv()
+                self._last_heard_ns = self._clock()
+                if not isinstance(msg, Pong):
+                    self._on_message(msg)
+        finally:
+            beat.cancel()
+            await asyncio.gather(beat, return_exceptions=True)
+
+    async def _heartbeat(self, conn: FramedConnection, period_s: float) -> None:
+        token = 0
+        while True:
+            await asyncio.sleep(period_s)
+            token += 1
+            try:
+                await conn.send(Ping(token))
+            except (PeerError, OSError):
+                conn.close()
+                return
+
+    # -- state changes ---------------------------------------------------------------------
+    def _joined(self, welcome: Welcome) -> None:
+        self._last_heard_ns = self._clock()
+        if self._fallback_timer is not None:
+            self._fallback_timer.cancel()
+            self._fallback_timer = None
+        was = self.state
+        self.state = LinkState.JOINED
+        self.welcome = welcome
+        self.refused = None
+        self.counters["joins"] += 1
+        if was is LinkState.UNCOORDINATED:
+            log.warning("leader %s is back: %s rejoined, BH coordinated again",
+                        format_address(self.leader), self.robot)
+        else:
+            log.info("%s joined leader %s (limit %d, timeslice %.0f ms)", self.robot,
+                     format_address(self.leader), welcome.limit, welcome.timeslice_ns / 1e6)
+        self._fallback_logged = False
+        self._on_state(LinkState.JOINED, welcome)
+        self._settled.set()
+
+    def _lost(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+        if self.state is LinkState.JOINED and not self._closing:
+            self.counters["disconnects"] += 1
+            self.state = LinkState.PENDING
+            log.info("lost leader %s; reconnecting", format_address(self.leader))
+            self._on_state(LinkState.PENDING, None)
+            self._arm_fallback()
+
+    def _arm_fallback(self) -> None:
+        if self._fallback_timer is not None:
+            return
+        delay_ns = max(self._last_heard_ns + self.fallback_ns - self._clock(), 0)
+        self._fallback_timer = asyncio.get_running_loop().call_later(
+            delay_ns / 1e9, self._fall_back
+        )
+
+    def _fall_back(self) -> None:
+        self._fallback_timer = None
+        if self.state is not LinkState.PENDING:
+            return
+        self.state = LinkState.UNCOORDINATED
+        self.counters["fallbacks"] += 1
+        if not self._fallback_logged:
+            self._fallback_logged = True
+            log.warning("leader %s unreachable: %s sends BH uncoordinated until it is back",
+                        format_address(self.leader), self.robot)
+        self._on_state(LinkState.UNCOORDINATED, None)
+        self._settled.set()

@@ -1,0 +1,128 @@
+"""Local preemption in user space: the driver view that :mod:`coorp.control` expects,
+built from what a Linux TCP socket tells us.
+
+The paper hooks the WNIC driver; an application cannot. What it can see is how many
+bytes it wrote to a BH socket that are not yet acknowledged (``SIOCOUTQ``): they sit
+in the kernel, the qdisc, the NIC or the air. So here
+
+* the "hardware-queue depth" is the bytes outstanding in buckets of ``bucket_bytes``
+  (one bucket ~ one bulk "packet", the unit the gate admits);
+* a chunk "enters the NIC" when it is written, and "completes" when the bytes
+  outstanding drop below what was written up to its end (it was acknowledged); that
+  interval, keyed by the depth at write time, is the completion-time table's sample;
+* before each chunk the :class:`~coorp.control.Gate` decides against the robot's
+  protection window (from the LS channels' observed send times); when denied, the
+  stream stops writing until the window has passed, and since the unsent backlog is
+  bounded (``TCP_NOTSENT_LOWAT``), what was outstanding drains before the window.
+
+:class:`SharedPlanner` makes the one :class:`~coorp.control.ProtectionPlanner` of a
+robot safe to use from LS senders on application threads and BH streams on the
+event loop (the control objects are single-threaded and need monotone time).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+
+from coorp.control import CompletionTimeTable, Gate, Interval, ProtectionPlanner
+
+__all__ = ["DrainTracker", "SharedPlanner", "new_gate"]
+
+
+class SharedPlanner:
+    """A lock around one robot's protection planner (a ``WindowSource`` for gates)."""
+
+    def __init__(self, planner: ProtectionPlanner, clock: Callable[[], int]) -> None:
+        self._planner = planner
+        self._clock = clock
+        self._lock = threading.Lock()
+
+    @property
+    def planner(self) -> ProtectionPlanner:
+        return self._planner
+
+    def observe_now(self, flow: str) -> int:
+        """Record a send of ``flow`` at the current time; returns that time.
+
+        The time is read under the lock, so observations reach the planner in time
+        order even when several threads send on the same channel.
+        """
+        with self._lock:
+            now = self._clock()
+            self._planner.observe(flow, now)
+            return now
+
+    def forget(self, flow: str) -> None:
+        with self._lock:
+            self._planner.forget(flow)
+
+    def next_window(self, now_ns: int) -> Interval | None:
+        with self._lock:
+            return self._planner.next_window(now_ns)
+
+
+def new_gate(planner: SharedPlanner, *, default_ns: int, max_depth: int = 256) -> Gate:
+    """A gate with its own completion-time table (one per BH socket: each has its own
+    path and queue) over the robot's shared planner."""
+    ctt = CompletionTimeTable(max_depth=max_depth, default_ns=default_ns)
+    return Gate(planner, ctt)
+
+
+class DrainTracker:
+    """Turns chunk writes and ``SIOCOUTQ`` readings into the gate's driver events.
+
+    ``outstanding()`` returns the socket's bytes written but not acknowledged. All
+    bytes written to the socket must be reported through :meth:`on_write` (framing
+    included) so that "acknowledged" can be computed; only chunks written with a
+    ``depth`` become CTT samples.
+    """
+
+    def __init__(
+        self,
+        gate: Gate,
+        outstanding: Callable[[], int],
+        *,
+        bucket_bytes: int,
+    ) -> None:
+        self.gate = gate
+        self._outstanding = outstanding
+        self.bucket_bytes = bucket_bytes
+        self._written = 0
+        self._next_id = 1
+        # (packet id, stream offset of the chunk's last byte), oldest first.
+        self._pending: deque[tuple[int, int]] = deque()
+
+    def depth(self) -> int:
+        """Bulk "packets" (buckets) ahead of one written now."""
+        return self._outstanding() // self.bucket_bytes
+
+    def on_write(self, nbytes: int, enqueued_ns: int, depth: int | None) -> None:
+        self._written += nbytes
+        if depth is None:
+            return
+        pid = self._next_id
+        self._next_id += 1
+        self._pending.append((pid, self._written))
+        self.gate.on_enqueue(pid, enqueued_ns, depth)
+
+    def poll(self, now_ns: int) -> None:
+        """Report completions of every chunk whose last byte has been acknowledged."""
+        if not self._pending:
+            return
+        acked = self._written - self._outstanding()
+        while self._pending and self._pending[0][1] <= acked:
+            pid, _ = self._pending.popleft()
+            self.gate.on_complete(pid, now_ns)
+
+    @property
+    def tracking(self) -> int:
+        return len(self._pending)
+
+    def reset(self) -> None:
+        """The connection was replaced: nothing written on the old one will complete."""
+        for pid, _ in self._pending:
+            self.gate.on_discard(pid)
+        self._pending.clear()
+        self._written = 0

@@ -1,0 +1,115 @@
+"""Fuzzing every decoder: arbitrary bytes give a message or a PeerError, nothing else.
+
+Servers count and drop PeerErrors and keep serving; any other exception escaping a
+decoder would take a connection handler (or the LS inbox) down instead.
+"""
+
+from __future__ import annotations
+
+import msgspec
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from coorp import PeerError
+from coorp.runtime import TeamKey
+from coorp.runtime._auth import CLIENT_TO_SERVER, FrameOpener, FrameSealer, open_hello
+from coorp.runtime._receiver import LsDecoder
+from coorp.runtime._wire import (
+    MAX_CONTROL_FRAME_BYTES,
+    WIRE_VERSION,
+    BulkData,
+    Join,
+    LsHeader,
+    Release,
+    decode_envelope,
+    decode_message,
+    pack_datagram,
+    parse_frame_length,
+    split_datagram,
+)
+
+KEY = TeamKey(b"k" * 32)
+NONCE = b"n" * 16
+FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# msgpack-shaped garbage reaches deeper into the decoders than random bytes.
+_atoms = st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.text(max_size=20) | \
+    st.binary(max_size=40) | st.floats(allow_nan=True)
+_trees = st.recursive(_atoms, lambda inner: st.lists(inner, max_size=6) |
+                      st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=20)
+_tags = st.sampled_from(["hello", "join", "welcome", "request", "release", "granted", "revoked",
+                         "ping", "pong", "stats?", "stats", "refused", "bopen", "bdata",
+                         "baccept", "bdone", "breject", "nope"])
+shaped = st.builds(lambda tag, rest: msgspec.msgpack.encode([tag, *rest]), _tags,
+                   st.lists(_trees, max_size=5))
+blobs = st.binary(max_size=300) | _trees.map(msgspec.msgpack.encode) | shaped
+
+
+def only_peer_errors(fn, *args):  # type: ignore[no-untyped-def]
+    try:
+        return fn(*args)
+    except PeerError:
+        return None
+
+
+@FUZZ
+@given(blobs)
+def test_decode_message(data: bytes) -> None:
+    only_peer_errors(decode_message, data)
+
+
+@FUZZ
+@given(blobs)
+def test_decode_envelope_and_open(data: bytes) -> None:
+    env = only_peer_errors(decode_envelope, data)
+    if env is not None:
+        only_peer_errors(FrameOpener(KEY, CLIENT_TO_SERVER, NONCE).open, env)
+        only_peer_errors(open_hello, env)
+
+
+@FUZZ
+@given(st.binary(max_size=8), st.integers(0, 2**20))
+def test_parse_frame_length(prefix: bytes, limit: int) -> None:
+    n = only_peer_errors(parse_frame_length, prefix, limit)
+    assert n is None or 0 < n <= limit
+
+
+@FUZZ
+@given(st.binary(max_size=600) | shaped)
+def test_split_datagram_and_ls_decoder(data: bytes) -> None:
+    only_peer_errors(split_datagram, data)
+    only_peer_errors(LsDecoder(KEY).decode, data, "fuzz")
+
+
+@FUZZ
+@given(st.data())
+def test_mutated_valid_frames(data: st.DataObject) -> None:
+    """Bit flips, truncation and extension of genuine frames are all caught."""
+    sealer = FrameSealer(KEY, CLIENT_TO_SERVER, NONCE)
+    msg = data.draw(st.sampled_from([Release(3), Join("r1", NONCE, "agent"),
+                                     BulkData(1, 0, 100)]))
+    frame = bytearray(sealer.seal(msg))
+    body = frame[4:]
+    pos = data.draw(st.integers(0, len(body) - 1))
+    body[pos] ^= data.draw(st.integers(1, 255))
+    body = body[: data.draw(st.integers(0, len(body)))] + data.draw(st.binary(max_size=4))
+    opener = FrameOpener(KEY, CLIENT_TO_SERVER, NONCE)
+    env = only_peer_errors(decode_envelope, bytes(body))
+    if env is not None:
+        # A mutated frame must never authenticate.
+        assert only_peer_errors(opener.open, env) is None
+    assert parse_frame_length(bytes(frame[:4]), MAX_CONTROL_FRAME_BYTES) == len(frame) - 4
+
+
+@FUZZ
+@given(st.data())
+def test_mutated_valid_datagrams(data: st.DataObject) -> None:
+    from coorp.runtime._auth import DatagramAuthenticator
+
+    payload = data.draw(st.binary(max_size=64))
+    header = LsHeader(WIRE_VERSION, "r1", "ch", 1, 1, 5, 6, len(payload))
+    dgram = pack_datagram(header, payload)
+    dgram += DatagramAuthenticator(KEY).sign(dgram)
+    pos = data.draw(st.integers(0, len(dgram) - 1))
+    dgram[pos] ^= data.draw(st.integers(1, 255))
+    assert only_peer_errors(LsDecoder(KEY).decode, bytes(dgram), "fuzz") is None

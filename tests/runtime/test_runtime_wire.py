@@ -1,0 +1,209 @@
+"""Wire format and authentication: round trips, limits, forgery and replay."""
+
+from __future__ import annotations
+
+import pytest
+
+from coorp import PeerError
+from coorp.runtime import (
+    AuthenticationError,
+    FrameTooLargeError,
+    MalformedFrameError,
+    ReplayError,
+    RuntimeUsageError,
+    TeamKey,
+    UnsupportedVersionError,
+)
+from coorp.runtime._auth import (
+    CLIENT_TO_SERVER,
+    SERVER_TO_CLIENT,
+    DatagramAuthenticator,
+    FrameOpener,
+    FrameSealer,
+    new_nonce,
+    open_hello,
+    seal_hello,
+)
+from coorp.runtime._receiver import LsDecoder
+from coorp.runtime._wire import (
+    LENGTH_PREFIX,
+    MAX_CONTROL_FRAME_BYTES,
+    WIRE_VERSION,
+    BulkOpen,
+    Granted,
+    Hello,
+    Join,
+    LsHeader,
+    Release,
+    Request,
+    decode_envelope,
+    decode_message,
+    encode_envelope,
+    encode_message,
+    pack_datagram,
+    parse_frame_length,
+    split_datagram,
+)
+
+KEY = TeamKey(b"0123456789abcdef0123456789abcdef")
+OTHER = TeamKey(b"fedcba9876543210fedcba9876543210")
+
+
+def body_of(frame: bytes) -> bytes:
+    n = parse_frame_length(frame[:4], MAX_CONTROL_FRAME_BYTES)
+    assert len(frame) == 4 + n
+    return frame[4:]
+
+
+def pair(key_a: TeamKey = KEY, key_b: TeamKey = KEY) -> tuple[FrameSealer, FrameOpener]:
+    nonce = new_nonce()
+    return FrameSealer(key_a, CLIENT_TO_SERVER, nonce), FrameOpener(key_b, CLIENT_TO_SERVER, nonce)
+
+
+def test_messages_round_trip() -> None:
+    for msg in [Request(), Release(7), Granted(3, 10, 20), Join("r1", new_nonce(), "agent"),
+                BulkOpen("params", 5, 1, 40_000_000, 123)]:
+        assert decode_message(encode_message(msg)) == msg
+
+
+def test_sealed_frames_open_in_order() -> None:
+    sealer, opener = pair()
+    for msg in [Request(), Release(1), Request()]:
+        assert opener.open(decode_envelope(body_of(sealer.seal(msg)))) == msg
+
+
+def test_wrong_key_is_rejected() -> None:
+    sealer, opener = pair(OTHER, KEY)
+    with pytest.raises(AuthenticationError):
+        opener.open(decode_envelope(body_of(sealer.seal(Request()))))
+
+
+def test_replay_within_connection_is_rejected() -> None:
+    sealer, opener = pair()
+    frame = sealer.seal(Release(1))
+    opener.open(decode_envelope(body_of(frame)))
+    with pytest.raises(ReplayError):
+        opener.open(decode_envelope(body_of(frame)))
+
+
+def test_replay_into_another_connection_is_rejected() -> None:
+    sealer, _ = pair()
+    frame = sealer.seal(Request())
+    _, other_conn = pair()  # a fresh nonce: the MAC was made for the first one
+    with pytest.raises(AuthenticationError):
+        other_conn.open(decode_envelope(body_of(frame)))
+
+
+def test_reflection_to_sender_is_rejected() -> None:
+    nonce = new_nonce()
+    sealer = FrameSealer(KEY, CLIENT_TO_SERVER, nonce)
+    reflected = FrameOpener(KEY, SERVER_TO_CLIENT, nonce)
+    with pytest.raises(AuthenticationError):
+        reflected.open(decode_envelope(body_of(sealer.seal(Request()))))
+
+
+def test_tampered_body_is_rejected() -> None:
+    sealer, opener = pair()
+    env = decode_envelope(body_of(sealer.seal(Release(1))))
+    forged = encode_envelope(env.counter, encode_message(Release(2)), env.mac)
+    with pytest.raises(AuthenticationError):
+        opener.open(decode_envelope(body_of(forged)))
+
+
+def test_unauthenticated_frame_is_rejected_after_hello() -> None:
+    _, opener = pair()
+    with pytest.raises(AuthenticationError):
+        opener.open(decode_envelope(body_of(encode_envelope(1, encode_message(Request()), b""))))
+
+
+def test_hello_is_plain_and_only_hello() -> None:
+    hello = Hello(new_nonce(), "leader", 1)
+    assert open_hello(decode_envelope(body_of(seal_hello(hello)))) == hello
+    with pytest.raises(MalformedFrameError):
+        open_hello(decode_envelope(body_of(encode_envelope(0, encode_message(Request()), b""))))
+
+
+def test_frame_length_limit_checked_before_reading() -> None:
+    with pytest.raises(FrameTooLargeError):
+        parse_frame_length(LENGTH_PREFIX.pack(MAX_CONTROL_FRAME_BYTES + 1), MAX_CONTROL_FRAME_BYTES)
+    with pytest.raises(MalformedFrameError):
+        parse_frame_length(LENGTH_PREFIX.pack(0), MAX_CONTROL_FRAME_BYTES)
+
+
+def test_other_wire_version_is_named() -> None:
+    import msgspec
+
+    data = msgspec.msgpack.encode([WIRE_VERSION + 1, 1, b"", b""])
+    with pytest.raises(UnsupportedVersionError):
+        decode_envelope(data)
+
+
+def test_out_of_range_fields_are_malformed() -> None:
+    import msgspec
+
+    with pytest.raises(MalformedFrameError):
+        decode_message(msgspec.msgpack.encode(["release", -1]))
+    with pytest.raises(MalformedFrameError):
+        decode_message(msgspec.msgpack.encode(["join", "bad name!", b"x" * 16, "agent"]))
+    with pytest.raises(MalformedFrameError):
+        decode_message(msgspec.msgpack.encode(["join", "r1", b"short", "agent"]))
+
+
+def datagram(key: TeamKey, seq: int, payload: bytes = b"hello", session: int = 9) -> bytes:
+    header = LsHeader(WIRE_VERSION, "r1", "perception", session, seq, 100, 200, len(payload))
+    data = pack_datagram(header, payload)
+    data += DatagramAuthenticator(key).sign(data)
+    return bytes(data)
+
+
+def test_datagram_round_trip_and_metadata() -> None:
+    decoder = LsDecoder(KEY, clock=lambda: 150)
+    msg = decoder.decode(datagram(KEY, 1, b"abc"), "10.0.0.1:5")
+    assert (msg.robot, msg.channel, msg.seq, msg.payload) == ("r1", "perception", 1, b"abc")
+    assert (msg.sent_ns, msg.deadline_ns, msg.latency_ns) == (100, 200, 50)
+
+
+def test_datagram_forgery_and_replay_are_rejected() -> None:
+    decoder = LsDecoder(KEY)
+    with pytest.raises(AuthenticationError):
+        decoder.decode(datagram(OTHER, 1), "p")
+    good = datagram(KEY, 5)
+    decoder.decode(good, "p")
+    with pytest.raises(ReplayError):
+        decoder.decode(good, "p")
+    with pytest.raises(ReplayError):  # older than the newest: stale for keep-last LS
+        decoder.decode(datagram(KEY, 4), "p")
+    decoder.decode(datagram(KEY, 6), "p")
+
+
+def test_datagram_tampering_is_rejected() -> None:
+    data = bytearray(datagram(KEY, 1, b"payload"))
+    data[-33] ^= 1  # the last payload byte
+    with pytest.raises(AuthenticationError):
+        LsDecoder(KEY).decode(bytes(data), "p")
+
+
+def test_datagram_structure_errors() -> None:
+    data = datagram(KEY, 1, b"payload")
+    with pytest.raises(MalformedFrameError):
+        split_datagram(data[:-1])
+    with pytest.raises(MalformedFrameError):
+        split_datagram(b"\x00")
+    with pytest.raises(FrameTooLargeError):
+        split_datagram(bytes(70_000))
+
+
+def test_team_key_rules(tmp_path: object) -> None:
+    from pathlib import Path
+
+    with pytest.raises(RuntimeUsageError):
+        TeamKey(b"short")
+    with pytest.raises(RuntimeUsageError):
+        TeamKey.from_hex("zz")
+    p = Path(str(tmp_path)) / "team.key"
+    p.write_text("ab" * 32 + "\n")
+    k = TeamKey.from_file(p)
+    assert "ab" not in repr(k)
+    assert k.frame_mac(b"x", b"n", 1, b"b") == TeamKey(bytes.fromhex("ab" * 32)).frame_mac(
+        b"x", b"n", 1, b"b")
+    assert issubclass(AuthenticationError, PeerError)
