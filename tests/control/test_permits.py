@@ -363,3 +363,15 @@ def test_client_rejects_foreign_grants_and_lost_requests_are_retried() -> None:
         cli.may_send(2)
     with pytest.raises(UsageError, match="robot="):
         BulkClient("")
+
+
+def test_a_removed_robot_is_never_granted_while_being_removed() -> None:
+    # r0's slice ends exactly when r1 (next in line) is removed: the freed permit
+    # must not go to r1 and be revoked again in the same update.
+    c = GlobalController(["r0", "r1", "r2"], timeslice_ns=50)
+    g0 = c.request("r0", 0).granted[0]
+    c.request("r1", 40)
+    c.request("r2", 45)
+    update = c.remove_robot("r1", 50)
+    assert update.revoked == (g0,)
+    assert robots_of(update) == ["r2"]

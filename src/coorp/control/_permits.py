@@ -154,7 +154,10 @@ class GlobalController:
         Removing a robot that is not managed is a no-op (removal is idempotent, so a
         lost robot can be removed by several code paths).
         """
-        granted, revoked = self._expire(now_ns)
+        # The robot leaves before the freed permits are handed out, so it can never
+        # be granted and revoked within one update.
+        self._clock.advance(now_ns)
+        revoked: list[Grant] = []
         if robot in self._robots:
             self._robots.discard(robot)
             self._count("removals")
@@ -164,8 +167,8 @@ class GlobalController:
             if grant is not None:
                 revoked.append(grant)
                 self._count("revocations")
-            granted += self._fill(now_ns)
-        return PermitUpdate(tuple(granted), tuple(revoked))
+        granted, expired = self._expire(now_ns)
+        return PermitUpdate(tuple(granted), tuple(revoked + expired))
 
     # -- Algorithm 1 ---------------------------------------------------------------------
     def request(self, robot: str, now_ns: int) -> PermitUpdate:
