@@ -201,7 +201,6 @@ class ShmOutlet:
 
     def send(self, sample: Any) -> int:
         """Send an initialised sample and wake subscribers; returns how many got it."""
-        self._port.update_connections()
         delivered = sample.assume_init().send()
         self._notifier.notify()
         return int(delivered)

@@ -1,0 +1,284 @@
+"""The broadcast and round-trip benchmark behind ``coorp bench broadcast``.
+
+Broadcast: one publisher, N subscriber processes; latency is from just before the send
+call until the *last* subscriber holds a usable numpy array, measured on
+``CLOCK_MONOTONIC`` (one clock for all processes of a machine). The next message is sent
+only after every subscriber acknowledged the previous one, so queues never build up.
+Round trip: a ping to an echo process and back, per message size. Every implementation
+runs in the same process tree, one after the other; ``memcpy`` (one copy of the payload,
+two for a round trip) is the physical reference. An implementation that cannot be
+imported or fails is reported as such and left out of the results, never estimated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import os
+import re
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from coorp._errors import UsageError
+from coorp.transport._bench_impls import IMPLS, make_receiver, make_sender, unavailable
+
+__all__ = ["PUBLISHED", "BenchConfig", "BenchResult", "parse_sizes", "run"]
+
+#: Mean broadcast latency to 4 nodes published in the HPRM thesis (§2.5, Fig. 2.4), ms.
+PUBLISHED = {"HPRM (published)": {10_000_000: 15.0, 50_000_000: 44.6},
+             "ROS 2 Humble (published)": {10_000_000: 1161.0, 50_000_000: 7723.0}}
+
+_UNITS = {"": 1, "B": 1, "KB": 1000, "KIB": 1024, "MB": 1000**2, "MIB": 1024**2,
+          "GB": 1000**3}
+
+
+def parse_sizes(text: str) -> list[int]:
+    """``"1MB,10MB,64B"`` -> byte counts (MB = 10^6 as in the thesis, MiB = 2^20)."""
+    sizes = []
+    for part in text.split(","):
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", part)
+        if not m or m.group(2).upper() not in _UNITS:
+            raise UsageError(f"invalid size {part!r}: use e.g. 64B, 12KB, 10MB, 1MiB")
+        sizes.append(int(float(m.group(1)) * _UNITS[m.group(2).upper()]))
+    if any(s <= 0 for s in sizes):
+        raise UsageError("sizes must be positive")
+    return sizes
+
+
+@dataclass
+class BenchConfig:
+    sizes: list[int]
+    subscribers: int = 4
+    rtt_sizes: list[int] = field(default_factory=lambda: [64, 12_000])
+    impls: Sequence[str] = IMPLS
+    iterations: int = 100
+    rtt_iterations: int = 300
+    max_seconds: float = 20.0
+    min_iterations: int = 3
+
+
+@dataclass
+class BenchResult:
+    broadcast: dict[str, dict[int, list[float]]] = field(default_factory=dict)  # ms
+    rtt: dict[str, dict[int, list[float]]] = field(default_factory=dict)  # us
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        def stats(xs: list[float], unit: str) -> dict[str, float]:
+            xs = sorted(xs)
+            p99 = xs[min(len(xs) - 1, round(0.99 * (len(xs) - 1)))]
+            return {f"median_{unit}": round(statistics.median(xs), 4),
+                    f"p99_{unit}": round(p99, 4)}
+
+        return {
+            "broadcast": {impl: {str(n): stats(v, "ms") for n, v in by.items()}
+                          for impl, by in self.broadcast.items()},
+            "rtt": {impl: {str(n): stats(v, "us") for n, v in by.items()}
+                    for impl, by in self.rtt.items()},
+        }
+
+
+def _receiver_main(impl: str, run_id: str, channel: str, max_bytes: int,
+                   echo: str | None, conn: Any) -> None:
+    tx = make_sender(impl, run_id, echo, 1, max_bytes) if echo else None
+    rx = make_receiver(impl, run_id, channel, max_bytes)
+    conn.send("ready")
+    try:
+        while not conn.poll():
+            arr = rx.recv(0.2)
+            if arr is None:
+                continue
+            t = time.monotonic_ns()
+            if tx is not None:
+                tx.send(arr)
+            else:
+                conn.send((int(arr.reshape(-1)[0]), int(arr.reshape(-1)[-1]), t))
+            del arr
+    finally:
+        rx.close()
+        if tx is not None:
+            tx.close()
+
+
+class _Procs:
+    def __init__(self) -> None:
+        self.ctx = mp.get_context("spawn")
+        self.items: list[tuple[Any, Any]] = []
+
+    def start(self, *args: Any) -> Any:
+        parent, child = self.ctx.Pipe()
+        p = self.ctx.Process(target=_receiver_main, args=(*args, child), daemon=True)
+        p.start()
+        self.items.append((p, parent))
+        return parent
+
+    def wait_ready(self, timeout: float) -> None:
+        for p, conn in self.items:
+            if not conn.poll(timeout) or conn.recv() != "ready":
+                raise RuntimeError(f"receiver process {p.pid} did not start")
+
+    def stop(self) -> None:
+        for _, conn in self.items:
+            with contextlib.suppress(OSError):
+                conn.send("stop")
+        for p, _ in self.items:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
+
+
+def _marked(payload: np.ndarray, k: int) -> int:
+    mark = k % 251
+    payload[0] = payload[-1] = mark
+    return mark
+
+
+def _broadcast(impl: str, cfg: BenchConfig, run_id: str,
+               progress: Callable[[str], None]) -> dict[int, list[float]]:
+    max_bytes = max(cfg.sizes)
+    results: dict[int, list[float]] = {}
+    if impl == "memcpy":
+        for n in cfg.sizes:
+            src, dst = np.ones(n, np.uint8), np.zeros(n, np.uint8)
+            np.copyto(dst, src)
+            lat = []
+            for _ in range(cfg.iterations):
+                t0 = time.monotonic_ns()
+                np.copyto(dst, src)
+                lat.append((time.monotonic_ns() - t0) / 1e6)
+            results[n] = lat
+        return results
+    procs = _Procs()
+    tx = make_sender(impl, run_id, "bcast", cfg.subscribers, max_bytes)
+    try:
+        conns = [procs.start(impl, run_id, "bcast", max_bytes, None)
+                 for _ in range(cfg.subscribers)]
+        procs.wait_ready(60)
+        k = 0
+        for n in cfg.sizes:
+            payload = np.random.default_rng(n).integers(0, 255, n, dtype=np.uint8)
+            timeout = 30.0 + 2.0 * n / 1e6
+            lat: list[float] = []
+            warm = attempts = 0
+            start = time.monotonic()
+            while len(lat) < cfg.iterations:
+                k += 1
+                mark = _marked(payload, k)
+                t0 = tx.send(payload)
+                # Warm-up rounds may lose messages (PUB/SUB joins late): shorter patience.
+                limit = 2.0 if warm < 3 else timeout
+                times = []
+                for conn in conns:
+                    got = None
+                    end = time.monotonic() + limit
+                    while time.monotonic() < end and conn.poll(max(0.0, end - time.monotonic())):
+                        first, last, t = conn.recv()
+                        if first == mark and last == mark:
+                            got = t
+                            break
+                    times.append(got)
+                if warm < 3:
+                    warm += 1 if None not in times else 0
+                    attempts += 1
+                    if attempts > 20:
+                        raise RuntimeError("receivers never got a complete warm-up round")
+                    continue
+                if None in times:
+                    raise RuntimeError(f"a receiver missed message {k} ({n} bytes)")
+                lat.append((max(t for t in times if t is not None) - t0) / 1e6)
+                if (time.monotonic() - start > cfg.max_seconds
+                        and len(lat) >= cfg.min_iterations):
+                    break
+            results[n] = lat
+            progress(f"{impl} {n} B: {len(lat)} messages, median "
+                     f"{statistics.median(lat):.3f} ms")
+    finally:
+        procs.stop()
+        tx.close()
+    return results
+
+
+def _rtt(impl: str, cfg: BenchConfig, run_id: str,
+         progress: Callable[[str], None]) -> dict[int, list[float]]:
+    results: dict[int, list[float]] = {}
+    max_bytes = max(cfg.rtt_sizes)
+    if impl == "memcpy":
+        for n in cfg.rtt_sizes:
+            a, b = np.ones(n, np.uint8), np.zeros(n, np.uint8)
+            lat = []
+            for _ in range(cfg.rtt_iterations):
+                t0 = time.monotonic_ns()
+                np.copyto(b, a)
+                np.copyto(a, b)
+                lat.append((time.monotonic_ns() - t0) / 1e3)
+            results[n] = lat
+        return results
+    procs = _Procs()
+    tx = make_sender(impl, run_id, "ping", 1, max_bytes)
+    rx = None
+    try:
+        procs.start(impl, run_id, "ping", max_bytes, "pong")
+        procs.wait_ready(60)
+        rx = make_receiver(impl, run_id, "pong", max_bytes)
+        k = 0
+        for n in cfg.rtt_sizes:
+            payload = np.ones(n, np.uint8)
+            lat: list[float] = []
+            misses = 0
+            start = time.monotonic()
+            while len(lat) < cfg.rtt_iterations + 5:
+                k += 1
+                mark = _marked(payload, k)
+                t0 = tx.send(payload)
+                end = time.monotonic() + (1.0 if len(lat) < 5 else 30.0)
+                got = None
+                while got is None and time.monotonic() < end:
+                    arr = rx.recv(max(0.0, end - time.monotonic()))
+                    if arr is not None and int(arr.reshape(-1)[0]) == mark:
+                        got = time.monotonic_ns()
+                    del arr
+                if got is None:
+                    misses += 1
+                    if misses > 20 or len(lat) >= 5:
+                        raise RuntimeError(f"echo lost message {k} ({n} bytes)")
+                    continue
+                lat.append((got - t0) / 1e3)
+                if time.monotonic() - start > cfg.max_seconds and len(lat) > 10:
+                    break
+            results[n] = lat[5:]  # the first round trips warm caches and connections
+            progress(f"{impl} rtt {n} B: median {statistics.median(results[n]):.1f} us")
+    finally:
+        procs.stop()
+        if rx is not None:
+            rx.close()
+        tx.close()
+    return results
+
+
+def run(cfg: BenchConfig, progress: Callable[[str], None] = lambda _m: None) -> BenchResult:
+    """Run every implementation in ``cfg.impls`` plus ``memcpy``; skip what cannot run."""
+    result = BenchResult()
+    run_id = f"{os.getpid()}"
+    for impl in ["memcpy", *cfg.impls]:
+        reason = None if impl == "memcpy" else unavailable(impl)
+        if reason is not None:
+            result.skipped[impl] = reason
+            progress(f"{impl}: skipped ({reason})")
+            continue
+        try:
+            result.broadcast[impl] = _broadcast(impl, cfg, run_id, progress)
+            if cfg.rtt_sizes:
+                rtt_impl = "coorp" if impl == "coorp_copy" else impl
+                if rtt_impl not in result.rtt:
+                    result.rtt[rtt_impl] = _rtt(rtt_impl, cfg, run_id, progress)
+        except Exception as exc:  # a baseline failing must not sink the whole run
+            result.broadcast.pop(impl, None)
+            result.skipped[impl] = f"failed: {type(exc).__name__}: {exc}"
+            progress(f"{impl}: failed ({exc})")
+    return result
