@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coorp import UsageError
 from coorp.control import Interval, SendTimeModel
@@ -210,3 +212,28 @@ def test_sends_must_be_in_time_order() -> None:
     m.observe(100)
     with pytest.raises(UsageError, match="send_ns=99"):
         m.observe(99)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    gaps=st.lists(st.integers(0, 200 * MS), min_size=1, max_size=120),
+    jump_after=st.integers(1, 40),
+    probe=st.integers(-50 * MS, 500 * MS),
+)
+def test_arbitrary_send_sequences_never_break_the_model(
+    gaps: list[int], jump_after: int, probe: int
+) -> None:
+    m = SendTimeModel(jump_after=jump_after, history=8, min_samples=3)
+    t = 10**12
+    for gap in gaps:
+        t += gap
+        m.observe(t)
+        if m.period_ns is not None:
+            assert m.period_ns >= 1
+            assert m.sigma_ns is not None and m.sigma_ns >= 50_000
+        after = t + probe
+        got = m.predict(after)
+        if got is not None:
+            assert got.start_ns <= got.end_ns
+            assert got.end_ns >= after
+            assert got.end_ns > t  # never the interval of a send already observed

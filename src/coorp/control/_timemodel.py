@@ -188,7 +188,7 @@ class SendTimeModel:
         assert p is not None and sigma is not None
         newest = self._history[-1][0]
         run = 1
-        for i in range(2, misses + 1):
+        for i in range(2, min(misses, len(self._history)) + 1):
             gap = newest - self._history[-i][0]
             if abs(gap - p * _round_div(gap, p)) > self._miss_sigmas * sigma:
                 break
