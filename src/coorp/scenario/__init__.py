@@ -18,11 +18,22 @@ from ._models import (
     Scenario,
     StationConfig,
 )
+from ._workload import (
+    CoorpOptions,
+    DrlcConfig,
+    MpcConfig,
+    PolicyOptions,
+    SchedWifiOptions,
+    SyncMode,
+    WorkloadConfig,
+)
 
 __all__ = [
     "AccessCategory",
     "BulkFlow",
+    "CoorpOptions",
     "DatagramFlow",
+    "DrlcConfig",
     "EdcaOverride",
     "Flow",
     "HwQueueConfig",
@@ -30,11 +41,16 @@ __all__ = [
     "LinkConfig",
     "LinkOverride",
     "MacConfig",
+    "MpcConfig",
     "PathLossConfig",
     "PhyConfig",
+    "PolicyOptions",
     "RetryPolicy",
     "Scenario",
+    "SchedWifiOptions",
     "StationConfig",
+    "SyncMode",
+    "WorkloadConfig",
     "load_scenario",
     "parse_scenario",
 ]

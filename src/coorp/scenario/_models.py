@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from coorp.phy import LEGACY_RATES_MBPS, GuardInterval, is_valid_vht_mcs, valid_vht_mcs
+from coorp.scenario._workload import PolicyOptions, WorkloadConfig
 
 __all__ = [
     "AccessCategory",
@@ -191,6 +192,8 @@ class Scenario(_Model):
     stations: list[StationConfig] = Field(min_length=2)
     links: LinkConfig = Field(default_factory=LinkConfig)
     flows: list[Flow] = Field(default_factory=list)
+    workload: WorkloadConfig | None = None
+    policy: PolicyOptions = Field(default_factory=PolicyOptions)
 
     @model_validator(mode="after")
     def _consistent(self) -> Scenario:
@@ -228,4 +231,27 @@ class Scenario(_Model):
                     )
             if f.src == f.dst:
                 raise ValueError(f"flows[{i}] ({f.name}) has src == dst = {f.src!r}")
+        if self.workload is not None:
+            w = self.workload
+            if w.leader not in known:
+                raise ValueError(
+                    f"workload.leader = {w.leader!r} is not a station; stations: {sorted(known)}"
+                )
+            for name in w.workers or []:
+                if name not in known or name == w.leader:
+                    raise ValueError(
+                        f"workload.workers contains {name!r}: must be a station other than "
+                        f"the leader; stations: {sorted(known)}"
+                    )
+            if w.workers is not None and not w.workers:
+                raise ValueError("workload.workers must not be empty")
         return self
+
+    @property
+    def workers(self) -> list[str]:
+        """The workload's workers (default: every station but the leader)."""
+        if self.workload is None:
+            return []
+        if self.workload.workers is not None:
+            return list(self.workload.workers)
+        return [s.name for s in self.stations if s.name != self.workload.leader]

@@ -72,6 +72,7 @@ class Simulation:
                 rng=self._py_rng(f"backoff:{cfg.name}"),
             )  # fmt: skip
             st.channel = self.channel
+            st.bulk_burst = scenario.mac.max_ampdu_mpdus
             st._next_pid = self._next_pid
             self.stations[cfg.name] = st
         self.flows: dict[str, FlowState] = {}

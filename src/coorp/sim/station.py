@@ -125,6 +125,9 @@ class Station:
         }
         self.ls_queue: deque[Packet] = deque()
         self.transfers: deque[BulkTransfer] = deque()
+        #: Packets one transfer may hand to the NIC before the next transfer's turn.
+        self.bulk_burst = 64
+        self._burst_used = 0
         self.edcafs: dict[AccessCategory, Edcaf] = {}
         self.hooks: DriverHooks = AdmitAll()
         self.channel: Channel | None = None
@@ -208,8 +211,10 @@ class Station:
         ls = self.ls_queue
         while ls and len(rings[ls[0].ac]) < cap:
             self._enqueue_hw(ls.popleft(), now)
-        be_ring = rings[AccessCategory.BE]
-        while self.transfers and not self._paused and len(be_ring) < cap:
+        transfers = self.transfers
+        # The ring the next bulk packet would join: its own category's (a bulk flow may
+        # use any category; checking the BE ring only would never stop for a VI flow).
+        while transfers and not self._paused and len(rings[transfers[0].flow.ac]) < cap:
             resume = self.hooks.admit_bulk(self, now)
             if resume is not None:
                 if resume <= now:
@@ -222,17 +227,21 @@ class Station:
             self._enqueue_hw(self._next_bulk_packet(), now)
 
     def _next_bulk_packet(self) -> Packet:
+        # Transfers take turns in bursts of up to one A-MPDU, as mac80211's per-station
+        # TXQs feed the driver: packet-by-packet round robin across destinations would
+        # leave nothing to aggregate.
         transfer = self.transfers[0]
         size = self.packet_bytes
+        self._burst_used += 1
         if transfer.remaining_bytes is not None:
             size = min(size, transfer.remaining_bytes)
             transfer.remaining_bytes -= size
             if transfer.remaining_bytes == 0:
                 self.transfers.popleft()
-            else:
-                self.transfers.rotate(-1)
-        else:
+                self._burst_used = 0
+        if self._burst_used >= self.bulk_burst and self.transfers and self.transfers[0] is transfer:
             self.transfers.rotate(-1)
+            self._burst_used = 0
         transfer.flow.sent_packets += 1
         return Packet(self._next_pid(), transfer.flow, size, transfer=transfer)
 

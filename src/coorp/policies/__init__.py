@@ -1,0 +1,30 @@
+"""Network policies for a simulated robot team, by name.
+
+``get_policy("coorp")`` returns the class; ``policy_names()`` lists what is registered.
+Shipped: ``edca``, ``schedwifi``, ``coorp``, ``coorp-global``, ``coorp-local``. To add
+one, subclass :class:`Policy` and decorate it with :func:`register_policy`
+(``docs/policies.md``); check it with :func:`coorp.testing.check_policy`.
+"""
+
+# Importing the modules registers the shipped policies, in this order.
+from coorp.policies import _coorp, _edca, _schedwifi  # noqa: F401
+from coorp.policies._base import Policy, Team
+from coorp.policies._coorp import CoorpGlobalPolicy, CoorpLocalPolicy, CoorpPolicy
+from coorp.policies._edca import EdcaPolicy
+from coorp.policies._hooks import GatedHooks
+from coorp.policies._registry import get_policy, policy_names, register_policy
+from coorp.policies._schedwifi import SchedWifiPolicy
+
+__all__ = [
+    "CoorpGlobalPolicy",
+    "CoorpLocalPolicy",
+    "CoorpPolicy",
+    "EdcaPolicy",
+    "GatedHooks",
+    "Policy",
+    "SchedWifiPolicy",
+    "Team",
+    "get_policy",
+    "policy_names",
+    "register_policy",
+]

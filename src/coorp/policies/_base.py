@@ -1,0 +1,65 @@
+"""What a policy is: a small object that wires ``coorp.control`` into a simulated team.
+
+A policy sees the team (:class:`Team`), installs driver hooks on the robots' stations,
+and decides how bulk transfers start (:meth:`Policy.send_bulk`). The workload never
+asks which policy is running; adding a policy is one module registered by name
+(see ``docs/policies.md``).
+"""
+
+from __future__ import annotations
+
+from abc import ABC
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from coorp.scenario import MpcConfig, PolicyOptions
+from coorp.sim import Simulation
+from coorp.sim.packets import FlowState
+
+__all__ = ["Policy", "Team"]
+
+
+@dataclass(frozen=True)
+class Team:
+    """The robots a policy coordinates, on one simulated channel."""
+
+    sim: Simulation
+    leader: str
+    workers: tuple[str, ...]
+    #: Names of the latency-sensitive (MPC) flows: what local preemption learns from.
+    ls_flows: frozenset[str]
+    mpc: MpcConfig | None
+    options: PolicyOptions
+
+    @property
+    def robots(self) -> tuple[str, ...]:
+        return (self.leader, *self.workers)
+
+
+class Policy(ABC):
+    """Base class of every policy. Subclasses set ``name`` and ``summary``.
+
+    ``install()`` runs once before traffic starts; ``send_bulk()`` is how the workload
+    starts every bulk transfer. The default is plain EDCA: no hooks, start at once.
+    """
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+
+    def __init__(self, team: Team) -> None:
+        self.team = team
+
+    def install(self) -> None:  # noqa: B027 - a hook with a meaningful default
+        """Install driver hooks and timers. Default: nothing (plain EDCA)."""
+
+    def send_bulk(
+        self, robot: str, flow: FlowState, nbytes: int, on_complete: Callable[[int], None]
+    ) -> None:
+        """Start a bulk transfer of ``nbytes`` on ``flow``; call ``on_complete(now_ns)``
+        once every byte is delivered."""
+        self.team.sim.start_transfer(flow, nbytes, lambda _t, now: on_complete(now))
+
+    def stats(self) -> dict[str, Any]:
+        """Counters worth reporting (JSON-able)."""
+        return {}

@@ -1,0 +1,213 @@
+"""COORP: coordinated preemption (paper §IV), and its two ablations.
+
+*Global preemption*: the leader's :class:`~coorp.control.GlobalController` lets at most
+``limit`` robots send bulk data at a time; requests, grants, revocations and releases
+travel over the simulated channel as small AC_VO datagrams (a robot that is the leader
+talks to the controller locally). *Local preemption*: every robot learns its own LS send
+times and its NIC's completion times and stops feeding bulk packets ahead of each
+protection window (Algorithm 2).
+
+``coorp-global`` keeps only the permits, ``coorp-local`` only the gate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any, ClassVar
+
+from coorp.control import (
+    BulkClient,
+    CompletionTimeTable,
+    Gate,
+    GlobalController,
+    Grant,
+    PermitUpdate,
+    ProtectionPlanner,
+)
+from coorp.policies._base import Policy
+from coorp.policies._hooks import GatedHooks, per_packet_estimate_ns
+from coorp.policies._registry import register_policy
+from coorp.scenario import AccessCategory
+from coorp.sim.events import Event
+from coorp.sim.packets import FlowState, Message
+from coorp.units import NS_PER_MS, s, us
+
+__all__ = ["CoorpGlobalPolicy", "CoorpLocalPolicy", "CoorpPolicy"]
+
+#: When to check whether a permit request was lost on the air (then it is sent again).
+REQUEST_RETRY_NS = 200 * NS_PER_MS
+
+
+@register_policy
+class CoorpPolicy(Policy):
+    name = "coorp"
+    summary = "coordinated preemption: one bulk sender at a time + local gate before LS sends"
+    use_permits: ClassVar[bool] = True
+    use_gate: ClassVar[bool] = True
+
+    def install(self) -> None:
+        team = self.team
+        sim = team.sim
+        opts = team.options.coorp
+        self.controller: GlobalController | None = None
+        self.clients: dict[str, BulkClient] = {}
+        self.gates: dict[str, Gate] = {}
+        self._active: dict[str, int] = dict.fromkeys(team.robots, 0)
+        self._tick_event: Event | None = None
+        self.messages_sent = 0
+        if self.use_permits:
+            self.controller = GlobalController(
+                team.robots, limit=opts.limit, timeslice_ns=s(opts.timeslice_s)
+            )
+            self.clients = {r: BulkClient(r) for r in team.robots}
+        for robot in team.robots:
+            gate = planner = None
+            if self.use_gate:
+                planner = ProtectionPlanner(
+                    margin_ns=us(opts.margin_us), confidence=opts.confidence
+                )
+                ctt = CompletionTimeTable(
+                    percentile=opts.ctt_percentile, default_ns=per_packet_estimate_ns(sim, robot)
+                )
+                gate = Gate(planner, ctt)
+                self.gates[robot] = gate
+            hooks = GatedHooks(
+                client=self.clients.get(robot), gate=gate, planner=planner, ls_flows=team.ls_flows
+            )
+            sim.set_hooks(robot, hooks)
+
+    # -- bulk transfers ------------------------------------------------------------------
+    def send_bulk(
+        self, robot: str, flow: FlowState, nbytes: int, on_complete: Callable[[int], None]
+    ) -> None:
+        sim = self.team.sim
+        self._active[robot] += 1
+
+        def done(_t: object, now: int) -> None:
+            self._active[robot] -= 1
+            on_complete(now)
+            if self._active[robot] == 0 and self.controller is not None:
+                self._finished(robot, now)
+
+        sim.start_transfer(flow, nbytes, done)
+        if self.controller is not None:
+            self._want(robot, sim.now_ns)
+
+    # -- robot side of Algorithm 1 -------------------------------------------------------
+    def _want(self, robot: str, now: int) -> None:
+        if self._active[robot] and self.clients[robot].want(now):
+            msg = self._to_leader(robot, lambda t: self._leader_request(robot, t))
+            if msg is not None:
+                self.team.sim.call_control_at(
+                    now + REQUEST_RETRY_NS, self._request_timeout, robot, msg
+                )
+
+    def _request_timeout(self, robot: str, msg: Message) -> None:
+        # The control channel is reliable (TCP-like): only a request the MAC dropped
+        # after all its retries is sent again.
+        client = self.clients[robot]
+        if msg.lost and client.requested:
+            now = self.team.sim.now_ns
+            client.on_request_lost(now)
+            self._want(robot, now)
+
+    def _on_grant(self, robot: str, grant: Grant, now: int) -> None:
+        client = self.clients[robot]
+        unwanted = client.on_grant(grant, now)
+        if unwanted is not None:
+            self._to_leader(robot, lambda t: self._leader_release(robot, unwanted, t))
+            return
+        expires = client.local_expires_ns
+        if expires is not None:
+            self.team.sim.call_control_at(expires, self._local_expiry, robot)
+        self.team.sim.station(robot).resume_bulk()
+
+    def _local_expiry(self, robot: str) -> None:
+        # The timeslice ended on the robot's clock: queue again if data remains.
+        self._want(robot, self.team.sim.now_ns)
+
+    def _on_revoke(self, robot: str, grant_id: int, now: int) -> None:
+        self.clients[robot].on_revoke(grant_id, now)
+        self._want(robot, now)
+
+    def _finished(self, robot: str, now: int) -> None:
+        grant_id = self.clients[robot].finished(now)
+        if grant_id is not None:
+            self._to_leader(robot, lambda t: self._leader_release(robot, grant_id, t))
+
+    # -- leader side ---------------------------------------------------------------------
+    def _leader_request(self, robot: str, now: int) -> None:
+        assert self.controller is not None
+        self._apply(self.controller.request(robot, now), now)
+
+    def _leader_release(self, robot: str, grant_id: int, now: int) -> None:
+        assert self.controller is not None
+        self._apply(self.controller.release(robot, grant_id, now), now)
+
+    def _tick(self) -> None:
+        self._tick_event = None
+        assert self.controller is not None
+        now = self.team.sim.now_ns
+        self._apply(self.controller.tick(now), now)
+
+    def _apply(self, update: PermitUpdate, now: int) -> None:
+        assert self.controller is not None
+        for g in update.revoked:
+            self._to_robot(g.robot, lambda t, g=g: self._on_revoke(g.robot, g.grant_id, t))
+        for g in update.granted:
+            self._to_robot(g.robot, lambda t, g=g: self._on_grant(g.robot, g, t))
+        deadline = self.controller.next_deadline_ns()
+        if self._tick_event is not None and (
+            deadline is None or self._tick_event.time_ns != deadline
+        ):
+            self._tick_event.cancel()
+            self._tick_event = None
+        if deadline is not None and self._tick_event is None:
+            self._tick_event = self.team.sim.call_control_at(max(deadline, now), self._tick)
+
+    # -- control messages over the air ---------------------------------------------------
+    def _to_leader(self, robot: str, deliver: Callable[[int], None]) -> Message | None:
+        return self._send(robot, self.team.leader, deliver)
+
+    def _to_robot(self, robot: str, deliver: Callable[[int], None]) -> Message | None:
+        return self._send(self.team.leader, robot, deliver)
+
+    def _send(self, src: str, dst: str, deliver: Callable[[int], None]) -> Message | None:
+        """A control message over the air; the leader talks to itself without one."""
+        sim = self.team.sim
+        if src == dst:
+            deliver(sim.now_ns)
+            return None
+        flow = sim.flow(f"permit:{src}->{dst}", src, dst, AccessCategory.VO, bulk=False)
+        self.messages_sent += 1
+        return sim.send_message(
+            flow,
+            self.team.options.coorp.permit_message_bytes,
+            on_delivered=lambda m: deliver(m.delivered_ns),
+        )
+
+    def stats(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"permit_messages": getattr(self, "messages_sent", 0)}
+        if getattr(self, "controller", None) is not None:
+            assert self.controller is not None
+            st = self.controller.stats
+            out["permits"] = asdict(st)
+        gates = getattr(self, "gates", {})
+        if gates:
+            out["gate"] = {r: asdict(g.stats) for r, g in gates.items()}
+        return out
+
+
+@register_policy
+class CoorpGlobalPolicy(CoorpPolicy):
+    name = "coorp-global"
+    summary = "COORP ablation: permits only (one bulk sender at a time), no local gate"
+    use_gate = False
+
+
+@register_policy
+class CoorpLocalPolicy(CoorpPolicy):
+    name = "coorp-local"
+    summary = "COORP ablation: local gate only, every robot sends bulk data at will"
+    use_permits = False

@@ -1,0 +1,89 @@
+"""Driver hooks shared by the gated policies: permit check, gate, time-model feed."""
+
+from __future__ import annotations
+
+from coorp.control import BulkClient, Gate, ProtectionPlanner
+from coorp.phy import MAX_PPDU_NS, SLOT_NS
+from coorp.scenario import AccessCategory
+from coorp.sim import FOREVER, DriverView, Simulation
+from coorp.sim.timing import aifs_ns, edca_params, mpdu_bytes, psdu_bytes
+
+__all__ = ["GatedHooks", "per_packet_estimate_ns"]
+
+
+def per_packet_estimate_ns(sim: Simulation, robot: str) -> int:
+    """What one bulk packet ahead in the NIC costs, before anything was measured.
+
+    Its share of one AC_BE channel access at the robot's slowest link: AIFS, a full
+    CWmin backoff and one exchange of the largest A-MPDU the MAC would build (a single
+    MPDU when BE aggregation is off), divided by the MPDUs it carries. The completion-
+    time table scales this with the queue depth until real samples replace it; it is
+    derived from the PHY/MAC parameters, never tuned to results.
+    """
+    st = sim.station(robot)
+    mac = sim.scenario.mac
+    be = edca_params(mac)[AccessCategory.BE]
+    mpdu = mpdu_bytes(sim.scenario.packet_bytes)
+    slowest = min(sim.links.mcs(st.idx, o.idx) for o in sim.stations.values() if o is not st)
+    per_ampdu = 1
+    if be.aggregation:
+        limit = min(mac.max_ampdu_bytes, sim.timing.max_psdu_bytes(slowest, MAX_PPDU_NS))
+        while per_ampdu < mac.max_ampdu_mpdus and psdu_bytes([mpdu] * (per_ampdu + 1)) <= limit:
+            per_ampdu += 1
+    data = sim.timing.data_ns(psdu_bytes([mpdu] * per_ampdu), slowest)
+    access = sim.timing.success_ns(data, block_ack=per_ampdu > 1, rts=False)
+    access += aifs_ns(be.aifsn) + be.cw_min * SLOT_NS
+    return -(-access // per_ampdu)
+
+
+class GatedHooks:
+    """One robot's virtual-preemption layer as seen by the simulated driver.
+
+    * ``client``: bulk packets flow only while the robot holds a permit (global
+      preemption); without one the bulk queue waits until the policy resumes it.
+    * ``gate``: Algorithm 2 against ``gate.planner``'s windows (local preemption, or
+      SchedWiFi's time-aware shaper).
+    * ``planner``: learns the robot's own LS send times (COORP's time model).
+    """
+
+    def __init__(
+        self,
+        *,
+        client: BulkClient | None = None,
+        gate: Gate | None = None,
+        planner: ProtectionPlanner | None = None,
+        ls_flows: frozenset[str] = frozenset(),
+    ) -> None:
+        self.client = client
+        self.gate = gate
+        self.planner = planner
+        self.ls_flows = ls_flows
+
+    def admit_bulk(self, station: DriverView, now_ns: int) -> int | None:
+        if self.client is not None and not self.client.may_send(now_ns):
+            return FOREVER
+        if self.gate is not None:
+            decision = self.gate.decide(now_ns, station.hw_queue_length())
+            if not decision.allow:
+                assert decision.resume_ns is not None
+                return max(decision.resume_ns, now_ns + 1)
+        return None
+
+    def on_ls_send(self, station: DriverView, flow: str, now_ns: int) -> None:
+        if self.planner is not None and flow in self.ls_flows:
+            self.planner.observe(flow, now_ns)
+
+    def on_hw_enqueue(
+        self, station: DriverView, pid: int, ac: AccessCategory, depth: int, now_ns: int
+    ) -> None:
+        if self.gate is not None and ac is AccessCategory.BE:
+            self.gate.on_enqueue(pid, now_ns, depth)
+
+    def on_hw_complete(
+        self, station: DriverView, pid: int, ac: AccessCategory, now_ns: int, delivered: bool
+    ) -> None:
+        if self.gate is not None and ac is AccessCategory.BE:
+            if delivered:
+                self.gate.on_complete(pid, now_ns)
+            else:
+                self.gate.on_discard(pid)

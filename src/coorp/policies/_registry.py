@@ -1,0 +1,40 @@
+"""The policy registry: names -> policy classes. No ``if policy == ...`` anywhere."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from coorp._errors import UsageError
+from coorp.policies._base import Policy
+
+__all__ = ["get_policy", "policy_names", "register_policy"]
+
+_REGISTRY: dict[str, type[Policy]] = {}
+P = TypeVar("P", bound=type[Policy])
+
+
+def register_policy(cls: P) -> P:
+    """Class decorator: make ``cls`` available as ``cls.name`` (names are unique)."""
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not name:
+        raise UsageError(f"{cls.__qualname__} must set a non-empty class attribute 'name'")
+    if not isinstance(getattr(cls, "summary", None), str):
+        raise UsageError(f"policy {name!r} must set a class attribute 'summary' (one line)")
+    existing = _REGISTRY.get(name)
+    if existing is not None and existing is not cls:
+        raise UsageError(f"policy name {name!r} is already registered by {existing.__qualname__}")
+    _REGISTRY[name] = cls
+    return cls
+
+
+def get_policy(name: str) -> type[Policy]:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise UsageError(
+            f"unknown policy {name!r}; available: {', '.join(policy_names())}"
+        ) from None
+
+
+def policy_names() -> list[str]:
+    return list(_REGISTRY)

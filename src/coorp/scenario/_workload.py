@@ -1,0 +1,91 @@
+"""Scenario sections for the coordinated-robotic-learning workload and policy options.
+
+Plain data: the ``[workload]`` section says what the robots do (the MPC loop and DRLC
+epochs, paper §III-A and §VI); ``[policy]`` holds the tunables of the shipped policies.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["CoorpOptions", "DrlcConfig", "MpcConfig", "PolicyOptions", "SchedWifiOptions",
+           "SyncMode", "WorkloadConfig"]  # fmt: skip
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SyncMode(StrEnum):
+    """Parameter synchronisation of data-parallel training."""
+
+    BSP = "bsp"
+    """Bulk-synchronous: an epoch ends when every worker has the new model."""
+    SSP = "ssp"
+    """Stale-synchronous, staleness 1: the next epoch's data may flow while the model of
+    the current epoch is still being disseminated."""
+    ASP = "asp"
+    """Asynchronous: every worker cycles on its own; the leader answers each update."""
+
+
+class MpcConfig(_Model):
+    """Multi-view perception-control loop: perceptions to the leader, controls back."""
+
+    enabled: bool = True
+    period_us: float = Field(33_333.3, gt=0)
+    jitter_us: float = Field(500.0, ge=0, description="std. dev. of each worker's send jitter")
+    perception_bytes: int = Field(12_288, gt=0)
+    control_bytes: int = Field(1_024, gt=0)
+    inference_us: float = Field(5_000.0, ge=0)
+    deadline_us: float = Field(33_000.0, gt=0, description="reaction-time bound")
+    loop_timeout_us: float = Field(
+        1_000_000.0, gt=0, description="a loop not finished by then is abandoned (a miss)"
+    )
+    start_us: float = Field(100_000.0, ge=0)
+
+
+class DrlcConfig(_Model):
+    """Distributed RL: data dissemination, training, parameter synchronisation."""
+
+    enabled: bool = True
+    sync: SyncMode = SyncMode.BSP
+    batch_items: int = Field(64, gt=0, description="data items (one per MPC loop) per epoch")
+    item_bytes: int | None = Field(
+        None, gt=0, description="one data item; default: all perceptions + controls of a loop"
+    )
+    train_us: float = Field(500_000.0, ge=0, description="compute time per worker per epoch")
+    param_bytes: int = Field(40_000_000, gt=0, description="parameter update / model size")
+
+
+class WorkloadConfig(_Model):
+    leader: str
+    workers: list[str] | None = Field(None, description="default: every station but the leader")
+    mpc: MpcConfig = Field(default_factory=MpcConfig)
+    drlc: DrlcConfig = Field(default_factory=DrlcConfig)
+
+
+class CoorpOptions(_Model):
+    """COORP's tunables (paper §IV); defaults follow the paper."""
+
+    limit: int = Field(1, ge=1, description="concurrent bulk senders (LIMIT)")
+    timeslice_s: float = Field(5.0, gt=0)
+    margin_us: float = Field(2_000.0, ge=0, description="protection-window extension")
+    confidence: float = Field(0.95, gt=0, lt=1)
+    ctt_percentile: float = Field(95.0, gt=0, le=100)
+    permit_message_bytes: int = Field(64, gt=0, description="request/grant/release size")
+
+
+class SchedWifiOptions(_Model):
+    """SchedWiFi's tunables (paper Eq. 4)."""
+
+    retries: int = Field(7, ge=0)
+    tx_ack_us: float = Field(30.0, ge=0)
+    clock_skew_us: float = Field(50.0, ge=0, description="pads every window at both ends")
+    ctt_percentile: float = Field(95.0, gt=0, le=100)
+
+
+class PolicyOptions(_Model):
+    coorp: CoorpOptions = Field(default_factory=CoorpOptions)
+    schedwifi: SchedWifiOptions = Field(default_factory=SchedWifiOptions)
