@@ -1,0 +1,319 @@
+"""Golden equivalence: the simulator computes exactly what it computed before a refactor.
+
+This is the one place in the test suite where a stored expected value is legitimate. The
+digests in ``golden_digests.json`` were computed from the simulator *before* its
+performance work (run-length packets, batched delivery, ...); they pin its behaviour
+across that refactor: for a fixed scenario and seed, the exchange trace, every flow's
+counters, every station's counters, the channel counters, the message table, the LS
+hardware-queue depths and (for the hooks case) the exact sequence of driver-hook calls
+must stay bit-identical. They say nothing about whether the behaviour is *right* (other
+tests in ``tests/sim`` do that); they only say it did not change.
+
+A digest may only be regenerated when a change is *meant* to alter results (e.g. a
+modelling fix, or a different random-draw order), with the owner's agreement, and the
+reason recorded in the commit message. Regenerate with::
+
+    COORP_REGEN_GOLDEN=1 .venv/bin/pytest -q tests/sim/test_golden_equivalence.py
+
+``events_processed`` and ``wall_s`` are implementation metrics and are not pinned.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coorp.scenario import AccessCategory, parse_scenario
+from coorp.sim import FOREVER, DriverView, SimResult, Simulation, simulate
+
+GOLDEN = Path(__file__).with_name("golden_digests.json")
+REGEN = os.environ.get("COORP_REGEN_GOLDEN") == "1"
+
+
+def _scenario(name: str, **kw: Any) -> Any:
+    return parse_scenario({"name": name, **kw})
+
+
+def _stations(n: int, spacing: float = 0.0) -> list[dict[str, Any]]:
+    return [{"name": "ap", "position_m": [0.0, 0.0]}] + [
+        {"name": f"s{i}", "position_m": [spacing * (i + 1), 0.0]} for i in range(n)
+    ]
+
+
+# -- the scenarios ---------------------------------------------------------------------
+def _per_ac_saturation() -> Any:
+    """5 saturated uplinks, per-AC rings, A-MPDU, TCP acks: the default shape."""
+    return _scenario(
+        "per-ac-saturation",
+        stations=_stations(5),
+        flows=[{"kind": "bulk", "name": f"b{i}", "src": f"s{i}", "dst": "ap"} for i in range(5)],
+    )
+
+
+def _crowd_40() -> Any:
+    """40 saturated uplinks: the large benchmark shape."""
+    return _scenario(
+        "crowd-40",
+        stations=_stations(40),
+        flows=[{"kind": "bulk", "name": f"b{i}", "src": f"s{i}", "dst": "ap"} for i in range(40)],
+    )
+
+
+def _shared_ring_ls() -> Any:
+    """Shared ring: periodic jittered VO perceptions behind bulk data, control replies."""
+    return _scenario(
+        "shared-ring-ls",
+        hw_queue={"mode": "shared", "capacity_packets": 64},
+        stations=_stations(2, 5.0),
+        flows=[
+            {"kind": "bulk", "name": "b0", "src": "s0", "dst": "ap"},
+            {"kind": "bulk", "name": "b1", "src": "s1", "dst": "ap", "start_us": 20_000},
+            {"kind": "datagram", "name": "perc0", "src": "s0", "dst": "ap",
+             "size_bytes": 12288, "period_us": 33333.3, "jitter_us": 500},
+            {"kind": "datagram", "name": "perc1", "src": "s1", "dst": "ap",
+             "size_bytes": 12288, "period_us": 33333.3, "jitter_us": 500, "start_us": 7000},
+            {"kind": "datagram", "name": "ctl", "src": "ap", "dst": "s0", "size_bytes": 1000,
+             "times_us": [40_000.0, 90_000.0, 91_000.0, 150_000.0]},
+        ],
+    )  # fmt: skip
+
+
+def _rts_finite_vi() -> Any:
+    """RTS/CTS for long PSDUs, finite transfers (with and without TCP acks), VI TXOPs."""
+    return _scenario(
+        "rts-finite-vi",
+        mac={"rts_threshold_bytes": 4000, "max_ampdu_mpdus": 32},
+        stations=_stations(4),
+        flows=[
+            {"kind": "bulk", "name": "f0", "src": "s0", "dst": "ap", "total_bytes": 3_000_000},
+            {"kind": "bulk", "name": "f1", "src": "s1", "dst": "ap", "total_bytes": 1_234_567,
+             "tcp_acks": False, "start_us": 5000},
+            {"kind": "bulk", "name": "down", "src": "ap", "dst": "s2", "total_bytes": 2_000_000},
+            {"kind": "bulk", "name": "vid", "src": "s3", "dst": "ap", "category": "VI"},
+            {"kind": "datagram", "name": "vo", "src": "s2", "dst": "ap", "size_bytes": 6000,
+             "period_us": 10_000},
+        ],
+    )  # fmt: skip
+
+
+def _ns3_retry_crowd() -> Any:
+    """10 contending stations, ns-3 BlockAckReq retry policy, low retry limit: drops."""
+    return _scenario(
+        "ns3-retry-crowd",
+        mac={"retry_policy": "ns3", "retry_limit": 2,
+             "edca": {"BE": {"cw_min": 7, "cw_max": 63}}},
+        hw_queue={"mode": "per_ac", "capacity_packets": 48},
+        stations=_stations(10),
+        flows=[{"kind": "bulk", "name": f"b{i}", "src": f"s{i}", "dst": "ap"} for i in range(9)]
+        + [{"kind": "bulk", "name": "b9", "src": "s9", "dst": "ap", "total_bytes": 900_000}]
+        + [{"kind": "datagram", "name": "vo3", "src": "s3", "dst": "ap", "size_bytes": 3000,
+            "period_us": 5000, "jitter_us": 300}],
+    )  # fmt: skip
+
+
+def _packet_errors_distance() -> Any:
+    """Distance-based MCS with packet errors: partial A-MPDU failures, requeues."""
+    return _scenario(
+        "packet-errors-distance",
+        links={"mode": "distance", "packet_errors": True},
+        mac={"retry_limit": 3},
+        stations=[
+            {"name": "ap", "position_m": [0.0, 0.0]},
+            {"name": "near", "position_m": [5.0, 0.0]},
+            {"name": "mid", "position_m": [12.0, 0.0]},
+            {"name": "far", "position_m": [25.0, 13.2]},
+            {"name": "edge", "position_m": [43.0, 0.0]},
+        ],
+        flows=[
+            {"kind": "bulk", "name": "near-up", "src": "near", "dst": "ap"},
+            {"kind": "bulk", "name": "mid-up", "src": "mid", "dst": "ap",
+             "total_bytes": 2_500_000},
+            {"kind": "bulk", "name": "far-up", "src": "far", "dst": "ap",
+             "total_bytes": 3_000_000},
+            {"kind": "bulk", "name": "edge-down", "src": "ap", "dst": "edge"},
+            {"kind": "datagram", "name": "edge-vo", "src": "edge", "dst": "ap",
+             "size_bytes": 12288, "period_us": 20_000},
+        ],
+    )  # fmt: skip
+
+
+def _no_aggregation_shared() -> Any:
+    """Aggregation off for BE, shared ring, datagrams in BE/VI/VO, many small MPDUs."""
+    return _scenario(
+        "no-aggregation-shared",
+        packet_bytes=1000,
+        mac={"edca": {"BE": {"aggregation": False}, "VO": {"aggregation": True}}},
+        hw_queue={"mode": "shared", "capacity_packets": 16},
+        stations=_stations(3, 2.0),
+        flows=[
+            {"kind": "bulk", "name": "b0", "src": "s0", "dst": "ap", "total_bytes": 400_000},
+            {"kind": "bulk", "name": "b1", "src": "s1", "dst": "s2"},
+            {"kind": "bulk", "name": "bk", "src": "s2", "dst": "ap", "category": "BK"},
+            {"kind": "datagram", "name": "vo", "src": "s0", "dst": "ap", "size_bytes": 5000,
+             "period_us": 7000},
+            {"kind": "datagram", "name": "vi", "src": "ap", "dst": "s1", "size_bytes": 20000,
+             "period_us": 25000, "category": "VI"},
+            {"kind": "datagram", "name": "be", "src": "s1", "dst": "ap", "size_bytes": 300,
+             "times_us": [1000.0, 1000.0, 2500.0, 60_000.0], "category": "BE"},
+        ],
+    )  # fmt: skip
+
+
+class _RecordingGate:
+    """A policy exercising every hook: pauses on a fixed pattern, records every call."""
+
+    def __init__(self, log: list[tuple[Any, ...]], period_ns: int, full: int) -> None:
+        self.log = log
+        self.period = period_ns
+        self.full = full
+
+    def admit_bulk(self, station: DriverView, now_ns: int) -> int | None:
+        depth = station.hw_queue_length()
+        self.log.append(("admit", station.name, now_ns, depth, station.bulk_backlog))
+        phase = now_ns % self.period
+        if phase < self.period // 4:
+            return now_ns - phase + self.period // 4
+        if depth > self.full:
+            return FOREVER
+        return None
+
+    def on_ls_send(self, station: DriverView, flow: str, now_ns: int) -> None:
+        self.log.append(("ls", station.name, flow, now_ns))
+
+    def on_hw_enqueue(
+        self, station: DriverView, pid: int, ac: AccessCategory, depth: int, now_ns: int
+    ) -> None:
+        self.log.append(("enq", station.name, pid, ac.value, depth, now_ns))
+
+    def on_hw_complete(
+        self, station: DriverView, pid: int, ac: AccessCategory, now_ns: int, delivered: bool
+    ) -> None:
+        self.log.append(("done", station.name, pid, ac.value, now_ns, delivered))
+
+
+def _run_hooks_api() -> tuple[SimResult, list[tuple[Any, ...]]]:
+    """The programmable API: hooks on some stations, messages, transfers, timers."""
+    sc = _scenario(
+        "hooks-api",
+        hw_queue={"mode": "shared", "capacity_packets": 64},
+        stations=_stations(3, 4.0),
+        flows=[{"kind": "bulk", "name": "bg", "src": "s2", "dst": "ap"}],
+    )
+    sim = Simulation(sc, seed=7, trace=True)
+    log: list[tuple[Any, ...]] = []
+    sim.set_hooks("s0", _RecordingGate(log, 3_000_000, 40))
+    sim.set_hooks("ap", _RecordingGate(log, 5_000_000, 56))
+    up = sim.flow("up", "s0", "ap", AccessCategory.BE, bulk=True)
+    down = sim.flow("down", "ap", "s1", AccessCategory.BE, bulk=True, tcp_acks=False)
+    side = sim.flow("side", "s1", "ap", AccessCategory.BE, bulk=True)
+    perc = sim.flow("perc", "s0", "ap", AccessCategory.VO, bulk=False)
+    cmd = sim.flow("cmd", "ap", "s0", AccessCategory.VO, bulk=False)
+
+    def done(t: Any, now: int) -> None:
+        log.append(("transfer-done", t.flow.name, now, t.delivered_bytes))
+        if t.flow is down and now < 150_000_000:
+            sim.start_transfer(down, 30_000, done)
+
+    def delivered(msg: Any) -> None:
+        log.append(("msg", msg.flow.name, msg.msg_id, msg.delivered_ns, msg.first_depth))
+        if msg.flow is perc:
+            sim.send_message(cmd, 1000, delivered)
+
+    def tick(k: int) -> None:
+        sim.send_message(perc, 12288, delivered)
+        st = sim.station("s1")
+        if k % 3 == 0:
+            st.pause_bulk(sim.now_ns + 2_000_000)
+        elif k % 3 == 1:
+            st.pause_bulk(None)
+            sim.call_control_at(sim.now_ns + 1_500_000, st.resume_bulk)
+        if k % 4 == 0:
+            sim.station("s0").resume_bulk()
+        elif k % 4 == 2:
+            sim.station("ap").resume_bulk()
+        if k < 200:
+            sim.call_at(sim.now_ns + 1_000_000 * (7 + k % 5), tick, k + 1)
+
+    sim.call_at(0, sim.start_transfer, up, None)
+    sim.call_at(1_000_000, sim.start_transfer, down, 50_000, done)
+    sim.call_at(2_000_000, sim.start_transfer, side, 2_000_000, done)
+    sim.call_at(3_000_000, tick, 0)
+    return sim.run(250_000_000), log
+
+
+# -- digests ---------------------------------------------------------------------------
+def _canon(x: Any) -> Any:
+    if hasattr(x, "tolist"):
+        return x.tolist()
+    if isinstance(x, dict):
+        return {str(k): _canon(v) for k, v in sorted(x.items())}
+    if isinstance(x, list | tuple):
+        return [_canon(v) for v in x]
+    if hasattr(x, "__slots__"):
+        return {k: _canon(getattr(x, k)) for k in x.__slots__}
+    return x
+
+
+_CHANNEL_COUNTERS = (
+    "busy_ns", "success_ns", "failure_ns", "exchanges", "collisions", "internal_collisions",
+    "bar_exchanges", "per_failures",
+)  # fmt: skip
+
+
+def digest(r: SimResult, extra: Any = None) -> str:
+    ch = r.channel
+    state = {
+        "trace": _canon(r.trace),
+        "flows": _canon(r.flows),
+        "stations": _canon(r.stations),
+        "channel": {k: getattr(ch, k) for k in _CHANNEL_COUNTERS},
+        "messages": _canon(r.messages),
+        "ls_hw_depths": _canon(r.ls_hw_depths),
+        "extra": _canon(extra),
+    }
+    text = json.dumps(state, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+CASES = {
+    "per-ac-saturation": lambda: digest(simulate(_per_ac_saturation(), seed=1,
+                                                 duration_ns=300_000_000, trace=True)),
+    "crowd-40": lambda: digest(simulate(_crowd_40(), seed=11, duration_ns=200_000_000,
+                                        trace=True)),
+    "shared-ring-ls": lambda: digest(simulate(_shared_ring_ls(), seed=2,
+                                              duration_ns=400_000_000, trace=True)),
+    "rts-finite-vi": lambda: digest(simulate(_rts_finite_vi(), seed=3,
+                                             duration_ns=300_000_000, trace=True)),
+    "ns3-retry-crowd": lambda: digest(simulate(_ns3_retry_crowd(), seed=4,
+                                               duration_ns=300_000_000, trace=True)),
+    "packet-errors-distance": lambda: digest(simulate(_packet_errors_distance(), seed=5,
+                                                      duration_ns=400_000_000, trace=True)),
+    "no-aggregation-shared": lambda: digest(simulate(_no_aggregation_shared(), seed=6,
+                                                     duration_ns=200_000_000, trace=True)),
+    "hooks-api": lambda: digest(*_run_hooks_api()),
+}  # fmt: skip
+
+
+def _stored() -> dict[str, str]:
+    return json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
+
+
+@pytest.fixture(scope="module")
+def stored() -> dict[str, str]:
+    if REGEN:
+        fresh = {name: case() for name, case in CASES.items()}
+        GOLDEN.write_text(json.dumps(fresh, indent=2, sort_keys=True) + "\n")
+    return _stored()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_golden_digest(name: str, stored: dict[str, str]) -> None:
+    assert name in stored, f"no golden digest for {name}; see the module docstring"
+    assert CASES[name]() == stored[name], (
+        f"{name}: simulator results changed (trace, counters, messages or hook calls)"
+    )
