@@ -25,7 +25,12 @@ app = typer.Typer(
 )
 
 #: Modules that contribute commands; each defines ``register(app: typer.Typer) -> None``.
-COMMAND_MODULES = ("coorp.cli._simulate", "coorp.cli._bench", "coorp.cli._runtime")
+COMMAND_MODULES = (
+    "coorp.cli._simulate",
+    "coorp.cli._compare",
+    "coorp.cli._bench",
+    "coorp.cli._runtime",
+)
 
 for _name in COMMAND_MODULES:
     importlib.import_module(_name).register(app)

@@ -8,7 +8,6 @@ now would still be on air when the next LS message arrives.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from fractions import Fraction
 
@@ -59,6 +58,7 @@ class CompletionTimeTable:
         self._rings: dict[int, deque[int]] = {}
         # query() runs on every dequeue decision; recording is rarer, so cache answers.
         self._cache: dict[int, int] = {}
+        self._fallbacks: set[int] = set()
 
     @property
     def max_depth(self) -> int:
@@ -86,8 +86,13 @@ class CompletionTimeTable:
         if ring is None:
             ring = self._rings[d] = deque(maxlen=self._samples_per_depth)
         ring.append(duration_ns)
-        # Fallback answers of other depths may depend on this ring.
-        self._cache.clear()
+        # Only this depth's answer and fallback answers (depths with no ring, which
+        # borrow from neighbours) can change; sampled depths keep their cache.
+        self._cache.pop(d, None)
+        if self._fallbacks:
+            for k in self._fallbacks:
+                self._cache.pop(k, None)
+            self._fallbacks.clear()
 
     def query(self, depth: int) -> int:
         """``percentile(CTT[depth], p_prot)`` in ns, rounded up; see the class docstring
@@ -96,6 +101,8 @@ class CompletionTimeTable:
         cached = self._cache.get(d)
         if cached is None:
             cached = self._cache[d] = self._compute(d)
+            if d not in self._rings:
+                self._fallbacks.add(d)
         return cached
 
     def _compute(self, d: int) -> int:
@@ -119,10 +126,12 @@ class CompletionTimeTable:
 
 def _percentile_ceil(values: list[int], percentile: float) -> int:
     # numpy.percentile's default ("linear") rule: interpolate between order statistics
-    # at rank (n − 1)·P/100. Exact rationals, rounded up, so the answer never undercuts
-    # the true percentile by a float rounding error.
-    rank = (len(values) - 1) * Fraction(percentile) / 100
-    lo = math.floor(rank)
+    # at rank (n − 1)·P/100. Integer arithmetic on the exact rational P, rounded up, so
+    # the answer never undercuts the true percentile by a float rounding error.
+    p = Fraction(percentile) / 100
+    num = (len(values) - 1) * p.numerator
+    den = p.denominator
+    lo = num // den
     hi = min(lo + 1, len(values) - 1)
-    exact = values[lo] + (values[hi] - values[lo]) * (rank - lo)
-    return math.ceil(exact)
+    rest = num - lo * den
+    return values[lo] + -((-(values[hi] - values[lo]) * rest) // den)

@@ -89,6 +89,9 @@ def first_window(
     return Interval(start, window_end)
 
 
+_FOREVER_NS = 2**63 - 1
+
+
 class ProtectionPlanner:
     """The preemption controller of one robot: a time model per LS flow, merged PWs.
 
@@ -112,6 +115,9 @@ class ProtectionPlanner:
         self._margin_ns = margin_ns
         self._model_kwargs = dict(model_kwargs)
         self._models: dict[str, SendTimeModel] = {}
+        # (models version, valid from, valid through, answer): see next_window.
+        self._version = 0
+        self._cached: tuple[int, int, int, Interval | None] | None = None
 
     @property
     def margin_ns(self) -> int:
@@ -127,6 +133,7 @@ class ProtectionPlanner:
         if model is None:
             model = self._models[flow] = SendTimeModel(**self._model_kwargs)
         model.observe(send_ns)
+        self._version += 1
 
     def model(self, flow: str) -> SendTimeModel:
         try:
@@ -137,10 +144,23 @@ class ProtectionPlanner:
     def forget(self, flow: str) -> None:
         """Stop protecting ``flow`` (unknown flows are ignored)."""
         self._models.pop(flow, None)
+        self._version += 1
 
     def next_window(self, now_ns: int) -> Interval | None:
-        """The PW ``[t1, t2]`` containing ``now_ns``, else the next one, else None."""
-        return first_window([m.predict for m in self._models.values()], now_ns, self._margin_ns)
+        """The PW ``[t1, t2]`` containing ``now_ns``, else the next one, else None.
+
+        The gate asks this for every bulk packet, so the answer is reused while it
+        cannot change: with no new observation, every flow's chosen interval ends at
+        or after ``t1``, so for any later ``now <= t1`` each flow predicts the same
+        interval (and a flow with no prediction still has none).
+        """
+        c = self._cached
+        if c is not None and c[0] == self._version and c[1] <= now_ns <= c[2]:
+            return c[3]
+        window = first_window([m.predict for m in self._models.values()], now_ns, self._margin_ns)
+        through = window.start_ns if window is not None else _FOREVER_NS
+        self._cached = (self._version, now_ns, max(through, now_ns), window)
+        return window
 
 
 def _checked(interval: Interval) -> Interval:

@@ -1,0 +1,172 @@
+"""``coorp compare``: every policy on the same scenario and seed, side by side.
+
+Runs are independent processes (``jobs`` at a time); each returns only what the report
+needs, so results do not depend on ``jobs``. The BH-only run (MPC off, plain EDCA) is
+the bandwidth reference for utilization; epoch times are also given relative to EDCA
+when EDCA is among the policies.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from coorp._errors import UsageError
+from coorp.policies import get_policy
+from coorp.scenario import Scenario
+from coorp.workload import run_crl
+
+__all__ = ["BH_ONLY", "Comparison", "PolicyRun", "compare"]
+
+#: Name of the reference run in reports.
+BH_ONLY = "bh-only"
+
+
+@dataclass(frozen=True)
+class PolicyRun:
+    """What the report keeps of one run."""
+
+    name: str
+    metrics: dict[str, Any]
+    reaction_ms: np.ndarray
+    ls_hw_depths: np.ndarray
+    policy_stats: dict[str, Any]
+    wall_s: float
+    events: int
+
+
+def _run_one(
+    scenario: Scenario, policy: str, seed: int, duration_ns: int | None, source: str
+) -> PolicyRun:
+    bh_only = policy == BH_ONLY
+    r = run_crl(
+        scenario, "edca" if bh_only else policy, seed=seed, duration_ns=duration_ns,
+        bh_only=bh_only, source=source,
+    )  # fmt: skip
+    return PolicyRun(
+        name=policy, metrics=r.metrics(), reaction_ms=r.reaction_ns / 1e6,
+        ls_hw_depths=r.ls_hw_depths, policy_stats=r.policy_stats, wall_s=r.sim.wall_s,
+        events=r.sim.events_processed,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Comparison:
+    scenario: str
+    seed: int
+    duration_s: float
+    deadline_ms: float
+    runs: dict[str, PolicyRun]
+    reference: PolicyRun
+
+    @property
+    def policies(self) -> list[str]:
+        return list(self.runs)
+
+    def utilization(self, name: str) -> float:
+        ref = self.reference.metrics["bh_mbps"]
+        return self.runs[name].metrics["bh_mbps"] / ref if ref > 0 else math.nan
+
+    def epoch_vs_edca(self, name: str) -> float:
+        if "edca" not in self.runs:
+            return math.nan
+        base = self.runs["edca"].metrics["epoch_s"]
+        return self.runs[name].metrics["epoch_s"] / base if base > 0 else math.nan
+
+    def to_json(self) -> dict[str, Any]:
+        """The stable JSON shape other tools read (NaN becomes null)."""
+        out: dict[str, Any] = {"scenario": self.scenario, "seed": self.seed, "policies": {}}
+        for name, run in self.runs.items():
+            m = run.metrics
+            out["policies"][name] = _clean({
+                "violation_rate": m["violation_rate"],
+                "reaction_ms": m["reaction_ms"],
+                "ls_latency_ms": m["ls_latency_ms"],
+                "bh_mbps": m["bh_mbps"],
+                "utilization": self.utilization(name),
+                "epoch_s": m["epoch_s"],
+                "epoch_vs_edca": self.epoch_vs_edca(name),
+                "loops": m["loops"],
+                "epochs": m["epochs"],
+                "lag_ms_max": m["lag_ms_max"],
+            })  # fmt: skip
+        out["reference"] = _clean({"name": BH_ONLY, "bh_mbps": self.reference.metrics["bh_mbps"],
+                                   "epoch_s": self.reference.metrics["epoch_s"]})  # fmt: skip
+        out["duration_s"] = self.duration_s
+        out["deadline_ms"] = self.deadline_ms
+        return out
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One flat row per policy (for CSV)."""
+        rows = []
+        for name, block in self.to_json()["policies"].items():
+            row: dict[str, Any] = {"policy": name}
+            for k, v in block.items():
+                if isinstance(v, dict):
+                    row.update({f"{k}_{q}": x for q, x in v.items()})
+                else:
+                    row[k] = v
+            rows.append(row)
+        return rows
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def compare(
+    scenario: Scenario,
+    policies: Sequence[str],
+    *,
+    seed: int | None = None,
+    duration_ns: int | None = None,
+    jobs: int = 1,
+    source: str = "<scenario>",
+    on_done: Callable[[PolicyRun], None] | None = None,
+) -> Comparison:
+    """Run ``policies`` (registered names) and the BH-only reference on one scenario."""
+    if scenario.workload is None:
+        raise UsageError(f"{source} has no [workload] section; coorp compare needs one")
+    if not policies:
+        raise UsageError("give at least one policy")
+    for name in policies:
+        get_policy(name)  # fail fast with the list of known names
+    if len(set(policies)) != len(policies):
+        raise UsageError(f"policies listed twice: {list(policies)}")
+    if jobs < 1:
+        raise UsageError(f"--jobs must be >= 1, got {jobs}")
+    seed = scenario.seed if seed is None else seed
+    names = [*policies, BH_ONLY]
+    done: dict[str, PolicyRun] = {}
+    if jobs == 1:
+        for name in names:
+            done[name] = _run_one(scenario, name, seed, duration_ns, source)
+            if on_done is not None:
+                on_done(done[name])
+    else:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(names))) as pool:
+            futures = {
+                pool.submit(_run_one, scenario, name, seed, duration_ns, source): name
+                for name in names
+            }
+            for fut in as_completed(futures):
+                run = fut.result()
+                done[run.name] = run
+                if on_done is not None:
+                    on_done(run)
+    duration_s = duration_ns / 1e9 if duration_ns is not None else scenario.duration_s
+    assert scenario.workload is not None
+    return Comparison(
+        scenario=scenario.name, seed=seed, duration_s=duration_s,
+        deadline_ms=scenario.workload.mpc.deadline_us / 1000,
+        runs={n: done[n] for n in policies}, reference=done[BH_ONLY],
+    )  # fmt: skip
