@@ -147,12 +147,12 @@ def _broadcast(impl: str, cfg: BenchConfig, run_id: str,
         for n in cfg.sizes:
             src, dst = np.ones(n, np.uint8), np.zeros(n, np.uint8)
             np.copyto(dst, src)
-            lat = []
+            copies = []
             for _ in range(cfg.iterations):
                 t0 = time.monotonic_ns()
                 np.copyto(dst, src)
-                lat.append((time.monotonic_ns() - t0) / 1e6)
-            results[n] = lat
+                copies.append((time.monotonic_ns() - t0) / 1e6)
+            results[n] = copies
         return results
     procs = _Procs()
     tx = make_sender(impl, run_id, "bcast", cfg.subscribers, max_bytes)
@@ -211,13 +211,13 @@ def _rtt(impl: str, cfg: BenchConfig, run_id: str,
     if impl == "memcpy":
         for n in cfg.rtt_sizes:
             a, b = np.ones(n, np.uint8), np.zeros(n, np.uint8)
-            lat = []
+            copies = []
             for _ in range(cfg.rtt_iterations):
                 t0 = time.monotonic_ns()
                 np.copyto(b, a)
                 np.copyto(a, b)
-                lat.append((time.monotonic_ns() - t0) / 1e3)
-            results[n] = lat
+                copies.append((time.monotonic_ns() - t0) / 1e3)
+            results[n] = copies
         return results
     procs = _Procs()
     tx = make_sender(impl, run_id, "ping", 1, max_bytes)

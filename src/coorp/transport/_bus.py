@@ -79,8 +79,8 @@ class Bus:
             raise TransportClosedError(f"bus {self.name!r} is closed")
         known = self._topics.get(topic.name)
         if known is None:
-            self._topics[topic.name] = topic
-        elif known.type_id != topic.type_id:
+            return
+        if known.type_id != topic.type_id:
             raise TopicTypeMismatchError(topic.name, known.type_name, topic.type_name)
         elif known != topic:
             raise UsageError(f"topic {topic.name!r} is declared twice with different "
@@ -95,6 +95,7 @@ class Bus:
         with self._lock:
             self._declare(topic)
             pub = Publisher(self, topic, self._uid())
+            self._topics.setdefault(topic.name, topic)
             self._pubs.setdefault(topic.name, []).append(pub)
             return pub
 
@@ -116,6 +117,7 @@ class Bus:
             uid = (self.id << 16) ^ self._uid()
             sub = Subscriber(self, topic, depth=depth, deadline=deadline,
                              on_deadline_miss=on_deadline_miss, uid=uid & (2**64 - 1))
+            self._topics.setdefault(topic.name, topic)
             first = not self._subs.get(topic.name)
             self._subs.setdefault(topic.name, []).append(sub)
         if first and self.network is not None and not topic.allow_pickle:

@@ -20,6 +20,7 @@ codec):
 
 from __future__ import annotations
 
+import math
 import pickle
 from dataclasses import dataclass
 from typing import Any
@@ -76,20 +77,27 @@ def as_bytes_view(obj: Any) -> memoryview:
     return view.cast("B") if view.format != "B" or view.ndim != 1 else view
 
 
-def _descr(dtype: np.dtype[Any]) -> Any:
-    if dtype.hasobject:
-        raise UnsupportedPayloadError(
-            f"numpy arrays of dtype {dtype} hold Python objects and cannot be shared; "
-            f"use a numeric or structured dtype"
-        )
-    return np.lib.format.dtype_to_descr(dtype)
+_DTYPES: dict[str, np.dtype[Any]] = {}
+
+
+def _dtype(descr: Any) -> np.dtype[Any]:
+    # Simple dtypes arrive as short strings ('<f4'); caching them keeps numpy's descr
+    # parser off the per-message path. Structured descrs (lists) are parsed every time.
+    if isinstance(descr, str):
+        found = _DTYPES.get(descr)
+        if found is None:
+            found = np.lib.format.descr_to_dtype(descr)  # type: ignore[arg-type]
+            if len(_DTYPES) < 256:
+                _DTYPES[descr] = found
+        return found
+    return np.lib.format.descr_to_dtype(descr)
 
 
 def decode_array_meta(meta: Any) -> tuple[np.dtype[Any], tuple[int, ...]]:
     """Turn ``[descr, shape]`` from a peer into a dtype and shape, validating both."""
     try:
         descr, shape = meta
-        dtype = np.lib.format.descr_to_dtype(descr)
+        dtype = _dtype(descr)
         shape = tuple(int(n) for n in shape)
     except Exception as exc:
         raise MalformedFrameError(f"invalid array description {meta!r}: {exc}") from None
@@ -98,14 +106,33 @@ def decode_array_meta(meta: Any) -> tuple[np.dtype[Any], tuple[int, ...]]:
     return dtype, shape
 
 
+_DESCRS: dict[np.dtype[Any], Any] = {}
+
+
+def _descr(dtype: np.dtype[Any]) -> Any:
+    found = _DESCRS.get(dtype)
+    if found is None:
+        if dtype.hasobject:
+            raise UnsupportedPayloadError(
+                f"numpy arrays of dtype {dtype} hold Python objects and cannot be shared; "
+                f"use a numeric or structured dtype"
+            )
+        found = np.lib.format.dtype_to_descr(dtype)
+        if len(_DESCRS) < 256:
+            _DESCRS[dtype] = found
+    return found
+
+
 def _array_from(buf: memoryview, dtype: np.dtype[Any], shape: tuple[int, ...]) -> Any:
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)
     if count * dtype.itemsize != buf.nbytes:
         raise MalformedFrameError(
             f"array {dtype}{list(shape)} needs {count * dtype.itemsize} bytes, got {buf.nbytes}"
         )
     if count == 0:
-        return np.empty(shape, dtype)
+        empty = np.empty(shape, dtype)
+        empty.flags.writeable = False
+        return empty
     return np.frombuffer(buf, dtype=dtype, count=count).reshape(shape)
 
 
@@ -168,7 +195,11 @@ class Codec:
         if kind == Kind.ARRAY:
             if len(buffers) != 1:
                 raise MalformedFrameError("array frame must carry exactly one buffer")
-            dtype, shape = decode_array_meta(_unpack(meta))
+            try:
+                described = _unpack(meta)
+            except (msgspec.DecodeError, UnicodeDecodeError, ValueError) as exc:
+                raise MalformedFrameError(f"undecodable array meta: {exc}") from None
+            dtype, shape = decode_array_meta(described)
             return _array_from(_readonly(buffers[0]), dtype, shape)
         if kind == Kind.BYTES:
             if len(buffers) != 1:
@@ -197,7 +228,7 @@ class Codec:
             except msgspec.ValidationError as exc:
                 raise MalformedFrameError(f"message does not match {self.topic.type_name}: "
                                           f"{exc}") from None
-            except msgspec.DecodeError as exc:
+            except (msgspec.DecodeError, UnicodeDecodeError, ValueError, TypeError) as exc:
                 raise MalformedFrameError(f"undecodable msgpack: {exc}") from None
         if kind == Kind.PICKLE:
             if not trusted or not self.topic.allow_pickle:

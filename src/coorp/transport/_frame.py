@@ -16,6 +16,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from coorp.transport._errors import MalformedFrameError
 
@@ -58,8 +59,9 @@ class Flags:
     LOANED = 1
 
 
-@dataclass(frozen=True, slots=True)
-class FrameHeader:
+class FrameHeader(NamedTuple):
+    """The decoded fixed header (a tuple: it is built once per received message)."""
+
     kind: int
     flags: int
     type_id: int
@@ -118,7 +120,7 @@ def parse(
 ) -> tuple[FrameHeader, memoryview, list[memoryview]]:
     """Validate ``frame`` and return its header, meta and buffer views (no copies)."""
     size = len(frame)
-    if size > max_size + 4096:
+    if size > max_size:
         raise MalformedFrameError(f"frame of {size} bytes exceeds the limit of {max_size}")
     if size < HEADER.size:
         raise MalformedFrameError(f"frame of {size} bytes is shorter than its header")

@@ -13,6 +13,7 @@ loaned frame is never copied on this machine.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from coorp._errors import UsageError
-from coorp.transport._codec import Codec, Encoded, _pack
+from coorp.transport._codec import Codec, Encoded, _descr, _pack
 from coorp.transport._credit import CreditGate
 from coorp.transport._errors import PayloadTooLargeError, TransportClosedError
 from coorp.transport._frame import Flags, FrameHeader, FrameLayout, Kind, layout, write_prefix
@@ -94,7 +95,6 @@ class Publisher:
         with self._lock:
             self._check_open()
             seq = self._seq + 1
-            stamp = self.bus.clock()
             shm_peers = self._shm_peers()
             net = self.bus.network
             to_net = net is not None and net.has_subscribers(self.topic)
@@ -106,11 +106,14 @@ class Publisher:
                 if to_net and enc.kind == Kind.PICKLE:
                     raise UsageError(f"topic {self.topic.name!r} allows pickle and is "
                                      f"therefore never sent over the network")
+            if enc is not None and shm_peers > 0 and self._gate is not None:
+                # Wait for room before anything is delivered, so a timeout leaves no
+                # trace: the sequence number is only used once the message goes out.
+                self._gate.wait_for_room(seq - 1, timeout)
             self._seq = seq
+            stamp = self.bus.clock()
             self.bus.deliver_local(self.topic, obj, seq, stamp, self.pub_id, timeout)
             if enc is not None and shm_peers > 0:
-                if self._gate is not None:
-                    self._gate.wait_for_room(seq - 1, timeout)
                 head = self._head(enc.kind, 0, seq, stamp)
                 sample, owner = self._outlet.loan(lay.total)  # type: ignore[union-attr]
                 dest = memoryview(owner).cast("B")
@@ -141,13 +144,19 @@ class Publisher:
         self.topic.check(np.empty(0))
         dt = np.dtype(dtype)
         shp = (shape,) if isinstance(shape, int) else tuple(shape)
-        nbytes = int(np.prod(shp, dtype=np.int64)) * dt.itemsize
-        meta = _pack([np.lib.format.dtype_to_descr(dt), shp])
+        nbytes = math.prod(shp) * dt.itemsize
+        meta = _pack([_descr(dt), shp])
         return self._loan(Kind.ARRAY, meta, nbytes, lambda view: np.frombuffer(
             view, dtype=dt, count=nbytes // dt.itemsize if dt.itemsize else 0).reshape(shp))
 
     def loan(self, nbytes: int) -> Loan:
-        """Loan ``nbytes`` of writable shared memory (a ``uint8`` array); ``send()`` when full."""
+        """Loan ``nbytes`` of writable shared memory as a ``uint8`` array; ``send()`` it.
+
+        Subscribers receive a ``uint8`` array on a ``numpy.ndarray`` topic and a read-only
+        ``memoryview`` on a ``bytes`` (or ``object``) topic.
+        """
+        if self.topic.type is np.ndarray:
+            return self.loan_array(nbytes, np.uint8)
         self.topic.check(b"")
         return self._loan(Kind.BYTES, b"", nbytes, lambda view: np.frombuffer(view, np.uint8))
 
@@ -164,7 +173,10 @@ class Publisher:
     def _send_loan(self, loan: Loan, owner: Any) -> int:
         with self._lock:
             self._check_open()
-            seq = self._seq = self._seq + 1
+            seq = self._seq + 1
+            if self._gate is not None:
+                self._gate.wait_for_room(seq - 1, 5.0)
+            self._seq = seq
             stamp = self.bus.clock()
             lay = loan.layout
             nbytes = lay.total - lay.buffer_offsets[0]
@@ -176,8 +188,6 @@ class Publisher:
                 # The sample belongs to subscribers once sent, so the network gets a copy.
                 net.send(self.topic, [bytes(dest[: lay.total])], timeout=5.0)
             del dest
-            if self._gate is not None:
-                self._gate.wait_for_room(seq - 1, 5.0)
             self.stats.shm_deliveries += self._outlet.send(loan.sample)  # type: ignore[union-attr]
             self.stats.bytes_shared += lay.total
             self.stats.published += 1

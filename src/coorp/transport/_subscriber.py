@@ -203,9 +203,12 @@ class Subscriber:
 
     def _materialize(self, item: Any) -> Message[Any] | None:
         if isinstance(item, Message):
-            if self._accept(item.origin, item.seq):
-                return item
-            return None
+            if not self._accept(item.origin, item.seq):
+                return None
+            # Delivery time is when the application takes it, as for the other paths.
+            item.received_ns = self.bus.clock()
+            item.latency_ns = item.received_ns - item.stamp_ns
+            return item
         frame, owner = item  # a network frame
         try:
             head, meta, buffers = parse(frame, max_size=self.topic.max_payload)

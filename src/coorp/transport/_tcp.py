@@ -74,6 +74,7 @@ class TcpTransport(NetworkTransport):
         self._bus_id = 0
         self._conns: list[_Conn] = []
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
         self._closed = False
         self._server: socket.socket | None = None
         self._accept_thread: threading.Thread | None = None
@@ -115,6 +116,19 @@ class TcpTransport(NetworkTransport):
 
     def has_subscribers(self, topic: Topic) -> bool:
         return any(topic.name in c.remote_topics for c in self._conns)
+
+    def wait_for_subscribers(self, topic: Topic, count: int = 1, timeout: float = 5.0) -> bool:
+        """Wait until ``count`` peers subscribed to ``topic``; ``False`` on timeout."""
+        with self._changed:
+            return self._changed.wait_for(
+                lambda: sum(topic.name in c.remote_topics for c in self._conns) >= count,
+                timeout)
+
+    @property
+    def connections(self) -> int:
+        """Open connections."""
+        with self._lock:
+            return len(self._conns)
 
     def send(self, topic: Topic, parts: Sequence[bytes | memoryview], *,
              timeout: float | None) -> None:
@@ -289,7 +303,9 @@ class TcpTransport(NetworkTransport):
                 return
             if mine is not None and mine.allow_pickle:
                 return
-            conn.remote_topics.add(name)
+            with self._changed:
+                conn.remote_topics.add(name)
+                self._changed.notify_all()
             del type_name
         elif kind == _UNSUB:
             (n,) = _NAME.unpack_from(body)
