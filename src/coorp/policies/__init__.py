@@ -6,8 +6,13 @@ one, subclass :class:`Policy` and decorate it with :func:`register_policy`
 (``docs/policies.md``); check it with :func:`coorp.testing.check_policy`.
 """
 
-# Importing the modules registers the shipped policies, in this order.
-from coorp.policies import _coorp, _edca, _schedwifi  # noqa: F401
+# Importing the modules registers the shipped policies; the baselines come first.
+# isort: off
+from coorp.policies import _edca  # noqa: F401
+from coorp.policies import _schedwifi  # noqa: F401
+from coorp.policies import _coorp  # noqa: F401
+
+# isort: on
 from coorp.policies._base import Policy, Team
 from coorp.policies._coorp import CoorpGlobalPolicy, CoorpLocalPolicy, CoorpPolicy
 from coorp.policies._edca import EdcaPolicy
