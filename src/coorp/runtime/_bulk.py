@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from coorp._errors import PeerError
+from coorp.control import Gate, GateDecision
 
 from ._auth import TeamKey
 from ._coordination import Coordinator
@@ -85,6 +86,11 @@ class BulkSettings:
     """How often outstanding bytes are sampled while waiting (CTT resolution)."""
     ctt_default_ns: int = 5_000_000
     """Drain time per chunk assumed before any was measured."""
+    max_pause_ns: int = 100_000_000
+    """Starvation guard: after this long paused by local preemption, one chunk goes
+    out anyway (a probe). It keeps BH moving when the LS time model is poor (windows
+    that tile time) and refreshes completion times the gate would otherwise never
+    re-measure (a stale, too-large sample denies every chunk, so none completes)."""
 
     def __post_init__(self) -> None:
         if not 1024 <= self.chunk_bytes <= MAX_SEGMENT_BYTES:
@@ -145,6 +151,7 @@ class AsyncBulkStream:
         self._coord = coordinator
         self.settings = settings
         self._clock = clock
+        self._planner = planner
         self.gate = (new_gate(planner, default_ns=settings.ctt_default_ns)
                      if planner is not None else None)
         self._session = int.from_bytes(os.urandom(8), "big") >> 1
@@ -158,7 +165,7 @@ class AsyncBulkStream:
         self._closed = False
         self.marking: Marking | None = None
         self.counters = {"messages": 0, "bytes": 0, "reconnects": 0, "preemptions": 0,
-                         "revocation_pauses": 0}
+                         "revocation_pauses": 0, "probes": 0, "explorations": 0}
 
     # -- public -----------------------------------------------------------------------------
     async def send(self, data: bytes | bytearray | memoryview,
@@ -244,6 +251,7 @@ class AsyncBulkStream:
         tracker = self._tracker
         total = len(view)
         off = offset
+        paused_since: int | None = None
         while off < total:
             if not self._coord.permitted(self._clock()):
                 await self._wait_for_permit(conn, prog)
@@ -252,17 +260,29 @@ class AsyncBulkStream:
             now = self._clock()
             depth: int | None = None
             n = min(s.unpaced_chunk_bytes, total - off)
-            if gate is not None and tracker is not None:
+            if gate is not None and tracker is not None and self._planner is not None \
+                    and self._planner.has_flows():
+                # This robot has LS channels: chunks are measured (CTT samples) even
+                # before their time model predicts windows, and gated once it does.
+                self._pace(conn, True)
                 tracker.poll(now)
+                depth = tracker.depth()
+                n = min(s.chunk_bytes, total - off)
                 if gate.window(now) is not None:
-                    self._pace(conn, True)
-                    depth = tracker.depth()
                     decision = gate.decide(now, depth)
-                    if not decision.allow:
+                    if paused_since is None:
+                        paused_since = now
+                    if not decision.allow and self._explore(gate, tracker, depth, now):
+                        decision = GateDecision(True, None)
+                    if not decision.allow and now - paused_since < s.max_pause_ns:
                         prog.preemptions += 1
                         self.counters["preemptions"] += 1
-                        await self._hold_until(decision.resume_ns or now, prog)
+                        until = min(decision.resume_ns or now, paused_since + s.max_pause_ns)
+                        await self._hold_until(until, prog)
                         continue
+                    if not decision.allow:
+                        self.counters["probes"] += 1
+                    paused_since = None
                     ends = self._coord.permit_ends_ns()
                     if ends is not None and now + gate.ctt.query(depth) >= ends:
                         # Whatever we write now would still be in flight when the next
@@ -270,12 +290,28 @@ class AsyncBulkStream:
                         self.counters["revocation_pauses"] += 1
                         await self._hold_until(ends, prog)
                         continue
-                    n = min(s.chunk_bytes, total - off)
-                else:
-                    self._pace(conn, False)
+            else:
+                self._pace(conn, False)
             await self._write_segment(conn, msg_id, off, view[off : off + n], depth)
             off += n
             prog.last_progress_ns = self._clock()
+
+    def _explore(self, gate: Gate, tracker: DrainTracker, depth: int, now: int) -> bool:
+        """Let one chunk through at a depth the gate has never measured.
+
+        The gate answers for an unmeasured depth with a conservative guess; if that
+        guess denies, nothing is ever written at that depth and the guess is never
+        corrected. One chunk per unmeasured depth, only ahead of a window (never
+        inside one) and one at a time, measures it.
+        """
+        window = gate.window(now)
+        if window is None or now >= window.start_ns or tracker.exploring:
+            return False
+        if gate.ctt.samples(depth):
+            return False
+        self.counters["explorations"] += 1
+        tracker.exploring = True
+        return True
 
     async def _wait_for_permit(self, conn: FramedConnection, prog: _Progress) -> None:
         t0 = self._clock()

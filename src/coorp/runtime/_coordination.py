@@ -131,6 +131,17 @@ class Coordinator:
                 async with asyncio.timeout(remaining):
                     await self._changed.wait()
 
+    async def wait_state(self, state: LinkState | None, timeout_s: float) -> bool:
+        """Wait (at most ``timeout_s``) until the link is in ``state``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.state is not state:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            await self.changed(remaining)
+        return True
+
     async def changed(self, timeout_s: float) -> None:
         """Wait for any permit or link change (or the timeout)."""
         self._changed.clear()

@@ -54,6 +54,10 @@ class SharedPlanner:
             self._planner.observe(flow, now)
             return now
 
+    def has_flows(self) -> bool:
+        with self._lock:
+            return bool(self._planner.flows)
+
     def forget(self, flow: str) -> None:
         with self._lock:
             self._planner.forget(flow)
@@ -93,6 +97,8 @@ class DrainTracker:
         self._next_id = 1
         # (packet id, stream offset of the chunk's last byte), oldest first.
         self._pending: deque[tuple[int, int]] = deque()
+        #: A chunk written to measure an unmeasured depth is still outstanding.
+        self.exploring = False
 
     def depth(self) -> int:
         """Bulk "packets" (buckets) ahead of one written now."""
@@ -115,6 +121,8 @@ class DrainTracker:
         while self._pending and self._pending[0][1] <= acked:
             pid, _ = self._pending.popleft()
             self.gate.on_complete(pid, now_ns)
+        if not self._pending:
+            self.exploring = False
 
     @property
     def tracking(self) -> int:
@@ -126,3 +134,4 @@ class DrainTracker:
             self.gate.on_discard(pid)
         self._pending.clear()
         self._written = 0
+        self.exploring = False

@@ -105,6 +105,13 @@ class AsyncTeam:
         state = self.coordinator.state
         return "no leader" if state is None else state.value
 
+    async def wait_mode(self, mode: str, timeout_s: float) -> bool:
+        """Wait until :attr:`mode` is ``mode`` (at most ``timeout_s``); True if it is."""
+        states = {s.value: s for s in LinkState}
+        if mode not in states:
+            return self.mode == mode
+        return await self.coordinator.wait_state(states[mode], timeout_s)
+
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {"robot": self.robot, "mode": self.mode,
                                "permits": dict(self.coordinator.counters)}
@@ -307,6 +314,11 @@ class Team:
     def stats(self) -> dict[str, Any]:
         result: dict[str, Any] = self._runner.call(self._team.stats)
         return result
+
+    def wait_mode(self, mode: str, timeout_s: float) -> bool:
+        """Block until :attr:`mode` is ``mode`` (at most ``timeout_s``); True if it is."""
+        ok: bool = self._runner.run(self._team.wait_mode(mode, timeout_s), timeout_s + 5)
+        return ok
 
     def latency_sensitive(self, name: str, dest: str, *, deadline_ms: float,
                           period_ms: float | None = None) -> LatencySensitiveChannel:

@@ -1,0 +1,184 @@
+"""``coorp leader`` and ``coorp agent``: the runtime daemons.
+
+``coorp leader --config team.toml`` runs the permit service for the team until
+interrupted (``--status`` asks a running one for its counters instead).
+``coorp agent --config team.toml --robot r2`` joins the team as ``r2``, receives LS
+and bulk messages on ``agent.listen`` (saving bulk messages with ``--save-dir``), and
+can send a file as one coordinated bulk message (``--send FILE --to HOST:PORT``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+import time
+from pathlib import Path
+
+import typer
+
+from coorp._errors import UsageError
+
+__all__ = ["register"]
+
+
+def _setup_logging(level: str) -> None:
+    numeric = logging.getLevelName(level.upper())
+    if not isinstance(numeric, int):
+        raise UsageError(f"--log-level {level!r}: allowed: debug, info, warning, error")
+    root = logging.getLogger("coorp")
+    root.setLevel(numeric)
+    if root.handlers:
+        return
+    if sys.stderr.isatty():
+        from rich.logging import RichHandler
+
+        handler: logging.Handler = RichHandler(show_path=False)
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)
+
+
+async def _until_signalled() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+def _print_counters(title: str, counters: dict[str, int], extra: dict[str, str]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("counter")
+    table.add_column("value", justify="right")
+    for k, v in extra.items():
+        table.add_row(k, v)
+    for k, n in sorted(counters.items()):
+        table.add_row(k, str(n))
+    Console().print(table)
+
+
+def leader(
+    config: Path = typer.Option(..., "--config", "-c", help="team file (team.toml)"),
+    listen: str | None = typer.Option(None, help="override leader.listen (host:port)"),
+    status: bool = typer.Option(False, "--status", help="query a running leader and exit"),
+    log_level: str = typer.Option("info", help="debug, info, warning or error"),
+) -> None:
+    """Run the permit service (global controller) of a team."""
+    from coorp.runtime import (
+        LeaderSettings,
+        PermitService,
+        load_team_config,
+        query_leader_stats,
+        resolve_team_key,
+    )
+    from coorp.runtime._sockets import parse_address
+
+    _setup_logging(log_level)
+    cfg = load_team_config(config)
+    key = resolve_team_key(cfg, config)
+    address = listen or cfg.leader.listen
+    host, port = parse_address(address, what="--listen")
+    if status:
+        target = f"127.0.0.1:{port}" if host in ("0.0.0.0", "::", "") else address
+        st = query_leader_stats(target, key)
+        _print_counters(f"leader {target}", st.counters,
+                        {"holders": ", ".join(st.holders) or "-",
+                         "waiting": ", ".join(st.waiting) or "-"})
+        return
+    settings = LeaderSettings(limit=cfg.leader.limit, timeslice_ns=cfg.leader.timeslice_ns,
+                              heartbeat_ns=cfg.leader.heartbeat_ns)
+
+    async def run() -> dict[str, int]:
+        service = PermitService(cfg.team.robots, key, settings)
+        await service.start((host, port))
+        print(f"coorp leader: serving team {cfg.team.name!r} on {host}:{port}", flush=True)
+        try:
+            await _until_signalled()
+        finally:
+            await service.close()
+        return service.stats()
+
+    stats = asyncio.run(run())
+    if sys.stdout.isatty():
+        _print_counters("leader counters", stats, {})
+    else:
+        print("coorp leader: stopped; " + " ".join(f"{k}={v}" for k, v in sorted(stats.items())))
+
+
+def agent(
+    config: Path = typer.Option(..., "--config", "-c", help="team file (team.toml)"),
+    robot: str = typer.Option(..., "--robot", "-r", help="this robot's name in team.robots"),
+    leader_addr: str | None = typer.Option(None, "--leader", help="override agent.leader"),
+    listen: str | None = typer.Option(None, help="override agent.listen (host:port)"),
+    save_dir: Path | None = typer.Option(None, help="write received bulk messages here"),
+    send: Path | None = typer.Option(None, help="send this file as one bulk message"),
+    to: str | None = typer.Option(None, help="inbox address for --send (host:port)"),
+    log_level: str = typer.Option("info", help="debug, info, warning or error"),
+) -> None:
+    """Join a team as one robot: receive messages, optionally send a file."""
+    from coorp.runtime import TeamSettings, ajoin, load_team_config, resolve_team_key
+    from coorp.runtime._bulk import BulkSettings
+
+    _setup_logging(log_level)
+    cfg = load_team_config(config)
+    if robot not in cfg.team.robots:
+        raise UsageError(f"--robot {robot!r} is not in team.robots ({', '.join(cfg.team.robots)})")
+    if (send is None) != (to is None):
+        raise UsageError("--send and --to go together")
+    payload = None
+    if send is not None:
+        try:
+            payload = send.read_bytes()
+        except OSError as exc:
+            raise UsageError(f"--send {send}: {exc.strerror}") from None
+    key = resolve_team_key(cfg, config)
+    a = cfg.agent
+    settings = TeamSettings(local_preemption=a.local_preemption,
+                            protection_margin_ns=round(a.protection_margin_ms * 1e6),
+                            fallback_ns=round(a.fallback_ms * 1e6),
+                            bulk=BulkSettings(chunk_bytes=a.chunk_bytes))
+    log = logging.getLogger("coorp.runtime.agent")
+
+    async def run() -> None:
+        team = await ajoin(leader_addr or a.leader, robot, key, settings=settings)
+        try:
+            if payload is not None and to is not None:
+                receipt = await team.bulk("file", to).send(payload)
+                waited = receipt.permit_wait_ns / 1e9
+                print(f"coorp agent: sent {receipt.nbytes} bytes in "
+                      f"{receipt.duration_ns / 1e9:.2f} s (waited {waited:.2f} s for permits)",
+                      flush=True)
+                return
+            inbox = await team.listen(listen or a.listen)
+            print(f"coorp agent: {robot} ({team.mode}) receiving on "
+                  f"{inbox.address[0]}:{inbox.address[1]}", flush=True)
+            if save_dir is not None:
+                save_dir.mkdir(parents=True, exist_ok=True)
+            stop = asyncio.create_task(_until_signalled())
+            while not stop.done():
+                with contextlib.suppress(TimeoutError):
+                    msg = await inbox.recv(timeout_s=0.5)
+                    if msg.kind == "bulk":
+                        log.info("bulk %s/%s #%d: %d bytes", msg.robot, msg.channel, msg.seq,
+                                 len(msg.payload))
+                        if save_dir is not None:
+                            name = f"{msg.robot}-{msg.channel}-{msg.seq}-{time.time_ns()}.bin"
+                            (save_dir / name).write_bytes(msg.payload)
+            stop.cancel()
+        finally:
+            await team.close()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run())
+
+
+def register(app: typer.Typer) -> None:
+    app.command("leader")(leader)
+    app.command("agent")(agent)
