@@ -114,6 +114,9 @@ class BulkReceipt:
     """Time spent paused by local preemption (protection windows, permit end)."""
     preemptions: int
     reconnects: int
+    first_write_ns: int | None = None
+    """When the first payload byte was written (after the permit); None if the
+    receiver already had everything."""
 
     @property
     def duration_ns(self) -> int:
@@ -127,6 +130,7 @@ class _Progress:
     preemptions: int = 0
     reconnects: int = 0
     last_progress_ns: int = 0
+    first_write_ns: int | None = None
 
 
 class AsyncBulkStream:
@@ -229,7 +233,8 @@ class AsyncBulkStream:
         self.counters["bytes"] += len(view)
         self.counters["reconnects"] += prog.reconnects
         return BulkReceipt(self.name, msg_id, len(view), started, finished, prog.permit_wait_ns,
-                           prog.preempted_ns, prog.preemptions, prog.reconnects)
+                           prog.preempted_ns, prog.preemptions, prog.reconnects,
+                           prog.first_write_ns)
 
     async def _open(self, conn: FramedConnection, msg_id: int, total: int, sent_ns: int) -> int:
         await conn.send(BulkOpen(self.name, self._session, msg_id, total, sent_ns))
@@ -292,6 +297,8 @@ class AsyncBulkStream:
                         continue
             else:
                 self._pace(conn, False)
+            if prog.first_write_ns is None:
+                prog.first_write_ns = self._clock()
             await self._write_segment(conn, msg_id, off, view[off : off + n], depth)
             off += n
             prog.last_progress_ns = self._clock()

@@ -1,0 +1,167 @@
+"""Programs the namespace tests run inside their namespaces (``python rt_roles.py ROLE``).
+
+* ``sink``   — the leader robot's inbox: records LS latencies and bulk checksums.
+* ``worker`` — a robot: a periodic LS flow on a common time grid (all robots send at
+  the same instants, like an MPC loop) and one bulk transfer once the LS flow runs.
+* ``stats``  — print a leader's counters as JSON.
+* ``forge``  — send the leader garbage, an oversized frame and a wrong-key join.
+
+Every program prints ``READY``/``RESULT {json}`` lines on stdout and is bounded in
+time by ``--timeout``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import random
+import socket
+import sys
+import threading
+import time
+
+from coorp.runtime import TeamKey, TeamSettings, join, query_leader_stats
+
+
+def sink(args: argparse.Namespace) -> None:
+    team = join(None, "ld", TeamKey.from_hex(args.key_hex))
+    inbox = team.listen(args.listen)
+    print("READY", flush=True)
+    bulk, ls = [], []
+    deadline = time.monotonic() + args.timeout
+    while len(bulk) < args.expect_bulk and time.monotonic() < deadline:
+        try:
+            msg = inbox.recv(timeout=max(deadline - time.monotonic(), 0.01))
+        except TimeoutError:
+            break
+        if msg.kind == "ls":
+            ls.append([msg.robot, msg.seq, msg.sent_ns, msg.received_ns])
+        else:
+            bulk.append({"robot": msg.robot, "channel": msg.channel, "nbytes": len(msg.payload),
+                         "sha": hashlib.sha256(msg.payload).hexdigest(),
+                         "first_ns": msg.first_byte_ns, "done_ns": msg.received_ns})
+            print(f"BULK {msg.robot} {msg.channel}", flush=True)
+    print("RESULT " + json.dumps({"bulk": bulk, "ls": ls, "stats": inbox.stats()}), flush=True)
+    team.close()
+
+
+def worker(args: argparse.Namespace) -> None:
+    settings = TeamSettings(local_preemption=not args.no_local, fallback_ns=900_000_000)
+    team = join(args.leader, args.robot, TeamKey.from_hex(args.key_hex), settings=settings)
+    print(f"READY mode={team.mode}", flush=True)
+    ls = team.latency_sensitive("perception", args.dest, deadline_ms=args.ls_period_ms,
+                                period_ms=args.ls_period_ms)
+    period = round(args.ls_period_ms * 1e6)
+    warm = threading.Event()
+    stop = threading.Event()
+    payload = bytes(args.ls_bytes)
+    sent = [0]
+
+    def periodic() -> None:
+        # The LS workload: send at grid + k·period (the same instants on every robot).
+        k = max(0, -(-(time.monotonic_ns() - args.grid_ns) // period))
+        for _ in range(100_000):
+            if stop.is_set():
+                return
+            target = args.grid_ns + k * period
+            stop.wait(max(target - time.monotonic_ns(), 0) / 1e9)
+            ls.send(payload)
+            sent[0] += 1
+            if sent[0] == args.warmup:
+                warm.set()
+            k += 1
+
+    lt = threading.Thread(target=periodic, daemon=True)
+    lt.start()
+    data = random.Random(args.seed).randbytes(args.bh_bytes)
+    if not warm.wait(timeout=args.timeout):
+        raise SystemExit("LS flow did not start")
+    if args.start_msg:
+        team.bulk("start", args.dest).send(b"s", timeout_s=args.timeout)
+        print("STARTED", flush=True)
+    receipt = team.bulk("params", args.dest).send(data, timeout_s=args.timeout)
+    stop.set()
+    lt.join(timeout=5)
+    result = {"robot": args.robot, "sha": hashlib.sha256(data).hexdigest(),
+              "started_ns": receipt.started_ns, "finished_ns": receipt.finished_ns,
+              "permit_wait_ns": receipt.permit_wait_ns,
+              "first_write_ns": receipt.first_write_ns, "preempted_ns": receipt.preempted_ns,
+              "preemptions": receipt.preemptions, "ls_sent": sent[0],
+              "ls": dataclasses.asdict(ls.stats), "bulk": team.stats()["bulk"]["params"]}
+    print("RESULT " + json.dumps(result), flush=True)
+    team.close()
+
+
+def stats(args: argparse.Namespace) -> None:
+    st = query_leader_stats(args.leader, TeamKey.from_hex(args.key_hex), timeout_s=3)
+    print(json.dumps({"counters": st.counters, "holders": list(st.holders),
+                      "waiting": list(st.waiting)}), flush=True)
+
+
+def forge(args: argparse.Namespace) -> None:
+    host, port = args.leader.rsplit(":", 1)
+    junk = [b"\x00\x00\x00\x05hello",  # not msgpack
+            b"\x7f\xff\xff\xff" + b"x" * 64]  # announces a 2 GiB frame
+    for data in junk:
+        with socket.create_connection((host, int(port)), timeout=3) as s:
+            s.settimeout(3)
+            s.recv(4096)  # the greeting
+            s.sendall(data)
+            with_eof(s)
+    # A well-formed Join made with the wrong key.
+    from coorp.runtime._auth import CLIENT_TO_SERVER, FrameSealer, new_nonce, open_hello
+    from coorp.runtime._wire import Join, decode_envelope
+
+    with socket.create_connection((host, int(port)), timeout=3) as s:
+        s.settimeout(3)
+        raw = s.recv(4096)
+        hello = open_hello(decode_envelope(raw[4:]))
+        sealer = FrameSealer(TeamKey(b"not-the-team-key" * 2), CLIENT_TO_SERVER, hello.nonce)
+        s.sendall(sealer.seal(Join("a1", new_nonce(), "agent")))
+        with_eof(s)
+    print("FORGED", flush=True)
+
+
+def with_eof(s: socket.socket) -> None:
+    """Read until the leader closes on us (it drops bad peers)."""
+    for _ in range(100):
+        try:
+            if not s.recv(4096):
+                return
+        except (ConnectionResetError, TimeoutError):
+            return
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="role", required=True)
+    s = sub.add_parser("sink")
+    s.add_argument("--listen", required=True)
+    s.add_argument("--expect-bulk", type=int, required=True)
+    w = sub.add_parser("worker")
+    w.add_argument("--robot", required=True)
+    w.add_argument("--dest", required=True)
+    w.add_argument("--leader")
+    w.add_argument("--no-local", action="store_true")
+    w.add_argument("--ls-period-ms", type=float, default=33.3)
+    w.add_argument("--ls-bytes", type=int, default=4000)
+    w.add_argument("--bh-bytes", type=int, required=True)
+    w.add_argument("--seed", type=int, default=1)
+    w.add_argument("--grid-ns", type=int, required=True)
+    w.add_argument("--warmup", type=int, default=8)
+    w.add_argument("--start-msg", action="store_true")
+    st = sub.add_parser("stats")
+    st.add_argument("--leader", required=True)
+    f = sub.add_parser("forge")
+    f.add_argument("--leader", required=True)
+    for q in (s, w, st, f):
+        q.add_argument("--key-hex", default="")
+        q.add_argument("--timeout", type=float, default=60)
+    args = p.parse_args()
+    {"sink": sink, "worker": worker, "stats": stats, "forge": forge}[args.role](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
