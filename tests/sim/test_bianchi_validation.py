@@ -111,16 +111,6 @@ def check_against_model(n: int, variant: str, rts: bool) -> None:
         assert ch.bar_exchanges == 0
 
 
-# The simulator currently answers a failed *RTS* with a BlockAckReq under the ns3 policy,
-# although the A-MPDU never went out; ns-3 (and the model) simply retry the RTS. ns-3 3.44,
-# 20 stations, A-MPDU + RTS/CTS: 471.2 Mb/s; model 469.3; simulator ~424. Not strict, so
-# the cases pass silently once sim/mac.py stops doing that; then drop the marker.
-_NS3_AFTER_RTS = pytest.mark.xfail(
-    reason="sim sends a BAR after a failed RTS (no BlockAck was missed); see docs/validation.md",
-    strict=False,
-)
-
-
 def _cases(ns: list[int]) -> list[Any]:
     return [
         pytest.param(
@@ -128,7 +118,6 @@ def _cases(ns: list[int]) -> list[Any]:
             variant,
             rts,
             id=f"{n}-{variant}-{'rts' if rts else 'basic'}",
-            marks=[_NS3_AFTER_RTS] if (variant == "ampdu-ns3" and rts and n > 1) else [],
         )
         for n in ns
         for variant in VARIANTS
@@ -152,3 +141,21 @@ def test_ns3_policy_costs_throughput_in_the_simulator_too() -> None:
     ns3, _ = run_case(10, "ampdu-ns3", False)
     classic, _ = run_case(10, "ampdu-classic", False)
     assert ns3.total_throughput_mbps < classic.total_throughput_mbps
+
+
+if __name__ == "__main__":
+    # The table in docs/validation.md:  .venv/bin/python tests/sim/test_bianchi_validation.py
+    print("| variant | access | N | Bianchi Mb/s | simulator Mb/s | error | sim. s |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for variant in VARIANTS:
+        for rts in (False, True):
+            for n in (1, 2, 5, 10, 20, 40):
+                res, mod = run_case(n, variant, rts)
+                sim = sum(res.flows[f"up{i}"].throughput_mbps for i in range(n))
+                err = 100 * (sim / mod.throughput_mbps - 1)
+                print(
+                    f"| {variant} | {'RTS/CTS' if rts else 'basic'} | {n} "
+                    f"| {mod.throughput_mbps:.1f} | {sim:.1f} | {err:+.2f}% "
+                    f"| {res.duration_ns / 1e9:.1f} |",
+                    flush=True,
+                )

@@ -329,7 +329,9 @@ class Channel:
                 e.cw = e.cw_min
                 for p in pending:
                     self._count_retry(p, now)
-        elif tx.block_ack and self.ns3_retry:
+        elif tx.block_ack and self.ns3_retry and not tx.rts:
+            # A BlockAck was expected and missed. After a failed RTS the A-MPDU never
+            # went out, so there is nothing to ask a BlockAck for: retry it instead.
             e.bar_pending = list(tx.packets)
         else:
             dropped = False
