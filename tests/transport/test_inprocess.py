@@ -52,6 +52,8 @@ def test_every_subscriber_sees_every_message_in_order(local_bus: Bus, name: str)
 def test_keep_last_drops_oldest_and_counts(local_bus: Bus, name: str) -> None:
     topic = Topic(name=name, type=int, policy=QueuePolicy.KEEP_LAST)
     pub, sub = local_bus.publisher(topic), local_bus.subscriber(topic, depth=3)
+    pub.publish(-1)
+    assert sub.receive(timeout=1.0).value == -1  # type: ignore[union-attr]
     for i in range(10):
         pub.publish(i)
     got = []

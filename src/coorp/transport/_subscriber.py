@@ -56,7 +56,8 @@ class SubscriberStats:
 
     def __init__(self) -> None:
         self.received = 0
-        #: Messages lost to the KEEP_LAST policy (detected from sequence gaps).
+        #: Messages lost to KEEP_LAST queues on any path: the gaps in each publisher's
+        #: sequence numbers after the first message this subscriber received from it.
         self.dropped = 0
         #: The same message seen again over a second path (ignored).
         self.duplicates = 0
@@ -127,8 +128,8 @@ class Subscriber:
                 return
             if len(self._queue) >= self.depth:
                 if self.topic.policy is QueuePolicy.KEEP_LAST:
+                    # Counted later, from the gap in the sender's sequence numbers.
                     self._queue.popleft()
-                    self.stats.dropped += 1
                 else:
                     ok = self._cond.wait_for(
                         lambda: len(self._queue) < self.depth or self._closed,
