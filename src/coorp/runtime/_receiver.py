@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import mmap
 import os
 import socket
 import time
@@ -58,8 +59,9 @@ class Message:
     """The LS channel or bulk stream name."""
     seq: int
     """Per-channel sequence number (LS) or message id (bulk), increasing."""
-    payload: bytes | bytearray
-    """``bytes`` for LS; the receive buffer itself (a ``bytearray``) for bulk."""
+    payload: bytes | memoryview
+    """``bytes`` for LS; for bulk, a writable ``memoryview`` over the message's own
+    receive buffer (no copy was made; ``bytes(payload)`` makes one)."""
     sent_ns: int
     """Sender's ``CLOCK_MONOTONIC`` when the application called ``send``."""
     received_ns: int
@@ -104,9 +106,18 @@ class ReceiverLimits:
     remember_completed: int = 4096
 
 
+def _new_buffer(nbytes: int) -> bytearray | mmap.mmap:
+    """A receive buffer. Large ones are anonymous mappings: the kernel hands out zeroed
+    pages as data lands in them, instead of ``bytearray`` zero-filling the whole
+    message up front (which, for a 40 MB update, costs as much as receiving it)."""
+    if nbytes < 1 << 20:
+        return bytearray(nbytes)
+    return mmap.mmap(-1, nbytes)
+
+
 @dataclass(slots=True)
 class _Partial:
-    buffer: bytearray
+    buffer: bytearray | mmap.mmap
     sent_ns: int
     first_byte_ns: int
     touched_ns: int
@@ -222,7 +233,7 @@ class BulkReceiver:
                 await conn.send(BulkReject(msg.msg_id, "receiver is out of buffer space"))
                 raise RefusedError(f"no buffer space for {total} more bytes")
             now = self._clock()
-            partial = _Partial(bytearray(total), msg.sent_ns, now, now)
+            partial = _Partial(_new_buffer(total), msg.sent_ns, now, now)
             self._partials[key] = partial
             self._partial_bytes += total
         elif len(partial.buffer) != msg.total_bytes:
@@ -268,7 +279,7 @@ class BulkReceiver:
             self._completed.popitem(last=False)
         self.counters["messages"] += 1
         now = self._clock()
-        await self._deliver(Message("bulk", robot, stream, msg_id, partial.buffer,
+        await self._deliver(Message("bulk", robot, stream, msg_id, memoryview(partial.buffer),
                                     partial.sent_ns, now, partial.first_byte_ns, None, conn.peer))
         await conn.send(BulkDone(msg_id))
 

@@ -1,0 +1,247 @@
+"""Runtime overhead on loopback: LS one-way latency, BH throughput, permit round trip.
+
+* LS: one-way latency (sender's clock before ``send`` -> receiver's clock after
+  ``recv`` returns, same host) of Coorp LS channels vs a raw UDP socket, p50/p99.
+  Target: Coorp adds at most 50 µs at p50.
+* BH: throughput of a Coorp bulk stream (with a leader granting the permit, no LS
+  flow so not paced) vs raw TCP ``sendall`` into ``recv_into``; target >= 90 %. Both
+  receivers allocate a fresh buffer for the message inside the timed region.
+* Permit: round trip request -> grant on a local leader (and the release).
+
+Usage::
+
+    python benchmarks/runtime_latency.py [--count 3000] [--bulk-mb 256] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import mmap
+import os
+import socket
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from coorp.runtime import LeaderSettings, PermitService, TeamKey, join
+from coorp.runtime._team import _LoopThread
+
+KEY = TeamKey(os.urandom(32))
+
+
+def pct(values: list[int], q: float) -> float:
+    return float(np.percentile(np.array(values) / 1e3, q))  # ns -> µs
+
+
+# -- LS latency -------------------------------------------------------------------------------
+def ls_raw(count: int, size: int, gap_s: float) -> list[int]:
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind(("127.0.0.1", 0))
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx.connect(rx.getsockname())
+    sent = [0] * count
+    got = [0] * count
+    rx.settimeout(5)
+
+    def receive() -> None:
+        for _ in range(count):
+            data = rx.recv(65536)
+            got[int.from_bytes(data[:4], "big")] = time.monotonic_ns()
+
+    t = threading.Thread(target=receive)
+    t.start()
+    pad = bytes(size - 4)
+    for i in range(count):
+        sent[i] = time.monotonic_ns()
+        tx.send(i.to_bytes(4, "big") + pad)
+        time.sleep(gap_s)
+    t.join(timeout=10)
+    rx.close()
+    tx.close()
+    return [g - s for s, g in zip(sent, got, strict=True) if g]
+
+
+def ls_coorp(count: int, size: int, gap_s: float) -> list[int]:
+    rx_team = join(None, "rx", KEY)
+    tx_team = join(None, "tx", KEY)
+    try:
+        inbox = rx_team.listen("127.0.0.1:0")
+        ch = tx_team.latency_sensitive("bench", f"127.0.0.1:{inbox.address[1]}",
+                                       deadline_ms=100)
+        sent = [0] * (count + 1)
+        got = [0] * (count + 1)
+
+        def receive() -> None:
+            for _ in range(count):
+                msg = inbox.recv(timeout=5)
+                got[msg.seq] = time.monotonic_ns()
+
+        t = threading.Thread(target=receive)
+        t.start()
+        payload = bytes(size)
+        for i in range(1, count + 1):
+            sent[i] = time.monotonic_ns()
+            ch.send(payload)
+            time.sleep(gap_s)
+        t.join(timeout=10)
+        return [g - s for s, g in zip(sent[1:], got[1:], strict=True) if g]
+    finally:
+        tx_team.close()
+        rx_team.close()
+
+
+# -- BH throughput ----------------------------------------------------------------------------
+def bh_raw(data: bytes) -> float:
+    lst = socket.create_server(("127.0.0.1", 0))
+    done = threading.Event()
+
+    def receive() -> None:
+        conn, _ = lst.accept()
+        # A fresh buffer per message, allocated as Coorp's receiver does.
+        buf = mmap.mmap(-1, len(data))
+        view, got = memoryview(buf), 0
+        while got < len(buf):
+            n = conn.recv_into(view[got:])
+            if not n:
+                break
+            got += n
+        conn.close()
+        done.set()
+
+    t = threading.Thread(target=receive)
+    t.start()
+    s = socket.create_connection(lst.getsockname())
+    t0 = time.perf_counter()
+    s.sendall(data)
+    done.wait(60)
+    elapsed = time.perf_counter() - t0
+    s.close()
+    t.join(timeout=10)
+    lst.close()
+    return len(data) / elapsed / 1e6
+
+
+def bh_coorp(data: bytes, leader: str) -> float:
+    rx_team = join(None, "rx", KEY)
+    tx_team = join(leader, "tx", KEY)
+    try:
+        inbox = rx_team.listen("127.0.0.1:0")
+        stream = tx_team.bulk("bench", f"127.0.0.1:{inbox.address[1]}")
+        stream.send(b"warm-up", timeout_s=10)
+        inbox.recv(timeout=10)
+        t0 = time.perf_counter()
+        stream.send(data, timeout_s=120)  # returns once the receiver confirmed all of it
+        elapsed = time.perf_counter() - t0
+        inbox.recv(timeout=10)
+        return len(data) / elapsed / 1e6
+    finally:
+        tx_team.close()
+        rx_team.close()
+
+
+# -- permit round trip ------------------------------------------------------------------------
+def permit_rtt(leader: str, count: int) -> list[int]:
+    team = join(leader, "tx", KEY)
+    try:
+        coord = team.asyncio_team.coordinator
+
+        async def cycles() -> list[int]:
+            out = []
+            for _ in range(count):
+                t0 = time.monotonic_ns()
+                coord.begin()
+                ok = await coord.wait_permitted(5.0)
+                out.append(time.monotonic_ns() - t0)
+                coord.end()
+                if not ok:
+                    raise RuntimeError("no grant within 5 s")
+            return out
+
+        result: list[int] = team._runner.run(cycles(), 120)
+        return result
+    finally:
+        team.close()
+
+
+def start_leader() -> tuple[_LoopThread, PermitService, str]:
+    runner = _LoopThread("bench-leader")
+    svc = PermitService(["tx", "rx"], KEY, LeaderSettings())
+
+    async def go() -> int:
+        return (await svc.start(("127.0.0.1", 0)))[1]
+
+    port = runner.run(go(), 10)
+    return runner, svc, f"127.0.0.1:{port}"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--count", type=int, default=3000, help="LS messages per variant")
+    p.add_argument("--size", type=int, default=1000, help="LS payload bytes")
+    p.add_argument("--gap-ms", type=float, default=0.5, help="gap between LS messages")
+    p.add_argument("--bulk-mb", type=int, default=256, help="bulk message size (MB)")
+    p.add_argument("--repeat", type=int, default=3, help="bulk runs per variant (best kept)")
+    p.add_argument("--permits", type=int, default=500, help="permit round trips")
+    p.add_argument("--json", type=Path, help="also write the results here")
+    args = p.parse_args()
+    if args.count < 10 or args.size < 4 or args.bulk_mb < 1:
+        p.error("--count >= 10, --size >= 4 and --bulk-mb >= 1 are required")
+
+    gap = args.gap_ms / 1e3
+    raw_lat = ls_raw(args.count, args.size, gap)
+    coorp_lat = ls_coorp(args.count, args.size, gap)
+    runner, service, leader = start_leader()
+    try:
+        data = os.urandom(args.bulk_mb * 1_000_000)
+        raw_bw = max(bh_raw(data) for _ in range(args.repeat))
+        coorp_bw = max(bh_coorp(data, leader) for _ in range(args.repeat))
+        rtt = permit_rtt(leader, args.permits)
+    finally:
+        runner.run(service.close(), 10)
+        runner.stop()
+
+    results: dict[str, Any] = {
+        "ls": {"payload_bytes": args.size, "count": args.count,
+               "raw_udp_us": {"p50": pct(raw_lat, 50), "p99": pct(raw_lat, 99)},
+               "coorp_us": {"p50": pct(coorp_lat, 50), "p99": pct(coorp_lat, 99)}},
+        "bh": {"bytes": len(data), "raw_tcp_MBps": raw_bw, "coorp_MBps": coorp_bw,
+               "ratio": coorp_bw / raw_bw},
+        "permit_rtt_us": {"p50": pct(rtt, 50), "p99": pct(rtt, 99),
+                          "mean": statistics.fmean(rtt) / 1e3},
+        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
+                    "loadavg": os.getloadavg()},
+    }
+    results["ls"]["overhead_p50_us"] = (results["ls"]["coorp_us"]["p50"]
+                                        - results["ls"]["raw_udp_us"]["p50"])
+
+    table = Table(title="coorp runtime on loopback")
+    for col in ("measure", "raw socket", "coorp", "coorp − raw / ratio", "target"):
+        table.add_column(col, justify="right" if col != "measure" else "left")
+    ls = results["ls"]
+    table.add_row(f"LS one-way p50 ({args.size} B)", f"{ls['raw_udp_us']['p50']:.1f} µs",
+                  f"{ls['coorp_us']['p50']:.1f} µs", f"{ls['overhead_p50_us']:+.1f} µs",
+                  "≤ +50 µs")
+    table.add_row("LS one-way p99", f"{ls['raw_udp_us']['p99']:.1f} µs",
+                  f"{ls['coorp_us']['p99']:.1f} µs",
+                  f"{ls['coorp_us']['p99'] - ls['raw_udp_us']['p99']:+.1f} µs", "")
+    bh = results["bh"]
+    table.add_row(f"BH throughput ({args.bulk_mb} MB)", f"{bh['raw_tcp_MBps']:.0f} MB/s",
+                  f"{bh['coorp_MBps']:.0f} MB/s", f"{bh['ratio']:.1%}", "≥ 90 %")
+    pr = results["permit_rtt_us"]
+    table.add_row("permit request → grant", "", f"p50 {pr['p50']:.0f} µs / p99 {pr['p99']:.0f} µs",
+                  "", "")
+    Console().print(table)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
