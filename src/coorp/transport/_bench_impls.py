@@ -224,7 +224,6 @@ class _ZmqSender:
 
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.PUB)
-        self.sock.setsockopt(zmq.SNDHWM, 4)
         self.sock.bind(f"ipc://{_sock_path(run, channel)}.zmq")
 
     def send(self, payload: np.ndarray) -> int:
@@ -246,7 +245,6 @@ class _ZmqReceiver:
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.SUB)
         self.sock.setsockopt(zmq.SUBSCRIBE, b"")
-        self.sock.setsockopt(zmq.RCVHWM, 4)
         self.sock.connect(f"ipc://{_sock_path(run, channel)}.zmq")
 
     def recv(self, timeout: float) -> np.ndarray | None:
