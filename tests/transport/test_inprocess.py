@@ -187,11 +187,34 @@ def test_asyncio_receive(local_bus: Bus, name: str) -> None:
         loop = asyncio.get_running_loop()
         loop.call_later(0.01, pub.publish, "hello")
         first = await asyncio.wait_for(sub.areceive(timeout=5.0), 10)
-        pub.publish("again")
+        await pub.apublish("again")
         second = await sub.areceive(timeout=5.0)
         return [first.value, second.value]  # type: ignore[union-attr]
 
     assert asyncio.run(main()) == ["hello", "again"]
+
+
+def test_asyncio_iteration_and_block_publish(local_bus: Bus, name: str) -> None:
+    topic = Topic(name=name, type=int, policy=QueuePolicy.BLOCK)
+    pub, sub = local_bus.publisher(topic), local_bus.subscriber(topic, depth=1)
+
+    async def produce() -> None:
+        for i in range(5):
+            await pub.apublish(i, timeout=5.0)
+
+    async def consume() -> list[int]:
+        got = []
+        async for msg in sub:
+            got.append(msg.value)
+            if len(got) == 5:
+                break
+        return got
+
+    async def main() -> list[int]:
+        results = await asyncio.gather(produce(), consume())
+        return results[1]
+
+    assert asyncio.run(main()) == [0, 1, 2, 3, 4]
 
 
 def test_loan_without_shared_memory_behaves_like_publish(local_bus: Bus, name: str) -> None:

@@ -13,6 +13,7 @@ loaned frame is never copied on this machine.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
 from collections.abc import Callable
@@ -137,6 +138,14 @@ class Publisher:
                 net.send(self.topic, parts, timeout=timeout)  # type: ignore[union-attr]
             self.stats.published += 1
             return seq
+
+    async def apublish(self, obj: Any, *, timeout: float | None = 5.0) -> int:
+        """``publish`` for asyncio: runs inline for KEEP_LAST topics (it never waits for
+        subscribers), in a worker thread for BLOCK topics (it may)."""
+        if self.topic.policy is QueuePolicy.KEEP_LAST:
+            return self.publish(obj, timeout=timeout)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, lambda: self.publish(obj, timeout=timeout))
 
     # -- loans --------------------------------------------------------------------------
     def loan_array(self, shape: int | tuple[int, ...], dtype: Any = np.uint8) -> Loan:
