@@ -78,7 +78,7 @@ def leader(
         query_leader_stats,
         resolve_team_key,
     )
-    from coorp.runtime._sockets import parse_address
+    from coorp.runtime._sockets import format_address, parse_address
 
     _setup_logging(log_level)
     cfg = load_team_config(config)
@@ -97,8 +97,9 @@ def leader(
 
     async def run() -> dict[str, int]:
         service = PermitService(cfg.team.robots, key, settings)
-        await service.start((host, port))
-        print(f"coorp leader: serving team {cfg.team.name!r} on {host}:{port}", flush=True)
+        bound = await service.start((host, port))
+        print(f"coorp leader: serving team {cfg.team.name!r} on {format_address(bound)}",
+              flush=True)
         try:
             await _until_signalled()
         finally:

@@ -1,0 +1,224 @@
+"""In-memory tests of runtime pieces with injected time and fake sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from pathlib import Path
+
+import pytest
+
+from coorp import ScenarioError, UsageError
+from coorp.control import CompletionTimeTable, Gate, Interval
+from coorp.runtime import TeamKey, ajoin, load_team_config, mark_socket, resolve_team_key
+from coorp.runtime._auth import DatagramAuthenticator
+from coorp.runtime._latency import LatencySensitiveChannel
+from coorp.runtime._marking import Marking
+from coorp.runtime._preempt import DrainTracker
+from coorp.runtime._receiver import LsDecoder
+
+KEY = TeamKey(b"u" * 32)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1_000_000_000
+
+    def __call__(self) -> int:
+        return self.t
+
+
+class FakeSocket:
+    """Accepts datagrams until ``full``; then raises EAGAIN like a full socket buffer."""
+
+    def __init__(self) -> None:
+        self.full = False
+        self.sent: list[bytes] = []
+
+    def send(self, data: bytes) -> int:
+        if self.full:
+            raise BlockingIOError
+        self.sent.append(bytes(data))
+        return len(data)
+
+    def fileno(self) -> int:
+        return -1
+
+    def close(self) -> None:
+        pass
+
+
+def channel(clock: Clock, sock: FakeSocket, armed: list[int]) -> LatencySensitiveChannel:
+    return LatencySensitiveChannel(
+        name="perception", robot="r1", dest=("127.0.0.1", 1), sock=sock,  # type: ignore[arg-type]
+        marking=Marking("ls", 48, 262, 6), auth=DatagramAuthenticator(KEY),
+        period_ns=33_300_000, deadline_ns=33_000_000, observe=lambda f: 0, clock=clock,
+        arm_writer=lambda ch, deadline: armed.append(deadline))
+
+
+def payloads(sock: FakeSocket) -> list[bytes]:
+    dec = LsDecoder(KEY)
+    return [bytes(dec.decode(d, "x").payload) for d in sock.sent]
+
+
+def test_ls_sends_at_once_when_the_socket_takes_it() -> None:
+    clock, sock, armed = Clock(), FakeSocket(), []
+    ch = channel(clock, sock, armed)
+    assert ch.send(b"a") == "sent"
+    assert payloads(sock) == [b"a"] and armed == []
+
+
+def test_ls_keep_last_newer_message_supersedes_parked_one() -> None:
+    clock, sock, armed = Clock(), FakeSocket(), []
+    ch = channel(clock, sock, armed)
+    sock.full = True
+    assert ch.send(b"old") == "parked"
+    clock.t += 1_000_000
+    assert ch.send(b"new") == "parked"
+    sock.full = False
+    assert ch.flush()
+    assert payloads(sock) == [b"new"]
+    s = ch.stats
+    assert (s.sent, s.superseded, s.expired) == (1, 1, 0)
+    assert len(armed) == 2  # the event loop was asked to watch the socket
+
+
+def test_ls_message_past_deadline_is_dropped_never_sent_late() -> None:
+    clock, sock, armed = Clock(), FakeSocket(), []
+    ch = channel(clock, sock, armed)
+    sock.full = True
+    ch.send(b"late")
+    assert armed == [clock.t + 33_000_000]
+    clock.t += 33_000_001
+    sock.full = False
+    assert ch.flush()
+    assert sock.sent == []
+    assert ch.stats.expired == 1
+
+
+def test_ls_oversized_payload_is_a_usage_error() -> None:
+    ch = channel(Clock(), FakeSocket(), [])
+    with pytest.raises(UsageError):
+        ch.send(bytes(70_000))
+
+
+class Window:
+    def __init__(self) -> None:
+        self.window: Interval | None = None
+
+    def next_window(self, now_ns: int) -> Interval | None:
+        return self.window
+
+
+def test_drain_tracker_turns_outstanding_bytes_into_ctt_samples() -> None:
+    outq = [0]
+    gate = Gate(Window(), CompletionTimeTable(default_ns=1_000_000))
+    tr = DrainTracker(gate, lambda: outq[0], bucket_bytes=1000)
+    assert tr.depth() == 0
+    tr.on_write(1000, 0, tr.depth())
+    outq[0] = 1000
+    assert tr.depth() == 1
+    tr.on_write(1000, 10, tr.depth())
+    outq[0] = 2000
+    tr.poll(50)  # nothing acknowledged yet
+    assert gate.ctt.samples(0) == ()
+    outq[0] = 1000  # first chunk acknowledged
+    tr.poll(400)
+    assert gate.ctt.samples(0) == (400,)
+    outq[0] = 0
+    tr.poll(900)
+    assert gate.ctt.samples(1) == (890,)
+    assert tr.tracking == 0
+
+
+def test_drain_tracker_untracked_writes_still_count_for_acknowledgement() -> None:
+    outq = [0]
+    gate = Gate(Window(), CompletionTimeTable())
+    tr = DrainTracker(gate, lambda: outq[0], bucket_bytes=1000)
+    tr.on_write(5000, 0, None)  # unpaced bytes: no sample, but they are ahead
+    tr.on_write(1000, 1, 5)
+    outq[0] = 1000
+    tr.poll(100)
+    assert gate.ctt.samples(5) == ()
+    outq[0] = 0
+    tr.poll(200)
+    assert gate.ctt.samples(5) == (199,)
+    tr.on_write(1000, 300, 0)
+    tr.reset()
+    assert tr.tracking == 0 and gate.pending == 0
+
+
+def test_marking_in_effect_is_read_back() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        m = mark_socket(s, "ls")
+        assert m.dscp == 48 and m.user_priority == 6 and m.access_category == "AC_VO"
+        assert s.getsockopt(socket.IPPROTO_IP, socket.IP_TOS) == 0xC0
+        if m.priority is not None:  # root / CAP_NET_ADMIN
+            assert s.getsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY) == 262
+            assert "SO_PRIORITY 262" in m.describe()
+        else:
+            assert "DSCP CS6 only" in m.describe()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        m = mark_socket(s, "bh")
+        assert m.dscp == 0 and m.user_priority == 0 and m.access_category == "AC_BE"
+
+
+def write_team(tmp_path: Path, body: str) -> Path:
+    p = tmp_path / "team.toml"
+    p.write_text(body)
+    return p
+
+
+def test_team_file_loads_and_key_resolves(tmp_path: Path) -> None:
+    (tmp_path / "k.hex").write_text("ab" * 32)
+    p = write_team(tmp_path, '[team]\nrobots = ["a", "b"]\nkey_file = "k.hex"\n'
+                             '[leader]\ntimeslice_ms = 2500\n[agent]\nleader = "10.0.0.1:7400"\n')
+    cfg = load_team_config(p)
+    assert cfg.leader.timeslice_ns == 2_500_000_000
+    assert cfg.agent.leader == "10.0.0.1:7400"
+    assert isinstance(resolve_team_key(cfg, p), TeamKey)
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ('[team]\nrobots = ["a", "a"]\n', "team.robots"),
+    ('[team]\nrobots = ["a"]\n[leader]\nlimit = 0\n', "leader.limit"),
+    ('[team]\nrobots = ["a"]\n[leader]\nlisten = "nohost"\n', "leader.listen"),
+    ('[team]\nrobots = ["a"]\n[leader]\ntimeslice = 5\n', "leader"),
+    ('[team]\nrobots = ["a"]\n[agent]\nfallback_ms = 5\n', "agent.fallback_ms"),
+])
+def test_bad_team_files_name_the_field(tmp_path: Path, body: str, field: str) -> None:
+    with pytest.raises(ScenarioError) as err:
+        load_team_config(write_team(tmp_path, body))
+    assert field in str(err.value)
+
+
+def test_missing_key_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("COORP_TEAM_KEY", raising=False)
+    cfg = load_team_config(write_team(tmp_path, '[team]\nrobots = ["a"]\n'))
+    with pytest.raises(ScenarioError, match="COORP_TEAM_KEY"):
+        resolve_team_key(cfg, tmp_path / "team.toml")
+    monkeypatch.setenv("COORP_TEAM_KEY", "cd" * 32)
+    assert isinstance(resolve_team_key(cfg, tmp_path / "team.toml"), TeamKey)
+
+
+def test_asyncio_api_end_to_end() -> None:
+    async def main() -> None:
+        rx = await ajoin(None, "rx", KEY)
+        tx = await ajoin(None, "tx", KEY)
+        try:
+            inbox = await rx.listen("127.0.0.1:0")
+            dest = f"127.0.0.1:{inbox.address[1]}"
+            tx.latency_sensitive("cmd", dest, deadline_ms=10).send(b"go")
+            msg = await inbox.recv(timeout_s=5)
+            assert (msg.kind, msg.channel, msg.payload) == ("ls", "cmd", b"go")
+            receipt = await tx.bulk("params", dest).send(b"z" * 3_000_000, timeout_s=10)
+            assert receipt.nbytes == 3_000_000 and receipt.first_write_ns is not None
+            async for m in inbox:
+                assert (m.kind, m.seq, bytes(m.payload)) == ("bulk", 1, b"z" * 3_000_000)
+                break
+            assert tx.mode == "no leader"
+        finally:
+            await tx.close()
+            await rx.close()
+
+    asyncio.run(main())
