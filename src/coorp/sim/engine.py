@@ -73,7 +73,7 @@ class Simulation:
             )  # fmt: skip
             st.channel = self.channel
             st.bulk_burst = scenario.mac.max_ampdu_mpdus
-            st._next_pid = self._next_pid
+            st._alloc_pids = self._alloc_pids
             self.stations[cfg.name] = st
         self.flows: dict[str, FlowState] = {}
         self.messages: list[Message] = []
@@ -101,6 +101,12 @@ class Simulation:
     def _next_pid(self) -> int:
         self._pid += 1
         return self._pid
+
+    def _alloc_pids(self, k: int) -> int:
+        """``k`` consecutive packet ids; returns the first."""
+        first = self._pid + 1
+        self._pid += k
+        return first
 
     # -- API for workloads and policies ---------------------------------------------------
     @property
@@ -183,12 +189,19 @@ class Simulation:
         return t
 
     # -- delivery ------------------------------------------------------------------------
-    def _delivered(self, p: Packet, now: int) -> None:
+    def _delivered(self, p: Packet, pid: int, k: int, now: int) -> None:
+        """Packets ``pid .. pid + k - 1`` of run ``p`` were acknowledged at ``now``.
+
+        Equivalent to delivering them one by one: a batch is cut wherever a transfer's
+        completion callback must run, and TCP acknowledgements go out as one run unless
+        the receiver's hooks watch every packet (then one by one, as individual sends).
+        """
         f = p.flow
-        f.delivered_packets += 1
-        f.delivered_bytes += p.ip_bytes
+        size = p.ip_bytes
         msg = p.message
         if msg is not None:
+            f.delivered_packets += 1
+            f.delivered_bytes += size
             msg.remaining -= 1
             if msg.remaining == 0 and not msg.lost:
                 msg.delivered_ns = now
@@ -196,20 +209,45 @@ class Simulation:
                     msg.on_delivered(msg)
             return
         t = p.transfer
-        if isinstance(t, BulkTransfer):
-            t.delivered_bytes += p.ip_bytes
-            every = self._ack_every.get(f.name)
-            if every:
-                n = self._unacked[f.name] + 1
-                if n >= every:
-                    n = 0
-                    ack = self._ack_flows[f.name]
-                    ack.sent_packets += 1
-                    ack.src.send_ls([Packet(self._next_pid(), ack, TCP_ACK_BYTES)])
-                self._unacked[f.name] = n
-            done = t.total_bytes is not None and t.delivered_bytes >= t.total_bytes
-            if done and t.on_complete is not None:
-                t.on_complete(t, now)
+        if not isinstance(t, BulkTransfer):
+            f.delivered_packets += k
+            f.delivered_bytes += k * size
+            return
+        ack = self._ack_flows.get(f.name)
+        if ack is not None and ack.src.per_packet:
+            for _ in range(k):
+                self._delivered_bulk(f, t, size, 1, ack, now)
+            return
+        while k:
+            n = k
+            if t.on_complete is not None and t.total_bytes is not None:
+                # Deliver up to the packet that completes the transfer; the callback
+                # runs after it (and after every later one, as one by one).
+                need = t.total_bytes - t.delivered_bytes
+                if need <= 0:
+                    n = 1
+                elif size > 0:
+                    n = min(k, -(-need // size))
+            self._delivered_bulk(f, t, size, n, ack, now)
+            k -= n
+
+    def _delivered_bulk(
+        self, f: FlowState, t: BulkTransfer, size: int, n: int, ack: FlowState | None, now: int
+    ) -> None:
+        f.delivered_packets += n
+        f.delivered_bytes += n * size
+        t.delivered_bytes += n * size
+        if ack is not None:
+            every = self._ack_every[f.name]
+            u = self._unacked[f.name] + n
+            m = u // every
+            self._unacked[f.name] = u - m * every
+            if m:
+                ack.sent_packets += m
+                ack.src.send_ls([Packet(self._alloc_pids(m), ack, TCP_ACK_BYTES, count=m)])
+        total = t.total_bytes
+        if total is not None and t.delivered_bytes >= total and t.on_complete is not None:
+            t.on_complete(t, now)
 
     def _dropped(self, p: Packet, now: int) -> None:
         if p.message is not None:

@@ -18,14 +18,13 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import islice
 
 from coorp.phy import MAX_PPDU_NS, SIFS_NS, SLOT_NS
 from coorp.scenario import MacConfig, RetryPolicy
 from coorp.sim.events import PRIO_ACCESS, PRIO_MEDIUM, Event, EventLoop
 from coorp.sim.links import LinkTable
 from coorp.sim.packets import Packet
-from coorp.sim.station import Edcaf, Station
+from coorp.sim.station import Edcaf, Ring, Station
 from coorp.sim.timing import ExchangeTiming
 
 __all__ = ["Channel", "ChannelStats", "Transmission"]
@@ -50,13 +49,15 @@ class Transmission:
     """One station's PPDU in one exchange: an A-MPDU (or single MPDU), or a BlockAckReq."""
 
     __slots__ = (
-        "block_ack", "data_ns", "edcaf", "failure_ns", "packets", "psdu", "rts", "success_ns",
-        "txop_start",
+        "block_ack", "data_ns", "edcaf", "failure_ns", "mpdus", "packets", "psdu", "rts",
+        "success_ns", "txop_start",
     )  # fmt: skip
 
-    def __init__(self, edcaf: Edcaf, packets: list[Packet], txop_start: int) -> None:
+    def __init__(self, edcaf: Edcaf, packets: list[Packet], txop_start: int, mpdus: int) -> None:
         self.edcaf = edcaf
-        self.packets = packets  # empty for a BlockAckReq
+        #: Whole runs at the head of the ring, sealed; empty for a BlockAckReq.
+        self.packets = packets
+        self.mpdus = mpdus
         self.txop_start = txop_start
         self.psdu = 0
         self.data_ns = 0
@@ -77,7 +78,7 @@ class Channel:
         links: LinkTable,
         *,
         rng: random.Random,
-        on_delivered: Callable[[Packet, int], None],
+        on_delivered: Callable[[Packet, int, int, int], None],
         on_dropped: Callable[[Packet, int], None],
         trace: bool = False,
     ) -> None:
@@ -98,6 +99,7 @@ class Channel:
         self.stats = ChannelStats(trace=[] if trace else None)
         self._access_ev: Event | None = None
         self._busy_start = 0
+        self._durations: dict[tuple[int, int, bool, bool], tuple[int, int, int]] = {}
 
     def add_edcaf(self, e: Edcaf) -> None:
         self.edcafs.append(e)
@@ -173,7 +175,7 @@ class Channel:
     def _build(self, e: Edcaf, now: int, txop_start: int) -> Transmission | None:
         timing = self.timing
         if e.bar_pending is not None:
-            tx = Transmission(e, [], txop_start)
+            tx = Transmission(e, [], txop_start, 0)
             tx.success_ns = tx.failure_ns = timing.bar_exchange_ns()
             return tx
         st = e.station
@@ -183,6 +185,7 @@ class Channel:
         mcs = self.links.mcs(st.idx, dst.idx)
         txop_left = e.txop_limit - (now - txop_start) if e.txop_limit else 0
         packets = [first]
+        n = 1
         psdu = 4 + first.mpdu
         if e.aggregation:
             max_data = MAX_PPDU_NS
@@ -194,21 +197,58 @@ class Channel:
             max_psdu = min(self.max_ampdu_bytes, timing.max_psdu_bytes(mcs, max_data))
             limit = self.max_mpdus
             ac = e.ac
-            for p in islice(ring, 1, None):
-                if len(packets) >= limit or p.dst is not dst or p.ac is not ac:
+            # Take MPDUs one run at a time: each further MPDU of size m adds its padded
+            # predecessor's tail, a delimiter and m; within a run the step is constant.
+            run = first
+            avail = first.count - 1  # MPDUs of ``run`` not yet taken
+            idx = 0
+            while True:
+                if avail:
+                    m = run.mpdu
+                    nxt = ((psdu + 3) & ~3) + 4 + m
+                    if n >= limit or nxt > max_psdu:
+                        break
+                    step = ((m + 3) & ~3) + 4
+                    j = min(avail, limit - n, 1 + (max_psdu - nxt) // step)
+                    psdu = nxt + (j - 1) * step
+                    n += j
+                    avail -= j
+                    if avail:
+                        break
+                idx += 1
+                if idx >= len(ring):
                     break
-                nxt = ((psdu + 3) & ~3) + 4 + p.mpdu
-                if nxt > max_psdu:
+                run = ring[idx]
+                if run.dst is not dst or run.ac is not ac:
                     break
-                psdu = nxt
-                packets.append(p)
-        tx = Transmission(e, packets, txop_start)
+                packets.append(run)
+                avail = run.count
+            taken = run.count - avail
+            if taken == 0:
+                packets.pop()
+            elif avail:
+                ring.insert(idx + 1, run.split(taken))
+        elif first.count > 1:
+            ring.insert(1, first.split(1))
+        for p in packets:
+            p.sealed = True
+        tx = Transmission(e, packets, txop_start, n)
         tx.psdu = psdu
-        tx.data_ns = timing.data_ns(psdu, mcs)
-        tx.block_ack = len(packets) > 1
-        tx.rts = psdu > self.rts_threshold
-        tx.success_ns = timing.success_ns(tx.data_ns, block_ack=tx.block_ack, rts=tx.rts)
-        tx.failure_ns = timing.failure_ns(tx.data_ns, block_ack=tx.block_ack, rts=tx.rts)
+        block_ack = n > 1
+        rts = psdu > self.rts_threshold
+        key = (psdu, mcs, block_ack, rts)
+        cached = self._durations.get(key)
+        if cached is None:
+            data_ns = timing.data_ns(psdu, mcs)
+            cached = (
+                data_ns,
+                timing.success_ns(data_ns, block_ack=block_ack, rts=rts),
+                timing.failure_ns(data_ns, block_ack=block_ack, rts=rts),
+            )
+            self._durations[key] = cached
+        tx.data_ns, tx.success_ns, tx.failure_ns = cached
+        tx.block_ack = block_ack
+        tx.rts = rts
         if txop_left and tx.success_ns > txop_left and now != txop_start:
             return None  # a continuation that does not fit ends the TXOP
         return tx
@@ -236,7 +276,7 @@ class Channel:
         if stats.trace is not None:
             stats.trace.append((
                 now, now + dur, collided, tuple(tx.edcaf.station.name for tx in txs),
-                tuple(tx.edcaf.ac.value for tx in txs), tuple(len(tx.packets) for tx in txs),
+                tuple(tx.edcaf.ac.value for tx in txs), tuple(tx.mpdus for tx in txs),
                 tuple(tx.psdu for tx in txs), tuple(tx.txop_start for tx in txs),
             ))  # fmt: skip
         self.loop.call_at(now + dur, PRIO_MEDIUM, self._end, txs, collided)
@@ -289,27 +329,79 @@ class Channel:
             e.backoff = st.rng.randrange(e.cw + 1)
             return False
         ring = st.rings[e.ac]
-        failed: list[Packet] = []
-        links = self.links
-        if links.packet_errors:
-            per = links.error_prob
-            rnd = self.rng.random
-            failed = [p for p in tx.packets if rnd() < per(st.idx, p.dst.idx, p.mpdu)]
-            if len(failed) == len(tx.packets):
-                self.stats.per_failures += 1
-                self._fail(tx)
-                return False
+        if self.links.packet_errors:
+            return self._succeed_with_errors(tx, ring, now)
         for _ in tx.packets:
             ring.popleft()
-        for p in reversed(failed):
-            ring.appendleft(p)
-        hooks = st.hooks
-        for p in tx.packets:
-            if failed and p in failed:
-                self._count_retry(p, now)
-                continue
-            hooks.on_hw_complete(st, p.pid, p.ac, now, True)
-            self.on_delivered(p, now)
+        ring.n -= tx.mpdus
+        deliver = self.on_delivered
+        if st.per_packet:
+            complete = st.hooks.on_hw_complete
+            for p in tx.packets:
+                ac = p.ac
+                for pid in range(p.pid, p.pid + p.count):
+                    complete(st, pid, ac, now, True)
+                    deliver(p, pid, 1, now)
+        else:
+            for p in tx.packets:
+                deliver(p, p.pid, p.count, now)
+        st.tx_success += 1
+        e.cw = e.cw_min
+        return True
+
+    def _succeed_with_errors(self, tx: Transmission, ring: Ring, now: int) -> bool:
+        """Some MPDUs may be lost: one draw per MPDU, in order; the lost ones stay at the
+        head of the ring (in order) for a retry, the others are delivered."""
+        e = tx.edcaf
+        st = e.station
+        per = self.links.error_prob
+        rnd = self.rng.random
+        # Per run: the outcome of each of its MPDUs (True: lost).
+        lost = [
+            [rnd() < prob for _ in range(p.count)]
+            for p in tx.packets
+            for prob in (per(st.idx, p.dst.idx, p.mpdu),)
+        ]
+        n_lost = sum(sum(flags) for flags in lost)
+        if n_lost == tx.mpdus:
+            self.stats.per_failures += 1
+            self._fail(tx)
+            return False
+        for _ in tx.packets:
+            ring.popleft()
+        ring.n -= tx.mpdus
+        # Segments of consecutive MPDUs with one outcome: (run, first pid, count, lost).
+        segments: list[tuple[Packet, int, int, bool]] = []
+        for p, flags in zip(tx.packets, lost, strict=True):
+            i = 0
+            while i < p.count:
+                j = i + 1
+                while j < p.count and flags[j] == flags[i]:
+                    j += 1
+                segments.append((p, p.pid + i, j - i, flags[i]))
+                i = j
+        retry_runs: list[Packet] = []
+        for p, pid, k, failed in segments:
+            if failed:
+                r = p.part(pid, k)
+                r.sealed = True  # its packets are retried one by one below
+                retry_runs.append(r)
+        for r in reversed(retry_runs):
+            ring.appendleft(r)
+        ring.n += n_lost
+        deliver = self.on_delivered
+        complete = st.hooks.on_hw_complete
+        per_packet = st.per_packet
+        it = iter(retry_runs)
+        for p, pid, k, failed in segments:
+            if failed:
+                self._count_retry(next(it), now)
+            elif per_packet:
+                for q in range(pid, pid + k):
+                    complete(st, q, p.ac, now, True)
+                    deliver(p, q, 1, now)
+            else:
+                deliver(p, pid, k, now)
         st.tx_success += 1
         e.cw = e.cw_min
         return True
@@ -345,19 +437,37 @@ class Channel:
         """The lower category lost an internal collision: as a failed attempt of its head."""
         st = e.station
         e.cw = min(2 * e.cw + 1, e.cw_max)
-        if e.bar_pending is None and self._count_retry(st.rings[e.ac][0], self.loop.now_ns):
-            e.cw = e.cw_min
+        if e.bar_pending is None:
+            ring = st.rings[e.ac]
+            head = ring[0]
+            if head.count > 1:
+                ring.insert(1, head.split(1))
+            if self._count_retry(head, self.loop.now_ns):
+                e.cw = e.cw_min
         e.backoff = st.rng.randrange(e.cw + 1)
 
     def _count_retry(self, p: Packet, now: int) -> bool:
-        """One more failed attempt for ``p``; drop it past the retry limit. True if dropped."""
+        """One more failed attempt for every packet of run ``p``; drop them past the retry
+        limit (one by one, each followed by what a single drop triggers). True if dropped.
+        """
         p.retries += 1
         if p.retries <= self.retry_limit:
             return False
         st = p.src
-        st.rings[p.ac].remove(p)
-        st.dropped_packets += 1
-        p.flow.dropped_packets += 1
-        st.hooks.on_hw_complete(st, p.pid, p.ac, now, False)
-        self.on_dropped(p, now)
+        ring = st.rings[p.ac]
+        hooks = st.hooks
+        per_packet = st.per_packet
+        flow = p.flow
+        while p.count:
+            pid = p.pid
+            if p.count == 1:
+                ring.remove(p)
+            p.count -= 1
+            p.pid += 1
+            ring.n -= 1
+            st.dropped_packets += 1
+            flow.dropped_packets += 1
+            if per_packet:
+                hooks.on_hw_complete(st, pid, p.ac, now, False)
+            self.on_dropped(p, now)
         return True

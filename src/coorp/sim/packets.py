@@ -70,11 +70,19 @@ class Message:
 
 
 class Packet:
-    """One IP packet = one MPDU, from the driver's queue to the receiver."""
+    """A run of ``count`` consecutive identical MPDUs (IP packets), one ring entry.
+
+    The run stands for packets ``pid, pid + 1, ..., pid + count - 1`` of one flow, all of
+    ``ip_bytes``, with the same transfer (or message) and the same retry count. Bulk data
+    handed to the NIC in one batch and TCP acknowledgements sent in one batch travel as
+    one run; a message fragment is always a run of one. Runs are split wherever the
+    packets they stand for would be treated differently (an A-MPDU boundary, a retry, a
+    packet error), so a run behaves exactly like its packets one by one.
+    """
 
     __slots__ = (
-        "ac", "bulk", "dst", "flow", "hw_depth", "hw_enq_ns", "ip_bytes", "message", "mpdu",
-        "pid", "retries", "src", "transfer",
+        "ac", "bulk", "count", "dst", "flow", "hw_depth", "hw_enq_ns", "ip_bytes", "message",
+        "mpdu", "pid", "retries", "sealed", "src", "transfer",
     )  # fmt: skip
 
     def __init__(
@@ -84,8 +92,10 @@ class Packet:
         ip_bytes: int,
         message: Message | None = None,
         transfer: object | None = None,
+        count: int = 1,
     ) -> None:
         self.pid = pid
+        self.count = count
         self.flow = flow
         self.src = flow.src
         self.dst = flow.dst
@@ -96,5 +106,34 @@ class Packet:
         self.message = message
         self.transfer = transfer
         self.retries = 0
+        #: Enqueue time and depth of the run's first packet.
         self.hw_enq_ns = -1
         self.hw_depth = -1
+        #: Part of a transmission in flight: later packets must not join this run.
+        self.sealed = False
+
+    def split(self, k: int) -> Packet:
+        """Detach the run's last ``count - k`` packets as a new run; keep the first ``k``."""
+        rest = self.part(self.pid + k, self.count - k)
+        self.count = k
+        return rest
+
+    def part(self, pid: int, count: int) -> Packet:
+        """A new (unsealed) run of ``count`` of this run's packets, from ``pid`` on."""
+        rest = Packet.__new__(Packet)
+        rest.pid = pid
+        rest.count = count
+        rest.flow = self.flow
+        rest.src = self.src
+        rest.dst = self.dst
+        rest.ac = self.ac
+        rest.bulk = self.bulk
+        rest.ip_bytes = self.ip_bytes
+        rest.mpdu = self.mpdu
+        rest.message = self.message
+        rest.transfer = self.transfer
+        rest.retries = self.retries
+        rest.hw_enq_ns = self.hw_enq_ns
+        rest.hw_depth = self.hw_depth + (pid - self.pid) if self.hw_depth >= 0 else -1
+        rest.sealed = False
+        return rest

@@ -93,6 +93,30 @@ class BulkTransfer:
         self.on_complete = on_complete
 
 
+class Ring(deque[Packet]):
+    """A hardware ring: a FIFO of runs (:class:`Packet`), with ``n`` packets in all."""
+
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.n = 0
+
+
+def _mergeable(tail: Packet, run: Packet) -> bool:
+    """Whether ``run`` may extend ``tail``: the same packets, numbered consecutively."""
+    return (
+        tail.flow is run.flow
+        and tail.pid + tail.count == run.pid
+        and tail.ip_bytes == run.ip_bytes
+        and tail.transfer is run.transfer
+        and tail.retries == run.retries
+        and tail.message is None
+        and run.message is None
+        and not tail.sealed
+    )
+
+
 class Station:
     """A node on the channel: queues, driver, EDCAFs. Implements the driver view."""
 
@@ -119,9 +143,9 @@ class Station:
         self.capacity = capacity
         self._edca_params = edca
         self.packet_bytes = packet_bytes
-        shared_ring: deque[Packet] = deque()
-        self.rings: dict[AccessCategory, deque[Packet]] = {
-            ac: (shared_ring if self.shared else deque()) for ac in AccessCategory
+        shared_ring = Ring()
+        self.rings: dict[AccessCategory, Ring] = {
+            ac: (shared_ring if self.shared else Ring()) for ac in AccessCategory
         }
         self.ls_queue: deque[Packet] = deque()
         self.transfers: deque[BulkTransfer] = deque()
@@ -129,11 +153,15 @@ class Station:
         self.bulk_burst = 64
         self._burst_used = 0
         self.edcafs: dict[AccessCategory, Edcaf] = {}
-        self.hooks: DriverHooks = AdmitAll()
+        self._hooks: DriverHooks = AdmitAll()
+        #: Whether the hooks are called for every packet (see ``DriverHooks.per_packet``).
+        self.per_packet = False
+        self._admit_all = True
         self.channel: Channel | None = None
         self._paused = False
         self._resume_event: Event | None = None
-        self._next_pid: Callable[[], int] = lambda: 0
+        #: Allocates ``k`` consecutive packet ids and returns the first.
+        self._alloc_pids: Callable[[int], int] = lambda k: 0
         # Statistics.
         self.airtime_ns = 0
         self.tx_attempts = 0
@@ -142,9 +170,19 @@ class Station:
         self.dropped_packets = 0
         self.ls_depths: list[int] = []
 
+    @property
+    def hooks(self) -> DriverHooks:
+        return self._hooks
+
+    @hooks.setter
+    def hooks(self, hooks: DriverHooks) -> None:
+        self._hooks = hooks
+        self.per_packet = bool(getattr(hooks, "per_packet", True))
+        self._admit_all = type(hooks) is AdmitAll
+
     # -- driver view -------------------------------------------------------------------
     def hw_queue_length(self) -> int:
-        return len(self.rings[AccessCategory.BE])
+        return self.rings[AccessCategory.BE].n
 
     def pause_bulk(self, until_ns: int | None) -> None:
         self._paused = True
@@ -204,61 +242,117 @@ class Station:
         self.refill()
 
     def refill(self) -> None:
-        """Move packets to the hardware rings while they have room: LS first, then bulk."""
+        """Move packets to the hardware rings while they have room: LS first, then bulk.
+
+        Without per-packet hooks, bulk packets move in runs (as many as the ring, the
+        transfer's burst and its remaining bytes allow); the result is the same as moving
+        them one by one, since nothing observes the steps in between.
+        """
         now = self.loop.now_ns
         rings = self.rings
         cap = self.capacity
         ls = self.ls_queue
-        while ls and len(rings[ls[0].ac]) < cap:
-            self._enqueue_hw(ls.popleft(), now)
-        transfers = self.transfers
-        # The ring the next bulk packet would join: its own category's (a bulk flow may
-        # use any category; checking the BE ring only would never stop for a VI flow).
-        while transfers and not self._paused and len(rings[transfers[0].flow.ac]) < cap:
-            resume = self.hooks.admit_bulk(self, now)
-            if resume is not None:
-                if resume <= now:
-                    raise InvariantError(
-                        f"{type(self.hooks).__name__}.admit_bulk denied at {now} ns with "
-                        f"resume time {resume} ns, which is not in the future"
-                    )
-                self.pause_bulk(None if resume >= FOREVER else resume)
+        while ls:
+            head = ls[0]
+            room = cap - rings[head.ac].n
+            if room <= 0:
                 break
-            self._enqueue_hw(self._next_bulk_packet(), now)
+            if head.count > room:
+                rest = head.split(room)
+                ls[0] = rest
+                self._enqueue_hw(head, now)
+                break
+            ls.popleft()
+            self._enqueue_hw(head, now)
+        transfers = self.transfers
+        if self.per_packet:
+            # The ring the next bulk packet would join: its own category's (a bulk flow
+            # may use any category; checking the BE ring only would never stop for VI).
+            while transfers and not self._paused and rings[transfers[0].flow.ac].n < cap:
+                resume = self._hooks.admit_bulk(self, now)
+                if resume is not None:
+                    self._deny(resume, now)
+                    break
+                self._enqueue_hw(self._next_bulk_run(1), now)
+            return
+        while transfers and not self._paused:
+            room = cap - rings[transfers[0].flow.ac].n
+            if room <= 0:
+                break
+            if not self._admit_all:
+                resume = self._hooks.admit_bulk(self, now)
+                if resume is not None:
+                    self._deny(resume, now)
+                    break
+            self._enqueue_hw(self._next_bulk_run(room), now)
 
-    def _next_bulk_packet(self) -> Packet:
-        # Transfers take turns in bursts of up to one A-MPDU, as mac80211's per-station
-        # TXQs feed the driver: packet-by-packet round robin across destinations would
-        # leave nothing to aggregate.
-        transfer = self.transfers[0]
+    def _deny(self, resume: int, now: int) -> None:
+        if resume <= now:
+            raise InvariantError(
+                f"{type(self._hooks).__name__}.admit_bulk denied at {now} ns with "
+                f"resume time {resume} ns, which is not in the future"
+            )
+        self.pause_bulk(None if resume >= FOREVER else resume)
+
+    def _next_bulk_run(self, room: int) -> Packet:
+        """Up to ``room`` packets of the head transfer, all of one size, as one run.
+
+        Transfers take turns in bursts of up to one A-MPDU, as mac80211's per-station
+        TXQs feed the driver: packet-by-packet round robin across destinations would
+        leave nothing to aggregate.
+        """
+        transfers = self.transfers
+        transfer = transfers[0]
         size = self.packet_bytes
-        self._burst_used += 1
-        if transfer.remaining_bytes is not None:
-            size = min(size, transfer.remaining_bytes)
-            transfer.remaining_bytes -= size
-            if transfer.remaining_bytes == 0:
-                self.transfers.popleft()
-                self._burst_used = 0
-        if self._burst_used >= self.bulk_burst and self.transfers and self.transfers[0] is transfer:
-            self.transfers.rotate(-1)
+        k = min(room, self.bulk_burst - self._burst_used)
+        remaining = transfer.remaining_bytes
+        if remaining is not None:
+            full = remaining // size
+            if full == 0:  # the transfer's last packet, shorter than the MTU
+                size = remaining
+                k = 1
+            elif k > full:
+                k = full
+            remaining -= k * size
+            transfer.remaining_bytes = remaining
+        self._burst_used += k
+        if remaining == 0:
+            transfers.popleft()
             self._burst_used = 0
-        transfer.flow.sent_packets += 1
-        return Packet(self._next_pid(), transfer.flow, size, transfer=transfer)
+        if self._burst_used >= self.bulk_burst and transfers and transfers[0] is transfer:
+            transfers.rotate(-1)
+            self._burst_used = 0
+        transfer.flow.sent_packets += k
+        return Packet(self._alloc_pids(k), transfer.flow, size, transfer=transfer, count=k)
 
     def _enqueue_hw(self, pkt: Packet, now: int) -> None:
-        ring = self.rings[pkt.ac]
-        depth = len(ring)
+        """Append a run to its ring; tell the hooks about each packet, the MAC if needed."""
+        if self.per_packet and pkt.count > 1:
+            while pkt.count > 1:
+                rest = pkt.split(1)
+                self._enqueue_hw(pkt, now)
+                pkt = rest
+        ac = pkt.ac
+        ring = self.rings[ac]
+        depth = ring.n
         pkt.hw_enq_ns = now
         pkt.hw_depth = depth
         if pkt.message is not None:
             self.ls_depths.append(depth)
             if pkt.message.first_depth < 0:
                 pkt.message.first_depth = depth
-        ring.append(pkt)
+        ring.n = depth + pkt.count
+        # With per-packet hooks every packet stays its own run, so the ring's tail is the
+        # packet just announced to the hooks.
+        if not self.per_packet and ring and _mergeable(ring[-1], pkt):
+            ring[-1].count += pkt.count
+        else:
+            ring.append(pkt)
         # The EDCAF must exist even when the packet is not at the head: in a shared ring
         # it becomes the head later, when the packets ahead of it are gone.
-        edcaf = self.edcafs.get(pkt.ac) or self.edcaf(pkt.ac)
-        self.hooks.on_hw_enqueue(self, pkt.pid, pkt.ac, depth, now)
+        edcaf = self.edcafs.get(ac) or self.edcaf(ac)
+        if self.per_packet:
+            self._hooks.on_hw_enqueue(self, pkt.pid, ac, depth, now)
         if depth == 0:
             assert self.channel is not None
             self.channel.frame_arrived(edcaf, now)
