@@ -136,13 +136,6 @@ def test_ssp_starts_the_next_epoch_when_the_updates_are_in() -> None:
     assert any(b.start_ns < a.end_ns for a, b in pairwise(epochs))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Drlc SSP does not bound staleness to 1: epoch k+2 starts when epoch "
-    "k+1's updates are in even if epoch k's model has not reached the workers, so "
-    "epochs overlap by 2+ and model transfers of several epochs pile up on the same "
-    "model:<worker> flows (with 3 workers no SSP epoch completes in 1.5 s)",
-)
 @pytest.mark.parametrize("workers", [2, 3])
 def test_ssp_epochs_overlap_by_at_most_one(workers: int) -> None:
     result, _ = run("ssp", workers)

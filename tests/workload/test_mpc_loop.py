@@ -139,12 +139,6 @@ def test_some_abandoned_loops_raise_the_violation_rate() -> None:
     assert result.violation_rate == pytest.approx(abandoned / len(result.loops))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: CrlResult.metrics() reaction_ms percentiles are NaN (numpy RuntimeWarning "
-    "'invalid value encountered in subtract') when they fall among abandoned loops: "
-    "reaction_ns holds inf for them and np.percentile interpolates inf - inf",
-)
 def test_reaction_percentiles_of_abandoned_loops_are_infinite() -> None:
     result = run_crl(mpc_only(2, loop_timeout_us=2_000.0), "edca")
     with np.errstate(invalid="ignore"):

@@ -6,8 +6,9 @@ leader sends the new model back. Bulk transfers start through the policy
 (:meth:`coorp.policies.Policy.send_bulk`), so permits and gates apply to them.
 
 * BSP: the next epoch starts when every worker has the new model.
-* SSP (staleness 1): the next epoch starts once every update of this one has arrived,
-  so its data overlaps this epoch's model dissemination.
+* SSP (staleness 1): the next epoch starts once every update of this one has arrived
+  (so its data overlaps this epoch's model dissemination), but epoch e never starts
+  before every worker has the model of epoch e − 2.
 * ASP: each worker cycles on its own (data -> train -> update -> model); an "epoch" is
   one worker cycle.
 """
@@ -62,6 +63,7 @@ class Drlc:
         self.model_flow = {w: f(f"model:{w}", leader, w, be, bulk=True) for w in workers}
         self.items = 0
         self.epochs: list[EpochRecord] = []
+        self._models_done: set[int] = set()
         self._epoch = 0
         self._running = False
         self._epoch_start = 0
@@ -88,6 +90,9 @@ class Drlc:
     def _maybe_start_epoch(self) -> None:
         if self._running or self.items < self.cfg.batch_items:
             return
+        stale = self._epoch - 2
+        if self.cfg.sync is SyncMode.SSP and stale >= 0 and stale not in self._models_done:
+            return  # staleness 1: epoch e needs the model of epoch e - 2 everywhere
         self.items -= self.cfg.batch_items
         self._running = True
         self._epoch_start = self.sim.now_ns
@@ -118,8 +123,11 @@ class Drlc:
             remaining[0] -= 1
             if remaining[0] == 0:
                 self.epochs.append(EpochRecord(e, None, start, now))
+                self._models_done.add(e)
                 if self.cfg.sync is SyncMode.BSP:
                     self._next_epoch()
+                else:
+                    self._maybe_start_epoch()
 
         for w in self.workers:
             self.send_bulk(self.leader, self.model_flow[w], self.cfg.param_bytes, modelled)

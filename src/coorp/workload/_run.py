@@ -21,7 +21,9 @@ __all__ = ["CrlResult", "run_crl"]
 
 
 def _pct(values: np.ndarray, q: float) -> float:
-    return float(np.percentile(values, q)) if values.size else math.nan
+    # The empirical quantile (no interpolation): abandoned loops are inf, and a
+    # percentile that falls among them must be inf, not inf - inf = NaN.
+    return float(np.percentile(values, q, method="inverted_cdf")) if values.size else math.nan
 
 
 @dataclass(frozen=True)
