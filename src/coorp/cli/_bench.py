@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -50,8 +51,12 @@ def register(app: typer.Typer) -> None:
                           max_seconds=max_seconds)
         console = Console(stderr=False)
         err = Console(stderr=True, quiet=not sys.stderr.isatty())
+        load_before = os.getloadavg()[0]
         result = run(cfg, progress=lambda m: err.log(m))
         render_tables(result, console)
+        # Other work on the machine shows up in the tails; say how busy it was.
+        console.print(f"machine: {os.cpu_count()} cores, 1-min load average "
+                      f"{load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
         plot(result, plot_path, subscribers)
         console.print(f"plot: {plot_path}")
         if json_path is not None:

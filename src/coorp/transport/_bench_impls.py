@@ -201,14 +201,13 @@ class _SocketReceiver:
             buf = bytearray(buf_len)
             _recv_exact(self.sock, memoryview(buf))
             return pickle.loads(meta, buffers=[buf])
-        from multiprocessing import resource_tracker, shared_memory
+        from multiprocessing import shared_memory
 
         if self.seg is not None:
             self.seg.close()
         name, shape, dtype = pickle.loads(meta)
+        # The sender owns and unlinks the segment (spawned children share its tracker).
         self.seg = shared_memory.SharedMemory(name=name)
-        # The sender owns the segment; stop this process's tracker from unlinking it.
-        resource_tracker.unregister(self.seg._name, "shared_memory")
         return np.ndarray(shape, np.dtype(dtype), buffer=self.seg.buf)
 
     def close(self) -> None:
@@ -261,15 +260,18 @@ class _ZmqReceiver:
 
 # -- cyclonedds --------------------------------------------------------------------------
 def _dds_types() -> Any:
+    import types as pytypes
     from dataclasses import dataclass
 
     from cyclonedds.idl import IdlStruct, types
 
-    @dataclass
-    class Blob(IdlStruct, typename="coorp_bench::Blob"):
-        data: types.sequence[types.uint8]  # type: ignore[type-arg]
+    # Built at run time with a real annotation object: this module's postponed
+    # annotations would be strings that cyclonedds cannot resolve.
+    def body(ns: dict[str, Any]) -> None:
+        ns["__annotations__"] = {"data": types.sequence[types.uint8]}
 
-    return Blob
+    cls = pytypes.new_class("Blob", (IdlStruct,), {"typename": "coorp_bench::Blob"}, body)
+    return dataclass(cls)
 
 
 class _Dds:
