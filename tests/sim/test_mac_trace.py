@@ -378,3 +378,41 @@ def test_shared_ring_head_promotion_invokes_a_backoff() -> None:
     assert sum(gaps.values()) >= 20
     assert all(g >= 34 and (g - 34) % 9 == 0 for g in gaps)  # AIFS(VO) + k slots
     assert len(gaps) > 1
+
+
+# -- known bugs --------------------------------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: Channel._build computes txop_left = 0 when a continuation starts exactly at "
+    "txop_start + limit and treats 0 as 'no TXOP limit', so a frame is sent past the limit",
+)
+def test_continuation_starting_exactly_at_the_txop_limit_is_refused() -> None:
+    # MTU 650: a full fragment is 650 B IP, MPDU 688, PSDU 692: 5558 bits -> 22 symbols
+    # = 128 µs; exchange 128 + 16 + 28 = 172 µs, so exchange + SIFS = 188 µs and eight of
+    # them fill the 1504 µs VO TXOP exactly: the 8th ends at 34 + 1504 - 16 = 1522 µs.
+    # A ninth exchange would start at 1538 = the TXOP's end, so the TXOP must end there
+    # and the remaining two fragments need a new access at 1522 + 34 = 1556 µs.
+    assert data_us(692) == 128
+    sc = _scenario([_datagram("m", 630 * 10 - 8, 0)]).model_copy(update={"packet_bytes": 650})
+    r = simulate(sc, trace=True)
+    ex = 172
+    expected = [(34 + k * (ex + SIFS), 34 + k * (ex + SIFS) + ex) for k in range(8)]
+    assert expected[-1][1] == 1522
+    expected += [(1556, 1556 + ex), (1556 + ex + SIFS, 1556 + 2 * ex + SIFS)]
+    assert _times(r) == expected
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: ChannelStats.success_ns/failure_ns count an exchange when it starts, busy_ns "
+    "only when the busy period ends, so a run that stops mid-exchange breaks the documented "
+    "invariant busy_ns == success_ns + failure_ns",
+)
+def test_busy_equals_success_plus_failure_when_the_run_stops_mid_exchange() -> None:
+    r = simulate(_scenario([_datagram("m", 12288, 0)]), duration_ns=1_000_000, trace=True)
+    # Horizon 1000 µs falls inside the 4th exchange (910-1186 µs) of the first TXOP.
+    assert _times(r)[-1] == (910, 1186)
+    ch = r.channel
+    assert ch.busy_ns == ch.success_ns + ch.failure_ns
