@@ -30,6 +30,7 @@ COMMAND_MODULES = (
     "coorp.cli._compare",
     "coorp.cli._bench",
     "coorp.cli._runtime",
+    "coorp.cli._model",
 )
 
 for _name in COMMAND_MODULES:
