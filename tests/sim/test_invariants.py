@@ -220,9 +220,9 @@ def _check_trace(sc: Scenario, res: SimResult) -> None:
         assert 0 <= start < end
         assert start <= res.duration_ns
         # One station = success, two or more (distinct) = collision.
-        assert collided == (len(names) >= 2)  # type: ignore[arg-type]
-        assert len(set(names)) == len(names)  # type: ignore[arg-type]
-        for name, ac, n, psdu, t0 in zip(names, acs, ns, psdus, txop_starts, strict=True):  # type: ignore[call-overload]
+        assert collided == (len(names) >= 2)
+        assert len(set(names)) == len(names)
+        for ac, n, psdu, t0 in zip(acs, ns, psdus, txop_starts, strict=True):
             # A-MPDU limits.
             assert 0 <= n <= mac.max_ampdu_mpdus
             assert n <= 1 or psdu <= mac.max_ampdu_bytes
@@ -230,36 +230,36 @@ def _check_trace(sc: Scenario, res: SimResult) -> None:
                 assert n <= 1, f"{ac} aggregated although aggregation is off"
             assert t0 <= start
         # Each entry lasts exactly what the PHY says (some MCS of the sender's links).
-        options = [outcomes(nm, n, p) for nm, n, p in zip(names, ns, psdus, strict=True)]  # type: ignore[call-overload]
+        options = [outcomes(nm, n, p) for nm, n, p in zip(names, ns, psdus, strict=True)]
         if collided:
-            assert start == txop_starts[0]  # type: ignore[index]
+            assert start == txop_starts[0]
             longest = {max(f) for f in _product([{o[1] for o in opt} for opt in options])}
             assert end - start in longest, entry
             failure_ns += end - start
         else:
             assert end - start in {o[0] for o in options[0]}, entry
             success_ns += end - start
-            if ns[0]:  # type: ignore[index]
+            if ns[0]:
                 mode_data = [
-                    vht_ppdu_duration_ns(psdus[0], VhtMode(m, phy.spatial_streams,  # type: ignore[index]
+                    vht_ppdu_duration_ns(psdus[0], VhtMode(m, phy.spatial_streams,
                                          phy.width_mhz, phy.guard_interval))
-                    for m in cands[names[0]]  # type: ignore[index]
+                    for m in cands[names[0]]
                 ]  # fmt: skip
                 assert min(mode_data) <= MAX_PPDU_NS
-            txops[(names[0], acs[0], txop_starts[0])].append((start, end))  # type: ignore[index]
+            txops[(names[0], acs[0], txop_starts[0])].append((start, end))
         # Time never goes back; exchanges never overlap; gaps are SIFS inside a TXOP and at
         # least the shortest AIFS otherwise.
         if prev is not None:
             gap = start - prev[1]
             continuation = (
                 not collided and not prev[2] and names == prev[3] and acs == prev[4]
-                and txop_starts == prev[7] and start != txop_starts[0]  # type: ignore[index]
+                and txop_starts == prev[7] and start != txop_starts[0]
             )  # fmt: skip
             if continuation:
                 assert gap == SIFS_NS, (prev, entry)
                 success_ns += SIFS_NS
             else:
-                assert start == txop_starts[0]  # type: ignore[index]
+                assert start == txop_starts[0]
                 assert gap >= min_aifs, (prev, entry)
         else:
             assert start >= min_aifs
@@ -280,7 +280,7 @@ def _check_trace(sc: Scenario, res: SimResult) -> None:
     assert ch.exchanges == len(trace)
     assert ch.collisions == sum(1 for e in trace if e[2])
     # busy == success + failure once the last busy period has closed before the horizon.
-    if not trace or trace[-1][1] + SIFS_NS <= res.duration_ns:  # type: ignore[operator]
+    if not trace or trace[-1][1] + SIFS_NS <= res.duration_ns:
         assert ch.busy_ns == ch.success_ns + ch.failure_ns
 
 

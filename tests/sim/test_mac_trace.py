@@ -81,7 +81,7 @@ def _datagram(name: str, size: int, at_us: float, src: str = "sta", cat: str = "
 
 def _times(result: SimResult) -> list[tuple[int, int]]:
     assert result.trace is not None
-    return [(int(t[0]) // US, int(t[1]) // US) for t in result.trace]  # type: ignore[call-overload]
+    return [(int(t[0]) // US, int(t[1]) // US) for t in result.trace]
 
 
 def _column(result: SimResult, i: int) -> list[object]:
@@ -217,7 +217,7 @@ def test_ampdu_limits(
 ) -> None:
     assert data_us(6174) == 804 and data_us(4630) == 612 and data_us(3606) == 488
     r = simulate(_scenario([_datagram("m", 12288, 0, cat="BE")], **mac), trace=True)
-    assert [t[0] for t in _column(r, 5)] == sizes  # type: ignore[index]
+    assert [t[0] for t in _column(r, 5)] == sizes
     assert _times(r) == expected
 
 
@@ -373,8 +373,8 @@ def test_shared_ring_head_promotion_invokes_a_backoff() -> None:
     assert r.trace is not None
     gaps: Counter[int] = Counter()
     for prev, cur in zip(r.trace, r.trace[1:], strict=False):
-        if cur[4] == ("VO",) and cur[0] == cur[7][0]:  # type: ignore[index]
-            gaps[(int(cur[0]) - int(prev[1])) // US] += 1  # type: ignore[call-overload]
+        if cur[4] == ("VO",) and cur[0] == cur[7][0]:
+            gaps[(int(cur[0]) - int(prev[1])) // US] += 1
     assert sum(gaps.values()) >= 20
     assert all(g >= 34 and (g - 34) % 9 == 0 for g in gaps)  # AIFS(VO) + k slots
     assert len(gaps) > 1
