@@ -150,11 +150,6 @@ def test_order_is_time_then_priority_then_insertion(
     assert loop.events_processed == len(expected)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: EventLoop.run(until) sets now_ns = until even when until < now_ns, so a "
-    "second run() with an earlier horizon moves time backwards",
-)
 def test_run_with_an_earlier_horizon_does_not_move_time_back() -> None:
     loop = EventLoop()
     loop.call_at(50, PRIO_TRAFFIC, lambda: None)

@@ -60,7 +60,12 @@ class EventLoop:
         return ev
 
     def run(self, until_ns: int, on_progress: Callable[[int], None] | None = None) -> None:
-        """Process events with time <= ``until_ns``; then set ``now_ns = until_ns``."""
+        """Process events with time <= ``until_ns``; then set ``now_ns = until_ns``.
+
+        A horizon earlier than ``now_ns`` is refused: time never goes back.
+        """
+        if until_ns < self.now_ns:
+            raise InvariantError(f"run(until={until_ns}) is before now ({self.now_ns})")
         heap = self._heap
         pop = heapq.heappop
         progress_step = max(until_ns // 200, 1)

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 __all__ = ["BulkTransfer", "Edcaf", "Station"]
 
+#: Service order of the priority queues.
+_AC_ORDER = (AccessCategory.VO, AccessCategory.VI, AccessCategory.BE, AccessCategory.BK)
 _PRIORITY = {AccessCategory.BK: 0, AccessCategory.BE: 1, AccessCategory.VI: 2, AccessCategory.VO: 3}
 
 
@@ -51,6 +53,8 @@ class Edcaf:
         "cw_min",
         "not_before",
         "priority",
+        "ring",
+        "shared",
         "station",
         "txop_limit",
     )  # fmt: skip
@@ -58,6 +62,9 @@ class Edcaf:
     def __init__(self, station: Station, ac: AccessCategory, params: EdcaParams) -> None:
         self.station = station
         self.ac = ac
+        #: The ring this category's frames wait in (shared with other categories or not).
+        self.ring = station.rings[ac]
+        self.shared = station.shared
         self.priority = _PRIORITY[ac]
         self.aifs = aifs_ns(params.aifsn)
         self.cw_min = params.cw_min
@@ -147,7 +154,10 @@ class Station:
         self.rings: dict[AccessCategory, Ring] = {
             ac: (shared_ring if self.shared else Ring()) for ac in AccessCategory
         }
-        self.ls_queue: deque[Packet] = deque()
+        #: The priority (sparse-flow) queues, one per category and served VO first: a
+        #: TCP ack waiting for room in a full BE ring must not hold back a VO message
+        #: (fq_codel schedules flows independently; one FIFO would block the head).
+        self.ls_queues: dict[AccessCategory, deque[Packet]] = {ac: deque() for ac in _AC_ORDER}
         self.transfers: deque[BulkTransfer] = deque()
         #: Packets one transfer may hand to the NIC before the next transfer's turn.
         self.bulk_burst = 64
@@ -234,7 +244,9 @@ class Station:
     # -- driver ------------------------------------------------------------------------
     def send_ls(self, packets: list[Packet]) -> None:
         """Hand LS packets (or TCP acks) to the stack: priority queue, then the NIC."""
-        self.ls_queue.extend(packets)
+        queues = self.ls_queues
+        for p in packets:
+            queues[p.ac].append(p)
         self.refill()
 
     def add_transfer(self, transfer: BulkTransfer) -> None:
@@ -251,19 +263,18 @@ class Station:
         now = self.loop.now_ns
         rings = self.rings
         cap = self.capacity
-        ls = self.ls_queue
-        while ls:
-            head = ls[0]
-            room = cap - rings[head.ac].n
-            if room <= 0:
-                break
-            if head.count > room:
-                rest = head.split(room)
-                ls[0] = rest
+        for ls in self.ls_queues.values():
+            while ls:
+                head = ls[0]
+                room = cap - rings[head.ac].n
+                if room <= 0:
+                    break
+                if head.count > room:
+                    ls[0] = head.split(room)
+                    self._enqueue_hw(head, now)
+                    break
+                ls.popleft()
                 self._enqueue_hw(head, now)
-                break
-            ls.popleft()
-            self._enqueue_hw(head, now)
         transfers = self.transfers
         if self.per_packet:
             # The ring the next bulk packet would join: its own category's (a bulk flow
