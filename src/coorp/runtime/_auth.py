@@ -19,6 +19,7 @@ purpose is never valid for another.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import os
 from collections import OrderedDict
@@ -72,8 +73,12 @@ class TeamKey:
                 "(generate one with: python -c 'import secrets; print(secrets.token_hex(32))')"
             )
         secret = bytes(secret)
-        self._stream = hmac.digest(secret, b"coorp v1 stream frames", "sha256")
-        self._datagram = hmac.digest(secret, b"coorp v1 ls datagrams", "sha256")
+        # Keyed HMAC states, copied per message: saves the key schedule on every MAC
+        # (a third of the cost for a small LS datagram).
+        self._stream = hmac.new(hmac.digest(secret, b"coorp v1 stream frames", "sha256"),
+                                digestmod=hashlib.sha256)
+        self._datagram = hmac.new(hmac.digest(secret, b"coorp v1 ls datagrams", "sha256"),
+                                  digestmod=hashlib.sha256)
 
     @classmethod
     def from_hex(cls, text: str) -> TeamKey:
@@ -111,11 +116,14 @@ class TeamKey:
         return "TeamKey(<secret>)"
 
     def frame_mac(self, label: bytes, nonce: bytes, counter: int, body: bytes) -> bytes:
-        msg = b"".join((label, nonce, counter.to_bytes(8, "big"), body))
-        return hmac.digest(self._stream, msg, "sha256")
+        h = self._stream.copy()
+        h.update(b"".join((label, nonce, counter.to_bytes(8, "big"), body)))
+        return h.digest()
 
     def datagram_mac(self, data: bytes | bytearray | memoryview) -> bytes:
-        return hmac.digest(self._datagram, data, "sha256")
+        h = self._datagram.copy()
+        h.update(data)
+        return h.digest()
 
 
 def new_nonce() -> bytes:
@@ -189,8 +197,8 @@ class DatagramAuthenticator:
     def sign(self, data: bytes | bytearray | memoryview) -> bytes:
         return self._key.datagram_mac(data)
 
-    def verify(self, signed: memoryview, mac: memoryview) -> None:
-        if not hmac.compare_digest(self._key.datagram_mac(signed), bytes(mac)):
+    def verify(self, signed: bytes | memoryview, mac: bytes | memoryview) -> None:
+        if not hmac.compare_digest(self._key.datagram_mac(signed), mac):
             raise AuthenticationError("datagram MAC does not verify under the team key")
 
     def accept_sequence(self, robot: str, channel: str, session: int, seq: int) -> None:

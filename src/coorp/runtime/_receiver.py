@@ -24,6 +24,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+import msgspec
+
 from coorp._errors import PeerError
 
 from ._auth import DatagramAuthenticator, TeamKey
@@ -32,6 +34,7 @@ from ._errors import FrameTooLargeError, MalformedFrameError, RefusedError
 from ._framing import FramedConnection, PeerClosed, server_handshake
 from ._sockets import format_address, tune_tcp
 from ._wire import (
+    MAC_BYTES,
     BulkAccept,
     BulkData,
     BulkDone,
@@ -48,9 +51,8 @@ __all__ = ["BulkReceiver", "LsDecoder", "Message", "ReceiverLimits"]
 log = logging.getLogger("coorp.runtime.receiver")
 
 
-@dataclass(frozen=True, slots=True)
-class Message:
-    """One whole message as delivered to the application."""
+class Message(msgspec.Struct, frozen=True):
+    """One whole message as delivered to the application (read-only)."""
 
     kind: Literal["ls", "bulk"]
     robot: str
@@ -89,8 +91,12 @@ class LsDecoder:
 
     def decode(self, data: bytes | bytearray | memoryview, peer: str) -> Message:
         now = self._clock()
-        header, payload, signed, mac = split_datagram(data)
-        self._auth.verify(signed, mac)
+        if len(data) <= MAC_BYTES:
+            raise MalformedFrameError(f"datagram of {len(data)} bytes is too short")
+        # The MAC first: nothing unauthenticated is parsed beyond its length.
+        view = memoryview(data)
+        self._auth.verify(view[:-MAC_BYTES], view[-MAC_BYTES:])
+        header, payload, _, _ = split_datagram(view)
         self._auth.accept_sequence(header.robot, header.channel, header.session, header.seq)
         return Message("ls", header.robot, header.channel, header.seq, bytes(payload),
                        header.sent_ns, now, now, header.deadline_ns, peer)
