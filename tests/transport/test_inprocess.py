@@ -227,3 +227,20 @@ def test_loan_without_shared_memory_behaves_like_publish(local_bus: Bus, name: s
     msg = sub.receive(timeout=1.0)
     assert msg is not None
     np.testing.assert_array_equal(msg.value, np.full((2, 3), 7, np.int16))
+
+
+def test_missing_iceoryx2_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from coorp._errors import ConfigurationError
+
+    monkeypatch.setitem(sys.modules, "iceoryx2", None)  # makes `import iceoryx2` fail
+    with pytest.raises(ConfigurationError, match=r"pip install 'coorp\[transport\]'"):
+        Bus("x", reach=Reach.MACHINE)
+    with Bus("y") as bus:  # without an explicit request the bus stays in-process
+        assert bus.reach == Reach.PROCESS and bus.shm is None
+
+
+def test_network_reach_needs_a_transport() -> None:
+    with pytest.raises(UsageError, match="network transport"):
+        Bus("z", reach=Reach.NETWORK)
