@@ -149,6 +149,37 @@ class Nondeterministic(Policy):
         sim.call_at(sim.now_ns + delay, super().send_bulk, robot, flow, nbytes, on_complete)
 
 
+class _ShallowRing:
+    """Promises per_packet = False but decides from the ring length."""
+
+    per_packet = False
+
+    def admit_bulk(self, station: DriverView, now_ns: int) -> int | None:
+        return now_ns + 100_000 if station.hw_queue_length() >= 8 else None
+
+    def on_ls_send(self, station: DriverView, flow: str, now_ns: int) -> None:
+        return None
+
+    def on_hw_enqueue(
+        self, station: DriverView, pid: int, ac: AccessCategory, depth: int, now_ns: int
+    ) -> None:
+        return None
+
+    def on_hw_complete(
+        self, station: DriverView, pid: int, ac: AccessCategory, now_ns: int, delivered: bool
+    ) -> None:
+        return None
+
+
+class BrokenPromise(Policy):
+    name = "broken-promise"
+    summary = "batched hooks that read the queue length"
+
+    def install(self) -> None:
+        for robot in self.team.robots:
+            self.team.sim.set_hooks(robot, _ShallowRing())
+
+
 class InstallRaises(Policy):
     name = "install-raises"
     summary = "install() fails"
@@ -200,6 +231,12 @@ def test_lost_bytes() -> None:
 def test_nondeterministic_policy() -> None:
     err = _raises(Nondeterministic)
     assert any("not deterministic" in p for p in err.problems)
+
+
+def test_per_packet_promise_is_checked() -> None:
+    err = _raises(BrokenPromise)
+    [msg] = [p for p in err.problems if "per_packet = False" in p]
+    assert "leader, r1, r2" in msg and "calling them for every packet changes" in msg
 
 
 def test_install_that_raises() -> None:

@@ -150,6 +150,11 @@ class _SpyHooks:
         self.inner = inner
         self.robot = robot
         self.run = run
+        # Keep the hooks' promise (DriverHooks.per_packet) unless the run tests it.
+        self.per_packet = bool(getattr(inner, "per_packet", True))
+        if not self.per_packet:
+            run.batched.add(robot)
+            self.per_packet = run.force_per_packet
         for name in _HOOK_METHODS:
             if not callable(getattr(inner, name, None)):
                 run.problems.add(
@@ -225,11 +230,23 @@ class _Transfer:
 class _Run:
     """One run of the policy on the scenario; collects problems and a fingerprint."""
 
-    def __init__(self, policy_cls: type[Policy], scenario: Scenario, seed: int, until: int):
+    def __init__(
+        self,
+        policy_cls: type[Policy],
+        scenario: Scenario,
+        seed: int,
+        until: int,
+        *,
+        force_per_packet: bool = False,
+    ) -> None:
         self.policy_cls = policy_cls
         self.scenario = scenario
         self.seed = seed
         self.until = until
+        #: Call every hook for every packet even where the hooks declare
+        #: ``per_packet = False``; ``batched`` names the robots whose hooks did.
+        self.force_per_packet = force_per_packet
+        self.batched: set[str] = set()
         self.problems = _Problems()
         self.admit_calls = 0
         self.transfers: list[_Transfer] = []
@@ -411,6 +428,13 @@ class _Run:
         }
 
 
+def _first_difference(a: dict[str, Any], b: dict[str, Any]) -> str | None:
+    for part, value in a.items():
+        if b.get(part) != value:
+            return part
+    return None
+
+
 def _check_class(policy_cls: object, problems: _Problems) -> bool:
     if not isinstance(policy_cls, type) or not issubclass(policy_cls, Policy):
         problems.add(
@@ -448,7 +472,9 @@ def check_policy(
     exactly once per transfer with an int time that never goes backwards and only when
     every byte is delivered (delivered == requested on every flow); every installed
     hook's ``admit_bulk`` returns ``None`` or an int later than ``now``; ``stats()`` is
-    a JSON-able dict; MPC loops finish and none is abandoned; the two runs are identical.
+    a JSON-able dict; MPC loops finish and none is abandoned; the two runs are
+    identical; hooks declaring ``per_packet = False`` give the same results when called
+    for every packet (a third run).
 
     Returns the :class:`ConformanceReport` when the policy conforms; raises
     :class:`PolicyConformanceError` listing every problem otherwise.
@@ -473,14 +499,27 @@ def check_policy(
         problems.add(msg, msg)
     second = _Run(policy_cls, sc, seed, until)
     second.execute()
-    for part, value in first.fingerprint.items():
-        if second.fingerprint.get(part) != value:
+    differs = _first_difference(first.fingerprint, second.fingerprint)
+    if differs is not None:
+        problems.add(
+            "nondeterministic",
+            f"not deterministic: two runs with seed {seed} gave different {differs} "
+            "(use the simulation's random streams, sim.rng(name), not global randomness)",
+        )
+    elif first.batched:
+        # The hooks promised per_packet = False: the driver asks admit_bulk once per
+        # batch and skips the per-packet calls. That must not change any result.
+        exact = _Run(policy_cls, sc, seed, until, force_per_packet=True)
+        exact.execute()
+        differs = _first_difference(first.fingerprint, exact.fingerprint)
+        if differs is not None:
+            robots = ", ".join(sorted(first.batched))
             problems.add(
-                "nondeterministic",
-                f"not deterministic: two runs with seed {seed} gave different {part} "
-                "(use the simulation's random streams, sim.rng(name), not global randomness)",
+                "per-packet-promise",
+                f"the hooks on {robots} declare per_packet = False, but calling them for "
+                f"every packet changes the {differs}: they must then ignore on_hw_enqueue/"
+                "on_hw_complete and decide admit_bulk from now_ns and policy state only",
             )
-            break
     report = ConformanceReport(
         policy=f"{getattr(policy_cls, 'name', '?')!s} ({label})",
         problems=tuple(problems.render()),
