@@ -3,7 +3,8 @@
 Nothing here knows what a particular run should produce; every check is a rule of the
 model: packets are conserved, A-MPDUs and TXOPs respect their limits, exchanges never
 overlap, each trace entry lasts exactly what the PHY says, the channel counters add up.
-Packet bookkeeping is observed through the public driver hooks (``DriverHooks``).
+Packet bookkeeping is observed through the public driver hooks (``DriverHooks``), and a
+run with per-packet hooks must equal the default (batched) run of the same scenario.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -32,7 +34,7 @@ from coorp.phy import (
     vht_ppdu_duration_ns,
 )
 from coorp.scenario import AccessCategory, Scenario, parse_scenario
-from coorp.sim import DriverView, SimResult, Simulation
+from coorp.sim import DriverView, SimResult, Simulation, simulate
 
 ACS = ("BK", "BE", "VI", "VO")
 # 802.11-2016 Table 9-137 (OFDM): AIFSN, TXOP limit (µs), aggregation default of the model.
@@ -150,6 +152,20 @@ def _run(data: dict[str, Any]) -> tuple[Scenario, Simulation, SimResult, dict[st
     for name, rec in recs.items():
         sim.set_hooks(name, rec)
     return sc, sim, sim.run(), recs
+
+
+def _same_results(a: SimResult, b: SimResult) -> None:
+    """Identical results, implementation metrics (wall time, event count) aside."""
+    sa, sb = a.summary(), b.summary()
+    for s in (sa, sb):
+        for key in ("wall_s", "sim_s_per_wall_s", "events_processed"):
+            s.pop(key)
+    assert sa == sb
+    assert a.trace == b.trace
+    for col in a.messages:
+        assert np.array_equal(a.messages[col], b.messages[col]), col
+    for name in a.ls_hw_depths:
+        assert np.array_equal(a.ls_hw_depths[name], b.ls_hw_depths[name]), name
 
 
 # -- independent expectations ----------------------------------------------------------------
@@ -332,6 +348,9 @@ def test_random_scenarios_keep_every_invariant(data: dict[str, Any]) -> None:
     sc, sim, res, recs = _run(data)
     _check_trace(sc, res)
     _check_accounting(sc, sim, res, recs)
+    # Hooks that observe every packet (per_packet) and the default batched driver path
+    # must produce the same run: the recorder admits everything and changes nothing.
+    _same_results(res, simulate(sc, trace=True))
     for name in res.messages["flow"]:
         assert name in res.flows
     lat = res.messages["latency_ns"]
@@ -369,6 +388,7 @@ def test_finite_traffic_is_fully_delivered_or_dropped() -> None:
     sc, sim, res, recs = _run(data)
     _check_trace(sc, res)
     _check_accounting(sc, sim, res, recs)
+    _same_results(res, simulate(sc, trace=True))
     assert res.channel.collisions > 0
     total_dropped = 0
     for f in res.flows.values():
