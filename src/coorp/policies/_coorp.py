@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict
+from functools import partial
 from typing import Any, ClassVar
 
 from coorp.control import (
@@ -154,9 +155,9 @@ class CoorpPolicy(Policy):
     def _apply(self, update: PermitUpdate, now: int) -> None:
         assert self.controller is not None
         for g in update.revoked:
-            self._to_robot(g.robot, lambda t, g=g: self._on_revoke(g.robot, g.grant_id, t))
+            self._to_robot(g.robot, partial(self._on_revoke, g.robot, g.grant_id))
         for g in update.granted:
-            self._to_robot(g.robot, lambda t, g=g: self._on_grant(g.robot, g, t))
+            self._to_robot(g.robot, partial(self._on_grant, g.robot, g))
         deadline = self.controller.next_deadline_ns()
         if self._tick_event is not None and (
             deadline is None or self._tick_event.time_ns != deadline

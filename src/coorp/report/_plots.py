@@ -72,7 +72,7 @@ def _queue_depth(cmp: Comparison, out: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7, 4.2))
     top = max((int(r.ls_hw_depths.max()) for r in cmp.runs.values() if r.ls_hw_depths.size),
               default=1)  # fmt: skip
-    bins = np.arange(0, top + 2) - 0.5
+    bins = [k - 0.5 for k in range(top + 2)]
     for name, run in cmp.runs.items():
         d = run.ls_hw_depths[run.ls_hw_depths >= 0]
         if d.size:

@@ -17,14 +17,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from coorp.scenario import AccessCategory, DrlcConfig, SyncMode
 from coorp.sim import Simulation
+from coorp.sim.packets import FlowState
 from coorp.units import us
 
 __all__ = ["Drlc", "EpochRecord"]
 
-BulkSender = Callable[[str, object, int, Callable[[int], None]], None]
+BulkSender = Callable[[str, FlowState, int, Callable[[int], None]], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +103,7 @@ class Drlc:
         for w in self.workers:
             self.send_bulk(
                 self.leader, self.data_flow[w], self.partition_bytes,
-                lambda now, w=w: self._train(e, w, now),
+                partial(self._train, e, w),
             )  # fmt: skip
 
     def _train(self, e: int, w: str, now: int) -> None:
@@ -149,8 +151,9 @@ class Drlc:
             w = self._asp_waiting.pop(0)
             self.items -= self.per_worker_items
             self._asp_start[w] = self.sim.now_ns
-            self.send_bulk(self.leader, self.data_flow[w], self.partition_bytes,
-                           lambda now, w=w: self._asp_train(w, now))  # fmt: skip
+            self.send_bulk(
+                self.leader, self.data_flow[w], self.partition_bytes, partial(self._asp_train, w)
+            )
 
     def _asp_train(self, w: str, now: int) -> None:
         self.sim.call_at(now + self.train_ns, self._asp_update, w)
