@@ -17,7 +17,11 @@ ENQUEUES: list[tuple[int, str, int, tuple[str, ...]]] = []
 
 
 class _Recorder:
-    """Wraps a robot's hooks; records every *bulk* packet the driver hands to the NIC."""
+    """Wraps a robot's hooks; records every bulk packet the driver hands to the NIC.
+
+    It keeps the default ``per_packet`` (True): the driver asks ``admit_bulk`` once per
+    bulk packet, so every ``None`` answer is one bulk packet entering the NIC ring.
+    """
 
     def __init__(self, inner: DriverHooks, policy: CoorpPolicy, robot: str) -> None:
         self.inner = inner
@@ -25,7 +29,13 @@ class _Recorder:
         self.robot = robot
 
     def admit_bulk(self, station: DriverView, now_ns: int) -> int | None:
-        return self.inner.admit_bulk(station, now_ns)
+        decision = self.inner.admit_bulk(station, now_ns)
+        if decision is None:
+            grant = self.policy.clients[self.robot].grant
+            assert self.policy.controller is not None
+            holders = tuple(g.robot for g in self.policy.controller.holders)
+            ENQUEUES.append((now_ns, self.robot, grant.grant_id if grant else -1, holders))
+        return decision
 
     def on_ls_send(self, station: DriverView, flow: str, now_ns: int) -> None:
         self.inner.on_ls_send(station, flow, now_ns)
@@ -33,14 +43,6 @@ class _Recorder:
     def on_hw_enqueue(
         self, station: DriverView, pid: int, ac: AccessCategory, depth: int, now_ns: int
     ) -> None:
-        st = self.policy.team.sim.station(self.robot)
-        pkt = st.rings[ac][-1]
-        assert pkt.pid == pid
-        if pkt.bulk:  # not a TCP ack or an LS fragment
-            grant = self.policy.clients[self.robot].grant
-            assert self.policy.controller is not None
-            holders = tuple(g.robot for g in self.policy.controller.holders)
-            ENQUEUES.append((now_ns, self.robot, grant.grant_id if grant else -1, holders))
         self.inner.on_hw_enqueue(station, pid, ac, depth, now_ns)
 
     def on_hw_complete(
