@@ -218,13 +218,14 @@ class RawClient:
     def closed_by_peer(self) -> bool:
         """True once the peer has closed (EOF or reset), within the socket timeout."""
         try:
-            while True:
+            for _ in range(1000):
                 if not self.sock.recv(65536):
                     return True
         except (ConnectionResetError, BrokenPipeError):
             return True
         except TimeoutError:
             return False
+        return False
 
     def close(self) -> None:
         self.sock.close()

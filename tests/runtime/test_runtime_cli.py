@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -52,8 +53,15 @@ def test_bad_config_and_flags_exit_2_without_traceback(
                  ["agent", "--config", str(team(tmp_path)), "--robot", "nobody"],
                  ["agent", "--config", str(team(tmp_path)), "--robot", "r1", "--send", "x"],
                  ["leader", "--config", str(team(tmp_path)), "--listen", "nonsense"]):
-        with pytest.raises(SystemExit) as exit_:
-            main(args)
+        logger = logging.getLogger("coorp")
+        before = list(logger.handlers)
+        try:
+            with pytest.raises(SystemExit) as exit_:
+                main(args)
+        finally:
+            # The CLI attaches a handler to this (captured) stderr; do not leak it.
+            for h in logger.handlers[len(before):]:
+                logger.removeHandler(h)
         err = capsys.readouterr().err
         assert exit_.value.code == 2, (args, err)
         assert "Traceback" not in err and err.startswith("error:")
