@@ -222,3 +222,28 @@ def test_asyncio_api_end_to_end() -> None:
             await rx.close()
 
     asyncio.run(main())
+
+
+def test_async_inbox_overflow_drops_oldest_ls_never_bulk() -> None:
+    from coorp.runtime._inbox import _Mailbox
+    from coorp.runtime._receiver import Message
+
+    def m(kind: str, seq: int) -> Message:
+        return Message(kind, "r1", "c", seq, b"", 0, 0, 0, None, "p")  # type: ignore[arg-type]
+
+    async def main() -> list[tuple[str, int]]:
+        box = _Mailbox(2)
+        await box.put_bulk(m("bulk", 1))
+        for seq in (1, 2, 3):
+            box.put_ls(m("ls", seq))  # the third pushes out LS 1, not bulk 1
+        assert box.ls_overflow == 1
+        await box.put_bulk(m("bulk", 2))
+        blocked = asyncio.create_task(box.put_bulk(m("bulk", 3)))  # no room: waits
+        await asyncio.sleep(0)
+        assert not blocked.done()
+        out = [await box.get()]  # frees room for bulk 3
+        await asyncio.wait_for(blocked, 1)
+        out += [await box.get() for _ in range(4)]
+        return [(x.kind, x.seq) for x in out]
+
+    assert asyncio.run(main()) == [("bulk", 1), ("ls", 2), ("ls", 3), ("bulk", 2), ("bulk", 3)]

@@ -226,6 +226,11 @@ class AsyncBulkStream:
                     backoff = min(2 * backoff, 1.0)
         except RefusedError as exc:
             raise TransferError(f"{self.name}: receiver refused: {exc}") from None
+        except BaseException:
+            # Timed out or cancelled, maybe mid-segment: the connection's framing can
+            # no longer be trusted. The next message starts on a fresh one.
+            self._drop_connection()
+            raise
         finally:
             self._coord.end()
         finished = self._clock()

@@ -24,6 +24,7 @@ import selectors
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 
 from coorp._errors import PeerError
@@ -70,7 +71,6 @@ class _InboxCore:
         self.decoder = LsDecoder(key, clock)
         self.drops = drops
         self.ls_received = 0
-        self.ls_overflow = 0
 
     def read_datagram(self) -> Message | None:
         """One valid LS message from the socket, None if none is waiting.
@@ -94,6 +94,52 @@ class _InboxCore:
         return None
 
 
+class _Mailbox:
+    """Messages in arrival order; LS bounded keep-last, bulk bounded with back-pressure."""
+
+    def __init__(self, maxsize: int) -> None:
+        self._items: deque[Message] = deque()
+        self._max = maxsize
+        self._ls = 0
+        self._bulk = 0
+        self._arrived = asyncio.Event()
+        self._room = asyncio.Event()
+        self.ls_overflow = 0
+
+    def put_ls(self, msg: Message) -> None:
+        if self._ls >= self._max:
+            # Keep-last: drop the oldest waiting LS message, never a bulk one.
+            for i, old in enumerate(self._items):
+                if old.kind == "ls":
+                    del self._items[i]
+                    self._ls -= 1
+                    self.ls_overflow += 1
+                    break
+        self._items.append(msg)
+        self._ls += 1
+        self._arrived.set()
+
+    async def put_bulk(self, msg: Message) -> None:
+        while self._bulk >= self._max:
+            self._room.clear()
+            await self._room.wait()
+        self._items.append(msg)
+        self._bulk += 1
+        self._arrived.set()
+
+    async def get(self) -> Message:
+        while not self._items:
+            self._arrived.clear()
+            await self._arrived.wait()
+        msg = self._items.popleft()
+        if msg.kind == "ls":
+            self._ls -= 1
+        else:
+            self._bulk -= 1
+            self._room.set()
+        return msg
+
+
 class AsyncInbox:
     """Receive LS and bulk messages in asyncio code."""
 
@@ -102,10 +148,11 @@ class AsyncInbox:
                  maxsize: int = 1024, limits: ReceiverLimits = ReceiverLimits()) -> None:
         self.address = address
         self._loop = asyncio.get_running_loop()
-        self._queue: asyncio.Queue[Message] = asyncio.Queue(maxsize)
+        self._box = _Mailbox(maxsize)
         drops = DropLog(log, clock)
         self._core = _InboxCore(udp, key, clock, drops)
-        self.bulk = BulkReceiver(key, self._queue.put, limits=limits, clock=clock, drops=drops)
+        self.bulk = BulkReceiver(key, self._box.put_bulk, limits=limits, clock=clock,
+                                 drops=drops)
         self.bulk.start(listener)
         self._listener = listener
         self._loop.add_reader(udp.fileno(), self._on_readable)
@@ -124,27 +171,22 @@ class AsyncInbox:
             msg = self._core.read_datagram()
             if msg is None:
                 return
-            if self._queue.full():
-                # Keep-last: an application that fell behind wants the newest LS data.
-                with contextlib.suppress(asyncio.QueueEmpty):
-                    self._queue.get_nowait()
-                self._core.ls_overflow += 1
-            self._queue.put_nowait(msg)
+            self._box.put_ls(msg)
 
     async def recv(self, timeout_s: float | None = None) -> Message:
         """The next message; :class:`TimeoutError` after ``timeout_s``."""
         async with asyncio.timeout(timeout_s):
-            return await self._queue.get()
+            return await self._box.get()
 
     def __aiter__(self) -> AsyncIterator[Message]:
         return self._iterate()
 
     async def _iterate(self) -> AsyncIterator[Message]:
         while True:
-            yield await self._queue.get()
+            yield await self._box.get()
 
     def stats(self) -> dict[str, int]:
-        out = {"ls_received": self._core.ls_received, "ls_overflow": self._core.ls_overflow,
+        out = {"ls_received": self._core.ls_received, "ls_overflow": self._box.ls_overflow,
                "dropped": self._core.drops.total()}
         out.update({f"dropped_{k}": v for k, v in self._core.drops.counts.items()})
         out.update({f"bulk_{k}": v for k, v in self.bulk.counters.items()})
@@ -199,9 +241,16 @@ class Inbox:
         try:
             self._bulk_q.put_nowait(msg)
         except queue.Full:
-            await asyncio.get_running_loop().run_in_executor(None, self._bulk_q.put, msg)
+            await asyncio.get_running_loop().run_in_executor(None, self._put_waiting, msg)
         with contextlib.suppress(BlockingIOError):
             os.write(self._wake_w, b"x")
+
+    def _put_waiting(self, msg: Message) -> None:
+        # In a worker thread; gives up when the inbox is closed (never blocks forever).
+        while not self._closed:
+            with contextlib.suppress(queue.Full):
+                self._bulk_q.put(msg, timeout=0.5)
+                return
 
     def recv(self, timeout: float | None = None) -> Message:
         """The next message (LS or bulk); :class:`TimeoutError` after ``timeout`` s."""
