@@ -16,11 +16,13 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import mmap
 import os
 import socket
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -42,60 +44,60 @@ def pct(values: list[int], q: float) -> float:
 
 
 # -- LS latency -------------------------------------------------------------------------------
-def ls_raw(count: int, size: int, gap_s: float) -> list[int]:
-    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    rx.bind(("127.0.0.1", 0))
-    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    tx.connect(rx.getsockname())
-    sent = [0] * count
-    got = [0] * count
-    rx.settimeout(5)
-
-    def receive() -> None:
-        for _ in range(count):
-            data = rx.recv(65536)
-            got[int.from_bytes(data[:4], "big")] = time.monotonic_ns()
-
-    t = threading.Thread(target=receive)
-    t.start()
-    pad = bytes(size - 4)
-    for i in range(count):
-        sent[i] = time.monotonic_ns()
-        tx.send(i.to_bytes(4, "big") + pad)
-        time.sleep(gap_s)
-    t.join(timeout=10)
-    rx.close()
-    tx.close()
-    return [g - s for s, g in zip(sent, got, strict=True) if g]
-
-
-def ls_coorp(count: int, size: int, gap_s: float) -> list[int]:
-    rx_team = join(None, "rx", KEY)
-    tx_team = join(None, "tx", KEY)
-    try:
-        inbox = rx_team.listen("127.0.0.1:0")
-        ch = tx_team.latency_sensitive("bench", f"127.0.0.1:{inbox.address[1]}",
-                                       deadline_ms=100)
-        sent = [0] * (count + 1)
-        got = [0] * (count + 1)
-
-        def receive() -> None:
+# The receiver runs in its own process (as on another robot): the sender's work after
+# a send must not compete with the receiver for the GIL. CLOCK_MONOTONIC is shared.
+def _receiver_main(kind: str, count: int, key_hex: str) -> None:
+    got: dict[int, int] = {}
+    if kind == "raw":
+        rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        rx.bind(("127.0.0.1", 0))
+        rx.settimeout(5)
+        print(rx.getsockname()[1], flush=True)
+        with contextlib.suppress(TimeoutError):
+            for _ in range(count):
+                data = rx.recv(65536)
+                got[int.from_bytes(data[:4], "big")] = time.monotonic_ns()
+    else:
+        team = join(None, "rx", TeamKey.from_hex(key_hex))
+        inbox = team.listen("127.0.0.1:0")
+        print(inbox.address[1], flush=True)
+        with contextlib.suppress(TimeoutError):
             for _ in range(count):
                 msg = inbox.recv(timeout=5)
                 got[msg.seq] = time.monotonic_ns()
+        team.close()
+    print(json.dumps(got), flush=True)
 
-        t = threading.Thread(target=receive)
-        t.start()
-        payload = bytes(size)
+
+def ls_latency(kind: str, count: int, size: int, gap_s: float) -> list[int]:
+    key_hex = os.urandom(32).hex()
+    proc = subprocess.Popen([sys.executable, __file__, "--receiver", kind, "--count",
+                             str(count), "--key-hex", key_hex],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    port = int(proc.stdout.readline())
+    sent: dict[int, int] = {}
+    if kind == "raw":
+        tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        tx.connect(("127.0.0.1", port))
+        pad = bytes(size - 4)
         for i in range(1, count + 1):
             sent[i] = time.monotonic_ns()
+            tx.send(i.to_bytes(4, "big") + pad)
+            time.sleep(gap_s)
+        tx.close()
+    else:
+        team = join(None, "tx", TeamKey.from_hex(key_hex))
+        ch = team.latency_sensitive("bench", f"127.0.0.1:{port}", deadline_ms=100)
+        payload = bytes(size)
+        for i in range(1, count + 1):
+            sent[i] = time.monotonic_ns()  # ch's sequence numbers are 1, 2, ...
             ch.send(payload)
             time.sleep(gap_s)
-        t.join(timeout=10)
-        return [g - s for s, g in zip(sent[1:], got[1:], strict=True) if g]
-    finally:
-        tx_team.close()
-        rx_team.close()
+        team.close()
+    got = {int(k): v for k, v in json.loads(proc.stdout.readline() or "{}").items()}
+    proc.wait(timeout=30)
+    return [got[i] - sent[i] for i in sent if i in got]
 
 
 # -- BH throughput ----------------------------------------------------------------------------
@@ -191,13 +193,18 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=3, help="bulk runs per variant (best kept)")
     p.add_argument("--permits", type=int, default=500, help="permit round trips")
     p.add_argument("--json", type=Path, help="also write the results here")
+    p.add_argument("--receiver", choices=["raw", "coorp"], help=argparse.SUPPRESS)
+    p.add_argument("--key-hex", default="", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.receiver:
+        _receiver_main(args.receiver, args.count, args.key_hex)
+        return
     if args.count < 10 or args.size < 4 or args.bulk_mb < 1:
         p.error("--count >= 10, --size >= 4 and --bulk-mb >= 1 are required")
 
     gap = args.gap_ms / 1e3
-    raw_lat = ls_raw(args.count, args.size, gap)
-    coorp_lat = ls_coorp(args.count, args.size, gap)
+    raw_lat = ls_latency("raw", args.count, args.size, gap)
+    coorp_lat = ls_latency("coorp", args.count, args.size, gap)
     runner, service, leader = start_leader()
     try:
         data = os.urandom(args.bulk_mb * 1_000_000)

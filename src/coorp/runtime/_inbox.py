@@ -18,9 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import queue
-import selectors
 import socket
 import threading
 import time
@@ -40,6 +38,10 @@ __all__ = ["AsyncInbox", "Inbox", "bind_endpoints"]
 
 log = logging.getLogger("coorp.runtime.receiver")
 _MAX_DATAGRAMS_PER_WAKEUP = 64
+#: A blocked ``Inbox.recv`` re-checks for close/deadline at least this often.
+_WAIT_ROUND_S = 1.0
+#: Bound on receive rounds per call (each ends in a message, a drop or a wait).
+_MAX_ROUNDS = 1 << 30
 
 
 def bind_endpoints(addr: Address) -> tuple[socket.socket, socket.socket, Address]:
@@ -203,7 +205,10 @@ class AsyncInbox:
 class Inbox:
     """Receive LS and bulk messages from a thread; made by :meth:`Team.listen`.
 
-    One thread at a time may call :meth:`recv`.
+    One thread at a time may call :meth:`recv`. The calling thread blocks in the UDP
+    socket's own ``recvfrom``, exactly like a raw socket would, so an LS message costs
+    one wake-up and its check. When the event-loop thread has a bulk message for it,
+    it wakes the caller with a one-byte datagram from a private local socket.
     """
 
     def __init__(self, listener: socket.socket, udp: socket.socket, address: Address,
@@ -213,11 +218,19 @@ class Inbox:
         self.address = address
         self._loop = loop
         self._bulk_q: queue.Queue[Message] = queue.Queue(maxsize)
-        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._core = _InboxCore(udp, key, clock, DropLog(log, clock))
-        self._sel = selectors.DefaultSelector()
-        self._sel.register(udp.fileno(), selectors.EVENT_READ)
-        self._sel.register(self._wake_r, selectors.EVENT_READ)
+        self._udp = udp
+        udp.settimeout(_WAIT_ROUND_S)
+        self._timeout = _WAIT_ROUND_S
+        # The waker sends to our own port over loopback (or our bound address).
+        host = udp.getsockname()[0]
+        if host in ("0.0.0.0", "::"):
+            host = "127.0.0.1" if udp.family == socket.AF_INET else "::1"
+        self._waker = socket.socket(udp.family, socket.SOCK_DGRAM)
+        self._waker.bind((host, 0))
+        self._waker.connect((host, udp.getsockname()[1]))
+        self._waker.setblocking(False)
+        self._waker_addr = self._waker.getsockname()[:2]
         self._recv_lock = threading.Lock()
         self._listener = listener
         self._closed = False
@@ -242,8 +255,11 @@ class Inbox:
             self._bulk_q.put_nowait(msg)
         except queue.Full:
             await asyncio.get_running_loop().run_in_executor(None, self._put_waiting, msg)
-        with contextlib.suppress(BlockingIOError):
-            os.write(self._wake_w, b"x")
+        self._wake()
+
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):
+            self._waker.send(b"w")
 
     def _put_waiting(self, msg: Message) -> None:
         # In a worker thread; gives up when the inbox is closed (never blocks forever).
@@ -255,22 +271,41 @@ class Inbox:
     def recv(self, timeout: float | None = None) -> Message:
         """The next message (LS or bulk); :class:`TimeoutError` after ``timeout`` s."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        core = self._core
         with self._recv_lock:
-            while True:
-                with contextlib.suppress(queue.Empty):
-                    return self._bulk_q.get_nowait()
-                msg = self._core.read_datagram()
-                if msg is not None:
-                    return msg
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise TimeoutError("no message within the timeout")
+            for _ in range(_MAX_ROUNDS):
+                if self._bulk_q.queue:  # a peek without the queue's lock
+                    with contextlib.suppress(queue.Empty):
+                        return self._bulk_q.get_nowait()
                 if self._closed:
                     raise RuntimeUsageError("the inbox is closed")
-                # Bounded wait per round, so a closed inbox is noticed.
-                self._sel.select(1.0 if remaining is None else min(remaining, 1.0))
-                with contextlib.suppress(BlockingIOError):
-                    os.read(self._wake_r, 4096)
+                wait = _WAIT_ROUND_S
+                if deadline is not None:
+                    wait = min(wait, deadline - time.monotonic())
+                    if wait <= 0:
+                        raise TimeoutError("no message within the timeout")
+                if wait != self._timeout:
+                    self._udp.settimeout(wait)
+                    self._timeout = wait
+                try:
+                    data, addr = self._udp.recvfrom(MAX_DATAGRAM_BYTES + 1)
+                except TimeoutError:
+                    continue
+                except OSError as exc:  # ICMP errors reported on the socket; closed
+                    if self._closed:
+                        raise RuntimeUsageError("the inbox is closed") from None
+                    log.debug("LS socket error: %s", exc)
+                    continue
+                if addr[:2] == self._waker_addr:
+                    continue  # a bulk message (or close) is waiting: check the queue
+                try:
+                    msg = core.decoder.decode(data, format_address(addr))
+                except PeerError as exc:
+                    core.drops.drop(format_address(addr), exc)
+                    continue
+                core.ls_received += 1
+                return msg
+        raise TimeoutError("no message within the timeout")
 
     def __iter__(self) -> Iterator[Message]:
         while not self._closed:
@@ -291,9 +326,7 @@ class Inbox:
             with contextlib.suppress(Exception):
                 asyncio.run_coroutine_threadsafe(self.bulk.close(), self._loop).result(timeout=5)
         self._listener.close()
-        with contextlib.suppress(BlockingIOError, OSError):
-            os.write(self._wake_w, b"x")
-        self._sel.close()
-        self._core.udp.close()
-        os.close(self._wake_r)
-        os.close(self._wake_w)
+        self._wake()
+        with self._recv_lock:  # a receiving thread leaves within one round
+            self._udp.close()
+        self._waker.close()
