@@ -58,6 +58,8 @@ def _scenario(
     stations: tuple[str, ...] = ("ap", "sta"),
     edca: dict[str, dict[str, Any]] | None = None,
     duration_s: float = 0.02,
+    hw_queue: str = "per_ac",
+    packet_bytes: int = 1500,
     **mac: Any,
 ) -> Scenario:
     zero_cw = {"cw_min": 0, "cw_max": 0}
@@ -66,6 +68,8 @@ def _scenario(
         edca_cfg[ac].update(over)
     return parse_scenario({
         "duration_s": duration_s,
+        "packet_bytes": packet_bytes,
+        "hw_queue": {"mode": hw_queue},
         "phy": {"width_mhz": 20, "spatial_streams": 1, "guard_interval": "long"},
         "links": {"mode": "fixed", "mcs": 7},
         "mac": {"edca": edca_cfg, **mac},
@@ -221,6 +225,23 @@ def test_ampdu_limits(
     assert _times(r) == expected
 
 
+def test_vi_ampdu_is_sized_to_fit_the_txop() -> None:
+    # VI aggregates within its 3008 µs TXOP: the PPDU may last 3008 - SIFS - BlockAck =
+    # 2960 µs, i.e. (2960 - 40) / 4 = 730 symbols = 189800 bits: a PSDU of at most
+    # (189800 - 22) // 8 = 23722 bytes. k full subframes take 1544·(k-1) + 1542 bytes:
+    # k = 15 (23158 B; 16 would be 24702). 185286 bits -> 713 symbols = 2892 µs, so the
+    # exchange is 2892 + 16 + 32 = 2940 µs. The 52 µs left cannot hold another exchange:
+    # the TXOP ends and the next one starts AIFS(VI) later. 30 packets = 2 x 15.
+    assert 14 * 1544 + 1542 == 23158 and data_us(23158) == 2892
+    flows = [{"kind": "bulk", "name": "up", "src": "sta", "dst": "ap", "category": "VI",
+              "total_bytes": 30 * 1500, "tcp_acks": False}]  # fmt: skip
+    r = simulate(_scenario(flows), trace=True)
+    ex = 2892 + SIFS + BA
+    assert _times(r) == [(34, 34 + ex), (34 + ex + 34, 34 + 2 * ex + 34)]
+    assert _column(r, 5) == [(15,), (15,)]
+    assert _column(r, 7) == [(34 * US,), ((34 + ex + 34) * US,)]
+
+
 def test_bulk_transfer_and_its_tcp_ack() -> None:
     flows = [{"kind": "bulk", "name": "up", "src": "sta", "dst": "ap", "total_bytes": 3000}]
     r = simulate(_scenario(flows), trace=True)
@@ -249,6 +270,34 @@ def test_bulk_without_tcp_acks_sends_nothing_back() -> None:
     assert _times(r) == [(500, 500 + data_us(psdu) + SIFS + BA)]
     assert "up:ack" not in r.flows
     assert r.flows["up"].delivered_bytes == 3100
+
+
+@pytest.mark.parametrize("mode", ["per_ac", "shared"])
+def test_vo_message_behind_bulk_packets(mode: str) -> None:
+    # At t = 0 a 20-packet bulk transfer fills the BE queue; at 10 µs a 1000-byte VO
+    # message arrives. The BE A-MPDU (1544·19 + 1542 = 30878 B: 247046 bits -> 951
+    # symbols = 3844 µs, + SIFS + BlockAck = 3892 µs) would start at AIFS(BE) = 43 µs.
+    # per_ac: the VO frame has its own ring and reaches AIFS(VO) = 34 µs first: 34-254,
+    #         then the A-MPDU at 254 + 43 = 297.
+    # shared: the VO frame is behind 20 bulk packets in the one ring: the A-MPDU goes
+    #         at 43-3935, the VO frame at 3935 + 34 = 3969.
+    assert data_us(19 * 1544 + 1542) == 3844
+    flows = [
+        {"kind": "bulk", "name": "bh", "src": "sta", "dst": "ap", "total_bytes": 20 * 1500,
+         "tcp_acks": False},
+        _datagram("ls", 1000, 10),
+    ]  # fmt: skip
+    r = simulate(_scenario(flows, hw_queue=mode), trace=True)
+    ampdu, vo = 3844 + SIFS + BA, SMALL + SIFS + ACK
+    if mode == "per_ac":
+        expected = [(34, 34 + vo), (34 + vo + 43, 34 + vo + 43 + ampdu)]
+        depth = 0
+    else:
+        expected = [(43, 43 + ampdu), (43 + ampdu + 34, 43 + ampdu + 34 + vo)]
+        depth = 20
+    assert _times(r) == expected
+    assert r.messages["hw_depth_first"].tolist() == [depth]
+    assert r.messages["latency_ns"].tolist() == [(expected[0 if depth == 0 else 1][1] - 10) * US]
 
 
 # -- collisions, retries, internal collisions ------------------------------------------------
@@ -395,8 +444,7 @@ def test_continuation_starting_exactly_at_the_txop_limit_is_refused() -> None:
     # A ninth exchange would start at 1538 = the TXOP's end, so the TXOP must end there
     # and the remaining two fragments need a new access at 1522 + 34 = 1556 µs.
     assert data_us(692) == 128
-    sc = _scenario([_datagram("m", 630 * 10 - 8, 0)]).model_copy(update={"packet_bytes": 650})
-    r = simulate(sc, trace=True)
+    r = simulate(_scenario([_datagram("m", 630 * 10 - 8, 0)], packet_bytes=650), trace=True)
     ex = 172
     expected = [(34 + k * (ex + SIFS), 34 + k * (ex + SIFS) + ex) for k in range(8)]
     assert expected[-1][1] == 1522
