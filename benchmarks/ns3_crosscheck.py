@@ -146,7 +146,7 @@ def import_ns3() -> tuple[Any | None, float, str]:
     t0 = time.perf_counter()
     with _quiet_stderr() as log:
         try:
-            from ns import ns  # type: ignore[import-not-found]
+            from ns import ns
 
             ns.Simulator.Now()  # force the core library to load
         except Exception as exc:  # ImportError, or cppyy failing to load the libraries
