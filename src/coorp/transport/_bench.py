@@ -139,25 +139,32 @@ def _marked(payload: np.ndarray, k: int) -> int:
     return mark
 
 
-def _broadcast(impl: str, cfg: BenchConfig, run_id: str,
-               progress: Callable[[str], None]) -> dict[int, list[float]]:
-    max_bytes = max(cfg.sizes)
+def _memcpy(cfg: BenchConfig) -> dict[int, list[float]]:
     results: dict[int, list[float]] = {}
-    if impl == "memcpy":
-        for n in cfg.sizes:
-            src, dst = np.ones(n, np.uint8), np.zeros(n, np.uint8)
+    for n in cfg.sizes:
+        src, dst = np.ones(n, np.uint8), np.zeros(n, np.uint8)
+        np.copyto(dst, src)
+        copies = []
+        for _ in range(cfg.iterations):
+            t0 = time.monotonic_ns()
             np.copyto(dst, src)
-            copies = []
-            for _ in range(cfg.iterations):
-                t0 = time.monotonic_ns()
-                np.copyto(dst, src)
-                copies.append((time.monotonic_ns() - t0) / 1e6)
-            results[n] = copies
-        return results
+            copies.append((time.monotonic_ns() - t0) / 1e6)
+        results[n] = copies
+    return results
+
+
+def _broadcast(impls: list[str], cfg: BenchConfig, run_id: str,
+               progress: Callable[[str], None]) -> dict[str, dict[int, list[float]]]:
+    """Measure ``impls`` that share one receiver implementation, message by message in
+    turn, so that load from elsewhere on the machine hits them alike."""
+    max_bytes = max(cfg.sizes)
+    results: dict[str, dict[int, list[float]]] = {impl: {} for impl in impls}
     procs = _Procs()
-    tx = make_sender(impl, run_id, "bcast", cfg.subscribers, max_bytes)
+    senders: dict[str, Any] = {}
     try:
-        conns = [procs.start(impl, run_id, "bcast", max_bytes, None)
+        for impl in impls:
+            senders[impl] = make_sender(impl, run_id, "bcast", cfg.subscribers, max_bytes)
+        conns = [procs.start(impls[0], run_id, "bcast", max_bytes, None)
                  for _ in range(cfg.subscribers)]
         procs.wait_ready(60)
         k = 0
@@ -165,15 +172,16 @@ def _broadcast(impl: str, cfg: BenchConfig, run_id: str,
             payload = np.random.default_rng(n).integers(0, 255, n, dtype=np.uint8)
             # Connections and discovery settle on the first size; later ones only need
             # their first message (new buffer sizes, page faults) kept out of the stats.
-            warm_rounds = 3 if index == 0 else 1
+            warm_rounds = (3 if index == 0 else 1) * len(impls)
             timeout = 30.0 + 2.0 * n / 1e6
-            lat: list[float] = []
+            lats: dict[str, list[float]] = {impl: [] for impl in impls}
             warm = attempts = 0
             start = time.monotonic()
-            while len(lat) < cfg.iterations:
+            while min(len(v) for v in lats.values()) < cfg.iterations:
                 k += 1
+                impl = impls[k % len(impls)]
                 mark = _marked(payload, k)
-                t0 = tx.send(payload)
+                t0 = senders[impl].send(payload)
                 # Warm-up rounds may lose messages (PUB/SUB joins late, DDS discovers
                 # late): patience starts short and doubles, so slow transports still pass.
                 limit = min(timeout, 2.0 * 2 ** attempts) if warm < warm_rounds else timeout
@@ -190,21 +198,23 @@ def _broadcast(impl: str, cfg: BenchConfig, run_id: str,
                 if warm < warm_rounds:
                     warm += 1 if None not in times else 0
                     attempts += 1
-                    if attempts > 8:
+                    if attempts > 8 * len(impls):
                         raise RuntimeError("receivers never got a complete warm-up round")
                     continue
                 if None in times:
                     raise RuntimeError(f"a receiver missed message {k} ({n} bytes)")
-                lat.append((max(t for t in times if t is not None) - t0) / 1e6)
+                lats[impl].append((max(t for t in times if t is not None) - t0) / 1e6)
                 if (time.monotonic() - start > cfg.max_seconds
-                        and len(lat) >= cfg.min_iterations):
+                        and min(len(v) for v in lats.values()) >= cfg.min_iterations):
                     break
-            results[n] = lat
-            progress(f"{impl} {n} B: {len(lat)} messages, median "
-                     f"{statistics.median(lat):.3f} ms")
+            for impl, lat in lats.items():
+                results[impl][n] = lat
+                progress(f"{impl} {n} B: {len(lat)} messages, median "
+                         f"{statistics.median(lat):.3f} ms")
     finally:
         procs.stop()
-        tx.close()
+        for tx in senders.values():
+            tx.close()
     return results
 
 
@@ -269,20 +279,37 @@ def run(cfg: BenchConfig, progress: Callable[[str], None] = lambda _m: None) -> 
     """Run every implementation in ``cfg.impls`` plus ``memcpy``; skip what cannot run."""
     result = BenchResult()
     run_id = f"{os.getpid()}"
-    for impl in ["memcpy", *cfg.impls]:
-        reason = None if impl == "memcpy" else unavailable(impl)
+    result.broadcast["memcpy"] = _memcpy(cfg)
+    if cfg.rtt_sizes:
+        result.rtt["memcpy"] = _rtt("memcpy", cfg, run_id, progress)
+    # coorp and coorp_copy share their receivers and are measured interleaved.
+    groups: list[list[str]] = []
+    for impl in cfg.impls:
+        if impl == "coorp_copy" and ["coorp"] in groups:
+            groups[groups.index(["coorp"])].append(impl)
+        elif impl == "coorp" and ["coorp_copy"] in groups:
+            groups[groups.index(["coorp_copy"])].insert(0, impl)
+        else:
+            groups.append([impl])
+    for group in groups:
+        reason = unavailable(group[0])
         if reason is not None:
-            result.skipped[impl] = reason
-            progress(f"{impl}: skipped ({reason})")
+            for impl in group:
+                result.skipped[impl] = reason
+            progress(f"{', '.join(group)}: skipped ({reason})")
             continue
         try:
-            result.broadcast[impl] = _broadcast(impl, cfg, run_id, progress)
-            if cfg.rtt_sizes:
-                rtt_impl = "coorp" if impl == "coorp_copy" else impl
-                if rtt_impl not in result.rtt:
-                    result.rtt[rtt_impl] = _rtt(rtt_impl, cfg, run_id, progress)
+            result.broadcast.update(_broadcast(group, cfg, run_id, progress))
         except Exception as exc:  # a baseline failing must not sink the whole run
-            result.broadcast.pop(impl, None)
-            result.skipped[impl] = f"failed: {type(exc).__name__}: {exc}"
-            progress(f"{impl}: failed ({exc})")
+            for impl in group:
+                result.skipped[impl] = f"failed: {type(exc).__name__}: {exc}"
+            progress(f"{', '.join(group)}: failed ({exc})")
+            continue
+        rtt_impl = "coorp" if group[0] == "coorp_copy" else group[0]
+        if cfg.rtt_sizes and rtt_impl not in result.rtt:
+            try:
+                result.rtt[rtt_impl] = _rtt(rtt_impl, cfg, run_id, progress)
+            except Exception as exc:
+                result.skipped[f"{rtt_impl} (rtt)"] = f"failed: {type(exc).__name__}: {exc}"
+                progress(f"{rtt_impl} rtt: failed ({exc})")
     return result
