@@ -432,11 +432,6 @@ def test_shared_ring_head_promotion_invokes_a_backoff() -> None:
 # -- known bugs --------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Channel._build computes txop_left = 0 when a continuation starts exactly at "
-    "txop_start + limit and treats 0 as 'no TXOP limit', so a frame is sent past the limit",
-)
 def test_continuation_starting_exactly_at_the_txop_limit_is_refused() -> None:
     # MTU 650: a full fragment is 650 B IP, MPDU 688, PSDU 692: 5558 bits -> 22 symbols
     # = 128 µs; exchange 128 + 16 + 28 = 172 µs, so exchange + SIFS = 188 µs and eight of

@@ -119,11 +119,17 @@ class Channel:
         t = self.idle_since + e.aifs + e.backoff * SLOT_NS
         return t if t >= e.not_before else e.not_before
 
+    # The loops below inline ``Station.head_ac`` and ``_access_time``: they run over every
+    # EDCAF a few times per exchange and dominate the cost of a busy channel.
     def _schedule_access(self) -> None:
         best = -1
+        idle = self.idle_since
         for e in self.edcafs:
-            if e.station.head_ac(e.ac):
-                t = self._access_time(e)
+            ring = e.ring
+            if ring and (not e.shared or ring[0].ac is e.ac):
+                t = idle + e.aifs + e.backoff * SLOT_NS
+                if t < e.not_before:
+                    t = e.not_before
                 if best < 0 or t < best:
                     best = t
         ev = self._access_ev
@@ -138,13 +144,24 @@ class Channel:
     def _on_access(self) -> None:
         self._access_ev = None
         now = self.loop.now_ns
-        winners = [
-            e for e in self.edcafs if e.station.head_ac(e.ac) and self._access_time(e) == now
-        ]
+        idle = self.idle_since
+        winners = []
+        for e in self.edcafs:
+            ring = e.ring
+            if ring and (not e.shared or ring[0].ac is e.ac):
+                t = idle + e.aifs + e.backoff * SLOT_NS
+                if t < e.not_before:
+                    t = e.not_before
+                if t == now:
+                    winners.append(e)
         if not winners:
             self._schedule_access()
             return
         self._begin_busy(now, winners)
+        if len(winners) == 1:
+            tx = self._build(winners[0], now, now)
+            self._transmit(now, [] if tx is None else [tx])
+            return
         by_station: dict[Station, Edcaf] = {}
         for e in winners:
             other = by_station.get(e.station)
@@ -183,13 +200,14 @@ class Channel:
         first = ring[0]
         dst = first.dst
         mcs = self.links.mcs(st.idx, dst.idx)
-        txop_left = e.txop_limit - (now - txop_start) if e.txop_limit else 0
+        # None: no TXOP limit (one exchange per access). 0 is a used-up TXOP, not "none".
+        txop_left = e.txop_limit - (now - txop_start) if e.txop_limit else None
         packets = [first]
         n = 1
         psdu = 4 + first.mpdu
         if e.aggregation:
             max_data = MAX_PPDU_NS
-            if txop_left:
+            if txop_left is not None:
                 overhead = SIFS_NS + timing.block_ack_ns
                 if self.rts_threshold < self.max_ampdu_bytes:
                     overhead += timing.rts_ns + timing.cts_ns + 2 * SIFS_NS
@@ -249,7 +267,7 @@ class Channel:
         tx.data_ns, tx.success_ns, tx.failure_ns = cached
         tx.block_ack = block_ack
         tx.rts = rts
-        if txop_left and tx.success_ns > txop_left and now != txop_start:
+        if txop_left is not None and tx.success_ns > txop_left and now != txop_start:
             return None  # a continuation that does not fit ends the TXOP
         return tx
 
