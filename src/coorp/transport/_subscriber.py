@@ -236,7 +236,6 @@ class Subscriber:
         if self._error is not None:
             error, self._error = self._error, None
             raise error
-        self._drain_wakeups()
         msg = self._from_shm() or self._from_queue()
         if msg is not None:
             self.stats.received += 1
@@ -273,17 +272,29 @@ class Subscriber:
         if self._handler is not None:
             self._handler(miss)
 
-    def _drain_wakeups(self) -> None:
-        with contextlib.suppress(BlockingIOError):
-            os.eventfd_read(self._wake_fd)
-        if self._inlet is not None:
-            self._inlet.drain_events()
-
     def _wait(self, wait_ns: int) -> None:
+        # Notifications are only consumed here, after a wake-up, and only from the source
+        # that fired: a stale one makes the next wait return at once, which is harmless,
+        # and the common path (a message already waiting) costs no system call.
         if self._waitset is not None:
-            self._waitset.wait_and_process_with_timeout(self._iox.Duration.from_nanos(wait_ns))
+            fired, _ = self._waitset.wait_and_process_with_timeout(
+                self._iox.Duration.from_nanos(wait_ns))
+            for attachment in fired:
+                if attachment.has_event_from(self._guards[0]):
+                    if self._inlet is not None:
+                        self._inlet.drain_events()
+                else:
+                    self._read_wake_fd()
         else:
-            select.select([self._wake_fd], [], [], wait_ns / 1e9)
+            ready, _, _ = select.select([self._wake_fd], [], [], wait_ns / 1e9)
+            if ready:
+                self._read_wake_fd()
+
+    def _read_wake_fd(self) -> None:
+        with self._cond:
+            if not self._closed:
+                with contextlib.suppress(BlockingIOError):
+                    os.eventfd_read(self._wake_fd)
 
     async def areceive(self, timeout: float | None = None) -> Message[Any] | None:
         """``receive`` for asyncio: waits in a worker thread, cancellable."""
