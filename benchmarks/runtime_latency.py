@@ -71,9 +71,11 @@ def _receiver_main(kind: str, count: int, key_hex: str) -> None:
 
 def ls_latency(kind: str, count: int, size: int, gap_s: float) -> list[int]:
     key_hex = os.urandom(32).hex()
-    proc = subprocess.Popen([sys.executable, __file__, "--receiver", kind, "--count",
-                             str(count), "--key-hex", key_hex],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--receiver", kind, "--count", str(count), "--key-hex", key_hex],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     port = int(proc.stdout.readline())
     sent: dict[int, int] = {}
@@ -149,10 +151,23 @@ def bh_coorp(data: bytes, stream: BulkStream) -> float:
 
 def bh_compare(data: bytes, leader: str, repeat: int) -> tuple[list[float], list[float]]:
     key_hex = KEY_HEX
-    procs = {kind: subprocess.Popen([sys.executable, __file__, "--bulk-receiver", kind,
-                                     "--count", str(repeat + (kind == "coorp")),
-                                     "--key-hex", key_hex], stdout=subprocess.PIPE, text=True)
-             for kind in ("raw", "coorp")}
+    procs = {
+        kind: subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "--bulk-receiver",
+                kind,
+                "--count",
+                str(repeat + (kind == "coorp")),
+                "--key-hex",
+                key_hex,
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for kind in ("raw", "coorp")
+    }
     ports = {k: int(p.stdout.readline()) for k, p in procs.items()}  # type: ignore[union-attr]
     team = join(leader, "tx", KEY)
     try:
@@ -241,38 +256,73 @@ def main() -> None:
         runner.stop()
 
     results: dict[str, Any] = {
-        "ls": {"payload_bytes": args.size, "count": args.count,
-               "raw_udp_us": {"p50": pct(raw_lat, 50), "p99": pct(raw_lat, 99)},
-               "coorp_us": {"p50": pct(coorp_lat, 50), "p99": pct(coorp_lat, 99)}},
-        "bh": {"bytes": len(data), "raw_tcp_MBps": raw_bw, "coorp_MBps": coorp_bw,
-               "ratio": coorp_bw / raw_bw, "best_ratio": max(coorp_runs) / max(raw_runs),
-               "raw_runs": raw_runs, "coorp_runs": coorp_runs},
-        "permit_rtt_us": {"p50": pct(rtt, 50), "p99": pct(rtt, 99),
-                          "mean": statistics.fmean(rtt) / 1e3},
-        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
-                    "loadavg": os.getloadavg()},
+        "ls": {
+            "payload_bytes": args.size,
+            "count": args.count,
+            "raw_udp_us": {"p50": pct(raw_lat, 50), "p99": pct(raw_lat, 99)},
+            "coorp_us": {"p50": pct(coorp_lat, 50), "p99": pct(coorp_lat, 99)},
+        },
+        "bh": {
+            "bytes": len(data),
+            "raw_tcp_MBps": raw_bw,
+            "coorp_MBps": coorp_bw,
+            "ratio": coorp_bw / raw_bw,
+            "best_ratio": max(coorp_runs) / max(raw_runs),
+            "raw_runs": raw_runs,
+            "coorp_runs": coorp_runs,
+        },
+        "permit_rtt_us": {
+            "p50": pct(rtt, 50),
+            "p99": pct(rtt, 99),
+            "mean": statistics.fmean(rtt) / 1e3,
+        },
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": sys.version.split()[0],
+            "loadavg": os.getloadavg(),
+        },
     }
-    results["ls"]["overhead_p50_us"] = (results["ls"]["coorp_us"]["p50"]
-                                        - results["ls"]["raw_udp_us"]["p50"])
+    results["ls"]["overhead_p50_us"] = (
+        results["ls"]["coorp_us"]["p50"] - results["ls"]["raw_udp_us"]["p50"]
+    )
 
     table = Table(title="coorp runtime on loopback")
     for col in ("measure", "raw socket", "coorp", "coorp − raw / ratio", "target"):
         table.add_column(col, justify="right" if col != "measure" else "left")
     ls = results["ls"]
-    table.add_row(f"LS one-way p50 ({args.size} B)", f"{ls['raw_udp_us']['p50']:.1f} µs",
-                  f"{ls['coorp_us']['p50']:.1f} µs", f"{ls['overhead_p50_us']:+.1f} µs",
-                  "≤ +50 µs")
-    table.add_row("LS one-way p99", f"{ls['raw_udp_us']['p99']:.1f} µs",
-                  f"{ls['coorp_us']['p99']:.1f} µs",
-                  f"{ls['coorp_us']['p99'] - ls['raw_udp_us']['p99']:+.1f} µs", "")
+    table.add_row(
+        f"LS one-way p50 ({args.size} B)",
+        f"{ls['raw_udp_us']['p50']:.1f} µs",
+        f"{ls['coorp_us']['p50']:.1f} µs",
+        f"{ls['overhead_p50_us']:+.1f} µs",
+        "≤ +50 µs",
+    )
+    table.add_row(
+        "LS one-way p99",
+        f"{ls['raw_udp_us']['p99']:.1f} µs",
+        f"{ls['coorp_us']['p99']:.1f} µs",
+        f"{ls['coorp_us']['p99'] - ls['raw_udp_us']['p99']:+.1f} µs",
+        "",
+    )
     bh = results["bh"]
-    table.add_row(f"BH throughput ({args.bulk_mb} MB), median", f"{bh['raw_tcp_MBps']:.0f} MB/s",
-                  f"{bh['coorp_MBps']:.0f} MB/s", f"{bh['ratio']:.1%}", "≥ 90 %")
-    table.add_row("BH throughput, best run", f"{max(raw_runs):.0f} MB/s",
-                  f"{max(coorp_runs):.0f} MB/s", f"{bh['best_ratio']:.1%}", "")
+    table.add_row(
+        f"BH throughput ({args.bulk_mb} MB), median",
+        f"{bh['raw_tcp_MBps']:.0f} MB/s",
+        f"{bh['coorp_MBps']:.0f} MB/s",
+        f"{bh['ratio']:.1%}",
+        "≥ 90 %",
+    )
+    table.add_row(
+        "BH throughput, best run",
+        f"{max(raw_runs):.0f} MB/s",
+        f"{max(coorp_runs):.0f} MB/s",
+        f"{bh['best_ratio']:.1%}",
+        "",
+    )
     pr = results["permit_rtt_us"]
-    table.add_row("permit request → grant", "", f"p50 {pr['p50']:.0f} µs / p99 {pr['p99']:.0f} µs",
-                  "", "")
+    table.add_row(
+        "permit request → grant", "", f"p50 {pr['p50']:.0f} µs / p99 {pr['p99']:.0f} µs", "", ""
+    )
     Console().print(table)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

@@ -1,6 +1,6 @@
 """The asyncio API: a leader robot that receives perceptions and answers with controls.
 
-    python examples/runtime_async.py            # self-contained, on loopback
+python examples/runtime_async.py            # self-contained, on loopback
 """
 
 from __future__ import annotations
@@ -13,10 +13,13 @@ import coorp.runtime as rt
 KEY = rt.TeamKey(os.urandom(32))
 
 
-async def leader_robot(team: rt.AsyncTeam, inbox: rt.AsyncInbox, robots: dict[str, str],
-                       loops: int) -> None:
-    controls = {r: team.latency_sensitive(f"control-{r}", dest, deadline_ms=33)
-                for r, dest in robots.items()}
+async def leader_robot(
+    team: rt.AsyncTeam, inbox: rt.AsyncInbox, robots: dict[str, str], loops: int
+) -> None:
+    controls = {
+        r: team.latency_sensitive(f"control-{r}", dest, deadline_ms=33)
+        for r, dest in robots.items()
+    }
     for _ in range(loops * len(robots)):
         msg = await inbox.recv(timeout_s=5)
         controls[msg.robot].send(b"velocity:" + bytes(msg.payload[:4]))
@@ -27,8 +30,7 @@ async def worker(name: str, leader_inbox: str, loops: int) -> None:
     inbox = await team.listen("127.0.0.1:0")
     WORKERS[name] = f"127.0.0.1:{inbox.address[1]}"
     READY.set()
-    perception = team.latency_sensitive("perception", leader_inbox, period_ms=33.3,
-                                        deadline_ms=33)
+    perception = team.latency_sensitive("perception", leader_inbox, period_ms=33.3, deadline_ms=33)
     rtts = []
     for k in range(loops):
         await START.wait()

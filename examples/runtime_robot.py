@@ -19,8 +19,9 @@ import coorp.runtime as rt
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--config", required=True, help="the team file")
     p.add_argument("--robot", required=True)
     p.add_argument("--dest", required=True, help="inbox of the leader robot (host:port)")
@@ -32,8 +33,7 @@ def main() -> None:
     with rt.join_config(args.config, args.robot) as team:
         print(team.marking["ls"].describe(), "|", team.marking["bh"].describe())
         print("mode:", team.mode)
-        perception = team.latency_sensitive("perception", args.dest, period_ms=33.3,
-                                            deadline_ms=33)
+        perception = team.latency_sensitive("perception", args.dest, period_ms=33.3, deadline_ms=33)
         params = team.bulk("params", args.dest)
 
         def learner() -> None:
@@ -41,9 +41,11 @@ def main() -> None:
             end = time.monotonic() + args.duration_s
             while time.monotonic() < end:
                 r = params.send(update, timeout_s=args.every_s * 10)
-                print(f"update #{r.msg_id}: {r.duration_ns / 1e9:.2f} s, permit wait "
-                      f"{r.permit_wait_ns / 1e9:.2f} s, {r.preemptions} preemptions, "
-                      f"mode {team.mode}")
+                print(
+                    f"update #{r.msg_id}: {r.duration_ns / 1e9:.2f} s, permit wait "
+                    f"{r.permit_wait_ns / 1e9:.2f} s, {r.preemptions} preemptions, "
+                    f"mode {team.mode}"
+                )
                 time.sleep(max(0.0, args.every_s - r.duration_ns / 1e9))
 
         threading.Thread(target=learner, daemon=True).start()

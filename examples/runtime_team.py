@@ -74,8 +74,10 @@ def main() -> None:
         inbox = sink.listen("127.0.0.1:0")
         dest = f"127.0.0.1:{inbox.address[1]}"
         results: dict[str, object] = {}
-        workers = [threading.Thread(target=worker, args=(w, address[0], dest, results))
-                   for w in ("w1", "w2")]
+        workers = [
+            threading.Thread(target=worker, args=(w, address[0], dest, results))
+            for w in ("w1", "w2")
+        ]
         for w in workers:
             w.start()
         latencies, bulk = [], {}
@@ -90,12 +92,16 @@ def main() -> None:
     stop.set()
     lt.join()
     for name, (receipt, digest) in sorted(results.items()):  # type: ignore[misc]
-        print(f"{name}: {receipt.nbytes / 1e6:.0f} MB in {receipt.duration_ns / 1e9:.2f} s, "
-              f"waited {receipt.permit_wait_ns / 1e9:.2f} s for the permit, paused "
-              f"{receipt.preemptions} times; intact: {bulk[name] == digest}")
+        print(
+            f"{name}: {receipt.nbytes / 1e6:.0f} MB in {receipt.duration_ns / 1e9:.2f} s, "
+            f"waited {receipt.permit_wait_ns / 1e9:.2f} s for the permit, paused "
+            f"{receipt.preemptions} times; intact: {bulk[name] == digest}"
+        )
     lat = np.array(latencies)
-    print(f"perception latency: p50 {np.percentile(lat, 50):.2f} ms, "
-          f"p99 {np.percentile(lat, 99):.2f} ms over {len(lat)} messages")
+    print(
+        f"perception latency: p50 {np.percentile(lat, 50):.2f} ms, "
+        f"p99 {np.percentile(lat, 99):.2f} ms over {len(lat)} messages"
+    )
 
 
 if __name__ == "__main__":

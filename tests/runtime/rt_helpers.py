@@ -103,8 +103,9 @@ class ThrottledProxy:
             if s is not None:
                 self._socks.append(s)
 
-        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter,
-                       throttle: bool) -> None:
+        async def pump(
+            src: asyncio.StreamReader, dst: asyncio.StreamWriter, throttle: bool
+        ) -> None:
             with contextlib.suppress(OSError, asyncio.IncompleteReadError):
                 while True:
                     data = await src.read(16384)

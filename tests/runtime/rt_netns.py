@@ -94,7 +94,8 @@ class Proc:
         raise AssertionError(
             f"{self.name}: no line starting with {prefix!r} within {timeout} s; "
             f"got {self.lines[-5:]}; exit={self.popen.poll()}; stderr tail: "
-            f"{err.decode(errors='replace')[-2000:]}")
+            f"{err.decode(errors='replace')[-2000:]}"
+        )
 
     def kill(self) -> None:
         if self.popen.poll() is None:
@@ -136,30 +137,69 @@ class Topology:
         _ip("-n", sw, "link", "set", "br0", "up")
         for i, host in enumerate(self.hosts):
             port = f"p{i}"
-            _ip("-n", sw, "link", "add", port, "type", "veth", "peer", "name", "eth0",
-                "netns", self.ns(host))
+            _ip(
+                "-n",
+                sw,
+                "link",
+                "add",
+                port,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "netns",
+                self.ns(host),
+            )
             _ip("-n", sw, "link", "set", port, "master", "br0")
             _ip("-n", sw, "link", "set", port, "up")
             _ip("-n", self.ns(host), "addr", "add", f"{self.addr(host)}/24", "dev", "eth0")
             _ip("-n", self.ns(host), "link", "set", "eth0", "up")
         # The queue in front of the leader: everything sent to it shares one FIFO.
         r = subprocess.run(
-            ["ip", "netns", "exec", sw, "tc", "qdisc", "add", "dev", "p0", "root", "tbf",
-             "rate", f"{rate_mbit}mbit", "burst", "32kb", "latency", f"{queue_ms}ms"],
-            capture_output=True, text=True, timeout=10)
+            [
+                "ip",
+                "netns",
+                "exec",
+                sw,
+                "tc",
+                "qdisc",
+                "add",
+                "dev",
+                "p0",
+                "root",
+                "tbf",
+                "rate",
+                f"{rate_mbit}mbit",
+                "burst",
+                "32kb",
+                "latency",
+                f"{queue_ms}ms",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         if r.returncode != 0:
             raise RuntimeError(f"tc tbf: {r.stderr.strip()}")
 
     def start(self, host: str, argv: Sequence[str], name: str | None = None) -> Proc:
-        popen = subprocess.Popen(["ip", "netns", "exec", self.ns(host), *argv],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        popen = subprocess.Popen(
+            ["ip", "netns", "exec", self.ns(host), *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         proc = Proc(name or host, popen)
         self.procs.append(proc)
         return proc
 
     def run(self, host: str, argv: Sequence[str], timeout: float = 30) -> str:
-        r = subprocess.run(["ip", "netns", "exec", self.ns(host), *argv], capture_output=True,
-                           text=True, timeout=timeout)
+        r = subprocess.run(
+            ["ip", "netns", "exec", self.ns(host), *argv],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if r.returncode != 0:
             raise RuntimeError(f"{argv}: exit {r.returncode}: {r.stderr[-2000:]}")
         return r.stdout

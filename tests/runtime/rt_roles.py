@@ -39,9 +39,16 @@ def sink(args: argparse.Namespace) -> None:
         if msg.kind == "ls":
             ls.append([msg.robot, msg.seq, msg.sent_ns, msg.received_ns])
         else:
-            bulk.append({"robot": msg.robot, "channel": msg.channel, "nbytes": len(msg.payload),
-                         "sha": hashlib.sha256(msg.payload).hexdigest(),
-                         "first_ns": msg.first_byte_ns, "done_ns": msg.received_ns})
+            bulk.append(
+                {
+                    "robot": msg.robot,
+                    "channel": msg.channel,
+                    "nbytes": len(msg.payload),
+                    "sha": hashlib.sha256(msg.payload).hexdigest(),
+                    "first_ns": msg.first_byte_ns,
+                    "done_ns": msg.received_ns,
+                }
+            )
             print(f"BULK {msg.robot} {msg.channel}", flush=True)
     print("RESULT " + json.dumps({"bulk": bulk, "ls": ls, "stats": inbox.stats()}), flush=True)
     team.close()
@@ -51,8 +58,9 @@ def worker(args: argparse.Namespace) -> None:
     settings = TeamSettings(local_preemption=not args.no_local, fallback_ns=900_000_000)
     team = join(args.leader, args.robot, TeamKey.from_hex(args.key_hex), settings=settings)
     print(f"READY mode={team.mode}", flush=True)
-    ls = team.latency_sensitive("perception", args.dest, deadline_ms=args.ls_period_ms,
-                                period_ms=args.ls_period_ms)
+    ls = team.latency_sensitive(
+        "perception", args.dest, deadline_ms=args.ls_period_ms, period_ms=args.ls_period_ms
+    )
     period = round(args.ls_period_ms * 1e6)
     warm = threading.Event()
     stop = threading.Event()
@@ -84,26 +92,39 @@ def worker(args: argparse.Namespace) -> None:
     receipt = team.bulk("params", args.dest).send(data, timeout_s=args.timeout)
     stop.set()
     lt.join(timeout=5)
-    result = {"robot": args.robot, "sha": hashlib.sha256(data).hexdigest(),
-              "started_ns": receipt.started_ns, "finished_ns": receipt.finished_ns,
-              "permit_wait_ns": receipt.permit_wait_ns,
-              "first_write_ns": receipt.first_write_ns, "preempted_ns": receipt.preempted_ns,
-              "preemptions": receipt.preemptions, "ls_sent": sent[0],
-              "ls": dataclasses.asdict(ls.stats), "bulk": team.stats()["bulk"]["params"]}
+    result = {
+        "robot": args.robot,
+        "sha": hashlib.sha256(data).hexdigest(),
+        "started_ns": receipt.started_ns,
+        "finished_ns": receipt.finished_ns,
+        "permit_wait_ns": receipt.permit_wait_ns,
+        "first_write_ns": receipt.first_write_ns,
+        "preempted_ns": receipt.preempted_ns,
+        "preemptions": receipt.preemptions,
+        "ls_sent": sent[0],
+        "ls": dataclasses.asdict(ls.stats),
+        "bulk": team.stats()["bulk"]["params"],
+    }
     print("RESULT " + json.dumps(result), flush=True)
     team.close()
 
 
 def stats(args: argparse.Namespace) -> None:
     st = query_leader_stats(args.leader, TeamKey.from_hex(args.key_hex), timeout_s=3)
-    print(json.dumps({"counters": st.counters, "holders": list(st.holders),
-                      "waiting": list(st.waiting)}), flush=True)
+    print(
+        json.dumps(
+            {"counters": st.counters, "holders": list(st.holders), "waiting": list(st.waiting)}
+        ),
+        flush=True,
+    )
 
 
 def forge(args: argparse.Namespace) -> None:
     host, port = args.leader.rsplit(":", 1)
-    junk = [b"\x00\x00\x00\x05hello",  # not msgpack
-            b"\x7f\xff\xff\xff" + b"x" * 64]  # announces a 2 GiB frame
+    junk = [
+        b"\x00\x00\x00\x05hello",  # not msgpack
+        b"\x7f\xff\xff\xff" + b"x" * 64,
+    ]  # announces a 2 GiB frame
     for data in junk:
         with socket.create_connection((host, int(port)), timeout=3) as s:
             s.settimeout(3)

@@ -12,8 +12,11 @@ import pytest
 from rt_netns import Proc
 
 _coorp = Path(sys.executable).with_name("coorp")
-COORP = [str(_coorp)] if _coorp.exists() else [
-    sys.executable, "-c", "from coorp.cli import main; main()"]
+COORP = (
+    [str(_coorp)]
+    if _coorp.exists()
+    else [sys.executable, "-c", "from coorp.cli import main; main()"]
+)
 
 
 @pytest.fixture
@@ -27,8 +30,9 @@ def procs() -> Iterator[list[Proc]]:
 
 
 def start(procs: list[Proc], *args: str) -> Proc:
-    p = Proc(args[0], subprocess.Popen([*COORP, *args], stdout=subprocess.PIPE,
-                                       stderr=subprocess.PIPE))
+    p = Proc(
+        args[0], subprocess.Popen([*COORP, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    )
     procs.append(p)
     return p
 
@@ -36,8 +40,10 @@ def start(procs: list[Proc], *args: str) -> Proc:
 def team(tmp_path: Path, extra: str = "") -> Path:
     (tmp_path / "team.key").write_text("a1" * 32)
     path = tmp_path / "team.toml"
-    path.write_text('[team]\nrobots = ["ld", "r1"]\nkey_file = "team.key"\n'
-                    '[leader]\nlisten = "127.0.0.1:0"\n' + extra)
+    path.write_text(
+        '[team]\nrobots = ["ld", "r1"]\nkey_file = "team.key"\n'
+        '[leader]\nlisten = "127.0.0.1:0"\n' + extra
+    )
     return path
 
 
@@ -48,11 +54,13 @@ def test_bad_config_and_flags_exit_2_without_traceback(
 
     bad = tmp_path / "bad.toml"
     bad.write_text('[team]\nrobots = ["a"]\n[leader]\nlimit = 2\n')
-    for args in (["leader", "--config", str(bad)],
-                 ["leader", "--config", str(tmp_path / "missing.toml")],
-                 ["agent", "--config", str(team(tmp_path)), "--robot", "nobody"],
-                 ["agent", "--config", str(team(tmp_path)), "--robot", "r1", "--send", "x"],
-                 ["leader", "--config", str(team(tmp_path)), "--listen", "nonsense"]):
+    for args in (
+        ["leader", "--config", str(bad)],
+        ["leader", "--config", str(tmp_path / "missing.toml")],
+        ["agent", "--config", str(team(tmp_path)), "--robot", "nobody"],
+        ["agent", "--config", str(team(tmp_path)), "--robot", "r1", "--send", "x"],
+        ["leader", "--config", str(team(tmp_path)), "--listen", "nonsense"],
+    ):
         logger = logging.getLogger("coorp")
         before = list(logger.handlers)
         try:
@@ -60,7 +68,7 @@ def test_bad_config_and_flags_exit_2_without_traceback(
                 main(args)
         finally:
             # The CLI attaches a handler to this (captured) stderr; do not leak it.
-            for h in logger.handlers[len(before):]:
+            for h in logger.handlers[len(before) :]:
                 logger.removeHandler(h)
         err = capsys.readouterr().err
         assert exit_.value.code == 2, (args, err)
@@ -71,19 +79,51 @@ def test_leader_and_agents_send_a_file(tmp_path: Path, procs: list[Proc]) -> Non
     cfg = team(tmp_path)
     leader = start(procs, "leader", "--config", str(cfg))
     addr = leader.expect("coorp leader: serving", 30).rsplit(" ", 1)[1]
-    rx = start(procs, "agent", "--config", str(cfg), "--robot", "ld", "--leader", addr,
-               "--listen", "127.0.0.1:0", "--save-dir", str(tmp_path / "got"))
+    rx = start(
+        procs,
+        "agent",
+        "--config",
+        str(cfg),
+        "--robot",
+        "ld",
+        "--leader",
+        addr,
+        "--listen",
+        "127.0.0.1:0",
+        "--save-dir",
+        str(tmp_path / "got"),
+    )
     line = rx.expect("coorp agent: ld (coordinated) receiving on", 30)
     inbox = line.rsplit(" ", 1)[1]
     src = tmp_path / "params.bin"
     src.write_bytes(bytes(range(256)) * 20_000)
-    r = subprocess.run([*COORP, "agent", "--config", str(cfg), "--robot", "r1", "--leader", addr,
-                        "--send", str(src), "--to", inbox], capture_output=True, text=True,
-                       timeout=60)
+    r = subprocess.run(
+        [
+            *COORP,
+            "agent",
+            "--config",
+            str(cfg),
+            "--robot",
+            "r1",
+            "--leader",
+            addr,
+            "--send",
+            str(src),
+            "--to",
+            inbox,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     assert "sent 5120000 bytes" in r.stdout
-    status = subprocess.run([*COORP, "leader", "--config", str(cfg), "--listen", addr,
-                             "--status"], capture_output=True, text=True, timeout=60)
+    status = subprocess.run(
+        [*COORP, "leader", "--config", str(cfg), "--listen", addr, "--status"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert status.returncode == 0 and "grants" in status.stdout
     rx.popen.terminate()
     rx.popen.wait(timeout=20)

@@ -33,15 +33,46 @@ NONCE = b"n" * 16
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # msgpack-shaped garbage reaches deeper into the decoders than random bytes.
-_atoms = st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.text(max_size=20) | \
-    st.binary(max_size=40) | st.floats(allow_nan=True)
-_trees = st.recursive(_atoms, lambda inner: st.lists(inner, max_size=6) |
-                      st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=20)
-_tags = st.sampled_from(["hello", "join", "welcome", "request", "release", "granted", "revoked",
-                         "ping", "pong", "stats?", "stats", "refused", "bopen", "bdata",
-                         "baccept", "bdone", "breject", "nope"])
-shaped = st.builds(lambda tag, rest: msgspec.msgpack.encode([tag, *rest]), _tags,
-                   st.lists(_trees, max_size=5))
+_atoms = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.text(max_size=20)
+    | st.binary(max_size=40)
+    | st.floats(allow_nan=True)
+)
+_trees = st.recursive(
+    _atoms,
+    lambda inner: (
+        st.lists(inner, max_size=6) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+_tags = st.sampled_from(
+    [
+        "hello",
+        "join",
+        "welcome",
+        "request",
+        "release",
+        "granted",
+        "revoked",
+        "ping",
+        "pong",
+        "stats?",
+        "stats",
+        "refused",
+        "bopen",
+        "bdata",
+        "baccept",
+        "bdone",
+        "breject",
+        "nope",
+    ]
+)
+shaped = st.builds(
+    lambda tag, rest: msgspec.msgpack.encode([tag, *rest]), _tags, st.lists(_trees, max_size=5)
+)
 blobs = st.binary(max_size=300) | _trees.map(msgspec.msgpack.encode) | shaped
 
 
@@ -88,8 +119,7 @@ def test_mutated_valid_frames(data: st.DataObject) -> None:
     whatever still authenticates carries exactly the original counter and body (the
     mutations may happen to rebuild the original bytes)."""
     sealer = FrameSealer(KEY, CLIENT_TO_SERVER, NONCE)
-    msg = data.draw(st.sampled_from([Release(3), Join("r1", NONCE, "agent"),
-                                     BulkData(1, 0, 100)]))
+    msg = data.draw(st.sampled_from([Release(3), Join("r1", NONCE, "agent"), BulkData(1, 0, 100)]))
     frame = bytearray(sealer.seal(msg))
     original = decode_envelope(bytes(frame[4:]))
     body = frame[4:]

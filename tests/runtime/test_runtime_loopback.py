@@ -28,8 +28,9 @@ ROBOTS = ["sink", "r1", "r2", "r3"]
 
 @pytest.fixture
 def leader() -> Iterator[LeaderHandle]:
-    handle = LeaderHandle(ROBOTS, LeaderSettings(limit=1, timeslice_ns=2_000_000_000,
-                                                 heartbeat_ns=100_000_000))
+    handle = LeaderHandle(
+        ROBOTS, LeaderSettings(limit=1, timeslice_ns=2_000_000_000, heartbeat_ns=100_000_000)
+    )
     try:
         yield handle
     finally:
@@ -116,8 +117,9 @@ def test_raw_protocol_grant_release_and_disconnected_holder_is_revoked(
 
 def test_silent_holder_loses_permit_and_next_requester_gets_it() -> None:
     # The holder neither closes nor heartbeats (a frozen or partitioned robot).
-    handle = LeaderHandle(ROBOTS, LeaderSettings(timeslice_ns=500_000_000,
-                                                 heartbeat_ns=2_000_000_000))
+    handle = LeaderHandle(
+        ROBOTS, LeaderSettings(timeslice_ns=500_000_000, heartbeat_ns=2_000_000_000)
+    )
     a, b = RawClient(handle.address), RawClient(handle.address, timeout=3.0)
     try:
         a.handshake("r1")
@@ -209,7 +211,7 @@ def test_fallback_within_a_second_logged_once_then_rejoin(
     leader: LeaderHandle, teams: list[Team], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="coorp")
-    team = join(leader.address, "r1", KEY, settings=TeamSettings(fallback_ns=500_000_000))
+    team = join(leader.address, "r1", KEY, settings=TeamSettings(fallback_ns=300_000_000))
     teams.append(team)
     assert team.mode == "coordinated"
     stopped = time.monotonic()
@@ -238,8 +240,10 @@ def test_leader_restart_and_data_reconnect_lose_no_byte(
         data = os.urandom(12_000_000)
         result: list[BulkReceipt] = []
         sender = threading.Thread(
-            target=lambda: result.append(team.bulk("params", proxy.address).send(data,
-                                                                                  timeout_s=60)))
+            target=lambda: result.append(
+                team.bulk("params", proxy.address).send(data, timeout_s=60)
+            )
+        )
         sender.start()
         # Mid-transfer: the leader goes away and comes back...
         assert proxy.wait(proxy.reached(3_000_000), timeout=20)
@@ -271,8 +275,9 @@ def test_local_preemption_pauses_bulk_around_ls_windows(teams: list[Team]) -> No
     try:
         team = join(None, "r1", KEY)
         teams.append(team)
-        ls = team.latency_sensitive("perception", f"127.0.0.1:{inbox.address[1]}",
-                                    deadline_ms=10, period_ms=10)
+        ls = team.latency_sensitive(
+            "perception", f"127.0.0.1:{inbox.address[1]}", deadline_ms=10, period_ms=10
+        )
         stop = threading.Event()
         learnt = threading.Event()
 

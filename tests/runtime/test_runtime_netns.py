@@ -30,8 +30,11 @@ QUEUE_MS = 100
 KEY_HEX = "5e" * 32
 ROLES = [sys.executable, str(Path(__file__).with_name("rt_roles.py"))]
 _coorp = Path(sys.executable).with_name("coorp")
-COORP = [str(_coorp)] if _coorp.exists() else [
-    sys.executable, "-c", "import sys; from coorp.cli import main; main()"]
+COORP = (
+    [str(_coorp)]
+    if _coorp.exists()
+    else [sys.executable, "-c", "import sys; from coorp.cli import main; main()"]
+)
 LEADER_PORT, SINK_PORT = 7400, 7500
 
 
@@ -56,7 +59,8 @@ def team_file(tmp_path: Path, *, timeslice_ms: float) -> Path:
         '[team]\nname = "netns"\nkey_file = "team.key"\n'
         'robots = ["ld", "a1", "a2", "a3"]\n'
         f'[leader]\nlisten = "0.0.0.0:{LEADER_PORT}"\nlimit = 1\n'
-        f"timeslice_ms = {timeslice_ms}\nheartbeat_ms = 200\n")
+        f"timeslice_ms = {timeslice_ms}\nheartbeat_ms = 200\n"
+    )
     return path
 
 
@@ -65,8 +69,10 @@ def result_of(proc: Proc, timeout: float) -> Any:
 
 
 def leader_stats(topo: Topology) -> dict[str, Any]:
-    out = topo.run("ld", [*ROLES, "stats", "--leader", f"{topo.addr('ld')}:{LEADER_PORT}",
-                          "--key-hex", KEY_HEX])
+    out = topo.run(
+        "ld",
+        [*ROLES, "stats", "--leader", f"{topo.addr('ld')}:{LEADER_PORT}", "--key-hex", KEY_HEX],
+    )
     result: dict[str, Any] = json.loads(out)
     return result
 
@@ -83,25 +89,62 @@ def wait_leader(topo: Topology, what: str, predicate: Any, attempts: int = 40) -
 
 
 def start_leader(topo: Topology, config: Path) -> Proc:
-    proc = topo.start("ld", [*COORP, "leader", "--config", str(config), "--log-level",
-                             "warning"], name="leader")
+    proc = topo.start(
+        "ld", [*COORP, "leader", "--config", str(config), "--log-level", "warning"], name="leader"
+    )
     proc.expect("coorp leader: serving", 20)
     return proc
 
 
 def start_sink(topo: Topology, expect_bulk: int) -> Proc:
-    proc = topo.start("ld", [*ROLES, "sink", "--listen", f"{topo.addr('ld')}:{SINK_PORT}",
-                             "--expect-bulk", str(expect_bulk), "--key-hex", KEY_HEX,
-                             "--timeout", "90"], name="sink")
+    proc = topo.start(
+        "ld",
+        [
+            *ROLES,
+            "sink",
+            "--listen",
+            f"{topo.addr('ld')}:{SINK_PORT}",
+            "--expect-bulk",
+            str(expect_bulk),
+            "--key-hex",
+            KEY_HEX,
+            "--timeout",
+            "90",
+        ],
+        name="sink",
+    )
     proc.expect("READY", 20)
     return proc
 
 
-def start_worker(topo: Topology, host: str, *, bh_bytes: int, grid_ns: int,
-                 coordinated: bool, extra: tuple[str, ...] = ()) -> Proc:
-    argv = [*ROLES, "worker", "--robot", host, "--dest", f"{topo.addr('ld')}:{SINK_PORT}",
-            "--bh-bytes", str(bh_bytes), "--seed", host[1:], "--grid-ns", str(grid_ns),
-            "--key-hex", KEY_HEX, "--timeout", "90", *extra]
+def start_worker(
+    topo: Topology,
+    host: str,
+    *,
+    bh_bytes: int,
+    grid_ns: int,
+    coordinated: bool,
+    extra: tuple[str, ...] = (),
+) -> Proc:
+    argv = [
+        *ROLES,
+        "worker",
+        "--robot",
+        host,
+        "--dest",
+        f"{topo.addr('ld')}:{SINK_PORT}",
+        "--bh-bytes",
+        str(bh_bytes),
+        "--seed",
+        host[1:],
+        "--grid-ns",
+        str(grid_ns),
+        "--key-hex",
+        KEY_HEX,
+        "--timeout",
+        "90",
+        *extra,
+    ]
     if coordinated:
         argv += ["--leader", f"{topo.addr('ld')}:{LEADER_PORT}"]
     else:
@@ -109,13 +152,16 @@ def start_worker(topo: Topology, host: str, *, bh_bytes: int, grid_ns: int,
     return topo.start(host, argv, name=host)
 
 
-def run_team(topo: Topology, config: Path, *, coordinated: bool,
-             bh_bytes: int) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+def run_team(
+    topo: Topology, config: Path, *, coordinated: bool, bh_bytes: int
+) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
     leader = start_leader(topo, config) if coordinated else None
     sink = start_sink(topo, expect_bulk=3)
     grid = time.monotonic_ns()  # CLOCK_MONOTONIC is shared by all namespaces
-    workers = [start_worker(topo, h, bh_bytes=bh_bytes, grid_ns=grid, coordinated=coordinated)
-               for h in ("a1", "a2", "a3")]
+    workers = [
+        start_worker(topo, h, bh_bytes=bh_bytes, grid_ns=grid, coordinated=coordinated)
+        for h in ("a1", "a2", "a3")
+    ]
     for w in workers:
         mode = w.expect("READY", 20)
         assert mode == ("READY mode=coordinated" if coordinated else "READY mode=no leader")
@@ -160,15 +206,27 @@ def test_ls_latency_lower_with_coordination_and_one_bh_sender_at_a_time(
     lat_m, lat_c = ls_latency_under_load(marked), ls_latency_under_load(coord)
     assert len(lat_m) >= 20 and len(lat_c) >= 20
     summary = {
-        "marking_only": {"n": len(lat_m), "p50_ms": float(np.percentile(lat_m, 50)),
-                         "p99_ms": float(np.percentile(lat_m, 99))},
-        "coordinated": {"n": len(lat_c), "p50_ms": float(np.percentile(lat_c, 50)),
-                        "p99_ms": float(np.percentile(lat_c, 99))},
+        "marking_only": {
+            "n": len(lat_m),
+            "p50_ms": float(np.percentile(lat_m, 50)),
+            "p99_ms": float(np.percentile(lat_m, 99)),
+        },
+        "coordinated": {
+            "n": len(lat_c),
+            "p50_ms": float(np.percentile(lat_c, 50)),
+            "p99_ms": float(np.percentile(lat_c, 99)),
+        },
         "bh_seconds": {
-            "marking_only": (max(b["done_ns"] for b in marked["bulk"])
-                             - min(b["first_ns"] for b in marked["bulk"])) / 1e9,
-            "coordinated": (max(b["done_ns"] for b in coord["bulk"])
-                            - min(b["first_ns"] for b in coord["bulk"])) / 1e9},
+            "marking_only": (
+                max(b["done_ns"] for b in marked["bulk"])
+                - min(b["first_ns"] for b in marked["bulk"])
+            )
+            / 1e9,
+            "coordinated": (
+                max(b["done_ns"] for b in coord["bulk"]) - min(b["first_ns"] for b in coord["bulk"])
+            )
+            / 1e9,
+        },
         "link": f"tbf {RATE_MBIT} Mbit/s, {QUEUE_MS} ms queue",
     }
     print("NETNS LS LATENCY " + json.dumps(summary))
@@ -187,8 +245,9 @@ def test_killed_holder_frees_permit_within_timeslice_and_forgeries_are_dropped(
     start_leader(topo, config)
     sink = start_sink(topo, expect_bulk=2)
     grid = time.monotonic_ns()
-    holder = start_worker(topo, "a1", bh_bytes=60_000_000, grid_ns=grid, coordinated=True,
-                          extra=("--start-msg",))
+    holder = start_worker(
+        topo, "a1", bh_bytes=60_000_000, grid_ns=grid, coordinated=True, extra=("--start-msg",)
+    )
     holder.expect("STARTED", 30)
     wait_leader(topo, "a1 holds the permit", lambda s: s["holders"] == ["a1"])
     waiter = start_worker(topo, "a2", bh_bytes=500_000, grid_ns=grid, coordinated=True)
@@ -204,8 +263,10 @@ def test_killed_holder_frees_permit_within_timeslice_and_forgeries_are_dropped(
     assert [b["sha"] for b in received["bulk"] if b["robot"] == "a2"] == [done["sha"]]
 
     # Forged, malformed and oversized frames from another namespace...
-    assert topo.run("a3", [*ROLES, "forge", "--leader",
-                           f"{topo.addr('ld')}:{LEADER_PORT}"]).strip() == "FORGED"
+    assert (
+        topo.run("a3", [*ROLES, "forge", "--leader", f"{topo.addr('ld')}:{LEADER_PORT}"]).strip()
+        == "FORGED"
+    )
     stats = leader_stats(topo)  # ...are counted, and the leader keeps serving.
     c = stats["counters"]
     assert c["dropped_unauthenticated"] >= 1

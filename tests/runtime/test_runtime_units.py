@@ -50,10 +50,18 @@ class FakeSocket:
 
 def channel(clock: Clock, sock: FakeSocket, armed: list[int]) -> LatencySensitiveChannel:
     return LatencySensitiveChannel(
-        name="perception", robot="r1", dest=("127.0.0.1", 1), sock=sock,  # type: ignore[arg-type]
-        marking=Marking("ls", 48, 262, 6), auth=DatagramAuthenticator(KEY),
-        period_ns=33_300_000, deadline_ns=33_000_000, observe=lambda f: 0, clock=clock,
-        arm_writer=lambda ch, deadline: armed.append(deadline))
+        name="perception",
+        robot="r1",
+        dest=("127.0.0.1", 1),
+        sock=sock,  # type: ignore[arg-type]
+        marking=Marking("ls", 48, 262, 6),
+        auth=DatagramAuthenticator(KEY),
+        period_ns=33_300_000,
+        deadline_ns=33_000_000,
+        observe=lambda f: 0,
+        clock=clock,
+        arm_writer=lambda ch, deadline: armed.append(deadline),
+    )
 
 
 def payloads(sock: FakeSocket) -> list[bytes]:
@@ -171,21 +179,27 @@ def write_team(tmp_path: Path, body: str) -> Path:
 
 def test_team_file_loads_and_key_resolves(tmp_path: Path) -> None:
     (tmp_path / "k.hex").write_text("ab" * 32)
-    p = write_team(tmp_path, '[team]\nrobots = ["a", "b"]\nkey_file = "k.hex"\n'
-                             '[leader]\ntimeslice_ms = 2500\n[agent]\nleader = "10.0.0.1:7400"\n')
+    p = write_team(
+        tmp_path,
+        '[team]\nrobots = ["a", "b"]\nkey_file = "k.hex"\n'
+        '[leader]\ntimeslice_ms = 2500\n[agent]\nleader = "10.0.0.1:7400"\n',
+    )
     cfg = load_team_config(p)
     assert cfg.leader.timeslice_ns == 2_500_000_000
     assert cfg.agent.leader == "10.0.0.1:7400"
     assert isinstance(resolve_team_key(cfg, p), TeamKey)
 
 
-@pytest.mark.parametrize(("body", "field"), [
-    ('[team]\nrobots = ["a", "a"]\n', "team.robots"),
-    ('[team]\nrobots = ["a"]\n[leader]\nlimit = 0\n', "leader.limit"),
-    ('[team]\nrobots = ["a"]\n[leader]\nlisten = "nohost"\n', "leader.listen"),
-    ('[team]\nrobots = ["a"]\n[leader]\ntimeslice = 5\n', "leader"),
-    ('[team]\nrobots = ["a"]\n[agent]\nfallback_ms = 5\n', "agent.fallback_ms"),
-])
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ('[team]\nrobots = ["a", "a"]\n', "team.robots"),
+        ('[team]\nrobots = ["a"]\n[leader]\nlimit = 0\n', "leader.limit"),
+        ('[team]\nrobots = ["a"]\n[leader]\nlisten = "nohost"\n', "leader.listen"),
+        ('[team]\nrobots = ["a"]\n[leader]\ntimeslice = 5\n', "leader"),
+        ('[team]\nrobots = ["a"]\n[agent]\nfallback_ms = 5\n', "agent.fallback_ms"),
+    ],
+)
 def test_bad_team_files_name_the_field(tmp_path: Path, body: str, field: str) -> None:
     with pytest.raises(ScenarioError) as err:
         load_team_config(write_team(tmp_path, body))

@@ -61,8 +61,13 @@ def pair(key_a: TeamKey = KEY, key_b: TeamKey = KEY) -> tuple[FrameSealer, Frame
 
 
 def test_messages_round_trip() -> None:
-    for msg in [Request(), Release(7), Granted(3, 10, 20), Join("r1", new_nonce(), "agent"),
-                BulkOpen("params", 5, 1, 40_000_000, 123)]:
+    for msg in [
+        Request(),
+        Release(7),
+        Granted(3, 10, 20),
+        Join("r1", new_nonce(), "agent"),
+        BulkOpen("params", 5, 1, 40_000_000, 123),
+    ]:
         assert decode_message(encode_message(msg)) == msg
 
 
@@ -205,5 +210,6 @@ def test_team_key_rules(tmp_path: object) -> None:
     k = TeamKey.from_file(p)
     assert "ab" not in repr(k)
     assert k.frame_mac(b"x", b"n", 1, b"b") == TeamKey(bytes.fromhex("ab" * 32)).frame_mac(
-        b"x", b"n", 1, b"b")
+        b"x", b"n", 1, b"b"
+    )
     assert issubclass(AuthenticationError, PeerError)

@@ -88,18 +88,24 @@ def leader(
     if status:
         target = f"127.0.0.1:{port}" if host in ("0.0.0.0", "::", "") else address
         st = query_leader_stats(target, key)
-        _print_counters(f"leader {target}", st.counters,
-                        {"holders": ", ".join(st.holders) or "-",
-                         "waiting": ", ".join(st.waiting) or "-"})
+        _print_counters(
+            f"leader {target}",
+            st.counters,
+            {"holders": ", ".join(st.holders) or "-", "waiting": ", ".join(st.waiting) or "-"},
+        )
         return
-    settings = LeaderSettings(limit=cfg.leader.limit, timeslice_ns=cfg.leader.timeslice_ns,
-                              heartbeat_ns=cfg.leader.heartbeat_ns)
+    settings = LeaderSettings(
+        limit=cfg.leader.limit,
+        timeslice_ns=cfg.leader.timeslice_ns,
+        heartbeat_ns=cfg.leader.heartbeat_ns,
+    )
 
     async def run() -> dict[str, int]:
         service = PermitService(cfg.team.robots, key, settings)
         bound = await service.start((host, port))
-        print(f"coorp leader: serving team {cfg.team.name!r} on {format_address(bound)}",
-              flush=True)
+        print(
+            f"coorp leader: serving team {cfg.team.name!r} on {format_address(bound)}", flush=True
+        )
         try:
             await _until_signalled()
         finally:
@@ -141,10 +147,12 @@ def agent(
             raise UsageError(f"--send {send}: {exc.strerror}") from None
     key = resolve_team_key(cfg, config)
     a = cfg.agent
-    settings = TeamSettings(local_preemption=a.local_preemption,
-                            protection_margin_ns=round(a.protection_margin_ms * 1e6),
-                            fallback_ns=round(a.fallback_ms * 1e6),
-                            bulk=BulkSettings(chunk_bytes=a.chunk_bytes))
+    settings = TeamSettings(
+        local_preemption=a.local_preemption,
+        protection_margin_ns=round(a.protection_margin_ms * 1e6),
+        fallback_ns=round(a.fallback_ms * 1e6),
+        bulk=BulkSettings(chunk_bytes=a.chunk_bytes),
+    )
     log = logging.getLogger("coorp.runtime.agent")
 
     async def run() -> None:
@@ -153,13 +161,18 @@ def agent(
             if payload is not None and to is not None:
                 receipt = await team.bulk("file", to).send(payload)
                 waited = receipt.permit_wait_ns / 1e9
-                print(f"coorp agent: sent {receipt.nbytes} bytes in "
-                      f"{receipt.duration_ns / 1e9:.2f} s (waited {waited:.2f} s for permits)",
-                      flush=True)
+                print(
+                    f"coorp agent: sent {receipt.nbytes} bytes in "
+                    f"{receipt.duration_ns / 1e9:.2f} s (waited {waited:.2f} s for permits)",
+                    flush=True,
+                )
                 return
             inbox = await team.listen(listen or a.listen)
-            print(f"coorp agent: {robot} ({team.mode}) receiving on "
-                  f"{inbox.address[0]}:{inbox.address[1]}", flush=True)
+            print(
+                f"coorp agent: {robot} ({team.mode}) receiving on "
+                f"{inbox.address[0]}:{inbox.address[1]}",
+                flush=True,
+            )
             if save_dir is not None:
                 save_dir.mkdir(parents=True, exist_ok=True)
             stop = asyncio.create_task(_until_signalled())
@@ -167,8 +180,13 @@ def agent(
                 with contextlib.suppress(TimeoutError):
                     msg = await inbox.recv(timeout_s=0.5)
                     if msg.kind == "bulk":
-                        log.info("bulk %s/%s #%d: %d bytes", msg.robot, msg.channel, msg.seq,
-                                 len(msg.payload))
+                        log.info(
+                            "bulk %s/%s #%d: %d bytes",
+                            msg.robot,
+                            msg.channel,
+                            msg.seq,
+                            len(msg.payload),
+                        )
                         if save_dir is not None:
                             name = f"{msg.robot}-{msg.channel}-{msg.seq}-{time.time_ns()}.bin"
                             (save_dir / name).write_bytes(msg.payload)

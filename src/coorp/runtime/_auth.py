@@ -75,10 +75,12 @@ class TeamKey:
         secret = bytes(secret)
         # Keyed HMAC states, copied per message: saves the key schedule on every MAC
         # (a third of the cost for a small LS datagram).
-        self._stream = hmac.new(hmac.digest(secret, b"coorp v1 stream frames", "sha256"),
-                                digestmod=hashlib.sha256)
-        self._datagram = hmac.new(hmac.digest(secret, b"coorp v1 ls datagrams", "sha256"),
-                                  digestmod=hashlib.sha256)
+        self._stream = hmac.new(
+            hmac.digest(secret, b"coorp v1 stream frames", "sha256"), digestmod=hashlib.sha256
+        )
+        self._datagram = hmac.new(
+            hmac.digest(secret, b"coorp v1 ls datagrams", "sha256"), digestmod=hashlib.sha256
+        )
 
     @classmethod
     def from_hex(cls, text: str) -> TeamKey:

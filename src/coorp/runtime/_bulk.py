@@ -156,8 +156,9 @@ class AsyncBulkStream:
         self.settings = settings
         self._clock = clock
         self._planner = planner
-        self.gate = (new_gate(planner, default_ns=settings.ctt_default_ns)
-                     if planner is not None else None)
+        self.gate = (
+            new_gate(planner, default_ns=settings.ctt_default_ns) if planner is not None else None
+        )
         self._session = int.from_bytes(os.urandom(8), "big") >> 1
         self._msg_id = 0
         self._conn: FramedConnection | None = None
@@ -168,12 +169,20 @@ class AsyncBulkStream:
         self._lock = asyncio.Lock()
         self._closed = False
         self.marking: Marking | None = None
-        self.counters = {"messages": 0, "bytes": 0, "reconnects": 0, "preemptions": 0,
-                         "revocation_pauses": 0, "probes": 0, "explorations": 0}
+        self.counters = {
+            "messages": 0,
+            "bytes": 0,
+            "reconnects": 0,
+            "preemptions": 0,
+            "revocation_pauses": 0,
+            "probes": 0,
+            "explorations": 0,
+        }
 
     # -- public -----------------------------------------------------------------------------
-    async def send(self, data: bytes | bytearray | memoryview,
-                   *, timeout_s: float | None = None) -> BulkReceipt:
+    async def send(
+        self, data: bytes | bytearray | memoryview, *, timeout_s: float | None = None
+    ) -> BulkReceipt:
         """Deliver ``data`` to the receiver (see the module docstring); returns a receipt.
 
         Raises :class:`TransferError` when the receiver refuses the message or cannot
@@ -218,9 +227,14 @@ class AsyncBulkStream:
                     if waited > self.settings.reconnect_window_s:
                         raise TransferError(
                             f"{self.name}: no progress to {format_address(self.dest)} for "
-                            f"{waited:.1f} s ({exc})") from None
-                    log.info("%s: connection to %s lost (%s); resuming", self.name,
-                             format_address(self.dest), exc)
+                            f"{waited:.1f} s ({exc})"
+                        ) from None
+                    log.info(
+                        "%s: connection to %s lost (%s); resuming",
+                        self.name,
+                        format_address(self.dest),
+                        exc,
+                    )
                     prog.reconnects += 1
                     await asyncio.sleep(backoff)
                     backoff = min(2 * backoff, 1.0)
@@ -237,14 +251,22 @@ class AsyncBulkStream:
         self.counters["messages"] += 1
         self.counters["bytes"] += len(view)
         self.counters["reconnects"] += prog.reconnects
-        return BulkReceipt(self.name, msg_id, len(view), started, finished, prog.permit_wait_ns,
-                           prog.preempted_ns, prog.preemptions, prog.reconnects,
-                           prog.first_write_ns)
+        return BulkReceipt(
+            self.name,
+            msg_id,
+            len(view),
+            started,
+            finished,
+            prog.permit_wait_ns,
+            prog.preempted_ns,
+            prog.preemptions,
+            prog.reconnects,
+            prog.first_write_ns,
+        )
 
     async def _open(self, conn: FramedConnection, msg_id: int, total: int, sent_ns: int) -> int:
         await conn.send(BulkOpen(self.name, self._session, msg_id, total, sent_ns))
-        reply = (await recv_first_reply(conn) if self._first_reply
-                 else await conn.recv())
+        reply = await recv_first_reply(conn) if self._first_reply else await conn.recv()
         self._first_reply = False
         if isinstance(reply, BulkReject):
             raise TransferError(f"{self.name}: receiver rejected message: {reply.reason}")
@@ -254,8 +276,9 @@ class AsyncBulkStream:
             raise MalformedFrameError(f"receiver claims {reply.offset} of {total} bytes")
         return reply.offset
 
-    async def _pump(self, conn: FramedConnection, msg_id: int, view: memoryview, offset: int,
-                    prog: _Progress) -> None:
+    async def _pump(
+        self, conn: FramedConnection, msg_id: int, view: memoryview, offset: int, prog: _Progress
+    ) -> None:
         s = self.settings
         gate = self.gate
         tracker = self._tracker
@@ -270,8 +293,12 @@ class AsyncBulkStream:
             now = self._clock()
             depth: int | None = None
             n = min(s.unpaced_chunk_bytes, total - off)
-            if gate is not None and tracker is not None and self._planner is not None \
-                    and self._planner.has_flows():
+            if (
+                gate is not None
+                and tracker is not None
+                and self._planner is not None
+                and self._planner.has_flows()
+            ):
                 # This robot has LS channels: chunks are measured (CTT samples) even
                 # before their time model predicts windows, and gated once it does.
                 self._pace(conn, True)
@@ -344,8 +371,9 @@ class AsyncBulkStream:
         prog.preempted_ns += now - t0
         prog.last_progress_ns = now
 
-    async def _write_segment(self, conn: FramedConnection, msg_id: int, offset: int,
-                             chunk: memoryview, depth: int | None) -> None:
+    async def _write_segment(
+        self, conn: FramedConnection, msg_id: int, offset: int, chunk: memoryview, depth: int | None
+    ) -> None:
         assert conn.sealer is not None
         async with conn._write_lock:
             header = conn.sealer.seal(BulkData(msg_id, offset, len(chunk)))
@@ -404,8 +432,7 @@ class AsyncBulkStream:
             tune_tcp(sock)
             # A peer that stops acknowledging fails our writes within the io timeout
             # instead of TCP's default of many minutes.
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT,
-                            int(s.io_timeout_s * 1000))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(s.io_timeout_s * 1000))
             sock.setblocking(False)
             loop = asyncio.get_running_loop()
             async with asyncio.timeout(s.connect_timeout_s):
@@ -416,11 +443,16 @@ class AsyncBulkStream:
         except BaseException:
             sock.close()
             raise
-        conn = FramedConnection(sock, peer=format_address(self.dest),
-                                read_timeout_s=s.io_timeout_s, write_timeout_s=s.io_timeout_s)
+        conn = FramedConnection(
+            sock,
+            peer=format_address(self.dest),
+            read_timeout_s=s.io_timeout_s,
+            write_timeout_s=s.io_timeout_s,
+        )
         try:
-            await client_handshake(conn, self._key, robot=self.robot, role="sender",
-                                   service="receiver")
+            await client_handshake(
+                conn, self._key, robot=self.robot, role="sender", service="receiver"
+            )
         except BaseException:
             conn.close()
             raise
@@ -430,8 +462,9 @@ class AsyncBulkStream:
         self._poller = select.poll()
         self._poller.register(sock.fileno(), select.POLLOUT)
         if self.gate is not None:
-            self._tracker = DrainTracker(self.gate, lambda: bytes_outstanding(sock),
-                                         bucket_bytes=s.chunk_bytes)
+            self._tracker = DrainTracker(
+                self.gate, lambda: bytes_outstanding(sock), bucket_bytes=s.chunk_bytes
+            )
         prog.last_progress_ns = self._clock()
         return conn
 
@@ -456,8 +489,14 @@ class AsyncBulkStream:
             return
         await self._wait_fd(conn, writable=True)
 
-    async def _wait_fd(self, conn: FramedConnection, *, writable: bool,
-                       timeout_s: float | None = None, must: bool = True) -> bool:
+    async def _wait_fd(
+        self,
+        conn: FramedConnection,
+        *,
+        writable: bool,
+        timeout_s: float | None = None,
+        must: bool = True,
+    ) -> bool:
         """Wait until the socket is writable/readable, sampling the outstanding bytes
         every ``poll_s``. Returns False on ``timeout_s`` (if not ``must``)."""
         loop = asyncio.get_running_loop()
@@ -487,4 +526,3 @@ class AsyncBulkStream:
                     self._tracker.poll(self._clock())
         finally:
             (loop.remove_writer if writable else loop.remove_reader)(fd)
-

@@ -67,8 +67,9 @@ def bind_endpoints(addr: Address) -> tuple[socket.socket, socket.socket, Address
 class _InboxCore:
     """What both flavours share: decoding, counters."""
 
-    def __init__(self, udp: socket.socket, key: TeamKey, clock: Callable[[], int],
-                 drops: DropLog) -> None:
+    def __init__(
+        self, udp: socket.socket, key: TeamKey, clock: Callable[[], int], drops: DropLog
+    ) -> None:
         self.udp = udp
         self.decoder = LsDecoder(key, clock)
         self.drops = drops
@@ -145,16 +146,23 @@ class _Mailbox:
 class AsyncInbox:
     """Receive LS and bulk messages in asyncio code."""
 
-    def __init__(self, listener: socket.socket, udp: socket.socket, address: Address,
-                 key: TeamKey, *, clock: Callable[[], int] = time.monotonic_ns,
-                 maxsize: int = 1024, limits: ReceiverLimits = ReceiverLimits()) -> None:
+    def __init__(
+        self,
+        listener: socket.socket,
+        udp: socket.socket,
+        address: Address,
+        key: TeamKey,
+        *,
+        clock: Callable[[], int] = time.monotonic_ns,
+        maxsize: int = 1024,
+        limits: ReceiverLimits = ReceiverLimits(),
+    ) -> None:
         self.address = address
         self._loop = asyncio.get_running_loop()
         self._box = _Mailbox(maxsize)
         drops = DropLog(log, clock)
         self._core = _InboxCore(udp, key, clock, drops)
-        self.bulk = BulkReceiver(key, self._box.put_bulk, limits=limits, clock=clock,
-                                 drops=drops)
+        self.bulk = BulkReceiver(key, self._box.put_bulk, limits=limits, clock=clock, drops=drops)
         self.bulk.start(listener)
         self._listener = listener
         self._loop.add_reader(udp.fileno(), self._on_readable)
@@ -188,8 +196,11 @@ class AsyncInbox:
             yield await self._box.get()
 
     def stats(self) -> dict[str, int]:
-        out = {"ls_received": self._core.ls_received, "ls_overflow": self._box.ls_overflow,
-               "dropped": self._core.drops.total()}
+        out = {
+            "ls_received": self._core.ls_received,
+            "ls_overflow": self._box.ls_overflow,
+            "dropped": self._core.drops.total(),
+        }
         out.update({f"dropped_{k}": v for k, v in self._core.drops.counts.items()})
         out.update({f"bulk_{k}": v for k, v in self.bulk.counters.items()})
         return out
@@ -211,10 +222,18 @@ class Inbox:
     it wakes the caller with a one-byte datagram from a private local socket.
     """
 
-    def __init__(self, listener: socket.socket, udp: socket.socket, address: Address,
-                 key: TeamKey, loop: asyncio.AbstractEventLoop, *,
-                 clock: Callable[[], int] = time.monotonic_ns, maxsize: int = 1024,
-                 limits: ReceiverLimits = ReceiverLimits()) -> None:
+    def __init__(
+        self,
+        listener: socket.socket,
+        udp: socket.socket,
+        address: Address,
+        key: TeamKey,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        clock: Callable[[], int] = time.monotonic_ns,
+        maxsize: int = 1024,
+        limits: ReceiverLimits = ReceiverLimits(),
+    ) -> None:
         self.address = address
         self._loop = loop
         self._bulk_q: queue.Queue[Message] = queue.Queue(maxsize)
@@ -237,8 +256,9 @@ class Inbox:
         self.bulk: BulkReceiver | None = None
 
         async def start() -> BulkReceiver:
-            receiver = BulkReceiver(key, self._deliver_bulk, limits=limits, clock=clock,
-                                    drops=self._core.drops)
+            receiver = BulkReceiver(
+                key, self._deliver_bulk, limits=limits, clock=clock, drops=self._core.drops
+            )
             receiver.start(listener)
             return receiver
 

@@ -94,8 +94,9 @@ class LatencySensitiveChannel:
     @property
     def stats(self) -> ChannelStats:
         with self._lock:
-            return ChannelStats(self._sent, self._superseded, self._expired, self._failed,
-                                self._last_error)
+            return ChannelStats(
+                self._sent, self._superseded, self._expired, self._failed, self._last_error
+            )
 
     def send(self, payload: bytes | bytearray | memoryview) -> SendOutcome:
         """Send one message now; see the module docstring for what happens under
@@ -111,8 +112,16 @@ class LatencySensitiveChannel:
                 raise RuntimeUsageError(f"LS channel {self.name!r} is closed")
             now = self._clock()
             self._seq += 1
-            header = LsHeader(WIRE_VERSION, self.robot, self.name, self._session, self._seq,
-                              now, now + self.deadline_ns, size)
+            header = LsHeader(
+                WIRE_VERSION,
+                self.robot,
+                self.name,
+                self._session,
+                self._seq,
+                now,
+                now + self.deadline_ns,
+                size,
+            )
             data = pack_datagram(header, payload)
             data += self._auth.sign(data)
             if self._parked is not None:

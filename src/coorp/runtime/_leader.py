@@ -89,8 +89,14 @@ class PermitService:
         self._timer: asyncio.TimerHandle | None = None
         self._listener: socket.socket | None = None
         self._accept_task: asyncio.Task[None] | None = None
-        self._counts = {"connections": 0, "joins": 0, "frames": 0, "max_holders": 0,
-                        "refused_connections": 0, "disconnect_revocations": 0}
+        self._counts = {
+            "connections": 0,
+            "joins": 0,
+            "frames": 0,
+            "max_holders": 0,
+            "refused_connections": 0,
+            "disconnect_revocations": 0,
+        }
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self, listen: Address) -> Address:
@@ -100,7 +106,9 @@ class PermitService:
         self._accept_task = asyncio.create_task(self._accept_loop(), name="coorp-leader-accept")
         log.info(
             "permit service for %d robots on %s: limit %d, timeslice %.0f ms",
-            len(self.team), format_address(bound), self.settings.limit,
+            len(self.team),
+            format_address(bound),
+            self.settings.limit,
             self.settings.timeslice_ns / 1e6,
         )
         return bound[0], bound[1]
@@ -131,10 +139,15 @@ class PermitService:
         c = self.controller.stats
         out = dict(self._counts)
         out.update(
-            requests=c.requests, grants=c.grants, releases=c.releases,
-            revocations=c.revocations, stale_releases=c.stale_releases,
-            duplicate_requests=c.duplicate_requests, holders=len(self.controller.holders),
-            waiting=len(self.controller.waiting), agents=len(self._agents),
+            requests=c.requests,
+            grants=c.grants,
+            releases=c.releases,
+            revocations=c.revocations,
+            stale_releases=c.stale_releases,
+            duplicate_requests=c.duplicate_requests,
+            holders=len(self.controller.holders),
+            waiting=len(self.controller.waiting),
+            agents=len(self._agents),
         )
         for kind, n in self.drops.counts.items():
             out[f"dropped_{kind}"] = n
@@ -175,8 +188,11 @@ class PermitService:
                 await self._observer_loop(conn)
                 return
             if join.role != "agent" or join.robot not in self.team:
-                why = (f"robot {join.robot!r} is not in the team" if join.role == "agent"
-                       else f"role {join.role!r} is not served by the leader")
+                why = (
+                    f"robot {join.robot!r} is not in the team"
+                    if join.role == "agent"
+                    else f"role {join.role!r} is not served by the leader"
+                )
                 await conn.send(Refused(why))
                 raise RefusedError(why)
             robot = join.robot
@@ -233,15 +249,18 @@ class PermitService:
             elif isinstance(msg, Request):
                 self._apply(self._controller_call(self.controller.request, robot, now))
             elif isinstance(msg, Release):
-                self._apply(self._controller_call(
-                    self.controller.release, robot, msg.grant_id, now))
+                self._apply(
+                    self._controller_call(self.controller.release, robot, msg.grant_id, now)
+                )
             elif isinstance(msg, StatsQuery):
                 await conn.send(self._stats_reply())
             else:
                 # Authenticated but out of place: a confused team member. Count it and
                 # carry on; the framing is intact.
-                self.drops.drop(conn.peer, MalformedFrameError(
-                    f"unexpected {type(msg).__name__} from agent {robot}"))
+                self.drops.drop(
+                    conn.peer,
+                    MalformedFrameError(f"unexpected {type(msg).__name__} from agent {robot}"),
+                )
 
     def _controller_call(self, call: Callable[..., PermitUpdate], *args: object) -> PermitUpdate:
         try:

@@ -199,11 +199,19 @@ class ControlLink:
         self.refused = None
         self.counters["joins"] += 1
         if was is LinkState.UNCOORDINATED:
-            log.warning("leader %s is back: %s rejoined, BH coordinated again",
-                        format_address(self.leader), self.robot)
+            log.warning(
+                "leader %s is back: %s rejoined, BH coordinated again",
+                format_address(self.leader),
+                self.robot,
+            )
         else:
-            log.info("%s joined leader %s (limit %d, timeslice %.0f ms)", self.robot,
-                     format_address(self.leader), welcome.limit, welcome.timeslice_ns / 1e6)
+            log.info(
+                "%s joined leader %s (limit %d, timeslice %.0f ms)",
+                self.robot,
+                format_address(self.leader),
+                welcome.limit,
+                welcome.timeslice_ns / 1e6,
+            )
         self._fallback_logged = False
         self._on_state(LinkState.JOINED, welcome)
         self._settled.set()
@@ -235,7 +243,10 @@ class ControlLink:
         self.counters["fallbacks"] += 1
         if not self._fallback_logged:
             self._fallback_logged = True
-            log.warning("leader %s unreachable: %s sends BH uncoordinated until it is back",
-                        format_address(self.leader), self.robot)
+            log.warning(
+                "leader %s unreachable: %s sends BH uncoordinated until it is back",
+                format_address(self.leader),
+                self.robot,
+            )
         self._on_state(LinkState.UNCOORDINATED, None)
         self._settled.set()

@@ -35,8 +35,16 @@ DSCP_CS6 = 48
 DSCP_CS0 = 0
 #: cfg80211_classify8021d: priorities 256..263 carry the 802.1d user priority directly.
 _CFG80211_PRIORITY_BASE = 256
-_AC_NAME = {0: "AC_BE", 1: "AC_BK", 2: "AC_BK", 3: "AC_BE", 4: "AC_VI", 5: "AC_VI", 6: "AC_VO",
-            7: "AC_VO"}
+_AC_NAME = {
+    0: "AC_BE",
+    1: "AC_BK",
+    2: "AC_BK",
+    3: "AC_BE",
+    4: "AC_VI",
+    5: "AC_VI",
+    6: "AC_VO",
+    7: "AC_VO",
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,8 +26,9 @@ class LeaderStats:
     waiting: tuple[str, ...]
 
 
-async def aquery_leader_stats(leader: str, key: TeamKey | bytes | str, *,
-                              timeout_s: float = 2.0, name: str = "observer") -> LeaderStats:
+async def aquery_leader_stats(
+    leader: str, key: TeamKey | bytes | str, *, timeout_s: float = 2.0, name: str = "observer"
+) -> LeaderStats:
     addr = parse_address(leader, what="leader")
     family, sockaddr = resolve(addr, socket.SOCK_STREAM)
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -43,11 +44,13 @@ async def aquery_leader_stats(leader: str, key: TeamKey | bytes | str, *,
         sock.close()
         raise
     tune_tcp(sock)
-    conn = FramedConnection(sock, peer=format_address(addr), read_timeout_s=timeout_s,
-                            write_timeout_s=timeout_s)
+    conn = FramedConnection(
+        sock, peer=format_address(addr), read_timeout_s=timeout_s, write_timeout_s=timeout_s
+    )
     try:
-        await client_handshake(conn, TeamKey.coerce(key), robot=name, role="observer",
-                               service="leader")
+        await client_handshake(
+            conn, TeamKey.coerce(key), robot=name, role="observer", service="leader"
+        )
         await conn.send(StatsQuery())
         reply = await recv_first_reply(conn)
         if not isinstance(reply, StatsReply):
@@ -57,7 +60,8 @@ async def aquery_leader_stats(leader: str, key: TeamKey | bytes | str, *,
         conn.close()
 
 
-def query_leader_stats(leader: str, key: TeamKey | bytes | str, *,
-                       timeout_s: float = 2.0) -> LeaderStats:
+def query_leader_stats(
+    leader: str, key: TeamKey | bytes | str, *, timeout_s: float = 2.0
+) -> LeaderStats:
     """The leader's counters (grants, drops, ``max_holders``...), from any thread."""
     return asyncio.run(aquery_leader_stats(leader, key, timeout_s=timeout_s))

@@ -98,8 +98,18 @@ class LsDecoder:
         self._auth.verify(view[:-MAC_BYTES], view[-MAC_BYTES:])
         header, payload, _, _ = split_datagram(view)
         self._auth.accept_sequence(header.robot, header.channel, header.session, header.seq)
-        return Message("ls", header.robot, header.channel, header.seq, bytes(payload),
-                       header.sent_ns, now, now, header.deadline_ns, peer)
+        return Message(
+            "ls",
+            header.robot,
+            header.channel,
+            header.seq,
+            bytes(payload),
+            header.sent_ns,
+            now,
+            now,
+            header.deadline_ns,
+            peer,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,8 +167,14 @@ class BulkReceiver:
         self._completed: OrderedDict[_Key, int] = OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()
         self._accept_task: asyncio.Task[None] | None = None
-        self.counters = {"connections": 0, "messages": 0, "bytes": 0, "resumed": 0,
-                         "duplicates_suppressed": 0, "expired_partials": 0}
+        self.counters = {
+            "connections": 0,
+            "messages": 0,
+            "bytes": 0,
+            "resumed": 0,
+            "duplicates_suppressed": 0,
+            "expired_partials": 0,
+        }
 
     def start(self, listener: socket.socket) -> None:
         self._accept_task = asyncio.create_task(self._accept_loop(listener))
@@ -183,8 +199,12 @@ class BulkReceiver:
 
     async def _handle(self, sock: socket.socket, peer: str) -> None:
         lim = self.limits
-        conn = FramedConnection(sock, peer=peer, read_timeout_s=lim.handshake_timeout_s,
-                                write_timeout_s=lim.idle_timeout_s)
+        conn = FramedConnection(
+            sock,
+            peer=peer,
+            read_timeout_s=lim.handshake_timeout_s,
+            write_timeout_s=lim.idle_timeout_s,
+        )
         try:
             join = await server_handshake(conn, self._key, service="receiver", epoch=self._epoch)
             if join.role != "sender":
@@ -234,7 +254,8 @@ class BulkReceiver:
             if total > self.limits.max_message_bytes:
                 await conn.send(BulkReject(msg.msg_id, "message too large"))
                 raise FrameTooLargeError(
-                    f"bulk message of {total} bytes exceeds {self.limits.max_message_bytes}")
+                    f"bulk message of {total} bytes exceeds {self.limits.max_message_bytes}"
+                )
             if self._partial_bytes + total > self.limits.max_partial_bytes:
                 await conn.send(BulkReject(msg.msg_id, "receiver is out of buffer space"))
                 raise RefusedError(f"no buffer space for {total} more bytes")
@@ -245,7 +266,8 @@ class BulkReceiver:
         elif len(partial.buffer) != msg.total_bytes:
             raise MalformedFrameError(
                 f"message {msg.msg_id} reopened with {msg.total_bytes} bytes, "
-                f"was {len(partial.buffer)}")
+                f"was {len(partial.buffer)}"
+            )
         else:
             self.counters["resumed"] += 1
         # A newer connection of the same sender takes the message over; the old one,
@@ -257,13 +279,15 @@ class BulkReceiver:
             return None
         return key, partial
 
-    async def _data(self, conn: FramedConnection, key: _Key, partial: _Partial,
-                    msg: BulkData) -> bool:
+    async def _data(
+        self, conn: FramedConnection, key: _Key, partial: _Partial, msg: BulkData
+    ) -> bool:
         total = len(partial.buffer)
         if msg.offset != partial.have or msg.offset + msg.nbytes > total:
             raise MalformedFrameError(
                 f"segment [{msg.offset}, +{msg.nbytes}) does not continue at {partial.have} "
-                f"of {total}")
+                f"of {total}"
+            )
         view = memoryview(partial.buffer)[msg.offset : msg.offset + msg.nbytes]
         await conn.recv_exactly_into(view)
         if partial.owner is not conn:
@@ -285,8 +309,20 @@ class BulkReceiver:
             self._completed.popitem(last=False)
         self.counters["messages"] += 1
         now = self._clock()
-        await self._deliver(Message("bulk", robot, stream, msg_id, memoryview(partial.buffer),
-                                    partial.sent_ns, now, partial.first_byte_ns, None, conn.peer))
+        await self._deliver(
+            Message(
+                "bulk",
+                robot,
+                stream,
+                msg_id,
+                memoryview(partial.buffer),
+                partial.sent_ns,
+                now,
+                partial.first_byte_ns,
+                None,
+                conn.peer,
+            )
+        )
         await conn.send(BulkDone(msg_id))
 
     def _expire_partials(self) -> None:

@@ -61,8 +61,15 @@ class TeamSettings:
 class AsyncTeam:
     """This robot's runtime on the running asyncio loop. Create with :func:`ajoin`."""
 
-    def __init__(self, robot: str, key: TeamKey, *, leader: Address | None,
-                 settings: TeamSettings, clock: Callable[[], int] = time.monotonic_ns) -> None:
+    def __init__(
+        self,
+        robot: str,
+        key: TeamKey,
+        *,
+        leader: Address | None,
+        settings: TeamSettings,
+        clock: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
         self.robot = robot
         self.leader = leader
         self.settings = settings
@@ -71,7 +78,8 @@ class AsyncTeam:
         self._loop = asyncio.get_running_loop()
         self._dgram_auth = DatagramAuthenticator(key)
         self.planner = SharedPlanner(
-            ProtectionPlanner(margin_ns=settings.protection_margin_ns), clock)
+            ProtectionPlanner(margin_ns=settings.protection_margin_ns), clock
+        )
         self.coordinator = Coordinator(robot, clock)
         self.link: ControlLink | None = None
         self._ls: dict[str, LatencySensitiveChannel] = {}
@@ -83,13 +91,21 @@ class AsyncTeam:
         for m in self.marking.values():
             (log.info if m.uses_priority else log.warning)("%s: %s", self.robot, m.describe())
         if self.leader is None:
-            log.info("%s: no leader configured: BH is not coordinated (marking%s only)",
-                     self.robot, " + local preemption" if self.settings.local_preemption else "")
+            log.info(
+                "%s: no leader configured: BH is not coordinated (marking%s only)",
+                self.robot,
+                " + local preemption" if self.settings.local_preemption else "",
+            )
             return
-        link = ControlLink(self.leader, self.robot, self._key,
-                           on_message=self.coordinator.on_message,
-                           on_state=self.coordinator.on_state, clock=self._clock,
-                           fallback_ns=self.settings.fallback_ns)
+        link = ControlLink(
+            self.leader,
+            self.robot,
+            self._key,
+            on_message=self.coordinator.on_message,
+            on_state=self.coordinator.on_state,
+            clock=self._clock,
+            fallback_ns=self.settings.fallback_ns,
+        )
         self.link = link
         self.coordinator.attach(link)
         link.start()
@@ -113,8 +129,11 @@ class AsyncTeam:
         return await self.coordinator.wait_state(states[mode], timeout_s)
 
     def stats(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"robot": self.robot, "mode": self.mode,
-                               "permits": dict(self.coordinator.counters)}
+        out: dict[str, Any] = {
+            "robot": self.robot,
+            "mode": self.mode,
+            "permits": dict(self.coordinator.counters),
+        }
         if self.link is not None:
             out["link"] = dict(self.link.counters)
         out["ls"] = {name: ch.stats for name, ch in self._ls.items()}
@@ -122,8 +141,9 @@ class AsyncTeam:
         return out
 
     # -- channels -------------------------------------------------------------------------------
-    def latency_sensitive(self, name: str, dest: str, *, deadline_ms: float,
-                          period_ms: float | None = None) -> LatencySensitiveChannel:
+    def latency_sensitive(
+        self, name: str, dest: str, *, deadline_ms: float, period_ms: float | None = None
+    ) -> LatencySensitiveChannel:
         """An LS channel to the inbox at ``dest`` ("host:port"), marked for AC_VO.
 
         ``period_ms`` is informational (the period is learnt from actual sends);
@@ -142,13 +162,21 @@ class AsyncTeam:
             sock.close()
             raise
         observe: Callable[[str], int] = (
-            self.planner.observe_now if self.settings.local_preemption else _no_observe)
+            self.planner.observe_now if self.settings.local_preemption else _no_observe
+        )
         ch = LatencySensitiveChannel(
-            name=name, robot=self.robot, dest=addr, sock=sock, marking=marking,
+            name=name,
+            robot=self.robot,
+            dest=addr,
+            sock=sock,
+            marking=marking,
             auth=self._dgram_auth,
             period_ns=None if period_ms is None else round(period_ms * 1e6),
-            deadline_ns=round(deadline_ms * 1e6), observe=observe, clock=self._clock,
-            arm_writer=self._arm_writer)
+            deadline_ns=round(deadline_ms * 1e6),
+            observe=observe,
+            clock=self._clock,
+            arm_writer=self._arm_writer,
+        )
         self._ls[name] = ch
         return ch
 
@@ -160,18 +188,27 @@ class AsyncTeam:
         if chunk_bytes is not None:
             settings = replace(settings, chunk_bytes=chunk_bytes)
         stream = AsyncBulkStream(
-            name=name, robot=self.robot, dest=parse_address(dest, what="dest"), key=self._key,
+            name=name,
+            robot=self.robot,
+            dest=parse_address(dest, what="dest"),
+            key=self._key,
             coordinator=self.coordinator,
             planner=self.planner if self.settings.local_preemption else None,
-            settings=settings, clock=self._clock)
+            settings=settings,
+            clock=self._clock,
+        )
         self._bulk[name] = stream
         return stream
 
     async def listen(self, address: str = "0.0.0.0:0", *, maxsize: int = 1024) -> AsyncInbox:
         """Receive LS and bulk messages sent to ``address`` (port 0: any free port)."""
-        inbox = await AsyncInbox.open(parse_address(address, what="listen"), self._key,
-                                      clock=self._clock, maxsize=maxsize,
-                                      limits=self.settings.receiver)
+        inbox = await AsyncInbox.open(
+            parse_address(address, what="listen"),
+            self._key,
+            clock=self._clock,
+            maxsize=maxsize,
+            limits=self.settings.receiver,
+        )
         self._inboxes.append(inbox)
         return inbox
 
@@ -218,13 +255,22 @@ def _no_observe(flow: str) -> int:
     return 0
 
 
-async def ajoin(leader: str | None, robot: str, key: TeamKey | bytes | str, *,
-                settings: TeamSettings | None = None,
-                clock: Callable[[], int] = time.monotonic_ns) -> AsyncTeam:
+async def ajoin(
+    leader: str | None,
+    robot: str,
+    key: TeamKey | bytes | str,
+    *,
+    settings: TeamSettings | None = None,
+    clock: Callable[[], int] = time.monotonic_ns,
+) -> AsyncTeam:
     """Join a team from asyncio code (see :func:`join`)."""
-    team = AsyncTeam(robot, TeamKey.coerce(key),
-                     leader=None if leader is None else parse_address(leader, what="leader"),
-                     settings=settings or TeamSettings(), clock=clock)
+    team = AsyncTeam(
+        robot,
+        TeamKey.coerce(key),
+        leader=None if leader is None else parse_address(leader, what="leader"),
+        settings=settings or TeamSettings(),
+        clock=clock,
+    )
     await team._start()
     return team
 
@@ -278,8 +324,9 @@ class BulkStream:
     def marking(self) -> Marking | None:
         return self._stream.marking
 
-    def send(self, data: bytes | bytearray | memoryview, *,
-             timeout_s: float | None = None) -> BulkReceipt:
+    def send(
+        self, data: bytes | bytearray | memoryview, *, timeout_s: float | None = None
+    ) -> BulkReceipt:
         """Acquire a permit, send ``data`` in chunks under local preemption, resume
         after preemption or reconnects, release; returns a :class:`BulkReceipt`."""
         result: BulkReceipt = self._runner.run(self._stream.send(data, timeout_s=timeout_s))
@@ -320,23 +367,34 @@ class Team:
         ok: bool = self._runner.run(self._team.wait_mode(mode, timeout_s), timeout_s + 5)
         return ok
 
-    def latency_sensitive(self, name: str, dest: str, *, deadline_ms: float,
-                          period_ms: float | None = None) -> LatencySensitiveChannel:
+    def latency_sensitive(
+        self, name: str, dest: str, *, deadline_ms: float, period_ms: float | None = None
+    ) -> LatencySensitiveChannel:
         ch: LatencySensitiveChannel = self._runner.call(
-            lambda: self._team.latency_sensitive(name, dest, deadline_ms=deadline_ms,
-                                                 period_ms=period_ms))
+            lambda: self._team.latency_sensitive(
+                name, dest, deadline_ms=deadline_ms, period_ms=period_ms
+            )
+        )
         return ch
 
     def bulk(self, name: str, dest: str, *, chunk_bytes: int | None = None) -> BulkStream:
         stream: AsyncBulkStream = self._runner.call(
-            lambda: self._team.bulk(name, dest, chunk_bytes=chunk_bytes))
+            lambda: self._team.bulk(name, dest, chunk_bytes=chunk_bytes)
+        )
         return BulkStream(stream, self._runner)
 
     def listen(self, address: str = "0.0.0.0:0", *, maxsize: int = 1024) -> Inbox:
         listener, udp, bound = bind_endpoints(parse_address(address, what="listen"))
-        inbox = Inbox(listener, udp, bound, self._team._key, self._runner.loop,
-                      clock=self._team._clock, maxsize=maxsize,
-                      limits=self._team.settings.receiver)
+        inbox = Inbox(
+            listener,
+            udp,
+            bound,
+            self._team._key,
+            self._runner.loop,
+            clock=self._team._clock,
+            maxsize=maxsize,
+            limits=self._team.settings.receiver,
+        )
         self._inboxes.append(inbox)
         return inbox
 
@@ -354,14 +412,23 @@ class Team:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
 
-def join(leader: str | None, robot: str, key: TeamKey | bytes | str, *,
-         settings: TeamSettings | None = None,
-         clock: Callable[[], int] = time.monotonic_ns) -> Team:
+def join(
+    leader: str | None,
+    robot: str,
+    key: TeamKey | bytes | str,
+    *,
+    settings: TeamSettings | None = None,
+    clock: Callable[[], int] = time.monotonic_ns,
+) -> Team:
     """Join the team whose leader listens at ``leader`` ("host:port") as ``robot``.
 
     Waits up to ``settings.join_timeout_s`` for the leader; if it cannot be reached
@@ -378,8 +445,9 @@ def join(leader: str | None, robot: str, key: TeamKey | bytes | str, *,
     return Team(runner, team)
 
 
-def join_config(config: TeamConfig | str | Path, robot: str, *,
-                key: TeamKey | bytes | str | None = None) -> Team:
+def join_config(
+    config: TeamConfig | str | Path, robot: str, *, key: TeamKey | bytes | str | None = None
+) -> Team:
     """:func:`join` with the leader address and timings from a team file."""
     source: str | Path | None = None
     if not isinstance(config, TeamConfig):

@@ -328,9 +328,7 @@ def split_datagram(
     except _DECODE_ERRORS as exc:
         raise MalformedFrameError(f"bad datagram header: {exc}") from None
     if header.v != WIRE_VERSION:
-        raise UnsupportedVersionError(
-            f"wire version {header.v}, this build speaks {WIRE_VERSION}"
-        )
+        raise UnsupportedVersionError(f"wire version {header.v}, this build speaks {WIRE_VERSION}")
     body_start = start + hlen
     if body_start + header.payload_bytes + MAC_BYTES != n:
         raise MalformedFrameError(
