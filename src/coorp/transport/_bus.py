@@ -199,6 +199,8 @@ class Bus:
         if self.network is not None:
             self.network.close()
         if self.shm is not None:
+            # Tidy up after peers that crashed while we shared topics with them.
+            self.shm.cleanup_dead()
             self.shm.close()
 
     def __enter__(self) -> Bus:

@@ -13,6 +13,7 @@ their samples and ports reclaimed by :meth:`ShmNode.cleanup_dead`.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 from typing import Any
@@ -139,12 +140,13 @@ class ShmNode:
 
     def cleanup_dead(self) -> None:
         """Reclaim ports and samples of processes that died without closing."""
+        # Best effort throughout: another process may be cleaning up at the same time.
+        with contextlib.suppress(Exception):
+            self.node.try_cleanup_dead_nodes()  # every dead node, in every service
         for services in self._services.values():
-            try:
+            with contextlib.suppress(Exception):
                 services.pubsub.try_cleanup_dead_nodes()
                 services.event.try_cleanup_dead_nodes()
-            except Exception:
-                pass
 
     def number_of_subscribers(self, topic: Topic) -> int:
         return int(self.services(topic).pubsub.dynamic_config.number_of_subscribers)
