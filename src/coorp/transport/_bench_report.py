@@ -62,7 +62,7 @@ def plot(result: BenchResult, path: Path, subscribers: int) -> None:
     import matplotlib.pyplot as plt
 
     summary = result.summary()["broadcast"]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(9.5, 4.8))
     for impl, by in summary.items():
         xs = sorted(int(n) for n in by)
         ax.plot([x / 1e6 for x in xs], [by[str(x)]["median_ms"] for x in xs], marker="o",
@@ -76,7 +76,7 @@ def plot(result: BenchResult, path: Path, subscribers: int) -> None:
     ax.set_ylabel("latency (ms, median; log scale)")
     ax.set_title(f"Broadcast to {subscribers} subscriber processes")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
