@@ -77,9 +77,6 @@ class Simulation:
             self.stations[cfg.name] = st
         self.flows: dict[str, FlowState] = {}
         self.messages: list[Message] = []
-        self._ack_flows: dict[str, FlowState] = {}
-        self._ack_every: dict[str, int] = {}
-        self._unacked: dict[str, int] = {}
         self.wall_s = 0.0
         for f in scenario.flows:
             self._install(f)
@@ -140,10 +137,9 @@ class Simulation:
             f = FlowState(name, self.station(src), self.station(dst), ac, bulk)
             self.flows[name] = f
             if bulk and tcp_acks:
-                self._ack_every[name] = 2
-                self._unacked[name] = 0
                 ack = FlowState(f"{name}:ack", f.dst, f.src, AccessCategory.BE, bulk=False)
-                self._ack_flows[name] = ack
+                f.ack_flow = ack
+                f.ack_every = 2
                 self.flows[ack.name] = ack
         return f
 
@@ -213,35 +209,32 @@ class Simulation:
             f.delivered_packets += k
             f.delivered_bytes += k * size
             return
-        ack = self._ack_flows.get(f.name)
+        ack = f.ack_flow
         if ack is not None and ack.src.per_packet:
             for _ in range(k):
-                self._delivered_bulk(f, t, size, 1, ack, now)
+                self._delivered_bulk(f, t, size, 1, now)
+            return
+        if t.on_complete is None or t.total_bytes is None:
+            self._delivered_bulk(f, t, size, k, now)
             return
         while k:
-            n = k
-            if t.on_complete is not None and t.total_bytes is not None:
-                # Deliver up to the packet that completes the transfer; the callback
-                # runs after it (and after every later one, as one by one).
-                need = t.total_bytes - t.delivered_bytes
-                if need <= 0:
-                    n = 1
-                elif size > 0:
-                    n = min(k, -(-need // size))
-            self._delivered_bulk(f, t, size, n, ack, now)
+            # Deliver up to the packet that completes the transfer; the callback runs
+            # after it (and after every later one, as one by one).
+            need = t.total_bytes - t.delivered_bytes
+            n = 1 if need <= 0 else min(k, -(-need // size)) if size > 0 else k
+            self._delivered_bulk(f, t, size, n, now)
             k -= n
 
-    def _delivered_bulk(
-        self, f: FlowState, t: BulkTransfer, size: int, n: int, ack: FlowState | None, now: int
-    ) -> None:
+    def _delivered_bulk(self, f: FlowState, t: BulkTransfer, size: int, n: int, now: int) -> None:
         f.delivered_packets += n
         f.delivered_bytes += n * size
         t.delivered_bytes += n * size
+        ack = f.ack_flow
         if ack is not None:
-            every = self._ack_every[f.name]
-            u = self._unacked[f.name] + n
+            every = f.ack_every
+            u = f.unacked + n
             m = u // every
-            self._unacked[f.name] = u - m * every
+            f.unacked = u - m * every
             if m:
                 ack.sent_packets += m
                 ack.src.send_ls([Packet(self._alloc_pids(m), ack, TCP_ACK_BYTES, count=m)])

@@ -41,13 +41,24 @@ class Event:
 
 
 class EventLoop:
-    """Runs callbacks in ``(time_ns, priority, seq)`` order; time only moves forward."""
+    """Runs callbacks in ``(time_ns, priority, seq)`` order; time only moves forward.
+
+    Besides the heap there is one *slot* for the channel's single pending event (the next
+    access, or the end of the exchange on the air): it is ordered exactly as if it were
+    in the heap (it takes a ``seq`` like every event) but costs no heap operation and no
+    :class:`Event`, and it is replaced instead of cancelled.
+    """
 
     def __init__(self) -> None:
         self.now_ns = 0
         self.events_processed = 0
         self._heap: list[tuple[int, int, int, Event]] = []
         self._seq = 0
+        self.slot_time = -1  # -1: the slot is empty
+        self._slot_prio = 0
+        self._slot_seq = 0
+        self._slot_cb: Callable[..., Any] | None = None
+        self._slot_args: tuple[Any, ...] = ()
 
     def call_at(
         self, time_ns: int, priority: int, callback: Callable[..., Any], *args: Any
@@ -58,6 +69,24 @@ class EventLoop:
         self._seq += 1
         heapq.heappush(self._heap, (time_ns, priority, self._seq, ev))
         return ev
+
+    def set_slot(
+        self, time_ns: int, priority: int, callback: Callable[..., Any], *args: Any
+    ) -> None:
+        """Schedule the slot's event, replacing the one it held (if any)."""
+        if time_ns < self.now_ns:
+            raise InvariantError(f"event scheduled in the past: {time_ns} < now {self.now_ns}")
+        self._seq += 1
+        self.slot_time = time_ns
+        self._slot_prio = priority
+        self._slot_seq = self._seq
+        self._slot_cb = callback
+        self._slot_args = args
+
+    def clear_slot(self) -> None:
+        self.slot_time = -1
+        self._slot_cb = None
+        self._slot_args = ()
 
     def run(self, until_ns: int, on_progress: Callable[[int], None] | None = None) -> None:
         """Process events with time <= ``until_ns``; then set ``now_ns = until_ns``.
@@ -71,12 +100,39 @@ class EventLoop:
         progress_step = max(until_ns // 200, 1)
         next_progress = progress_step
         processed = 0
-        while heap and heap[0][0] <= until_ns:
-            t, _, _, ev = pop(heap)
-            if ev.cancelled:
-                continue
-            self.now_ns = t
-            ev.callback(*ev.args)
+        top: tuple[int, int, int, Event] | None
+        while True:
+            st = self.slot_time
+            if heap:
+                top = heap[0]
+                t = top[0]
+                if st >= 0 and (
+                    st < t or (st == t and (self._slot_prio, self._slot_seq) < (top[1], top[2]))
+                ):
+                    t = st
+                    top = None
+            elif st >= 0:
+                t = st
+                top = None
+            else:
+                break
+            if t > until_ns:
+                break
+            if top is None:
+                cb = self._slot_cb
+                args = self._slot_args
+                self.slot_time = -1
+                self._slot_cb = None
+                self.now_ns = t
+                assert cb is not None
+                cb(*args)
+            else:
+                pop(heap)
+                ev = top[3]
+                if ev.cancelled:
+                    continue
+                self.now_ns = t
+                ev.callback(*ev.args)
             processed += 1
             if on_progress is not None and t >= next_progress:
                 on_progress(t)

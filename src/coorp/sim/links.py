@@ -48,6 +48,8 @@ class LinkTable:
         for o in cfg.overrides:
             self._mcs[index[o.src]][index[o.dst]] = o.mcs
         self._per_cache: dict[tuple[int, int, int], float] = {}
+        #: ``mcs_table[src][dst]``: the MCS of each link (read-only).
+        self.mcs_table = self._mcs
 
     def mcs(self, src: int, dst: int) -> int:
         return self._mcs[src][dst]

@@ -15,19 +15,24 @@ behaves as after a failed attempt. The exchange airtimes come from
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from coorp._errors import InvariantError
 from coorp.phy import MAX_PPDU_NS, SIFS_NS, SLOT_NS
 from coorp.scenario import MacConfig, RetryPolicy
-from coorp.sim.events import PRIO_ACCESS, PRIO_MEDIUM, Event, EventLoop
+from coorp.sim.events import PRIO_ACCESS, PRIO_MEDIUM, EventLoop
 from coorp.sim.links import LinkTable
 from coorp.sim.packets import Packet
 from coorp.sim.station import Edcaf, Ring, Station
 from coorp.sim.timing import ExchangeTiming
 
 __all__ = ["Channel", "ChannelStats", "Transmission"]
+
+#: Self-checks of the fast paths (set COORP_SIM_CHECK=1; for tests and fuzzing).
+_CHECK = os.environ.get("COORP_SIM_CHECK") == "1"
 
 
 @dataclass(slots=True)
@@ -53,18 +58,22 @@ class Transmission:
         "success_ns", "txop_start",
     )  # fmt: skip
 
-    def __init__(self, edcaf: Edcaf, packets: list[Packet], txop_start: int, mpdus: int) -> None:
+    def __init__(
+        self,
+        edcaf: Edcaf,
+        packets: list[Packet],
+        txop_start: int,
+        mpdus: int,
+        psdu: int = 0,
+        timing: tuple[int, int, int, bool, bool] = (0, 0, 0, False, False),
+    ) -> None:
         self.edcaf = edcaf
         #: Whole runs at the head of the ring, sealed; empty for a BlockAckReq.
         self.packets = packets
         self.mpdus = mpdus
         self.txop_start = txop_start
-        self.psdu = 0
-        self.data_ns = 0
-        self.block_ack = False
-        self.rts = False
-        self.success_ns = 0
-        self.failure_ns = 0
+        self.psdu = psdu
+        self.data_ns, self.success_ns, self.failure_ns, self.block_ack, self.rts = timing
 
 
 class Channel:
@@ -97,16 +106,28 @@ class Channel:
         self.busy = False
         self.idle_since = 0
         self.stats = ChannelStats(trace=[] if trace else None)
-        self._access_ev: Event | None = None
+        #: Whether the loop's slot holds our next access (else it is empty or holds the
+        #: end of the exchange on the air): see ``EventLoop.set_slot``.
+        self._access_pending = False
+        self._winners: list[Edcaf] = []
+        #: The current busy period (or the last one): its number, idle and busy start.
+        self._epoch = 0
+        self._dec_idle = 0
+        self._dec_now = 0
         self._busy_start = 0
-        self._durations: dict[tuple[int, int, bool, bool], tuple[int, int, int]] = {}
+        self._durations: dict[tuple[int, int, bool], tuple[int, int, int, bool, bool]] = {}
+        self._mcs = links.mcs_table
+        self._max_psdu: dict[tuple[int, int], int] = {}
 
     def add_edcaf(self, e: Edcaf) -> None:
+        e.epoch = self._epoch
         self.edcafs.append(e)
 
     # -- contention ----------------------------------------------------------------------
     def frame_arrived(self, e: Edcaf, now: int) -> None:
         """``e`` had no frame and now has one."""
+        if e.epoch != self._epoch:
+            self._catch_up(e)
         if self.busy:
             if e.backoff == 0:
                 # 10.22.2.2: a frame arriving while the medium is busy invokes a backoff.
@@ -115,6 +136,22 @@ class Channel:
         e.not_before = now
         self._schedule_access()
 
+    # Counting down at the start of a busy period is lazy: ``_begin_busy`` only records
+    # the busy period (epoch, idle start, busy start); each EDCAF catches up once, in the
+    # next ``_schedule_access`` loop (which visits every EDCAF anyway) or when a frame
+    # arrives first. Winners of the access are exempt, as the standard has it.
+    def _catch_up(self, e: Edcaf) -> None:
+        """Apply the start of the current busy period to ``e``'s counter, if not yet done."""
+        e.epoch = self._epoch
+        e.not_before = 0
+        b = e.backoff
+        if b:
+            b0 = self._dec_idle + e.aifs
+            now = self._dec_now
+            if now >= b0:
+                k = (now - b0) // SLOT_NS + 1
+                e.backoff = b - k if b > k else 0
+
     def _access_time(self, e: Edcaf) -> int:
         t = self.idle_since + e.aifs + e.backoff * SLOT_NS
         return t if t >= e.not_before else e.not_before
@@ -122,9 +159,24 @@ class Channel:
     # The loops below inline ``Station.head_ac`` and ``_access_time``: they run over every
     # EDCAF a few times per exchange and dominate the cost of a busy channel.
     def _schedule_access(self) -> None:
+        """Schedule the next access at the earliest access time of an EDCAF with a frame,
+        and remember the EDCAFs whose access time it is: nothing changes who they are
+        until then without calling this again (frames only arrive through
+        ``frame_arrived``, and every exchange ends in ``_go_idle``)."""
         best = -1
+        winners: list[Edcaf] = []
         idle = self.idle_since
+        epoch = self._epoch
         for e in self.edcafs:
+            if e.epoch != epoch:  # inlined _catch_up
+                e.epoch = epoch
+                e.not_before = 0
+                b = e.backoff
+                if b:
+                    b0 = self._dec_idle + e.aifs
+                    if self._dec_now >= b0:
+                        k = (self._dec_now - b0) // SLOT_NS + 1
+                        e.backoff = b - k if b > k else 0
             ring = e.ring
             if ring and (not e.shared or ring[0].ac is e.ac):
                 t = idle + e.aifs + e.backoff * SLOT_NS
@@ -132,21 +184,27 @@ class Channel:
                     t = e.not_before
                 if best < 0 or t < best:
                     best = t
-        ev = self._access_ev
-        if ev is not None:
-            if ev.time_ns == best and not ev.cancelled:
+                    winners = [e]
+                elif t == best:
+                    winners.append(e)
+        self._winners = winners
+        loop = self.loop
+        if self._access_pending:
+            if loop.slot_time == best:
                 return
-            ev.cancel()
-            self._access_ev = None
+            loop.clear_slot()
+            self._access_pending = False
         if best >= 0:
-            self._access_ev = self.loop.call_at(best, PRIO_ACCESS, self._on_access)
+            loop.set_slot(best, PRIO_ACCESS, self._on_access)
+            self._access_pending = True
 
-    def _on_access(self) -> None:
-        self._access_ev = None
-        now = self.loop.now_ns
+    def _winners_now(self, now: int) -> list[Edcaf]:
+        """The EDCAFs with a frame whose access time is ``now`` (recomputed)."""
         idle = self.idle_since
         winners = []
         for e in self.edcafs:
+            if e.epoch != self._epoch:
+                self._catch_up(e)
             ring = e.ring
             if ring and (not e.shared or ring[0].ac is e.ac):
                 t = idle + e.aifs + e.backoff * SLOT_NS
@@ -154,6 +212,14 @@ class Channel:
                     t = e.not_before
                 if t == now:
                     winners.append(e)
+        return winners
+
+    def _on_access(self) -> None:
+        self._access_pending = False
+        now = self.loop.now_ns
+        winners = self._winners
+        if _CHECK and winners != self._winners_now(now):
+            raise InvariantError(f"stale access winners at {now} ns")
         if not winners:
             self._schedule_access()
             return
@@ -178,28 +244,23 @@ class Channel:
     def _begin_busy(self, now: int, winners: list[Edcaf]) -> None:
         self.busy = True
         self._busy_start = now
-        idle = self.idle_since
-        for e in self.edcafs:
+        self._epoch += 1
+        self._dec_idle = self.idle_since
+        self._dec_now = now
+        for e in winners:
+            e.epoch = self._epoch
             e.not_before = 0
-            b = e.backoff
-            if b and e not in winners:
-                b0 = idle + e.aifs
-                if now >= b0:
-                    k = (now - b0) // SLOT_NS + 1
-                    e.backoff = b - k if b > k else 0
 
     # -- building PPDUs ------------------------------------------------------------------
     def _build(self, e: Edcaf, now: int, txop_start: int) -> Transmission | None:
-        timing = self.timing
         if e.bar_pending is not None:
             tx = Transmission(e, [], txop_start, 0)
-            tx.success_ns = tx.failure_ns = timing.bar_exchange_ns()
+            tx.success_ns = tx.failure_ns = self.timing.bar_exchange_ns()
             return tx
-        st = e.station
-        ring = st.rings[e.ac]
+        ring = e.ring
         first = ring[0]
         dst = first.dst
-        mcs = self.links.mcs(st.idx, dst.idx)
+        mcs = self._mcs[e.station.idx][dst.idx]
         # None: no TXOP limit (one exchange per access). 0 is a used-up TXOP, not "none".
         txop_left = e.txop_limit - (now - txop_start) if e.txop_limit else None
         packets = [first]
@@ -208,11 +269,15 @@ class Channel:
         if e.aggregation:
             max_data = MAX_PPDU_NS
             if txop_left is not None:
+                timing = self.timing
                 overhead = SIFS_NS + timing.block_ack_ns
                 if self.rts_threshold < self.max_ampdu_bytes:
                     overhead += timing.rts_ns + timing.cts_ns + 2 * SIFS_NS
                 max_data = min(max_data, txop_left - overhead)
-            max_psdu = min(self.max_ampdu_bytes, timing.max_psdu_bytes(mcs, max_data))
+            max_psdu = self._max_psdu.get((mcs, max_data), -1)
+            if max_psdu < 0:
+                max_psdu = min(self.max_ampdu_bytes, self.timing.max_psdu_bytes(mcs, max_data))
+                self._max_psdu[mcs, max_data] = max_psdu
             limit = self.max_mpdus
             ac = e.ac
             # Take MPDUs one run at a time: each further MPDU of size m adds its padded
@@ -241,40 +306,52 @@ class Channel:
                     break
                 packets.append(run)
                 avail = run.count
-            taken = run.count - avail
-            if taken == 0:
-                packets.pop()
-            elif avail:
-                ring.insert(idx + 1, run.split(taken))
+            if avail:
+                taken = run.count - avail
+                if taken == 0:
+                    packets.pop()
+                else:
+                    ring.insert(idx + 1, run.split(taken))
         elif first.count > 1:
             ring.insert(1, first.split(1))
         for p in packets:
             p.sealed = True
-        tx = Transmission(e, packets, txop_start, n)
-        tx.psdu = psdu
         block_ack = n > 1
-        rts = psdu > self.rts_threshold
-        key = (psdu, mcs, block_ack, rts)
-        cached = self._durations.get(key)
-        if cached is None:
+        key = (psdu, mcs, block_ack)
+        durations = self._durations.get(key)
+        if durations is None:
+            timing = self.timing
+            rts = psdu > self.rts_threshold
             data_ns = timing.data_ns(psdu, mcs)
-            cached = (
+            durations = (
                 data_ns,
                 timing.success_ns(data_ns, block_ack=block_ack, rts=rts),
                 timing.failure_ns(data_ns, block_ack=block_ack, rts=rts),
+                block_ack,
+                rts,
             )
-            self._durations[key] = cached
-        tx.data_ns, tx.success_ns, tx.failure_ns = cached
-        tx.block_ack = block_ack
-        tx.rts = rts
-        if txop_left is not None and tx.success_ns > txop_left and now != txop_start:
+            self._durations[key] = durations
+        if txop_left is not None and durations[1] > txop_left and now != txop_start:
             return None  # a continuation that does not fit ends the TXOP
-        return tx
+        return Transmission(e, packets, txop_start, n, psdu, durations)
 
     # -- exchanges -----------------------------------------------------------------------
     def _transmit(self, now: int, txs: list[Transmission]) -> None:
         if not txs:
             self._go_idle(now, [])
+            return
+        stats = self.stats
+        if len(txs) == 1 and stats.trace is None:  # the common case, without the trace
+            tx = txs[0]
+            st = tx.edcaf.station
+            st.tx_attempts += 1
+            dur = tx.success_ns
+            st.airtime_ns += dur
+            stats.exchanges += 1
+            stats.success_ns += dur
+            if not tx.packets:
+                stats.bar_exchanges += 1
+            self.loop.set_slot(now + dur, PRIO_MEDIUM, self._end, txs, False)
             return
         collided = len(txs) > 1
         for tx in txs:
@@ -282,7 +359,6 @@ class Channel:
             st.tx_attempts += 1
             st.airtime_ns += tx.failure_ns if collided else tx.success_ns
         dur = max(tx.failure_ns for tx in txs) if collided else txs[0].success_ns
-        stats = self.stats
         stats.exchanges += 1
         if collided:
             stats.collisions += 1
@@ -297,7 +373,7 @@ class Channel:
                 tuple(tx.edcaf.ac.value for tx in txs), tuple(tx.mpdus for tx in txs),
                 tuple(tx.psdu for tx in txs), tuple(tx.txop_start for tx in txs),
             ))  # fmt: skip
-        self.loop.call_at(now + dur, PRIO_MEDIUM, self._end, txs, collided)
+        self.loop.set_slot(now + dur, PRIO_MEDIUM, self._end, txs, collided)
 
     def _end(self, txs: list[Transmission], collided: bool) -> None:
         now = self.loop.now_ns
@@ -314,7 +390,7 @@ class Channel:
         if e.txop_limit and tx.packets and e.bar_pending is None and e.station.head_ac(e.ac):
             nxt = self._build(e, now + SIFS_NS, tx.txop_start)
             if nxt is not None:
-                self.loop.call_at(now + SIFS_NS, PRIO_MEDIUM, self._continue_txop, nxt)
+                self.loop.set_slot(now + SIFS_NS, PRIO_MEDIUM, self._continue_txop, nxt)
                 return
         e.backoff = e.station.rng.randrange(e.cw + 1)
         self._go_idle(now, txs)

@@ -24,8 +24,9 @@ class FlowState:
     """Counters of one flow (a scenario flow, a workload channel, or TCP acks)."""
 
     __slots__ = (
-        "ac", "bulk", "delivered_bytes", "delivered_packets", "dropped_packets", "dst", "name",
-        "retransmitted_packets", "sent_packets", "src",
+        "ac", "ack_every", "ack_flow", "bulk", "delivered_bytes", "delivered_packets",
+        "dropped_packets", "dst", "name", "retransmitted_packets", "sent_packets", "src",
+        "unacked",
     )  # fmt: skip
 
     def __init__(self, name: str, src: Station, dst: Station, ac: AccessCategory, bulk: bool):
@@ -39,6 +40,11 @@ class FlowState:
         self.delivered_bytes = 0
         self.dropped_packets = 0
         self.retransmitted_packets = 0
+        #: TCP acknowledgements of a bulk flow: their flow, one per ``ack_every``
+        #: delivered packets, ``unacked`` delivered since the last one.
+        self.ack_flow: FlowState | None = None
+        self.ack_every = 0
+        self.unacked = 0
 
 
 class Message:
@@ -120,20 +126,8 @@ class Packet:
 
     def part(self, pid: int, count: int) -> Packet:
         """A new (unsealed) run of ``count`` of this run's packets, from ``pid`` on."""
-        rest = Packet.__new__(Packet)
-        rest.pid = pid
-        rest.count = count
-        rest.flow = self.flow
-        rest.src = self.src
-        rest.dst = self.dst
-        rest.ac = self.ac
-        rest.bulk = self.bulk
-        rest.ip_bytes = self.ip_bytes
-        rest.mpdu = self.mpdu
-        rest.message = self.message
-        rest.transfer = self.transfer
+        rest = Packet(pid, self.flow, self.ip_bytes, self.message, self.transfer, count)
         rest.retries = self.retries
         rest.hw_enq_ns = self.hw_enq_ns
         rest.hw_depth = self.hw_depth + (pid - self.pid) if self.hw_depth >= 0 else -1
-        rest.sealed = False
         return rest

@@ -51,6 +51,7 @@ class Edcaf:
         "cw",
         "cw_max",
         "cw_min",
+        "epoch",
         "not_before",
         "priority",
         "ring",
@@ -74,6 +75,8 @@ class Edcaf:
         self.cw = params.cw_min
         self.backoff = 0
         self.not_before = 0
+        #: The channel's busy period this EDCAF's counter is up to date with.
+        self.epoch = 0
         #: Packets of an A-MPDU whose BlockAck was missed (ns-3 policy: a BAR is due).
         self.bar_pending: list[Packet] | None = None
         self.bar_retries = 0
