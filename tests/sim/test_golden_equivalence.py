@@ -15,7 +15,9 @@ reason recorded in the commit message. Regenerate with::
 
     COORP_REGEN_GOLDEN=1 .venv/bin/pytest -q tests/sim/test_golden_equivalence.py
 
-``events_processed`` and ``wall_s`` are implementation metrics and are not pinned.
+``events_processed`` and ``wall_s`` are implementation metrics and are not pinned. When
+the mypyc-compiled simulator is built (``python -m coorp.sim._accel build``), the digests
+are checked with it and, in a subprocess, with the plain Python modules as well.
 """
 
 from __future__ import annotations
@@ -23,13 +25,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from coorp.scenario import AccessCategory, parse_scenario
-from coorp.sim import FOREVER, DriverView, SimResult, Simulation, simulate
+from coorp.sim import COMPILED, FOREVER, DriverView, SimResult, Simulation, simulate
 
 GOLDEN = Path(__file__).with_name("golden_digests.json")
 REGEN = os.environ.get("COORP_REGEN_GOLDEN") == "1"
@@ -317,3 +321,19 @@ def test_golden_digest(name: str, stored: dict[str, str]) -> None:
     assert CASES[name]() == stored[name], (
         f"{name}: simulator results changed (trace, counters, messages or hook calls)"
     )
+
+
+@pytest.mark.skipif(not COMPILED, reason="the mypyc-compiled simulator is not built")
+def test_plain_python_simulator_gives_the_same_digests(stored: dict[str, str]) -> None:
+    """With the compiled modules in use above, the plain ones must agree too."""
+    code = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); "
+        "import test_golden_equivalence as g; "
+        "print(json.dumps({n: c() for n, c in g.CASES.items()}))"
+    )
+    env = {**os.environ, "COORP_SIM_PURE": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(Path(__file__).parent)],
+        env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert json.loads(out.stdout) == stored

@@ -2,14 +2,26 @@
 
 ``simulate(scenario, seed=...)`` is the one-call API; :class:`Simulation` is the
 programmable one (the workload layer and policies use it). See ``docs/simulator.md``.
+
+The hot modules may be compiled with mypyc (same source, same results, several times
+faster; see ``coorp.sim._accel``). Compiled modules are used only while they are at least
+as new as every one of their sources: after an edit the plain Python modules are loaded
+instead (with a warning), so a stale build never runs old code. ``COORP_SIM_PURE=1``
+forces the plain modules. :data:`COMPILED` says which ones are in use.
 """
 
-from coorp.sim.driver import FOREVER, AdmitAll, DriverHooks, DriverView
-from coorp.sim.engine import Simulation, simulate
-from coorp.sim.mac import ChannelStats
-from coorp.sim.results import FlowStats, SimResult, StationStats
+from coorp.sim._loader import load_modules
+
+#: Whether the mypyc-compiled simulator modules are in use.
+COMPILED = load_modules()
+
+from coorp.sim.driver import FOREVER, AdmitAll, DriverHooks, DriverView  # noqa: E402
+from coorp.sim.engine import Simulation, simulate  # noqa: E402
+from coorp.sim.mac import ChannelStats  # noqa: E402
+from coorp.sim.results import FlowStats, SimResult, StationStats  # noqa: E402
 
 __all__ = [
+    "COMPILED",
     "FOREVER",
     "AdmitAll",
     "ChannelStats",

@@ -19,6 +19,7 @@ import numpy as np
 
 from coorp._errors import ScenarioError, ScenarioProblem, UsageError
 from coorp.scenario import AccessCategory, BulkFlow, DatagramFlow, Scenario
+from coorp.sim._compat import mypyc_attr
 from coorp.sim.driver import DriverHooks
 from coorp.sim.events import PRIO_CONTROL, PRIO_TRAFFIC, Event, EventLoop
 from coorp.sim.links import LinkTable
@@ -34,6 +35,7 @@ __all__ = ["Simulation", "simulate"]
 _UDP_HEADER_BYTES = 8
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Simulation:
     """One run of one scenario with one seed."""
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from coorp._errors import InvariantError
 from coorp.scenario import AccessCategory, HwQueueMode
+from coorp.sim._compat import mypyc_attr
 from coorp.sim.driver import FOREVER, AdmitAll, DriverHooks
 from coorp.sim.events import PRIO_CONTROL, Event, EventLoop
 from coorp.sim.packets import FlowState, Packet
@@ -103,6 +104,7 @@ class BulkTransfer:
         self.on_complete = on_complete
 
 
+@mypyc_attr(native_class=False)  # a deque subclass stays a Python class when compiled
 class Ring(deque[Packet]):
     """A hardware ring: a FIFO of runs (:class:`Packet`), with ``n`` packets in all."""
 

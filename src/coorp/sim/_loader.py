@@ -1,0 +1,90 @@
+"""Which simulator modules run: the mypyc-compiled ones (when fresh) or the plain ones.
+
+The modules in :data:`MODULES` are plain, fully typed Python that mypyc compiles to C
+extensions without any change: the compiled simulator is the same code, so it computes
+exactly the same results (``tests/sim/test_golden_equivalence.py`` runs either way), only
+several times faster. ``coorp.sim._accel`` builds them.
+
+:func:`load_modules` (called by ``coorp.sim``) decides which modules run: the compiled
+ones only if every one of them exists and is at least as new as every source in
+:data:`MODULES`; otherwise, and with ``COORP_SIM_PURE=1``, the plain Python modules.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import warnings
+from pathlib import Path
+
+__all__ = ["MODULES", "load_modules", "status"]
+
+#: The compiled modules, in import order (each imports only earlier ones of this list).
+MODULES = ("events", "timing", "links", "packets", "station", "mac", "engine")
+
+_PKG_DIR = Path(__file__).resolve().parent
+_SRC_DIR = _PKG_DIR.parent.parent  # the directory holding the ``coorp`` package
+
+
+def _extensions(name: str) -> list[Path]:
+    return [
+        p
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES
+        if (p := _PKG_DIR / f"{name}{suffix}").exists()
+    ]
+
+
+def status() -> str:
+    """``"compiled"``, ``"stale"`` (compiled modules older than a source, or some
+    missing) or ``"plain"`` (nothing compiled)."""
+    found = {name: _extensions(name) for name in MODULES}
+    if not any(found.values()):
+        return "plain"
+    if not all(found.values()):
+        return "stale"
+    newest_source = max((_PKG_DIR / f"{name}.py").stat().st_mtime for name in MODULES)
+    oldest_build = min(p.stat().st_mtime for paths in found.values() for p in paths)
+    return "compiled" if oldest_build >= newest_source else "stale"
+
+
+def _load_plain() -> None:
+    """Import the plain-Python modules even where compiled ones sit next to them."""
+    pkg = sys.modules["coorp.sim"]
+    for name in MODULES:
+        full = f"coorp.sim.{name}"
+        spec = importlib.util.spec_from_file_location(full, _PKG_DIR / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[full] = module
+        spec.loader.exec_module(module)
+        setattr(pkg, name, module)
+
+
+def load_modules() -> bool:
+    """Import the simulator modules, compiled when usable; True if compiled."""
+    state = status()
+    if state == "plain":
+        return False
+    forced = os.environ.get("COORP_SIM_PURE") == "1"
+    if state == "compiled" and not forced:
+        try:
+            for name in MODULES:
+                importlib.import_module(f"coorp.sim.{name}")
+            return True
+        except ImportError as exc:  # e.g. built for another interpreter
+            for name in MODULES:
+                sys.modules.pop(f"coorp.sim.{name}", None)
+            state = f"unusable ({exc})"
+    if state != "compiled" and not forced:
+        warnings.warn(
+            f"coorp.sim: the compiled simulator modules are {state}; running the plain "
+            "Python ones (same results, slower). Rebuild with "
+            "'python -m coorp.sim._accel build' or remove them with '... clean'.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    _load_plain()
+    return False
