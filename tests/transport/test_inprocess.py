@@ -244,3 +244,42 @@ def test_missing_iceoryx2_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> No
 def test_network_reach_needs_a_transport() -> None:
     with pytest.raises(UsageError, match="network transport"):
         Bus("z", reach=Reach.NETWORK)
+
+
+def test_cancelled_areceive_loses_no_message(local_bus: Bus, name: str) -> None:
+    topic = Topic(name=name, type=int)
+    pub, sub = local_bus.publisher(topic), local_bus.subscriber(topic, depth=8)
+
+    async def main() -> list[int]:
+        got = []
+        for i in range(20):
+            task = asyncio.create_task(sub.areceive())  # no timeout: waits in a thread
+            await asyncio.sleep(0)  # let it start (scheduling only, not synchronization)
+            if i % 2:
+                pub.publish(i)  # races with the cancellation below
+            task.cancel()
+            try:
+                msg = await task
+            except asyncio.CancelledError:
+                msg = None
+            if msg is not None:
+                got.append(msg.value)
+        while (msg := await sub.areceive(timeout=0.5)) is not None:
+            got.append(msg.value)
+        return got
+
+    assert sorted(asyncio.run(main())) == list(range(1, 20, 2))
+
+
+def test_wake_interrupts_a_blocked_receive(local_bus: Bus, name: str) -> None:
+    sub = local_bus.subscriber(Topic(name=name))
+    result: list[object] = []
+    t = threading.Thread(target=lambda: result.append(sub.receive(timeout=30.0)))
+    t.start()
+    try:
+        while t.is_alive() and not result:
+            sub.wake()
+            t.join(timeout=0.01)
+    finally:
+        t.join(timeout=10)
+    assert result == [None]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
 import os
 import select
@@ -98,6 +99,9 @@ class Subscriber:
         self._owners = OwnerTracker()
         self._error: CoorpError | None = None
         self._closed = False
+        self._wake_generation = 0
+        self._unclaimed: collections.deque[Message[Any]] = collections.deque()
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._handler = on_deadline_miss
         self._monitor = (None if deadline is None else
@@ -236,6 +240,9 @@ class Subscriber:
         if self._error is not None:
             error, self._error = self._error, None
             raise error
+        if self._unclaimed:
+            with self._cond:
+                return self._unclaimed.popleft()  # already counted and checked
         msg = self._from_shm() or self._from_queue()
         if msg is not None:
             self.stats.received += 1
@@ -251,6 +258,11 @@ class Subscriber:
 
         While waiting, a deadline handler runs when the topic stays silent too long.
         """
+        return self._receive(timeout, self._wake_generation)
+
+    def _receive(self, timeout: float | None, generation: int) -> Message[Any] | None:
+        # `generation` is read by the caller, so a wake() issued after the call was made
+        # (e.g. an asyncio cancellation racing the worker thread's start) still counts.
         clock = self.bus.clock
         end = None if timeout is None else clock() + int(timeout * 1e9)
         while True:
@@ -264,6 +276,8 @@ class Subscriber:
             if self._monitor is not None:
                 wait_ns = min(wait_ns, max(0, self._monitor.next_due_ns - now))
             self._wait(wait_ns)
+            if self._wake_generation != generation:
+                return None  # wake() was called while we waited
 
     def _report(self, miss: DeadlineMiss | None) -> None:
         if miss is None:
@@ -297,21 +311,35 @@ class Subscriber:
                     os.eventfd_read(self._wake_fd)
 
     async def areceive(self, timeout: float | None = None) -> Message[Any] | None:
-        """``receive`` for asyncio: waits in a worker thread, cancellable."""
+        """``receive`` for asyncio: waits in a worker thread; cancelling it loses nothing."""
         msg = self.try_receive()
         if msg is not None:
             return msg
-        loop = asyncio.get_running_loop()
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix=f"coorp-sub-{self.topic.name}")
+        work = self._executor.submit(self._receive, timeout, self._wake_generation)
         try:
-            return await loop.run_in_executor(None, self.receive, timeout)
+            return await asyncio.wrap_future(work)
         except asyncio.CancelledError:
-            self.wake()  # let the worker thread notice and return
+            # The worker may already have taken a message: keep it for the next receive.
+            work.add_done_callback(self._keep_unclaimed)
+            self.wake()
             raise
 
+    def _keep_unclaimed(self, work: concurrent.futures.Future[Message[Any] | None]) -> None:
+        if work.cancelled() or work.exception() is not None:
+            return
+        msg = work.result()
+        if msg is not None:
+            with self._cond:
+                self._unclaimed.append(msg)
+
     def wake(self) -> None:
-        """Interrupt a blocked ``receive`` (it returns ``None`` if nothing arrived)."""
+        """Interrupt a blocked ``receive``: it returns ``None`` unless a message is there."""
         with self._cond:
             if not self._closed:
+                self._wake_generation += 1
                 os.eventfd_write(self._wake_fd, 1)
 
     def __iter__(self) -> Iterator[Message[Any]]:
@@ -333,6 +361,7 @@ class Subscriber:
 
     def close(self) -> None:
         """Stop receiving; views of received messages stay valid until dropped."""
+        self.wake()  # a receive blocked in another thread returns
         with self._cond:
             if self._closed:
                 return
@@ -341,6 +370,8 @@ class Subscriber:
             self._cond.notify_all()
         if self._credits is not None:
             self._credits.close()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
         self._guards = []
         self._waitset = None
         if self._inlet is not None:
