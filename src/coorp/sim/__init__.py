@@ -10,10 +10,10 @@ instead (with a warning), so a stale build never runs old code. ``COORP_SIM_PURE
 forces the plain modules. :data:`COMPILED` says which ones are in use.
 """
 
-from coorp.sim._loader import load_modules
+from coorp.sim._loader import load_modules as _load_modules
 
 #: Whether the mypyc-compiled simulator modules are in use.
-COMPILED = load_modules()
+COMPILED = _load_modules()
 
 from coorp.sim.driver import FOREVER, AdmitAll, DriverHooks, DriverView  # noqa: E402
 from coorp.sim.engine import Simulation, simulate  # noqa: E402

@@ -20,10 +20,13 @@ import sys
 import warnings
 from pathlib import Path
 
-__all__ = ["MODULES", "load_modules", "status"]
+__all__ = ["MODULES", "NATIVE", "load_modules", "status"]
 
-#: The compiled modules, in import order (each imports only earlier ones of this list).
+#: The compiled modules, in import order (each imports only earlier ones of this list);
+#: keep in step with ``_mypyc_build.MODULES``.
 MODULES = ("events", "timing", "links", "packets", "station", "mac", "engine")
+#: mypyc's shared library for them (the compiled code; the modules are thin shims).
+NATIVE = "_native__mypyc"
 
 _PKG_DIR = Path(__file__).resolve().parent
 _SRC_DIR = _PKG_DIR.parent.parent  # the directory holding the ``coorp`` package
@@ -40,7 +43,7 @@ def _extensions(name: str) -> list[Path]:
 def status() -> str:
     """``"compiled"``, ``"stale"`` (compiled modules older than a source, or some
     missing) or ``"plain"`` (nothing compiled)."""
-    found = {name: _extensions(name) for name in MODULES}
+    found = {name: _extensions(name) for name in (*MODULES, NATIVE)}
     if not any(found.values()):
         return "plain"
     if not all(found.values()):
