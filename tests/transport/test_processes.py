@@ -123,3 +123,18 @@ def test_views_outlive_a_crashed_publisher(spawn: Callable[..., Any], name: str)
         del msg, view
         gc.collect()
         assert sub.borrowed == 0
+
+
+def test_block_forgets_a_crashed_subscriber_it_never_heard_from(
+        spawn: Callable[..., Any], name: str) -> None:
+    topic = Topic(name=name, type=int, policy=QueuePolicy.BLOCK)
+    with Bus("parent", reach=Reach.MACHINE) as bus:
+        proc, conn = spawn(_children.holding_child, topic, 0)  # subscribes first
+        assert _recv(conn) == ("holding", 0)
+        pub = bus.publisher(topic)
+        pub.publish(1, timeout=5.0)
+        with pytest.raises(DeliveryTimeoutError):
+            pub.publish(2, timeout=0.2)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join(timeout=10)
+        pub.publish(3, timeout=10.0)

@@ -196,3 +196,23 @@ def test_loan_discard_and_failed_block(shm_pair: tuple[Bus, Bus], name: str) -> 
         pub.loan(1000).discard()
     pub.publish(np.ones(3))
     assert sub.receive(timeout=2.0) is not None
+
+
+def test_block_counts_subscribers_that_joined_before_the_publisher(
+        shm_pair: tuple[Bus, Bus], name: str) -> None:
+    a, b = shm_pair
+    topic = Topic(name=name, type=int, policy=QueuePolicy.BLOCK)
+    sub = b.subscriber(topic, depth=2)  # exists before the publisher does
+    pub = a.publisher(topic)
+    got = []
+    for i in range(6):
+        try:
+            pub.publish(i, timeout=0.05)
+        except DeliveryTimeoutError:
+            msg = sub.receive(timeout=2.0)
+            assert msg is not None
+            got.append(msg.value)
+            pub.publish(i, timeout=2.0)
+    got += [m.value for m in iter(sub.try_receive, None)]
+    assert got == list(range(6))  # nothing was discarded by a full queue
+    assert sub.stats.dropped == 0

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,18 +87,37 @@ class _Peer:
 
 
 class CreditGate:
-    """Publisher side: waits until every live subscriber has room for one more message."""
+    """Publisher side: waits until every live subscriber has room for one more message.
+
+    A subscriber that existed before this publisher announced itself to nobody we can
+    hear (iceoryx2 replays history only when the reporting side sends again), so the
+    gate also compares the topic's subscriber count with the peers it knows: each
+    unknown one becomes an anonymous peer with depth 1, counted from now, until its first
+    report names it. Conservative, never wrong: at worst the first messages wait.
+    """
 
     def __init__(self, node: ShmNode, topic: Topic, bus_id: int, pub_id: int,
-                 clock: Any = time.monotonic) -> None:
+                 count: Callable[[], int], clock: Any = time.monotonic) -> None:
         pubsub, event = _services(node, topic)
         self._iox = node.iox
+        self._node = node
         self._port = pubsub.subscriber_builder().buffer_size(256).create()
         self._listener = event.listener_builder().create()
         self._bus, self._pub = bus_id, pub_id
         self._peers: dict[int, _Peer] = {}
         self._topic = topic
         self._clock = clock
+        self._count = count
+        self._anonymous = 0  # next key for an anonymous peer (keys are negative)
+
+    def _reconcile(self, sent: int) -> None:
+        n = self._count()
+        anonymous = [uid for uid in self._peers if uid < 0]
+        while n > len(self._peers):
+            self._anonymous -= 1
+            self._peers[self._anonymous] = _Peer(1, 0, sent)
+        while n < len(self._peers) and anonymous:
+            del self._peers[anonymous.pop()]
 
     def _drain(self, sent: int) -> None:
         while True:
@@ -111,7 +131,10 @@ class CreditGate:
                 continue
             peer = self._peers.get(uid)
             if peer is None:
-                peer = self._peers[uid] = _Peer(int(c.depth), int(c.pid), sent)
+                anonymous = [k for k in self._peers if k < 0]
+                # A report from a peer we only counted so far: it takes that place.
+                base = self._peers.pop(anonymous[0]).base if anonymous else sent
+                peer = self._peers[uid] = _Peer(int(c.depth), int(c.pid), base)
             if kind == _CONSUMED and c.pub_bus == self._bus and c.pub_id == self._pub:
                 peer.base = max(peer.base, int(c.seq))
 
@@ -121,14 +144,19 @@ class CreditGate:
     def wait_for_room(self, sent: int, timeout: float | None) -> None:
         """Block until ``sent + 1`` can be delivered to everyone, or raise on timeout."""
         self._drain(sent)
+        self._reconcile(sent)
         blocked = self._blocked(sent)
         if not blocked:
             return
         end = None if timeout is None else self._clock() + timeout
         while blocked:
             for uid in blocked:
-                if not pid_alive(self._peers[uid].pid):
+                if uid >= 0 and not pid_alive(self._peers[uid].pid):
                     del self._peers[uid]
+            if any(uid < 0 for uid in blocked):
+                # Only iceoryx2 knows whether an anonymous peer died: let it reclaim the
+                # dead, which lowers the subscriber count that _reconcile reads.
+                self._node.cleanup_dead()
             remaining = 0.25 if end is None else min(0.25, end - self._clock())
             if remaining <= 0:
                 raise DeliveryTimeoutError(
@@ -138,6 +166,7 @@ class CreditGate:
             # Bounded slices so a subscriber that died silently is noticed by pid.
             self._listener.timed_wait(self._iox.Duration.from_secs_f64(remaining))
             self._drain(sent)
+            self._reconcile(sent)
             blocked = self._blocked(sent)
 
     def close(self) -> None:

@@ -64,7 +64,8 @@ class Publisher:
         if bus.shm is not None:
             self._outlet = ShmOutlet(bus.shm, topic)
             if topic.policy is QueuePolicy.BLOCK:
-                self._gate = CreditGate(bus.shm, topic, bus.id, pub_id)
+                self._gate = CreditGate(bus.shm, topic, bus.id, pub_id,
+                                        count=self._outlet.subscribers)
 
     # -- helpers ------------------------------------------------------------------------
     def _check_open(self) -> None:
