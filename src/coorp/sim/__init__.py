@@ -4,8 +4,8 @@
 programmable one (the workload layer and policies use it). See ``docs/simulator.md``.
 
 The hot modules may be compiled with mypyc (same source, same results, several times
-faster; see ``coorp.sim._accel``). Compiled modules are used only while they are at least
-as new as every one of their sources: after an edit the plain Python modules are loaded
+faster; see ``coorp.sim._accel``). Compiled modules are used only while the sources are
+exactly those they were built from: after an edit the plain Python modules are loaded
 instead (with a warning), so a stale build never runs old code. ``COORP_SIM_PURE=1``
 forces the plain modules. :data:`COMPILED` says which ones are in use.
 """

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from coorp.sim._loader import _PKG_DIR, _SRC_DIR, MODULES, NATIVE, _extensions, status
+from coorp.sim._loader import _PKG_DIR, _SRC_DIR, MANIFEST, MODULES, NATIVE, _extensions, status
 
 __all__ = ["build", "clean", "main"]
 
@@ -19,6 +19,8 @@ __all__ = ["build", "clean", "main"]
 def clean() -> list[Path]:
     """Remove the compiled modules; returns what went."""
     gone = [p for name in (*MODULES, NATIVE) for p in _extensions(name)]
+    if (_PKG_DIR / MANIFEST).exists():
+        gone.append(_PKG_DIR / MANIFEST)
     for p in gone:
         p.unlink()
     return gone

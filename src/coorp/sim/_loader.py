@@ -6,27 +6,32 @@ exactly the same results (``tests/sim/test_golden_equivalence.py`` runs either w
 several times faster. ``coorp.sim._accel`` builds them.
 
 :func:`load_modules` (called by ``coorp.sim``) decides which modules run: the compiled
-ones only if every one of them exists and is at least as new as every source in
-:data:`MODULES`; otherwise, and with ``COORP_SIM_PURE=1``, the plain Python modules.
+ones only if all of them exist and the sources in :data:`MODULES` are the ones they were
+built from (their SHA-256 is in :data:`MANIFEST`); otherwise, and with
+``COORP_SIM_PURE=1``, the plain Python modules.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.machinery
 import importlib.util
+import json
 import os
 import sys
 import warnings
 from pathlib import Path
 
-__all__ = ["MODULES", "NATIVE", "load_modules", "status"]
+__all__ = ["MANIFEST", "MODULES", "NATIVE", "load_modules", "status"]
 
 #: The compiled modules, in import order (each imports only earlier ones of this list);
 #: keep in step with ``_mypyc_build.MODULES``.
 MODULES = ("events", "timing", "links", "packets", "station", "mac", "engine")
 #: mypyc's shared library for them (the compiled code; the modules are thin shims).
 NATIVE = "_native__mypyc"
+#: Written by the build: the SHA-256 of each source it compiled.
+MANIFEST = "_native_manifest.json"
 
 _PKG_DIR = Path(__file__).resolve().parent
 _SRC_DIR = _PKG_DIR.parent.parent  # the directory holding the ``coorp`` package
@@ -41,16 +46,22 @@ def _extensions(name: str) -> list[Path]:
 
 
 def status() -> str:
-    """``"compiled"``, ``"stale"`` (compiled modules older than a source, or some
-    missing) or ``"plain"`` (nothing compiled)."""
+    """``"compiled"``, ``"stale"`` (built from other sources than the current ones, or
+    incomplete) or ``"plain"`` (nothing compiled)."""
     found = {name: _extensions(name) for name in (*MODULES, NATIVE)}
-    if not any(found.values()):
+    manifest = _PKG_DIR / MANIFEST
+    if not any(found.values()) and not manifest.exists():
         return "plain"
-    if not all(found.values()):
+    if not all(found.values()) or not manifest.exists():
         return "stale"
-    newest_source = max((_PKG_DIR / f"{name}.py").stat().st_mtime for name in MODULES)
-    oldest_build = min(p.stat().st_mtime for paths in found.values() for p in paths)
-    return "compiled" if oldest_build >= newest_source else "stale"
+    try:
+        built = json.loads(manifest.read_text())["sources"]
+    except (OSError, ValueError, KeyError):
+        return "stale"
+    current = {
+        name: hashlib.sha256((_PKG_DIR / f"{name}.py").read_bytes()).hexdigest() for name in MODULES
+    }
+    return "compiled" if built == current else "stale"
 
 
 def _load_plain() -> None:

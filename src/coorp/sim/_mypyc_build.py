@@ -6,25 +6,29 @@ that a build backend hook can run it before ``coorp``'s own dependencies exist:
     python src/coorp/sim/_mypyc_build.py SRC_DIR     # SRC_DIR holds the coorp package
 
 The build works in a temporary copy of the package and moves each extension in with an
-atomic rename (a running simulator keeps its old files), dated from the moment the
-sources were copied: a source edited later makes the build stale (see ``_loader``).
-Prints the installed files; exits non-zero (installing nothing) if the build fails.
+atomic rename (a running simulator keeps its old files), then writes :data:`MANIFEST`:
+the SHA-256 of every source it compiled. The loader uses the compiled modules only
+while the sources still match it (see ``_loader``). Prints the installed files; exits
+non-zero (installing nothing new) if the build fails.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 #: The compiled modules; keep in step with ``coorp.sim._loader.MODULES``.
 MODULES = ("events", "timing", "links", "packets", "station", "mac", "engine")
 #: mypyc's shared library for the group, inside the package.
 NATIVE_LIB = "coorp.sim._native"
+#: What the build compiled: {"sources": {module: sha256 of its source}}.
+MANIFEST = "_native_manifest.json"
 
 _SETUP = """\
 from setuptools import setup
@@ -46,7 +50,6 @@ def build(src_dir: Path) -> list[Path]:
     pkg_dir = src_dir / "coorp" / "sim"
     with tempfile.TemporaryDirectory(prefix="coorp-mypyc-") as tmp:
         work = Path(tmp)
-        started = time.time()
         shutil.copytree(
             src_dir / "coorp",
             work / "coorp",
@@ -62,14 +65,23 @@ def build(src_dir: Path) -> list[Path]:
         built = [p for p in (work / "coorp" / "sim").iterdir() if p.suffix in (".so", ".pyd")]
         if not built:
             raise RuntimeError("mypyc build produced no extension modules")
+        sources = {
+            name: hashlib.sha256((work / "coorp" / "sim" / f"{name}.py").read_bytes()).hexdigest()
+            for name in MODULES
+        }
+        manifest = pkg_dir / MANIFEST
+        manifest.unlink(missing_ok=True)  # no manifest while the files change
         installed = []
         for path in built:
             dest = pkg_dir / path.name
             staged = dest.with_name(dest.name + ".new")
             shutil.copy2(path, staged)
-            os.utime(staged, (started, started))
             os.replace(staged, dest)
             installed.append(dest)
+        staged = manifest.with_name(MANIFEST + ".new")
+        staged.write_text(json.dumps({"sources": sources}, indent=1, sort_keys=True) + "\n")
+        os.replace(staged, manifest)
+        installed.append(manifest)
     return installed
 
 
