@@ -268,7 +268,7 @@ def _dds_types() -> Any:
     # Built at run time with a real annotation object: this module's postponed
     # annotations would be strings that cyclonedds cannot resolve.
     def body(ns: dict[str, Any]) -> None:
-        ns["__annotations__"] = {"data": types.sequence[types.uint8]}  # type: ignore[misc]
+        ns["__annotations__"] = {"data": types.sequence[types.uint8]}  # type: ignore[misc,unused-ignore]  # only typed when cyclonedds is installed
 
     cls = pytypes.new_class("Blob", (IdlStruct,), {"typename": "coorp_bench::Blob"}, body)
     return dataclass(cls)
