@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from pol_helpers import crl_scenario
 
 from coorp.policies import CoorpGlobalPolicy, CoorpPolicy, register_policy
 from coorp.scenario import AccessCategory
 from coorp.sim import DriverHooks, DriverView
 from coorp.workload import run_crl
+from crl_scenarios import crl_scenario
 
 #: (time, robot, grant id held, leader-side holders) of every bulk packet entering a NIC.
 ENQUEUES: list[tuple[int, str, int, tuple[str, ...]]] = []

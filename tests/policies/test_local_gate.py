@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from pol_helpers import crl_scenario
 
 from coorp.workload import run_crl
+from crl_scenarios import crl_scenario
 
 
 def denials(stats: dict[str, object]) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from pol_helpers import crl_scenario
 
 from coorp._errors import UsageError
 from coorp.control import stw_duration_ns
@@ -12,6 +11,7 @@ from coorp.policies import SchedWifiPolicy, Team
 from coorp.scenario import Scenario
 from coorp.sim import Simulation
 from coorp.workload import run_crl
+from crl_scenarios import crl_scenario
 
 PERIOD_NS = round(33_333.3 * 1000)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
-from pol_helpers import crl_scenario
 
 from coorp._errors import UsageError
 from coorp.policies import (
@@ -19,6 +18,7 @@ from coorp.policies import (
 )
 from coorp.sim.packets import FlowState
 from coorp.workload import run_crl
+from crl_scenarios import crl_scenario
 
 SHIPPED = ["edca", "schedwifi", "coorp", "coorp-global", "coorp-local"]
 

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 import pytest
-from wl_helpers import crl_scenario
 
 from coorp.policies import EdcaPolicy, register_policy
 from coorp.sim.packets import FlowState
 from coorp.workload import CrlResult, EpochRecord, run_crl
+from crl_scenarios import crl_scenario
 
 PARAM = 2_000_000
 PERCEPTION, CONTROL = 12_288, 1_024

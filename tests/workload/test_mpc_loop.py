@@ -7,11 +7,11 @@ from itertools import pairwise
 
 import numpy as np
 import pytest
-from wl_helpers import crl_scenario
 
 from coorp.phy import ACK_BYTES, SIFS_NS, SLOT_NS, VhtMode, legacy_duration_ns, vht_ppdu_duration_ns
 from coorp.scenario import Scenario
 from coorp.workload import LoopRecord, run_crl
+from crl_scenarios import crl_scenario
 
 MTU = 1500
 MCS = 7

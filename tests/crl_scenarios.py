@@ -1,4 +1,4 @@
-"""Tiny coordinated-robotic-learning scenarios for the policy tests, built in code."""
+"""Tiny coordinated-robotic-learning scenarios for the policy and workload tests, built in code."""
 
 from __future__ import annotations
 
