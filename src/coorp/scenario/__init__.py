@@ -21,6 +21,7 @@ from ._models import (
 from ._workload import (
     CoorpOptions,
     DrlcConfig,
+    LsTransport,
     MpcConfig,
     PolicyOptions,
     SchedWifiOptions,
@@ -40,6 +41,7 @@ __all__ = [
     "HwQueueMode",
     "LinkConfig",
     "LinkOverride",
+    "LsTransport",
     "MacConfig",
     "MpcConfig",
     "PathLossConfig",

@@ -10,8 +10,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["CoorpOptions", "DrlcConfig", "MpcConfig", "PolicyOptions", "SchedWifiOptions",
-           "SyncMode", "WorkloadConfig"]  # fmt: skip
+__all__ = ["CoorpOptions", "DrlcConfig", "LsTransport", "MpcConfig", "PolicyOptions",
+           "SchedWifiOptions", "SyncMode", "WorkloadConfig"]  # fmt: skip
 
 
 class _Model(BaseModel):
@@ -30,6 +30,17 @@ class SyncMode(StrEnum):
     """Asynchronous: every worker cycles on its own; the leader answers each update."""
 
 
+class LsTransport(StrEnum):
+    """What carries the MPC loop's perceptions and controls."""
+
+    RELIABLE = "reliable"
+    """ROS 2 / DDS with RELIABLE QoS, as in the paper's testbed: a fragment the MAC drops
+    after its retry limit is repaired (sent again) ``repair_us`` after the drop."""
+    BEST_EFFORT = "best-effort"
+    """Plain UDP: a dropped fragment loses the message; its loop waits until
+    ``loop_timeout_us`` and is abandoned."""
+
+
 class MpcConfig(_Model):
     """Multi-view perception-control loop: perceptions to the leader, controls back."""
 
@@ -44,6 +55,15 @@ class MpcConfig(_Model):
         1_000_000.0, gt=0, description="a loop not finished by then is abandoned (a miss)"
     )
     start_us: float = Field(100_000.0, ge=0)
+    ls_transport: LsTransport = Field(
+        LsTransport.RELIABLE, description="how perceptions and controls survive MAC drops"
+    )
+    repair_us: float = Field(
+        10_000.0,
+        ge=0,
+        description="reliable transport: a dropped fragment is sent again this long after the "
+        "drop (Fast DDS defaults: 5 ms heartbeat response + 5 ms NACK response)",
+    )
 
 
 class DrlcConfig(_Model):

@@ -132,11 +132,28 @@ class Simulation:
         *,
         bulk: bool,
         tcp_acks: bool = True,
+        repair_ns: int | None = None,
     ) -> FlowState:
-        """Get or create the flow ``name`` from ``src`` to ``dst``."""
+        """Get or create the flow ``name`` from ``src`` to ``dst``.
+
+        ``repair_ns`` (datagram flows): the messages travel on a reliable transport that
+        resends a fragment the MAC dropped about ``repair_ns`` after the drop (a
+        NACK-driven repair, as DDS RELIABLE does); ``None``: best effort, a dropped
+        fragment loses its message. The delay is drawn uniformly from [repair_ns / 2,
+        3 repair_ns / 2], like the randomised response delays of real transports:
+        stations that lost fragments in one collision must not all repair in the same
+        slot and collide again, forever.
+        """
         f = self.flows.get(name)
         if f is None:
             f = FlowState(name, self.station(src), self.station(dst), ac, bulk)
+            if repair_ns is not None:
+                if bulk or repair_ns < 0:
+                    raise UsageError(
+                        f"flow {name!r}: repair_ns={repair_ns} needs a datagram flow and >= 0"
+                    )
+                f.repair_ns = repair_ns
+                f.repair_rng = self._py_rng(f"repair:{name}")
             self.flows[name] = f
             if bulk and tcp_acks:
                 ack = FlowState(f"{name}:ack", f.dst, f.src, AccessCategory.BE, bulk=False)
@@ -245,8 +262,19 @@ class Simulation:
             t.on_complete(t, now)
 
     def _dropped(self, p: Packet, now: int) -> None:
-        if p.message is not None:
-            p.message.lost = True
+        msg = p.message
+        if msg is not None:
+            f = p.flow
+            if f.repair_rng is not None:
+                # Not a periodic send: the policy's on_ls_send hook does not see it.
+                f.retransmitted_packets += 1
+                f.sent_packets += 1
+                again = Packet(self._next_pid(), f, p.ip_bytes, message=msg)
+                r = f.repair_ns
+                delay = r // 2 + f.repair_rng.randint(0, r)
+                self.call_at(now + delay, f.src.send_ls, [again])
+            else:
+                msg.lost = True
         elif p.bulk:
             p.src.requeue_bulk_bytes(p)
             p.src.refill()

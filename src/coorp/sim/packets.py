@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -25,8 +27,8 @@ class FlowState:
 
     __slots__ = (
         "ac", "ack_every", "ack_flow", "bulk", "delivered_bytes", "delivered_packets",
-        "dropped_packets", "dst", "name", "retransmitted_packets", "sent_packets", "src",
-        "unacked",
+        "dropped_packets", "dst", "name", "repair_ns", "repair_rng", "retransmitted_packets",
+        "sent_packets", "src", "unacked",
     )  # fmt: skip
 
     def __init__(self, name: str, src: Station, dst: Station, ac: AccessCategory, bulk: bool):
@@ -45,6 +47,11 @@ class FlowState:
         self.ack_flow: FlowState | None = None
         self.ack_every = 0
         self.unacked = 0
+        #: Datagram flows on a reliable transport: a fragment the MAC drops is handed to
+        #: the NIC again a delay drawn from [repair_ns / 2, 3 repair_ns / 2] after the
+        #: drop; -1: best effort, the message is lost.
+        self.repair_ns = -1
+        self.repair_rng: random.Random | None = None
 
 
 class Message:

@@ -4,7 +4,10 @@ Every period each worker sends a perception to the leader (AC_VO, after a small 
 jitter); when the leader has all of them it infers for ``inference_us`` and sends every
 worker a control message (AC_VO). Reaction time = last control delivered − loop start.
 A loop that overruns delays the next one (its lag is recorded); a loop not finished
-within ``loop_timeout_us`` is abandoned and counted as a miss.
+within ``loop_timeout_us`` is abandoned and counted as a miss. With the default
+reliable LS transport a fragment the MAC drops is repaired ``repair_us`` later, so a
+loop is late rather than lost; best effort loses the message and the loop waits out
+its timeout.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from coorp.scenario import AccessCategory, MpcConfig
+from coorp.scenario import AccessCategory, LsTransport, MpcConfig
 from coorp.sim import Simulation
 from coorp.sim.events import Event
 from coorp.sim.packets import Message
@@ -59,13 +62,17 @@ class MpcLoop:
         self.inference = us(cfg.inference_us)
         self.timeout = us(cfg.loop_timeout_us)
         self.start = us(cfg.start_us)
+        repair = us(cfg.repair_us) if cfg.ls_transport is LsTransport.RELIABLE else None
         self.perception = {
-            w: sim.flow(f"perception:{w}", w, leader, AccessCategory.VO, bulk=False)
+            w: sim.flow(f"perception:{w}", w, leader, AccessCategory.VO, bulk=False,
+                        repair_ns=repair)
             for w in workers
-        }
+        }  # fmt: skip
         self.control = {
-            w: sim.flow(f"control:{w}", leader, w, AccessCategory.VO, bulk=False) for w in workers
-        }
+            w: sim.flow(f"control:{w}", leader, w, AccessCategory.VO, bulk=False,
+                        repair_ns=repair)
+            for w in workers
+        }  # fmt: skip
         self.rng = {w: sim.rng(f"mpc-jitter:{w}") for w in workers}
         self.records: list[LoopRecord] = []
         self._k = -1
