@@ -429,7 +429,7 @@ def test_shared_ring_head_promotion_invokes_a_backoff() -> None:
     assert len(gaps) > 1
 
 
-# -- known bugs --------------------------------------------------------------------------------
+# -- the TXOP limit, to the nanosecond -------------------------------------------------------
 
 
 def test_continuation_starting_exactly_at_the_txop_limit_is_refused() -> None:
@@ -447,15 +447,47 @@ def test_continuation_starting_exactly_at_the_txop_limit_is_refused() -> None:
     assert _times(r) == expected
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: ChannelStats.success_ns/failure_ns count an exchange when it starts, busy_ns "
-    "only when the busy period ends, so a run that stops mid-exchange breaks the documented "
-    "invariant busy_ns == success_ns + failure_ns",
-)
+# -- counters at the horizon: every time counter covers [0, horizon] -------------------------
+
+
 def test_busy_equals_success_plus_failure_when_the_run_stops_mid_exchange() -> None:
     r = simulate(_scenario([_datagram("m", 12288, 0)]), duration_ns=1_000_000, trace=True)
     # Horizon 1000 µs falls inside the 4th exchange (910-1186 µs) of the first TXOP.
     assert _times(r)[-1] == (910, 1186)
     ch = r.channel
     assert ch.busy_ns == ch.success_ns + ch.failure_ns
+    # The busy period from 34 µs, three SIFS gaps included, up to the horizon.
+    assert ch.busy_ns == (1000 - 34) * US
+    assert ch.exchanges == 4  # exchanges started before the horizon
+    assert r.stations["sta"].airtime_ns == (3 * (FULL + SIFS + ACK) + 1000 - 910) * US
+
+
+def test_a_run_stopping_in_the_sifs_gap_of_a_txop_counts_the_gap_up_to_the_horizon() -> None:
+    # The first exchange is 34-310 µs; the next one of the TXOP would start at 326.
+    r = simulate(_scenario([_datagram("m", 12288, 0)]), duration_ns=315_000, trace=True)
+    assert _times(r) == [(34, 310)]
+    ch = r.channel
+    assert (ch.busy_ns, ch.success_ns, ch.failure_ns) == ((315 - 34) * US, (315 - 34) * US, 0)
+    assert r.stations["sta"].airtime_ns == (310 - 34) * US
+
+
+def test_a_run_stopping_in_a_collision_counts_it_up_to_the_horizon() -> None:
+    flows = [_datagram("a", 1000, 0, src="s1"), _datagram("b", 1000, 0, src="s2")]
+    sc = _scenario(flows, stations=("ap", "s1", "s2"))
+    r = simulate(sc, duration_ns=100_000, trace=True)
+    # Both transmit at 34 µs and collide (34-254 µs); the run stops at 100 µs.
+    assert _times(r) == [(34, 34 + SMALL + SIFS + ACK)]
+    ch = r.channel
+    assert (ch.busy_ns, ch.success_ns, ch.failure_ns) == (66 * US, 0, 66 * US)
+    assert (ch.exchanges, ch.collisions) == (1, 1)
+    for name in ("s1", "s2"):
+        st = r.stations[name]
+        assert (st.airtime_ns, st.tx_attempts, st.tx_success, st.tx_failed) == (66 * US, 1, 0, 0)
+
+
+def test_counters_of_a_finished_run_do_not_depend_on_a_later_horizon() -> None:
+    # Nothing is on the air after 2540 µs: any later horizon gives the same counters.
+    sc = _scenario([_datagram("m", 12288, 0)])
+    a, b = simulate(sc, duration_ns=2_540_000), simulate(sc, duration_ns=20_000_000)
+    assert (a.channel.busy_ns, a.channel.success_ns) == (b.channel.busy_ns, b.channel.success_ns)
+    assert a.stations["sta"].airtime_ns == b.stations["sta"].airtime_ns

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from coorp._errors import InvariantError
 from coorp.phy import MAX_PPDU_NS, SIFS_NS, SLOT_NS
@@ -37,7 +37,14 @@ _CHECK = os.environ.get("COORP_SIM_CHECK") == "1"
 
 @dataclass(slots=True)
 class ChannelStats:
-    """Counters of the medium. ``busy_ns == success_ns + failure_ns`` always holds."""
+    """Counters of the medium.
+
+    The live counters (``Channel.stats``) count an exchange's airtime in full when it
+    starts (the SIFS gap before a TXOP continuation when the gap starts) and a busy
+    period when it ends. ``Channel.stats_at(horizon)``, what results report, clips every
+    time counter at the horizon, so that ``busy_ns == success_ns + failure_ns`` holds
+    at any horizon; ``exchanges`` and ``collisions`` count the exchanges started by then.
+    """
 
     busy_ns: int = 0
     success_ns: int = 0
@@ -115,6 +122,13 @@ class Channel:
         self._dec_idle = 0
         self._dec_now = 0
         self._busy_start = 0
+        #: The exchange on the air (empty in the SIFS gap before a TXOP continuation),
+        #: when it started, whether it is a collision, and the end of the time counted
+        #: for it in ``stats`` (see ``stats_at``).
+        self._on_air: list[Transmission] = []
+        self._on_air_start = 0
+        self._on_air_collided = False
+        self._counted_until = 0
         self._durations: dict[tuple[int, int, bool], tuple[int, int, int, bool, bool]] = {}
         self._mcs = links.mcs_table
         self._max_psdu: dict[tuple[int, int], int] = {}
@@ -351,6 +365,10 @@ class Channel:
             stats.success_ns += dur
             if not tx.packets:
                 stats.bar_exchanges += 1
+            self._on_air = txs
+            self._on_air_start = now
+            self._on_air_collided = False
+            self._counted_until = now + dur
             self.loop.set_slot(now + dur, PRIO_MEDIUM, self._end, txs, False)
             return
         collided = len(txs) > 1
@@ -373,6 +391,10 @@ class Channel:
                 tuple(tx.edcaf.ac.value for tx in txs), tuple(tx.mpdus for tx in txs),
                 tuple(tx.psdu for tx in txs), tuple(tx.txop_start for tx in txs),
             ))  # fmt: skip
+        self._on_air = txs
+        self._on_air_start = now
+        self._on_air_collided = collided
+        self._counted_until = now + dur
         self.loop.set_slot(now + dur, PRIO_MEDIUM, self._end, txs, collided)
 
     def _end(self, txs: list[Transmission], collided: bool) -> None:
@@ -390,16 +412,19 @@ class Channel:
         if e.txop_limit and tx.packets and e.bar_pending is None and e.station.head_ac(e.ac):
             nxt = self._build(e, now + SIFS_NS, tx.txop_start)
             if nxt is not None:
+                # The SIFS gap counts as busy: no other EDCAF can see AIFS of idle inside
+                # a TXOP.
+                self.stats.success_ns += SIFS_NS
+                self._on_air = []
+                self._on_air_collided = False
+                self._counted_until = now + SIFS_NS
                 self.loop.set_slot(now + SIFS_NS, PRIO_MEDIUM, self._continue_txop, nxt)
                 return
         e.backoff = e.station.rng.randrange(e.cw + 1)
         self._go_idle(now, txs)
 
     def _continue_txop(self, tx: Transmission) -> None:
-        # The SIFS gap counts as busy: no other EDCAF can see AIFS of idle inside a TXOP.
-        now = self.loop.now_ns
-        self.stats.success_ns += SIFS_NS
-        self._transmit(now, [tx])
+        self._transmit(self.loop.now_ns, [tx])
 
     def _go_idle(self, now: int, txs: list[Transmission]) -> None:
         self.busy = False
@@ -408,6 +433,35 @@ class Channel:
         for tx in txs:
             tx.edcaf.station.refill()
         self._schedule_access()
+
+    # -- counters at a horizon ------------------------------------------------------------
+    def stats_at(self, horizon: int) -> ChannelStats:
+        """A copy of the counters with every time counter clipped at ``horizon`` (no
+        earlier than the last event processed): the busy period in progress counts up to
+        the horizon, and so does the exchange (or SIFS gap) on the air, in ``success_ns``
+        or ``failure_ns``. ``busy_ns == success_ns + failure_ns`` then holds exactly."""
+        out = replace(self.stats)
+        if self.busy:
+            out.busy_ns += horizon - self._busy_start
+            beyond = self._counted_until - horizon
+            if beyond > 0:
+                if self._on_air_collided:
+                    out.failure_ns -= beyond
+                else:
+                    out.success_ns -= beyond
+        return out
+
+    def airtime_beyond(self, horizon: int) -> dict[Station, int]:
+        """Airtime each station was credited (when its exchange started) past ``horizon``."""
+        out: dict[Station, int] = {}
+        if self.busy:
+            collided = self._on_air_collided
+            for tx in self._on_air:
+                own = tx.failure_ns if collided else tx.success_ns
+                beyond = self._on_air_start + own - horizon
+                if beyond > 0:
+                    out[tx.edcaf.station] = beyond
+        return out
 
     # -- outcomes ------------------------------------------------------------------------
     def _succeed(self, tx: Transmission, now: int) -> bool:

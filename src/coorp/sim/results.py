@@ -113,11 +113,15 @@ class SimResult:
             )  # fmt: skip
         stations = {}
         depths = {}
+        # Time counters cover [0, duration_ns]: an exchange on the air at the end counts
+        # up to the horizon only (see ``Channel.stats_at``).
+        beyond = sim.channel.airtime_beyond(duration_ns)
         for name, st in sim.stations.items():
             d = np.asarray(st.ls_depths, dtype=np.int64)
             depths[name] = d
+            airtime = st.airtime_ns - beyond.get(st, 0)
             stations[name] = StationStats(
-                name=name, airtime_ns=st.airtime_ns, airtime_fraction=st.airtime_ns / duration_ns,
+                name=name, airtime_ns=airtime, airtime_fraction=airtime / duration_ns,
                 tx_attempts=st.tx_attempts, tx_success=st.tx_success, tx_failed=st.tx_failed,
                 dropped_packets=st.dropped_packets,
                 ls_hw_depth_mean=float(d.mean()) if d.size else None,
@@ -126,7 +130,7 @@ class SimResult:
         return cls(
             scenario_name=sim.scenario.name, seed=sim.seed, duration_ns=duration_ns,
             wall_s=sim.wall_s, events_processed=sim.loop.events_processed, flows=flows,
-            stations=stations, channel=sim.channel.stats, messages=messages,
+            stations=stations, channel=sim.channel.stats_at(duration_ns), messages=messages,
             ls_hw_depths=depths, trace=sim.channel.stats.trace,
         )  # fmt: skip
 
