@@ -7,6 +7,7 @@ lives in the sub-packages (``coorp.sim``, ``coorp.scenario``, ``coorp.control``,
 from coorp._errors import (
     ConfigurationError,
     CoorpError,
+    InfeasibleError,
     InvariantError,
     PeerError,
     ScenarioError,
@@ -19,6 +20,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ConfigurationError",
     "CoorpError",
+    "InfeasibleError",
     "InvariantError",
     "PeerError",
     "ScenarioError",

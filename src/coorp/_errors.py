@@ -4,7 +4,9 @@ Every exception Coorp raises on purpose derives from :class:`CoorpError`. The se
 level says *whose fault* it is, so callers can decide what to do without parsing text:
 
 * :class:`UsageError` — the caller passed something invalid (a flag, an argument).
-  :class:`ScenarioError` is the special case of an invalid scenario file.
+  :class:`ScenarioError` is the special case of an invalid scenario file;
+  :class:`InfeasibleError` a valid request that cannot be met on this input (a policy
+  whose schedule does not fit the team).
 * :class:`PeerError` — a remote party sent something invalid (a malformed, oversized,
   unauthenticated or replayed frame). Servers count and drop these and keep serving.
 * :class:`ConfigurationError` — the environment cannot do what was asked (a missing
@@ -21,6 +23,7 @@ from typing import ClassVar
 __all__ = [
     "ConfigurationError",
     "CoorpError",
+    "InfeasibleError",
     "InvariantError",
     "PeerError",
     "ScenarioError",
@@ -35,6 +38,11 @@ class CoorpError(Exception):
 
 class UsageError(CoorpError):
     """The caller asked for something invalid."""
+
+
+class InfeasibleError(UsageError):
+    """The request is valid but cannot be met on this input: e.g. a policy whose schedule
+    does not fit the scenario's team. Reports show it as a result, not a crash."""
 
 
 class PeerError(CoorpError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from coorp._errors import UsageError
+from coorp._errors import InfeasibleError, UsageError
 from coorp.control import stw_duration_ns
 from coorp.phy import VhtMode
 from coorp.policies import SchedWifiPolicy, Team
@@ -58,7 +58,7 @@ def test_a_team_too_large_for_the_period_is_refused() -> None:
     msg = str(info.value)
     assert "SchedWiFi needs" in msg and "ms of exclusive windows per MPC period" in msg
     assert "33.33 ms" in msg and "too large" in msg
-    with pytest.raises(UsageError, match="too large"):
+    with pytest.raises(InfeasibleError, match="too large or its links too slow"):
         run_crl(sc, "schedwifi")
 
 

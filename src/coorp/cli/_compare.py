@@ -38,7 +38,12 @@ def render_comparison(cmp: Comparison) -> Table:
             "BH Mb/s", "util.", "epoch s", "epoch/EDCA")  # fmt: skip
     for c in cols:
         t.add_column(c, justify="left" if c == "policy" else "right")
+    notes = []
     for name, m in data["policies"].items():
+        if m["infeasible"]:
+            t.add_row(name, "infeasible", *["-"] * (len(cols) - 2))
+            notes.append(f"{name}: {m['infeasible']}")
+            continue
         r = m["reaction_ms"]
         t.add_row(
             name, _f(m["violation_rate"], ".1%"), _f(r["p50"], ".1f"), _f(r["p90"], ".1f"),
@@ -50,6 +55,8 @@ def render_comparison(cmp: Comparison) -> Table:
         f"utilization = BH throughput / BH-only run ({_f(ref['bh_mbps'], '.1f')} Mb/s, "
         "MPC off, EDCA); miss = reaction > bound or loop abandoned"
     )
+    if notes:
+        t.caption += "\n" + "\n".join(notes)
     return t
 
 

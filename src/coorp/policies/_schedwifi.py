@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from coorp._errors import UsageError
+from coorp._errors import InfeasibleError
 from coorp.control import CompletionTimeTable, SchedWifiPlanner, TimeAwareShaper, stw_duration_ns
 from coorp.policies._base import Policy
 from coorp.policies._hooks import GatedHooks, per_packet_estimate_ns
@@ -59,10 +59,10 @@ class SchedWifiPolicy(Policy):
             windows.append((offset, period, d))
             offset += d
         if offset - start > period:
-            raise UsageError(
+            raise InfeasibleError(
                 f"SchedWiFi needs {(offset - start) / 1e6:.2f} ms of exclusive windows per "
                 f"MPC period but the period is {period / 1e6:.2f} ms: the team is too large "
-                "for this schedule"
+                "or its links too slow for this schedule"
             )
         self.planner = SchedWifiPlanner(windows)
         self.shapers = {}

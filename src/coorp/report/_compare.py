@@ -1,7 +1,9 @@
 """``coorp compare``: every policy on the same scenario and seed, side by side.
 
 Runs are independent processes (``jobs`` at a time); each returns only what the report
-needs, so results do not depend on ``jobs``. The BH-only run (MPC off, plain EDCA) is
+needs, so results do not depend on ``jobs``. A policy that cannot run on the scenario
+(:class:`~coorp.InfeasibleError`, e.g. SchedWiFi's windows do not fit the period) is a
+result: its row says why and its metrics are null. The BH-only run (MPC off, plain EDCA) is
 the bandwidth reference for utilization; epoch times are also given relative to EDCA
 when EDCA is among the policies.
 """
@@ -16,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from coorp._errors import UsageError
+from coorp._errors import InfeasibleError, UsageError
 from coorp.policies import get_policy
 from coorp.scenario import Scenario
 from coorp.workload import run_crl
@@ -38,16 +40,33 @@ class PolicyRun:
     policy_stats: dict[str, Any]
     wall_s: float
     events: int
+    #: Why the policy cannot run on this scenario (then every metric is NaN).
+    infeasible: str | None = None
+
+
+_NO_METRICS: dict[str, Any] = {
+    "violation_rate": math.nan,
+    "reaction_ms": {"p50": math.nan, "p90": math.nan, "p99": math.nan},
+    "ls_latency_ms": {"p50": math.nan, "p99": math.nan},
+    "bh_mbps": math.nan, "epoch_s": math.nan, "loops": 0, "epochs": 0, "lag_ms_max": math.nan,
+}  # fmt: skip
 
 
 def _run_one(
     scenario: Scenario, policy: str, seed: int, duration_ns: int | None, source: str
 ) -> PolicyRun:
     bh_only = policy == BH_ONLY
-    r = run_crl(
-        scenario, "edca" if bh_only else policy, seed=seed, duration_ns=duration_ns,
-        bh_only=bh_only, source=source,
-    )  # fmt: skip
+    try:
+        r = run_crl(
+            scenario, "edca" if bh_only else policy, seed=seed, duration_ns=duration_ns,
+            bh_only=bh_only, source=source,
+        )  # fmt: skip
+    except InfeasibleError as exc:
+        empty = np.zeros(0)
+        return PolicyRun(
+            name=policy, metrics=_NO_METRICS, reaction_ms=empty, ls_hw_depths=empty.astype(int),
+            policy_stats={}, wall_s=0.0, events=0, infeasible=str(exc),
+        )  # fmt: skip
     return PolicyRun(
         name=policy, metrics=r.metrics(), reaction_ms=r.reaction_ns / 1e6,
         ls_hw_depths=r.ls_hw_depths, policy_stats=r.policy_stats, wall_s=r.sim.wall_s,
@@ -94,6 +113,7 @@ class Comparison:
                 "loops": m["loops"],
                 "epochs": m["epochs"],
                 "lag_ms_max": m["lag_ms_max"],
+                "infeasible": run.infeasible,
             })  # fmt: skip
         out["reference"] = _clean({"name": BH_ONLY, "bh_mbps": self.reference.metrics["bh_mbps"],
                                    "epoch_s": self.reference.metrics["epoch_s"]})  # fmt: skip
