@@ -15,6 +15,7 @@ from coorp.control import (
     TimeAwareShaper,
     stw_duration_ns,
 )
+from coorp.control._windows import first_window
 
 MS = 1_000_000
 
@@ -123,3 +124,23 @@ def test_shaper_feeds_its_ctt_like_the_gate() -> None:
     shaper.on_enqueue(1, 0, 2)
     shaper.on_complete(1, 40)
     assert ctt.samples(2) == (40,)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    windows=st.lists(
+        st.tuples(st.integers(0, 5_000), st.integers(100, 3_000), st.integers(1, 100)),
+        min_size=1, max_size=5,
+    ),
+    queries=st.lists(st.integers(0, 40_000), min_size=1, max_size=60),
+    ordered=st.booleans(),
+)  # fmt: skip
+def test_reused_answers_equal_a_fresh_merge(
+    windows: list[tuple[int, int, int]], queries: list[int], ordered: bool
+) -> None:
+    # next_window reuses its last answer while it cannot change; asked in any order,
+    # it must say exactly what a fresh merge over the same series says.
+    planner = SchedWifiPlanner(windows)
+    fresh = [w.next_after for w in planner.windows]
+    for t in sorted(queries) if ordered else queries:
+        assert planner.next_window(t) == first_window(fresh, t)

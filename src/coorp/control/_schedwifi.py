@@ -21,6 +21,8 @@ from coorp.control._windows import first_window
 
 __all__ = ["PeriodicWindow", "SchedWifiPlanner", "TimeAwareShaper", "stw_duration_ns"]
 
+_FOREVER_NS = 2**63 - 1
+
 
 def stw_duration_ns(
     message_bytes: int,
@@ -91,6 +93,9 @@ class SchedWifiPlanner:
                 )
             checked.append(PeriodicWindow(offset, period, duration))
         self._windows = tuple(checked)
+        self._sources = [w.next_after for w in checked]
+        # (valid from, valid through, answer): see next_window.
+        self._cached: tuple[int, int, Interval | None] | None = None
 
     @classmethod
     def back_to_back(
@@ -133,8 +138,20 @@ class SchedWifiPlanner:
         return sum(w.duration_ns / w.period_ns for w in self._windows)
 
     def next_window(self, now_ns: int) -> Interval | None:
-        """The merged window containing ``now_ns``, else the next one (None if empty)."""
-        return first_window([w.next_after for w in self._windows], now_ns)
+        """The merged window containing ``now_ns``, else the next one (None if empty).
+
+        The shaper asks for every bulk packet, so the answer is reused while it cannot
+        change: the schedule is fixed, and every window the merge chose ends at or
+        after the merged start ``t1``, so for any later ``now <= t1`` each series
+        offers the same window again.
+        """
+        c = self._cached
+        if c is not None and c[0] <= now_ns <= c[1]:
+            return c[2]
+        window = first_window(self._sources, now_ns)
+        through = window.start_ns if window is not None else _FOREVER_NS
+        self._cached = (now_ns, max(through, now_ns), window)
+        return window
 
 
 class TimeAwareShaper(Gate):
