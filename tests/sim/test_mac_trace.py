@@ -395,12 +395,6 @@ def test_retry_policies_after_a_collided_ampdu(policy: str) -> None:
 # -- the shared ring and the standard's backoff rule -------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: in a shared hardware ring, a VO frame that reaches the ring head when the "
-    "bulk exchange ahead of it ends never invokes a backoff (frame_arrived is only called "
-    "for depth-0 enqueues), so it always transmits exactly AIFS(VO) after the medium idles",
-)
 def test_shared_ring_head_promotion_invokes_a_backoff() -> None:
     # 802.11-2016 10.22.2.2 a): a frame queued for an EDCAF while the medium is busy and the
     # backoff counter is 0 invokes a backoff, uniform in [0, CW]. In a shared ring a VO
@@ -427,6 +421,38 @@ def test_shared_ring_head_promotion_invokes_a_backoff() -> None:
     assert sum(gaps.values()) >= 20
     assert all(g >= 34 and (g - 34) % 9 == 0 for g in gaps)  # AIFS(VO) + k slots
     assert len(gaps) > 1
+
+
+@pytest.mark.parametrize("mode", ["shared", "per_ac"])
+def test_backoff_of_a_frame_promoted_to_the_head_of_a_shared_ring(mode: str) -> None:
+    # A 2-packet BE A-MPDU (1544 + 1542 = 3086 B: 424 µs) is in the ring at t = 0; a
+    # 1000-byte VO datagram arrives at 10 µs. CW(VO) = 3, every other CW = 0.
+    # shared: the VO frame waits behind the A-MPDU (43-515 µs) and becomes the VO EDCAF's
+    #         frame when the BlockAck ends it, with the medium busy: its backoff is drawn
+    #         from [0, 3], so it starts at 515 + AIFS(VO) + k slots, k = 0..3 (10.22.2.2 a).
+    # per_ac: the VO frame arrives in its own empty ring on a medium idle for less than
+    #         AIFS(VO): no backoff, it goes at 34 µs, for every seed.
+    flows = [
+        {"kind": "bulk", "name": "bh", "src": "sta", "dst": "ap", "total_bytes": 3000,
+         "tcp_acks": False},
+        _datagram("ls", 1000, 10),
+    ]  # fmt: skip
+    sc = _scenario(flows, hw_queue=mode, edca={"VO": {"cw_min": 3, "cw_max": 3}})
+    ampdu_end = 43 + data_us(3086) + SIFS + BA
+    assert ampdu_end == 515
+    slots: Counter[int] = Counter()
+    for seed in range(40):
+        r = simulate(sc, seed=seed, trace=True)
+        vo = [t for t in _times(r) if t[1] - t[0] == SMALL + SIFS + ACK]
+        assert len(vo) == 1 and len(_times(r)) == 2
+        if mode == "per_ac":
+            assert vo[0][0] == 34
+            continue
+        k, rest = divmod(vo[0][0] - ampdu_end - AIFS["VO"], SLOT)
+        assert rest == 0
+        slots[k] += 1
+    if mode == "shared":
+        assert sorted(slots) == [0, 1, 2, 3]  # uniform over [0, CW]; 40 fixed seeds
 
 
 # -- the TXOP limit, to the nanosecond -------------------------------------------------------

@@ -427,6 +427,15 @@ class Channel:
         self._transmit(self.loop.now_ns, [tx])
 
     def _go_idle(self, now: int, txs: list[Transmission]) -> None:
+        for tx in txs:
+            e = tx.edcaf
+            if e.shared:
+                ring = e.ring
+                if ring and ring[0].ac is not e.ac:
+                    # The exchange's outcome took the packets ahead out of a shared ring:
+                    # the new head's EDCAF got its frame while the medium was still busy,
+                    # which invokes a backoff if its counter is 0 (10.22.2.2 a).
+                    self.frame_arrived(e.station.edcafs[ring[0].ac], now)
         self.busy = False
         self.idle_since = now
         self.stats.busy_ns += now - self._busy_start
