@@ -23,7 +23,8 @@ class DriverView(Protocol):
     name: str
 
     def hw_queue_length(self) -> int:
-        """Packets in the ring a bulk packet would join (shared ring, or the BE ring)."""
+        """Packets in the ring the next bulk packet would join: the shared ring, or the
+        ring of its category (with no bulk data waiting, of the last bulk packet's)."""
         ...
 
     def pause_bulk(self, until_ns: int | None) -> None:

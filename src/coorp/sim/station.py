@@ -167,6 +167,8 @@ class Station:
         #: Packets one transfer may hand to the NIC before the next transfer's turn.
         self.bulk_burst = 64
         self._burst_used = 0
+        #: The category of the last bulk packet handed to the NIC (see hw_queue_length).
+        self._bulk_ac = AccessCategory.BE
         self.edcafs: dict[AccessCategory, Edcaf] = {}
         self._hooks: DriverHooks = AdmitAll()
         #: Whether the hooks are called for every packet (see ``DriverHooks.per_packet``).
@@ -197,7 +199,13 @@ class Station:
 
     # -- driver view -------------------------------------------------------------------
     def hw_queue_length(self) -> int:
-        return self.rings[AccessCategory.BE].n
+        """Packets in the ring the next bulk packet would join: the shared ring, or (per-AC
+        rings) the ring of the next transfer's category, the one ``refill`` checks for
+        room. With no bulk data waiting: the ring of the last bulk packet handed over
+        (BE before any)."""
+        transfers = self.transfers
+        ac = transfers[0].flow.ac if transfers else self._bulk_ac
+        return self.rings[ac].n
 
     def pause_bulk(self, until_ns: int | None) -> None:
         self._paused = True
@@ -339,6 +347,7 @@ class Station:
             transfers.rotate(-1)
             self._burst_used = 0
         transfer.flow.sent_packets += k
+        self._bulk_ac = transfer.flow.ac
         return Packet(self._alloc_pids(k), transfer.flow, size, transfer=transfer, count=k)
 
     def _enqueue_hw(self, pkt: Packet, now: int) -> None:
