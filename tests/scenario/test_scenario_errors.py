@@ -205,6 +205,22 @@ def test_duplicate_flow_names(tmp_path: Path) -> None:
     assert "flow names must be unique; repeated: ['f']" in line
 
 
+def test_flow_named_like_the_tcp_ack_flow_of_a_bulk_flow(tmp_path: Path) -> None:
+    dgram = "\n[[flows]]\nkind = 'datagram'\nname = 'f:ack'\nsrc = 'a'\ndst = 'b'\n"
+    dgram += "size_bytes = 10\ntimes_us = [1.0]\n"
+    err = _load(tmp_path, GOOD + BULK + dgram)
+    line = _one_line(err)
+    assert line == (
+        "  - flows[1].name = 'f:ack': is the name of the TCP-ack flow of bulk flow 'f' "
+        "(flows[0]); rename this flow, or set tcp_acks = false on 'f'"
+    )
+    assert (err.problems[0].field, err.problems[0].value) == ("flows[1].name", "f:ack")
+    # Without TCP acks there is no ack flow, and the name is free.
+    path = tmp_path / "ok.toml"
+    path.write_text(GOOD + BULK + "tcp_acks = false\n" + dgram)
+    assert [f.name for f in load_scenario(path).flows] == ["f", "f:ack"]
+
+
 def test_too_few_stations(tmp_path: Path) -> None:
     line = _one_line(_load(tmp_path, 'name = "x"\n[[stations]]\nname = "a"\n'))
     assert line.strip().startswith("- stations")

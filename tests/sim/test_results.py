@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from coorp import ScenarioError
-from coorp.scenario import Scenario, parse_scenario
-from coorp.sim import FlowStats, SimResult, StationStats, simulate
+from coorp import ScenarioError, UsageError
+from coorp.scenario import AccessCategory, Scenario, parse_scenario
+from coorp.sim import FlowStats, SimResult, Simulation, StationStats, simulate
 
 US = 1_000
 
@@ -113,11 +113,6 @@ def test_tables_are_columnar(result: SimResult) -> None:
     assert t["messages"] is result.messages
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a scenario flow named '<bulk>:ack' collides with the bulk flow's TCP-ack flow: "
-    "the datagram is sent on (or hidden behind) the ack flow ap->sta; nothing rejects the name",
-)
 @pytest.mark.parametrize("datagram_first", [False, True])
 def test_flow_named_like_a_tcp_ack_flow(datagram_first: bool) -> None:
     flows = [
@@ -127,24 +122,57 @@ def test_flow_named_like_a_tcp_ack_flow(datagram_first: bool) -> None:
     ]  # fmt: skip
     if datagram_first:
         flows.reverse()
-    try:
-        sc = _scenario(flows, duration_s=0.1)
-    except ScenarioError:  # rejecting the name is a fix too
-        return
-    r = simulate(sc)
-    dg = [f for f in r.flows.values() if f.kind == "datagram"]
-    assert len(dg) == 1
-    assert (dg[0].src, dg[0].dst, dg[0].sent_packets, dg[0].messages_sent) == ("sta", "ap", 1, 1)
+    # The datagram would share its name (and results row) with the TCP acks of "up": the
+    # scenario is refused when it is loaded, at the datagram's name.
+    with pytest.raises(ScenarioError) as info:
+        _scenario(flows, duration_s=0.1)
+    dg, bulk = (0, 1) if datagram_first else (1, 0)
+    assert str(info.value).splitlines()[1:] == [
+        f"  - flows[{dg}].name = 'up:ack': is the name of the TCP-ack flow of bulk flow 'up' "
+        f"(flows[{bulk}]); rename this flow, or set tcp_acks = false on 'up'"
+    ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: SimResult classifies any non-bulk flow whose name ends in ':ack' as 'tcp-ack' "
-    "and leaves it out of total_throughput_mbps",
-)
 def test_datagram_flow_ending_in_ack_is_a_datagram() -> None:
     flows = [{"kind": "datagram", "name": "cmd:ack", "src": "sta", "dst": "ap",
               "size_bytes": 100, "times_us": [10]}]  # fmt: skip
     r = simulate(_scenario(flows))
     assert r.flows["cmd:ack"].kind == "datagram"
     assert r.total_throughput_mbps > 0
+
+
+def test_a_flow_named_like_an_ack_flow_of_a_bulk_flow_without_acks_is_allowed() -> None:
+    # "up" sends no TCP acks, so there is no "up:ack" flow to collide with.
+    flows = [
+        {"kind": "bulk", "name": "up", "src": "sta", "dst": "ap", "total_bytes": 3000,
+         "tcp_acks": False},
+        {"kind": "datagram", "name": "up:ack", "src": "ap", "dst": "sta", "size_bytes": 100,
+         "times_us": [10]},
+    ]  # fmt: skip
+    r = simulate(_scenario(flows))
+    assert [(f.name, f.kind) for f in r.flows.values()] == [("up", "bulk"), ("up:ack", "datagram")]
+    assert r.flows["up:ack"].messages_delivered == 1
+
+
+def test_the_flow_api_refuses_a_name_taken_by_an_ack_flow() -> None:
+    sim = Simulation(_scenario([]))
+    up = sim.flow("up", "sta", "ap", AccessCategory.BE, bulk=True)
+    assert up.ack_flow is sim.flows["up:ack"]
+    with pytest.raises(UsageError, match="TCP-ack flow of bulk flow 'up'"):
+        sim.flow("up:ack", "ap", "sta", AccessCategory.BE, bulk=False)  # even the same shape
+    sim.flow("cmd:ack", "sta", "ap", AccessCategory.VO, bulk=False)
+    with pytest.raises(UsageError, match="'cmd:ack', which is already a flow"):
+        sim.flow("cmd", "ap", "sta", AccessCategory.BE, bulk=True)
+    assert "cmd" not in sim.flows
+    assert sim.flow("cmd", "ap", "sta", AccessCategory.BE, bulk=True, tcp_acks=False).bulk
+
+
+def test_the_flow_api_returns_an_existing_flow_only_if_it_matches() -> None:
+    sim = Simulation(_scenario([]))
+    f = sim.flow("ls", "sta", "ap", AccessCategory.VO, bulk=False)
+    assert sim.flow("ls", "sta", "ap", AccessCategory.VO, bulk=False) is f
+    for args in (("ap", "sta", AccessCategory.VO, False), ("sta", "ap", AccessCategory.VI, False),
+                 ("sta", "ap", AccessCategory.VO, True)):  # fmt: skip
+        src, dst, ac, bulk = args
+        with pytest.raises(UsageError, match="already exists as a datagram flow sta -> ap"):
+            sim.flow("ls", src, dst, ac, bulk=bulk)

@@ -10,7 +10,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from coorp.phy import LEGACY_RATES_MBPS, GuardInterval, is_valid_vht_mcs, valid_vht_mcs
 from coorp.scenario._workload import PolicyOptions, WorkloadConfig
@@ -36,6 +37,28 @@ __all__ = [
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
+
+
+#: A problem found by a cross-field rule, located at one field: (location relative to
+#: the model being validated, the value found there, what is wrong and what is allowed).
+_Problem = tuple[tuple[str | int, ...], object, str]
+
+
+def _raise_at(model: type[BaseModel], problems: list[_Problem]) -> None:
+    """Report ``problems`` at their own fields (pydantic prefixes the location of the
+    model being validated), instead of as one message about the whole model."""
+    if problems:
+        raise ValidationError.from_exception_data(
+            model.__name__,
+            [
+                InitErrorDetails(
+                    type=PydanticCustomError("value_error", "{message}", {"message": msg}),
+                    loc=loc,
+                    input=value,
+                )
+                for loc, value, msg in problems
+            ],
+        )
 
 
 class AccessCategory(StrEnum):
@@ -231,6 +254,7 @@ class Scenario(_Model):
                     )
             if f.src == f.dst:
                 raise ValueError(f"flows[{i}] ({f.name}) has src == dst = {f.src!r}")
+        _raise_at(Scenario, self._ack_name_clashes())
         if self.workload is not None:
             w = self.workload
             if w.leader not in known:
@@ -246,6 +270,24 @@ class Scenario(_Model):
             if w.workers is not None and not w.workers:
                 raise ValueError("workload.workers must not be empty")
         return self
+
+    def _ack_name_clashes(self) -> list[_Problem]:
+        """A bulk flow with TCP acks adds a flow named ``<name>:ack``: no flow may use it."""
+        acks = {
+            f"{f.name}:ack": (i, f.name)
+            for i, f in enumerate(self.flows)
+            if isinstance(f, BulkFlow) and f.tcp_acks
+        }
+        problems: list[_Problem] = []
+        for i, f in enumerate(self.flows):
+            if f.name in acks:
+                j, bulk = acks[f.name]
+                problems.append((
+                    ("flows", i, "name"), f.name,
+                    f"is the name of the TCP-ack flow of bulk flow {bulk!r} (flows[{j}]); "
+                    f"rename this flow, or set tcp_acks = false on {bulk!r}",
+                ))  # fmt: skip
+        return problems
 
     @property
     def workers(self) -> list[str]:

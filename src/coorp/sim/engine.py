@@ -78,6 +78,8 @@ class Simulation:
             st._alloc_pids = self._alloc_pids
             self.stations[cfg.name] = st
         self.flows: dict[str, FlowState] = {}
+        #: Generated TCP-ack flows: name -> the bulk flow they acknowledge.
+        self._ack_flows: dict[str, str] = {}
         self.messages: list[Message] = []
         self.wall_s = 0.0
         for f in scenario.flows:
@@ -145,22 +147,48 @@ class Simulation:
         slot and collide again, forever.
         """
         f = self.flows.get(name)
-        if f is None:
-            f = FlowState(name, self.station(src), self.station(dst), ac, bulk)
-            if repair_ns is not None:
-                if bulk or repair_ns < 0:
-                    raise UsageError(
-                        f"flow {name!r}: repair_ns={repair_ns} needs a datagram flow and >= 0"
-                    )
-                f.repair_ns = repair_ns
-                f.repair_rng = self._py_rng(f"repair:{name}")
-            self.flows[name] = f
-            if bulk and tcp_acks:
-                ack = FlowState(f"{name}:ack", f.dst, f.src, AccessCategory.BE, bulk=False)
-                f.ack_flow = ack
-                f.ack_every = 2
-                self.flows[ack.name] = ack
+        if f is not None:
+            self._check_same_flow(f, src, dst, ac, bulk)
+            return f
+        ack_name = f"{name}:ack"
+        if bulk and tcp_acks and ack_name in self.flows:
+            raise UsageError(
+                f"bulk flow {name!r} with TCP acks: its ack flow would be named {ack_name!r}, "
+                "which is already a flow; rename one of them (or pass tcp_acks=False)"
+            )
+        f = FlowState(name, self.station(src), self.station(dst), ac, bulk)
+        if repair_ns is not None:
+            if bulk or repair_ns < 0:
+                raise UsageError(
+                    f"flow {name!r}: repair_ns={repair_ns} needs a datagram flow and >= 0"
+                )
+            f.repair_ns = repair_ns
+            f.repair_rng = self._py_rng(f"repair:{name}")
+        self.flows[name] = f
+        if bulk and tcp_acks:
+            ack = FlowState(ack_name, f.dst, f.src, AccessCategory.BE, bulk=False)
+            f.ack_flow = ack
+            f.ack_every = 2
+            self.flows[ack_name] = ack
+            self._ack_flows[ack_name] = name
         return f
+
+    def _check_same_flow(
+        self, f: FlowState, src: str, dst: str, ac: AccessCategory, bulk: bool
+    ) -> None:
+        """``flow()`` returns an existing flow only if it is the one asked for."""
+        owner = self._ack_flows.get(f.name)
+        if owner is not None:
+            raise UsageError(
+                f"flow {f.name!r} is the TCP-ack flow of bulk flow {owner!r}; choose another name"
+            )
+        if (f.src.name, f.dst.name, f.ac, f.bulk) != (src, dst, ac, bulk):
+            kind = "bulk" if f.bulk else "datagram"
+            raise UsageError(
+                f"flow {f.name!r} already exists as a {kind} flow {f.src.name} -> "
+                f"{f.dst.name} in {f.ac.value}; asked for "
+                f"{'bulk' if bulk else 'datagram'} {src} -> {dst} in {ac.value}"
+            )
 
     def call_at(self, time_ns: int, callback: Callable[..., Any], *args: Any) -> Event:
         return self.loop.call_at(time_ns, PRIO_TRAFFIC, callback, *args)

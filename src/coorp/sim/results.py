@@ -94,12 +94,15 @@ class SimResult:
             "hw_depth_first": np.fromiter((m.first_depth for m in msgs), np.int64, len(msgs)),
         }
         secs = duration_ns / 1e9
+        # A flow's kind is its role, never read from its name: TCP-ack flows are the ones
+        # bulk flows created for their acknowledgements.
+        ack_flows = {id(f.ack_flow) for f in sim.flows.values() if f.ack_flow is not None}
         flows = {}
         for name, f in sim.flows.items():
             mask = messages["flow"] == name
             lat = latency[mask]
             done = lat[lat >= 0] / NS_PER_MS
-            kind = "bulk" if f.bulk else ("tcp-ack" if name.endswith(":ack") else "datagram")
+            kind = "bulk" if f.bulk else ("tcp-ack" if id(f) in ack_flows else "datagram")
             flows[name] = FlowStats(
                 name=name, kind=kind, src=f.src.name, dst=f.dst.name, category=f.ac.value,
                 sent_packets=f.sent_packets, delivered_packets=f.delivered_packets,
