@@ -15,10 +15,12 @@ from typing import Final
 
 __all__ = [
     "ACK_BYTES",
+    "AMPDU_DELIMITER_BYTES",
     "BAR_BYTES",
     "BLOCK_ACK_BYTES",
     "CTS_BYTES",
     "LEGACY_RATES_MBPS",
+    "MAC_OVERHEAD_BYTES",
     "MAX_PPDU_NS",
     "RTS_BYTES",
     "SIFS_NS",
@@ -31,6 +33,7 @@ __all__ = [
     "min_sensitivity_dbm",
     "packet_error_rate",
     "valid_vht_mcs",
+    "vht_max_psdu_bytes",
     "vht_ppdu_duration_ns",
 ]
 
@@ -47,6 +50,11 @@ CTS_BYTES: Final = 14
 ACK_BYTES: Final = 14
 BLOCK_ACK_BYTES: Final = 32  # compressed BlockAck, 64-bit bitmap
 BAR_BYTES: Final = 24  # compressed BlockAckReq
+
+#: Data frames: QoS data MAC header (26) + LLC/SNAP (8) + FCS (4) around each IP packet.
+MAC_OVERHEAD_BYTES: Final = 38
+#: Every VHT PSDU is an A-MPDU (a single MPDU is an S-MPDU): 4-byte delimiter per subframe.
+AMPDU_DELIMITER_BYTES: Final = 4
 
 #: Non-HT OFDM rates (Mb/s) and data bits per 4 µs symbol (802.11-2016 Table 17-4).
 LEGACY_RATES_MBPS: Final = (6, 9, 12, 18, 24, 36, 48, 54)
@@ -142,6 +150,21 @@ def vht_ppdu_duration_ns(psdu_bytes: int, mode: VhtMode) -> int:
     else:
         data = _SYMBOL_NS * n_sym
     return preamble + data
+
+
+def vht_max_psdu_bytes(max_ns: int, mode: VhtMode) -> int:
+    """Largest PSDU whose VHT PPDU lasts at most ``max_ns`` (inverse of
+    :func:`vht_ppdu_duration_ns`; 0 if not even an empty PSDU fits)."""
+    avail = max_ns - vht_ppdu_duration_ns(0, mode) + _SYMBOL_NS  # preamble only
+    if mode.guard_interval is GuardInterval.SHORT:
+        n_sym = (avail // _SYMBOL_NS) * _SYMBOL_NS // 3_600
+    else:
+        n_sym = avail // _SYMBOL_NS
+    bits = n_sym * mode.data_bits_per_symbol - _SERVICE_BITS - _TAIL_BITS * mode.bcc_encoders
+    out = max(bits // 8, 0)
+    while out > 0 and vht_ppdu_duration_ns(out, mode) > max_ns:
+        out -= 1
+    return out
 
 
 def legacy_duration_ns(frame_bytes: int, rate_mbps: int) -> int:

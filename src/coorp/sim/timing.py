@@ -23,15 +23,17 @@ from typing import Final
 
 from coorp.phy import (
     ACK_BYTES,
+    AMPDU_DELIMITER_BYTES,
     BAR_BYTES,
     BLOCK_ACK_BYTES,
     CTS_BYTES,
+    MAC_OVERHEAD_BYTES,
     RTS_BYTES,
     SIFS_NS,
     SLOT_NS,
-    GuardInterval,
     VhtMode,
     legacy_duration_ns,
+    vht_max_psdu_bytes,
     vht_ppdu_duration_ns,
 )
 from coorp.scenario import AccessCategory, MacConfig, PhyConfig
@@ -47,11 +49,6 @@ __all__ = [
     "mpdu_bytes",
     "psdu_bytes",
 ]
-
-#: QoS data header (26) + LLC/SNAP (8) + FCS (4) around each IP packet.
-MAC_OVERHEAD_BYTES: Final = 38
-#: Every VHT PSDU is an A-MPDU (a single MPDU is an S-MPDU): 4-byte delimiter per subframe.
-AMPDU_DELIMITER_BYTES: Final = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,16 +158,7 @@ class ExchangeTiming:
         cached = self._max_psdu.get(key)
         if cached is not None:
             return cached
-        mode = self.mode(mcs)
-        avail = max_data_ns - vht_ppdu_duration_ns(0, mode) + 4_000  # preamble only
-        if mode.guard_interval is GuardInterval.SHORT:
-            n_sym = (avail // 4_000) * 4_000 // 3_600
-        else:
-            n_sym = avail // 4_000
-        bits = n_sym * mode.data_bits_per_symbol - 16 - 6 * mode.bcc_encoders
-        out = max(bits // 8, 0)
-        while out > 0 and vht_ppdu_duration_ns(out, mode) > max_data_ns:
-            out -= 1
+        out = vht_max_psdu_bytes(max_data_ns, self.mode(mcs))
         self._max_psdu[key] = out
         return out
 
