@@ -8,8 +8,17 @@ from typing import Any
 import pytest
 
 from coorp import CoorpError, ScenarioError, UsageError
-from coorp.phy import MAX_PPDU_NS, VhtMode, vht_ppdu_duration_ns
-from coorp.scenario import load_scenario, parse_scenario
+from coorp.phy import MAX_PPDU_NS, GuardInterval, VhtMode, vht_max_psdu_bytes, vht_ppdu_duration_ns
+from coorp.scenario import (
+    AccessCategory,
+    EdcaOverride,
+    LinkConfig,
+    MacConfig,
+    PhyConfig,
+    StationConfig,
+    load_scenario,
+    parse_scenario,
+)
 from coorp.sim import Simulation, simulate
 
 GOOD = """\
@@ -273,19 +282,29 @@ def test_parse_scenario_names_its_source() -> None:
     assert str(info.value).startswith("invalid scenario <robot team>:")
 
 
-# -- rules checked when the simulation is built -------------------------------------------------
+# -- rules about the links and the EDCA parameters, checked when loading -------------------------
 
 
-def test_distance_link_out_of_range_is_a_scenario_error() -> None:
-    sc = parse_scenario({
-        "links": {"mode": "distance"},
-        "stations": [{"name": "a"}, {"name": "b", "position_m": [500.0, 0.0]}],
-    })  # fmt: skip
+def test_distance_link_out_of_range_is_refused_when_loading(tmp_path: Path) -> None:
+    text = GOOD.replace('name = "b"', 'name = "b"\nposition_m = [500.0, 0.0]')
+    err = _load(tmp_path, text + '\n[links]\nmode = "distance"\n')
+    assert _one_line(err) == (
+        "  - stations = 'a -> b': out of range: 500.0 m gives -107.7 dBm, below the MCS 0 "
+        "sensitivity; move the stations closer or lower links.pathloss.exponent"
+    )
+
+
+def test_many_pairs_out_of_range_are_summarised() -> None:
+    stations = [{"name": f"s{i}", "position_m": [100.0 * i, 0.0]} for i in range(6)]
     with pytest.raises(ScenarioError) as info:
-        Simulation(sc, source="far.toml")
-    text = str(info.value)
-    assert text.startswith("invalid scenario far.toml:")
-    assert "a -> b" in text and "500.0 m" in text and "out of range" in text
+        parse_scenario({"links": {"mode": "distance"}, "stations": stations})
+    lines = str(info.value).splitlines()[1:]
+    assert len(lines) == 6  # five pairs in full (each once), then the other ten
+    assert lines[0].startswith("  - stations = 's0 -> s1': out of range: 100.0 m")
+    assert lines[-1] == (
+        "  - stations: 10 more pairs out of range: s1 -> s2, s1 -> s3, s1 -> s4, s1 -> s5, "
+        "s2 -> s3, s2 -> s4, s2 -> s5, s3 -> s4, s3 -> s5, s4 -> s5"
+    )
 
 
 def _cw_inverted() -> dict[str, Any]:
@@ -295,45 +314,144 @@ def _cw_inverted() -> dict[str, Any]:
     }
 
 
-def test_inverted_contention_window_is_a_scenario_error() -> None:
-    with pytest.raises(ScenarioError) as info:
-        Simulation(parse_scenario(_cw_inverted()), source="cw.toml")
-    text = str(info.value)
-    assert text.startswith("invalid scenario cw.toml:")
-    assert "mac.edca" in text and "cw_max 3 < cw_min 7" in text
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: cw_max < cw_min in [mac.edca.X] passes parse_scenario and only fails when "
-    "Simulation is built, although _models promises 'a scenario that loads is a scenario the "
-    "simulator can run'; the problem is also rendered as 'mac.edca = None: ...'",
-)
 def test_inverted_contention_window_is_rejected_when_loading() -> None:
     with pytest.raises(ScenarioError) as info:
         parse_scenario(_cw_inverted(), source="cw.toml")
     assert "mac.edca.VO" in str(info.value) and "= None" not in str(info.value)
+    assert str(info.value).splitlines()[1:] == [
+        "  - mac.edca.VO.cw_max = 3: cw_max 3 < cw_min 7; allowed: cw_max >= 7"
+    ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: nothing checks that one MPDU fits aPPDUMaxTime (5.484 ms): packet_bytes = 7935 "
-    "at MCS 0, 1 stream, 20 MHz loads, runs, and sends a 9.864 ms PPDU",
-)
-def test_a_single_mpdu_longer_than_the_ppdu_limit_is_refused() -> None:
-    data = {
-        "duration_s": 0.05, "packet_bytes": 7935,
-        "phy": {"width_mhz": 20, "spatial_streams": 1}, "links": {"mcs": 0},
+@pytest.mark.parametrize(
+    ("edca", "line"),
+    [
+        # Only one bound set: the other is the standard's (VO 3..7, VI 7..15).
+        ("[mac.edca.VO]\ncw_max = 2", "mac.edca.VO.cw_max = 2: cw_max 2 < cw_min 3 (the "
+         "standard's VO value); allowed: cw_max >= 3, or set cw_min"),
+        ("[mac.edca.VI]\ncw_min = 31", "mac.edca.VI.cw_min = 31: cw_max 15 (the standard's VI "
+         "value) < cw_min 31; allowed: cw_min <= 15, or set cw_max"),
+    ],
+)  # fmt: skip
+def test_contention_window_against_the_standard_bound(tmp_path: Path, edca: str, line: str) -> None:
+    assert _one_line(_load(tmp_path, GOOD + "\n" + edca + "\n")) == f"  - {line}"
+
+
+def test_every_inverted_contention_window_is_reported(tmp_path: Path) -> None:
+    text = GOOD + "\n[mac.edca.BE]\ncw_min = 63\ncw_max = 31\n[mac.edca.BK]\ncw_max = 7\n"
+    err = _load(tmp_path, text)
+    assert [(p.field, p.value) for p in err.problems] == [
+        ("mac.edca.BE.cw_max", 31), ("mac.edca.BK.cw_max", 7),
+    ]  # fmt: skip
+
+
+def test_contention_window_equal_bounds_and_standard_defaults_load() -> None:
+    edca = {"VO": {"cw_min": 0, "cw_max": 0}, "VI": {"cw_max": 7}, "BE": {"cw_min": 1023}}
+    sc = parse_scenario({"mac": {"edca": edca}, "stations": [{"name": "a"}, {"name": "b"}]})
+    assert set(sc.mac.edca) == {"VO", "VI", "BE"}
+
+
+# A full packet of 7935 bytes is a 7973-byte MPDU, a 7977-byte PSDU. At MCS 0, 1 stream,
+# 20 MHz, long GI (N_DBPS = 26): ceil((8·7977 + 22) / 26) = 2456 symbols, 40 + 9824 µs =
+# 9.864 ms > aPPDUMaxTime = 5.484 ms = 40 µs + 1361 symbols: at most (1361·26 - 22) // 8 =
+# 4420 PSDU bytes, i.e. packet_bytes <= 4420 - 4 - 38 = 4378.
+_SLOW = {"width_mhz": 20, "spatial_streams": 1}
+
+
+def _ppdu_data(packet_bytes: int, links: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    return {
+        "duration_s": 0.05, "packet_bytes": packet_bytes, "phy": _SLOW, "links": links,
         "stations": [{"name": "a"}, {"name": "b"}],
-        "flows": [{"kind": "bulk", "name": "f", "src": "a", "dst": "b", "total_bytes": 7935,
-                   "tcp_acks": False}],
-    }  # fmt: skip
-    try:
-        r = simulate(parse_scenario(data), trace=True)
-    except ScenarioError:
-        return  # refusing the scenario is the fix
-    assert r.trace
+        "flows": [{"kind": "bulk", "name": "f", "src": "a", "dst": "b",
+                   "total_bytes": packet_bytes, "tcp_acks": False}],
+    } | kw  # fmt: skip
+
+
+def test_a_single_mpdu_longer_than_the_ppdu_limit_is_refused() -> None:
+    assert vht_ppdu_duration_ns(7977, VhtMode(0, 1, 20)) == 9_864_000
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(_ppdu_data(7935, {"mcs": 0}), source="big.toml")
+    assert str(info.value).splitlines() == [
+        "invalid scenario big.toml:",
+        "  - packet_bytes = 7935: a full packet (a 7973-byte MPDU) lasts 9.864 ms at MCS 0 "
+        "(links.mcs; 1 spatial stream(s), 20 MHz, long GI), longer than aPPDUMaxTime "
+        "(5.484 ms); allowed at this rate: packet_bytes <= 4378, or a faster MCS",
+    ]
+
+
+def test_the_largest_packet_that_fits_loads_and_runs_within_the_ppdu_limit() -> None:
     mode = VhtMode(0, 1, 20)
-    for entry in r.trace:
-        for psdu in entry[6]:
-            assert vht_ppdu_duration_ns(psdu, mode) <= MAX_PPDU_NS
+    assert vht_ppdu_duration_ns(4378 + 42, mode) == MAX_PPDU_NS
+    assert vht_ppdu_duration_ns(4379 + 42, mode) > MAX_PPDU_NS
+    with pytest.raises(ScenarioError, match="packet_bytes = 4379:"):
+        parse_scenario(_ppdu_data(4379, {"mcs": 0}))
+    r = simulate(parse_scenario(_ppdu_data(4378, {"mcs": 0})), trace=True)
+    assert r.trace and [e[6] for e in r.trace] == [(4420,)]
+    # A datagram is cut into fragments of at most packet_bytes: they fit as well.
+    data = _ppdu_data(4378, {"mcs": 0})
+    data["flows"] = [{"kind": "datagram", "name": "d", "src": "a", "dst": "b",
+                      "size_bytes": 20_000, "times_us": [0.0]}]  # fmt: skip
+    r = simulate(parse_scenario(data), trace=True)
+    assert r.trace and max(p for e in r.trace for p in e[6]) == 4420
+    assert all(vht_ppdu_duration_ns(p, mode) <= MAX_PPDU_NS for e in r.trace for p in e[6])
+
+
+def test_the_ppdu_limit_is_checked_on_the_slowest_link() -> None:
+    # Fixed MCS 3 carries 7935-byte packets (26 Mb/s); an override to MCS 0 does not.
+    assert parse_scenario(_ppdu_data(7935, {"mcs": 3})).packet_bytes == 7935
+    overrides = [{"src": "b", "dst": "a", "mcs": 1}, {"src": "a", "dst": "b", "mcs": 0}]
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(_ppdu_data(7935, {"mcs": 3, "overrides": overrides}))
+    assert "at MCS 0 (links.overrides[1], a -> b; 1 spatial stream(s)" in str(info.value)
+
+
+def test_the_ppdu_limit_is_checked_at_the_rate_distance_mode_gives() -> None:
+    # 60 m: -80.0 dBm, between the MCS 0 (-82) and MCS 1 (-79) sensitivities at 20 MHz.
+    stations = [{"name": "a"}, {"name": "b", "position_m": [60.0, 0.0]}]
+    data = _ppdu_data(7935, {"mode": "distance"}, stations=stations)
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(data)
+    assert "at MCS 0 (link a -> b, 60.0 m apart; 1 spatial stream(s), 20 MHz" in str(info.value)
+    # At 40 m (MCS 2 and up) the same packets fit.
+    stations[1]["position_m"] = [40.0, 0.0]
+    assert parse_scenario(_ppdu_data(7935, {"mode": "distance"}, stations=stations))
+
+
+def test_a_short_guard_interval_is_taken_into_account() -> None:
+    # Short GI: 3.6 µs symbols, so more bytes fit in 5.484 ms at MCS 0.
+    phy = _SLOW | {"guard_interval": "short"}
+    with pytest.raises(ScenarioError, match="short GI"):
+        parse_scenario(_ppdu_data(7935, {"mcs": 0}, phy=phy))
+    fits = vht_max_psdu_bytes(MAX_PPDU_NS, VhtMode(0, 1, 20, GuardInterval.SHORT)) - 42
+    assert fits > 4378
+    assert parse_scenario(_ppdu_data(fits, {"mcs": 0}, phy=phy))
+    with pytest.raises(ScenarioError, match=f"packet_bytes <= {fits},"):
+        parse_scenario(_ppdu_data(fits + 1, {"mcs": 0}, phy=phy))
+
+
+# -- the same rules when a scenario skipped validation (model_copy(update=...)) --------------
+
+
+@pytest.mark.parametrize(
+    ("update", "problem"),
+    [
+        ({"mac": MacConfig.model_construct(edca={AccessCategory.VO: EdcaOverride(cw_min=7,
+                                                                                 cw_max=3)})},
+         "mac.edca.VO.cw_max = 3: cw_max 3 < cw_min 7"),
+        ({"packet_bytes": 7935, "phy": PhyConfig(width_mhz=20, spatial_streams=1),
+          "links": LinkConfig(mcs=0)},
+         "packet_bytes = 7935: a full packet (a 7973-byte MPDU) lasts 9.864 ms at MCS 0"),
+        ({"links": LinkConfig(mode="distance"),
+          "stations": [StationConfig(name="a"), StationConfig(name="b", position_m=(500, 0))]},
+         "stations = 'a -> b': out of range: 500.0 m"),
+    ],
+    ids=["cw", "ppdu", "range"],
+)  # fmt: skip
+def test_the_simulation_refuses_what_loading_would(update: dict[str, Any], problem: str) -> None:
+    good = parse_scenario({"stations": [{"name": "a"}, {"name": "b"}]})
+    bad = good.model_copy(update=update)  # no validation
+    with pytest.raises(ScenarioError) as info:
+        Simulation(bad, source="copy.toml")
+    lines = str(info.value).splitlines()
+    assert lines[0] == "invalid scenario copy.toml:"
+    assert len(lines) == 2 and lines[1].startswith(f"  - {problem}")

@@ -2,9 +2,11 @@
 
 from ._load import load_scenario, parse_scenario
 from ._models import (
+    EDCA_DEFAULTS,
     AccessCategory,
     BulkFlow,
     DatagramFlow,
+    EdcaDefaults,
     EdcaOverride,
     Flow,
     HwQueueConfig,
@@ -30,11 +32,13 @@ from ._workload import (
 )
 
 __all__ = [
+    "EDCA_DEFAULTS",
     "AccessCategory",
     "BulkFlow",
     "CoorpOptions",
     "DatagramFlow",
     "DrlcConfig",
+    "EdcaDefaults",
     "EdcaOverride",
     "Flow",
     "HwQueueConfig",

@@ -1,25 +1,42 @@
 """Pydantic models of a scenario file: plain data, validated, units in field names.
 
 Every model forbids unknown keys. Cross-field rules (MCS valid for the width and spatial
-streams, flows naming existing stations) live in validators here so that a scenario
-that loads is a scenario the simulator can run.
+streams, flows naming existing stations, CWmax >= CWmin after the standard's defaults,
+every link in range and able to carry a full packet in one PPDU, no flow named like a
+TCP-ack flow) live in validators here so that a scenario that loads is a scenario the
+simulator can run.
 """
 
 from __future__ import annotations
 
+import math
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from coorp.phy import LEGACY_RATES_MBPS, GuardInterval, is_valid_vht_mcs, valid_vht_mcs
+from coorp.phy import (
+    AMPDU_DELIMITER_BYTES,
+    LEGACY_RATES_MBPS,
+    MAC_OVERHEAD_BYTES,
+    MAX_PPDU_NS,
+    GuardInterval,
+    LinkBudget,
+    VhtMode,
+    is_valid_vht_mcs,
+    valid_vht_mcs,
+    vht_max_psdu_bytes,
+    vht_ppdu_duration_ns,
+)
 from coorp.scenario._workload import PolicyOptions, WorkloadConfig
 
 __all__ = [
+    "EDCA_DEFAULTS",
     "AccessCategory",
     "BulkFlow",
     "DatagramFlow",
+    "EdcaDefaults",
     "EdcaOverride",
     "Flow",
     "HwQueueConfig",
@@ -110,6 +127,27 @@ class PhyConfig(_Model):
         return self
 
 
+class EdcaDefaults(NamedTuple):
+    """One access category's EDCA parameters as the standard sets them."""
+
+    aifsn: int
+    cw_min: int
+    cw_max: int
+    txop_limit_us: int
+    """0: no TXOP limit (one exchange per channel access)."""
+    aggregation: bool
+
+
+#: 802.11-2016 Table 9-137 for OFDM PHYs (aCWmin = 15, aCWmax = 1023): what each key of
+#: ``[mac.edca.<AC>]`` left unset means. Aggregation is off for VO, as in common drivers.
+EDCA_DEFAULTS: Final = {
+    AccessCategory.BK: EdcaDefaults(7, 15, 1023, 0, True),
+    AccessCategory.BE: EdcaDefaults(3, 15, 1023, 0, True),
+    AccessCategory.VI: EdcaDefaults(2, 7, 15, 3008, True),
+    AccessCategory.VO: EdcaDefaults(2, 3, 7, 1504, False),
+}
+
+
 class EdcaOverride(_Model):
     """Overrides of one access category's EDCA parameters; unset fields keep the standard's."""
 
@@ -129,6 +167,33 @@ class MacConfig(_Model):
     max_ampdu_bytes: int = Field(1_048_575, ge=1, le=1_048_575)
     max_ampdu_mpdus: int = Field(64, ge=1, le=64)
     edca: dict[AccessCategory, EdcaOverride] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _cw_order(self) -> MacConfig:
+        """CWmax >= CWmin for every category, once the overrides meet the defaults."""
+        problems: list[_Problem] = []
+        for ac, o in self.edca.items():
+            std = EDCA_DEFAULTS[ac]
+            lo = std.cw_min if o.cw_min is None else o.cw_min
+            hi = std.cw_max if o.cw_max is None else o.cw_max
+            if hi >= lo:
+                continue
+            std_note = f" (the standard's {ac.value} value)"
+            hi_txt = f"{hi}{'' if o.cw_max is not None else std_note}"
+            lo_txt = f"{lo}{'' if o.cw_min is not None else std_note}"
+            value: int | None
+            if o.cw_max is not None:  # report at the key that was set (cw_max if both)
+                where, value = "cw_max", o.cw_max
+                allowed = f"cw_max >= {lo}" + ("" if o.cw_min is not None else ", or set cw_min")
+            else:
+                where, value = "cw_min", o.cw_min
+                allowed = f"cw_min <= {hi}, or set cw_max"
+            problems.append((
+                ("edca", ac.value, where), value,
+                f"cw_max {hi_txt} < cw_min {lo_txt}; allowed: {allowed}",
+            ))  # fmt: skip
+        _raise_at(MacConfig, problems)
+        return self
 
 
 class HwQueueConfig(_Model):
@@ -254,7 +319,7 @@ class Scenario(_Model):
                     )
             if f.src == f.dst:
                 raise ValueError(f"flows[{i}] ({f.name}) has src == dst = {f.src!r}")
-        _raise_at(Scenario, self._ack_name_clashes())
+        _raise_at(Scenario, self._ack_name_clashes() + self._link_problems())
         if self.workload is not None:
             w = self.workload
             if w.leader not in known:
@@ -286,6 +351,76 @@ class Scenario(_Model):
                     ("flows", i, "name"), f.name,
                     f"is the name of the TCP-ack flow of bulk flow {bulk!r} (flows[{j}]); "
                     f"rename this flow, or set tcp_acks = false on {bulk!r}",
+                ))  # fmt: skip
+        return problems
+
+    def _link_problems(self) -> list[_Problem]:
+        """Every link can carry every packet: in distance mode each pair of stations is
+        within range of MCS 0, and on every link (its MCS from links.mcs, the distance
+        or an override) a full packet fits one PPDU (aPPDUMaxTime). Workloads may send
+        between any two stations, so every pair counts, not only the flows'."""
+        phy, links = self.phy, self.links
+        nss, width = phy.spatial_streams, phy.width_mhz
+        pl = links.pathloss
+        budget = LinkBudget(pl.tx_power_dbm, pl.reference_loss_db, pl.exponent, pl.margin_db)
+        override = {(o.src, o.dst): i for i, o in enumerate(links.overrides)}  # last wins
+        problems: list[_Problem] = []
+        out_of_range: list[str] = []
+        slowest: tuple[int, str] | None = None  # (MCS, where it comes from)
+        best: dict[tuple[str, str], int | None] = {}  # distance mode; path loss is symmetric
+        for a in self.stations:
+            for b in self.stations:
+                if a is b:
+                    continue
+                if links.mode == "distance":
+                    d = math.dist(a.position_m, b.position_m)
+                    mcs = best.get((b.name, a.name), -1)
+                    if mcs == -1:
+                        mcs = best[a.name, b.name] = budget.best_mcs(d, nss, width)
+                    if mcs is None:
+                        if a.name < b.name:  # report a pair once
+                            out_of_range.append(
+                                f"{a.name} -> {b.name}: out of range: {d:.1f} m gives "
+                                f"{budget.rx_power_dbm(d):.1f} dBm, below the MCS 0 "
+                                "sensitivity"
+                            )
+                        continue
+                    where = f"link {a.name} -> {b.name}, {d:.1f} m apart"
+                else:
+                    mcs, where = links.mcs, "links.mcs"
+                i = override.get((a.name, b.name))
+                if i is not None:
+                    mcs = links.overrides[i].mcs
+                    where = f"links.overrides[{i}], {a.name} -> {b.name}"
+                if slowest is None or mcs < slowest[0]:
+                    slowest = (mcs, where)
+        for text in out_of_range[:5]:
+            pair, msg = text.split(": ", 1)
+            problems.append((
+                ("stations",), pair,
+                f"{msg}; move the stations closer or lower links.pathloss.exponent",
+            ))  # fmt: skip
+        if len(out_of_range) > 5:
+            more = [t.split(": ", 1)[0] for t in out_of_range[5:]]
+            problems.append((
+                ("stations",), more,  # a list: rendered without a value
+                f"{len(more)} more pairs out of range: {', '.join(more[:10])}"
+                + (", ..." if len(more) > 10 else ""),
+            ))  # fmt: skip
+        if slowest is not None:
+            mcs, where = slowest
+            mode = VhtMode(mcs, nss, width, phy.guard_interval)
+            mpdu = self.packet_bytes + MAC_OVERHEAD_BYTES
+            ppdu_ns = vht_ppdu_duration_ns(mpdu + AMPDU_DELIMITER_BYTES, mode)
+            if ppdu_ns > MAX_PPDU_NS:
+                fits = vht_max_psdu_bytes(MAX_PPDU_NS, mode) - AMPDU_DELIMITER_BYTES
+                problems.append((
+                    ("packet_bytes",), self.packet_bytes,
+                    f"a full packet (a {mpdu}-byte MPDU) lasts {ppdu_ns / 1e6:.3f} ms at MCS "
+                    f"{mcs} ({where}; {nss} spatial stream(s), {width} MHz, "
+                    f"{phy.guard_interval.value} GI), longer than aPPDUMaxTime "
+                    f"({MAX_PPDU_NS / 1e6:.3f} ms); allowed at this rate: packet_bytes <= "
+                    f"{fits - MAC_OVERHEAD_BYTES}, or a faster MCS",
                 ))  # fmt: skip
         return problems
 

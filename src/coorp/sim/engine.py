@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from coorp._errors import ScenarioError, ScenarioProblem, UsageError
-from coorp.scenario import AccessCategory, BulkFlow, DatagramFlow, Scenario
+from coorp._errors import UsageError
+from coorp.scenario import AccessCategory, BulkFlow, DatagramFlow, Scenario, parse_scenario
 from coorp.sim._compat import mypyc_attr
 from coorp.sim.driver import DriverHooks
 from coorp.sim.events import PRIO_CONTROL, PRIO_TRAFFIC, Event, EventLoop
@@ -52,10 +52,11 @@ class Simulation:
         if self.seed < 0:
             raise UsageError(f"seed must be >= 0, got {self.seed}")
         self.loop = EventLoop()
-        try:
-            edca = edca_params(scenario.mac)
-        except ValueError as exc:
-            raise ScenarioError(source, [ScenarioProblem("mac.edca", None, str(exc))]) from None
+        # A scenario built without validation (model_construct, model_copy(update=...))
+        # is checked here like a loaded one: the simulator never runs one that would not
+        # load (ScenarioError naming ``source``).
+        parse_scenario(scenario.model_dump(), source=source)
+        edca = edca_params(scenario.mac)
         self.timing = ExchangeTiming(scenario.phy)
         self.links = LinkTable(scenario, source)
         self._seeds = np.random.SeedSequence(self.seed)

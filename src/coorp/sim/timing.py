@@ -36,7 +36,7 @@ from coorp.phy import (
     vht_max_psdu_bytes,
     vht_ppdu_duration_ns,
 )
-from coorp.scenario import AccessCategory, MacConfig, PhyConfig
+from coorp.scenario import EDCA_DEFAULTS, AccessCategory, MacConfig, PhyConfig
 
 __all__ = [
     "AMPDU_DELIMITER_BYTES",
@@ -62,18 +62,20 @@ class EdcaParams:
     aggregation: bool
 
 
-#: 802.11-2016 Table 9-137 defaults for OFDM PHYs (aCWmin = 15, aCWmax = 1023).
-#: Aggregation is off for VO by default, as in common drivers.
+#: 802.11-2016 Table 9-137 defaults for OFDM PHYs (aCWmin = 15, aCWmax = 1023), from
+#: ``coorp.scenario.EDCA_DEFAULTS``. Aggregation is off for VO, as in common drivers.
 STANDARD_EDCA: Final = {
-    AccessCategory.BK: EdcaParams(7, 15, 1023, 0, True),
-    AccessCategory.BE: EdcaParams(3, 15, 1023, 0, True),
-    AccessCategory.VI: EdcaParams(2, 7, 15, 3_008_000, True),
-    AccessCategory.VO: EdcaParams(2, 3, 7, 1_504_000, False),
+    ac: EdcaParams(d.aifsn, d.cw_min, d.cw_max, d.txop_limit_us * 1000, d.aggregation)
+    for ac, d in EDCA_DEFAULTS.items()
 }
 
 
 def edca_params(mac: MacConfig) -> dict[AccessCategory, EdcaParams]:
-    """The standard's EDCA parameters with the scenario's overrides applied."""
+    """The standard's EDCA parameters with the scenario's overrides applied.
+
+    A loaded ``MacConfig`` has ``cw_max >= cw_min`` everywhere; one built without
+    validation (``model_construct``, ``model_copy(update=...)``) may not: ValueError.
+    """
     out = {}
     for ac, std in STANDARD_EDCA.items():
         o = mac.edca.get(ac)
