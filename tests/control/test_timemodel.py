@@ -158,7 +158,9 @@ def test_refits_periodically_when_nothing_misses() -> None:
     m = SendTimeModel(refit_interval_ns=1_000_000_000)
     feed(m, noisy_sends(8, 106, sigma=0.0))  # 3.5 s of perfectly periodic sends
     assert m.misses == 0
-    assert m.refits == 1 + 3  # the first fit, then one per elapsed second
+    # The first fit (4 sends), refits as the history doubles (8, 16, 32 sends: the
+    # last at 1.03 s), then one per elapsed second (2.03 s, 3.03 s).
+    assert m.refits == 1 + 3 + 2
 
 
 @pytest.mark.parametrize("jump", [P // 2, P // 3, 8 * MS])
@@ -237,3 +239,66 @@ def test_arbitrary_send_sequences_never_break_the_model(
             assert got.start_ns <= got.end_ns
             assert got.end_ns >= after
             assert got.end_ns > t  # never the interval of a send already observed
+
+
+# A statistical property: a rare noise draw is genuinely ambiguous (at σ = p/4, four
+# gaps of ~2p among 31 look like skipped sends and fit a 9 % shorter period better).
+# About one random example in 10^4 does that, so the examples are derandomized (the
+# same 150 every run); 12 000 random ones gave one such case (offline).
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(
+    period=st.integers(1 * MS, 500 * MS),
+    jitter=st.floats(0.0, 0.25),
+    sends=st.integers(40, 240),
+    seed=st.integers(0, 2**32 - 1),
+    start=st.integers(0, 2**62),
+)
+def test_fitted_period_is_within_a_few_percent_under_jitter_up_to_a_quarter_period(
+    period: int, jitter: float, sends: int, seed: int, start: int
+) -> None:
+    # Gaussian jitter with σ up to p/4: consecutive sends are often 1.5 periods
+    # apart, or half a period, and sometimes swap. Numbering sends gap by gap turned
+    # such flows into a fraction of their period (a 10 ms flow fitted as 3 ms).
+    rng = np.random.default_rng(seed)
+    noise = rng.normal(0.0, jitter * period, size=sends)
+    times = sorted(start + period * k + round(e) for k, e in enumerate(noise))
+    m = SendTimeModel()
+    feed(m, times)
+    assert m.period_ns is not None
+    assert abs(m.period_ns - period) <= 0.03 * period
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_bursts_after_stalls_do_not_shrink_the_period(seed: int) -> None:
+    # A sender thread that stalls catches up by sending the missed messages at once
+    # (a loop on `next += period`). Those bursts share a slot; they used to claim a
+    # period each, and the fit locked onto a fraction of the period.
+    p = 10 * MS
+    rng = np.random.default_rng(seed)
+    t = due = 10**9
+    times = []
+    for _ in range(600):
+        t = max(t, due) + abs(round(rng.normal(0.0, 0.05 * p)))
+        if rng.random() < 0.05:
+            t += round(rng.exponential(3 * p))
+        times.append(t)
+        due += p
+    m = SendTimeModel()
+    wrong = 0
+    for t in times:
+        m.observe(t)
+        wrong += m.period_ns is not None and abs(m.period_ns - p) > 0.05 * p
+    assert wrong < 0.05 * len(times)
+    assert m.period_ns is not None and abs(m.period_ns - p) <= 0.05 * p
+
+
+def test_a_wrong_period_does_not_confirm_itself() -> None:
+    # Model fitted on a 10 ms flow numbered as if it ran at 10/3 ms: the next fits
+    # must find the real period again instead of renumbering the sends in thirds.
+    p = 10 * MS
+    sends = noisy_sends(21, 200, p=p, q=10**9, sigma=0.2 * p)
+    m = SendTimeModel()
+    feed(m, sends[:40])
+    m._period_ns = p // 3  # as the old gap-by-gap numbering ended up
+    feed(m, sends[40:])
+    assert m.period_ns is not None and abs(m.period_ns - p) <= 0.03 * p

@@ -12,7 +12,8 @@ the last refit.
 A phase jump (a late MPC loop delays every later send) starts a new *segment* of the
 history. Segments share the period but each has its own offset: the period is fitted
 on all recent sends (pooled within-segment least squares), the offset on the newest
-segment only. A false alarm (two chance outliers in a row) therefore costs little.
+segment only. A false alarm (two chance outliers in a row) therefore costs little,
+and the next fit merges segments that one line explains as well.
 """
 
 from __future__ import annotations
@@ -31,17 +32,22 @@ __all__ = ["SendTimeModel"]
 class SendTimeModel:
     """Least-squares time model of one periodic flow, refitted when it goes stale.
 
-    Before ``min_samples`` sends nothing is predicted. The first fit numbers the sends
-    consecutively. Later fits number each send by rounding its distance from the
-    previous one in periods (at least one), so skipped sends leave a hole instead of
-    bending the line; if every gap is a multiple ``g > 1`` of the period, the numbering
-    is divided by ``g`` (the flow slowed down rather than skipping).
+    Before ``min_samples`` sends nothing is predicted. Each fit assigns every recent
+    send a slot (its index ``k``) and fits the line through them. Consecutive sends
+    in consecutive slots is the default; a numbering with empty slots (skipped
+    sends) or shared slots (a burst after a stall) must pay for itself in residuals,
+    and each send is placed against the fitted line, not against its predecessor, so
+    one late send never shifts the indices of all later ones (see
+    :func:`_fit_runs`). A flow that slowed down or sped up is numbered in its new
+    period.
 
     A refit happens when a send misses its nearest prediction by more than
     ``miss_sigmas·σ`` or when ``refit_interval_ns`` has passed since the last fit.
     ``jump_after`` consecutive misses mean the phase jumped: those sends open a new
     segment, and the model is refitted on every send until that segment holds
-    ``min_samples`` sends.
+    ``min_samples`` sends (segments found to lie on one line after all are merged
+    again). A fit on a short history is rough, so the model also refits each time the
+    history doubled, and once it is full.
 
     A send consumes its prediction: :meth:`predict` never returns the interval of a
     send index that has already been observed. A flow that fell silent stops being
@@ -94,6 +100,8 @@ class SendTimeModel:
         self._offset_ns: int | None = None
         self._sigma_ns: int | None = None
         self._fitted_at_ns = 0
+        self._fitted_samples = 0  # history size at the last fit
+        self._period_error = math.inf  # standard error of the last fitted period
         self._last_index = 0  # index of the newest observed send under the current fit
         self._consecutive_misses = 0
         self.refits = 0
@@ -144,7 +152,7 @@ class SendTimeModel:
         p, q, sigma = self._period_ns, self._offset_ns, self._sigma_ns
         if p is None or q is None or sigma is None:
             if len(self._history) >= self._min_samples:
-                self._fit(send_ns, consecutive=True)
+                self._fit(send_ns)
             return
         k = _round_div(send_ns - q, p)
         if abs(send_ns - (q + p * k)) > self._miss_sigmas * sigma:
@@ -158,7 +166,11 @@ class SendTimeModel:
         self._consecutive_misses = 0
         self._last_index = max(self._last_index, k)
         young = self._segment_size() < self._min_samples
-        if young or send_ns - self._fitted_at_ns >= self._refit_interval_ns:
+        # A fit on few sends is rough (the period's error shrinks as n^-1.5): refit
+        # each time the history has doubled since the last fit, and once it is full.
+        size, full = len(self._history), self._history.maxlen
+        grown = self._fitted_samples < size and (size >= 2 * self._fitted_samples or size == full)
+        if young or grown or send_ns - self._fitted_at_ns >= self._refit_interval_ns:
             self._fit(send_ns)
 
     def predict(self, after_ns: int) -> Interval | None:
@@ -200,73 +212,308 @@ class SendTimeModel:
         for i in range(len(self._history) - newest, len(self._history)):
             self._history[i] = (self._history[i][0], self._segment)
 
-    def _fit(self, now_ns: int, *, consecutive: bool = False) -> None:
+    def _fit(self, now_ns: int) -> None:
         segments: dict[int, list[int]] = {}
         for t, seg in self._history:
             segments.setdefault(seg, []).append(t)
         runs = list(segments.values())
         old_p = self._period_ns
-        if consecutive or old_p is None:
-            numbered = [list(range(len(run))) for run in runs]
-        else:
-            numbered = [_number(run, old_p) for run in runs]
-            steps = [b - a for ks in numbered for a, b in itertools.pairwise(ks)]
-            g = math.gcd(*steps) if steps else 1
-            if g > 1:
-                numbered = [[k // g for k in ks] for ks in numbered]
-        # Pooled within-segment least squares: one slope, one intercept per segment.
-        # Times and indices are taken relative to each run's first sample so the floats
-        # stay small whatever the absolute clock value.
-        sxx = sxy = 0.0
-        means: list[tuple[float, float]] = []
-        for run, ks in zip(runs, numbered, strict=True):
-            k_rel = [float(k - ks[0]) for k in ks]
-            t_rel = [float(t - run[0]) for t in run]
-            k_mean, t_mean = sum(k_rel) / len(run), sum(t_rel) / len(run)
-            means.append((k_mean, t_mean))
-            sxx += sum((k - k_mean) ** 2 for k in k_rel)
-            sxy += sum((k - k_mean) * (t - t_mean) for k, t in zip(k_rel, t_rel, strict=True))
-        if sxx > 0.0:
-            slope = sxy / sxx
-        elif old_p is not None:
-            slope = float(old_p)  # only single-send segments: nothing new about p
-        else:
+        fitted = _fit_runs(runs, old_p, self._period_error, self._min_sigma_ns)
+        if len(runs) > 1:
+            # Was a phase jump real? Under heavy jitter two chance misses in a row
+            # look like one; if one line explains all segments about as well (an
+            # offset per segment costs like an irregular step), they are one again.
+            merged = [[t for run in runs for t in run]]
+            one = _fit_runs(merged, old_p, self._period_error, self._min_sigma_ns)
+            if one is not None and (
+                fitted is None or one[0] <= fitted[0] + _IRREGULAR_COST * (len(runs) - 1)
+            ):
+                fitted, runs = one, merged
+                for i, (t, _) in enumerate(self._history):
+                    self._history[i] = (t, self._segment)
+        if fitted is None:
             return
-        p = round(slope)
+        line = fitted[1]
+        p = round(line.slope)
         if p < 1:
             # Sends bunched at one instant are not periodic: keep the previous model.
             return
-        ssr = 0.0
-        for run, ks, (k_mean, t_mean) in zip(runs, numbered, means, strict=True):
-            for k, t in zip(ks, run, strict=True):
-                ssr += ((t - run[0]) - t_mean - slope * ((k - ks[0]) - k_mean)) ** 2
         dof = len(self._history) - len(runs) - 1
         if dof > 0:
-            sigma = round(math.sqrt(ssr / dof))
+            sigma = round(math.sqrt(line.ssr / dof))
         elif self._sigma_ns is not None:
             sigma = self._sigma_ns
         else:
             sigma = self._min_sigma_ns
-        run, ks = runs[-1], numbered[-1]
-        k_mean, t_mean = means[-1]
-        # Offset at the newest send's index, from the newest segment's own line.
-        q = run[0] + round(t_mean + slope * ((ks[-1] - ks[0]) - k_mean))
+        # Offset at the newest send, from the newest segment's own line.
+        q = line.newest_ns
         self._period_ns = p
         self._offset_ns = q
         self._sigma_ns = max(sigma, self._min_sigma_ns)
         self._fitted_at_ns = now_ns
+        self._fitted_samples = len(self._history)
+        # Only a fit on a full history is trusted as the next fit's prior: early fits
+        # are rough, and an error then must not outlive them.
+        full = len(self._history) == self._history.maxlen
+        self._period_error = line.slope_error(len(self._history), len(runs)) if full else math.inf
         # The newest send is index 0 of the new fit: its interval is consumed.
-        self._last_index = _round_div(run[-1] - q, p)
+        self._last_index = _round_div(runs[-1][-1] - q, p)
         self.refits += 1
 
 
-def _number(samples: list[int], period_ns: int) -> list[int]:
-    """Send indices from the gaps between sends: a gap of about m periods is m steps
-    (at least one), so a skipped send leaves a hole instead of bending the fit."""
-    indices = [0]
-    for prev, cur in itertools.pairwise(samples):
-        indices.append(indices[-1] + max(1, _round_div(cur - prev, period_ns)))
-    return indices
+#: Numbering/fitting rounds per starting numbering; two are usually enough.
+_MAX_ROUNDS = 6
+
+#: Residuals (RMS) below this fraction of the period: the numbering is beyond doubt.
+_CLEAR_FRACTION = 8
+
+#: Cost of one irregular step (an empty slot, or two sends in one slot) when the best
+#: numbering against a line is searched, on the scale of ``n·ln(SSR/n)``; and of an
+#: extra segment (a phase jump: one more offset to fit).
+_IRREGULAR_COST = 6.0
+
+
+#: Most the period's prior (its previous value) can cost a candidate: two irregular steps.
+_MAX_PERIOD_CHANGE_COST = 2 * _IRREGULAR_COST
+
+
+class _Line:
+    """A pooled fit: one slope; per segment the fitted time of its first index
+    (relative to its first send); the residual sum of squares; the fitted time of the
+    newest send."""
+
+    __slots__ = ("at_first", "newest_ns", "slope", "ssr", "sxx")
+
+    def __init__(
+        self, slope: float, at_first: list[float], newest_ns: int, ssr: float, sxx: float
+    ) -> None:
+        self.slope = slope
+        self.at_first = at_first
+        self.newest_ns = newest_ns
+        self.ssr = ssr
+        self.sxx = sxx
+
+    def slope_error(self, n: int, segments: int) -> float:
+        """Standard error of the slope (infinite when it is not determined)."""
+        dof = n - segments - 1
+        if dof <= 0 or self.sxx <= 0.0:
+            return math.inf
+        return math.sqrt(self.ssr / dof / self.sxx)
+
+
+def _fit_runs(
+    runs: list[list[int]], old_p: int | None, old_error: float, min_sigma_ns: int
+) -> tuple[float, _Line] | None:
+    """Number the sends of every segment and fit them; returns ``(cost, line)``.
+
+    Three starting numberings: consecutive sends in consecutive slots, and every send
+    in its nearest slot of a period refined (:func:`_refine_period`) from the previous
+    period and from the median gap. Each is improved by alternating the least-squares
+    line and the best numbering against it (:func:`_number_against`) until the
+    numbering is stable. The cheapest result wins: ``n·ln(SSR/n)`` (the Gaussian
+    likelihood) plus what its irregular steps cost (:func:`_irregularity_cost`), plus
+    a bounded prior for keeping the previous period. The returned cost leaves the
+    prior out.
+
+    So a wrong period cannot confirm itself (numbering the sends with a fraction of
+    the true period costs a hole per send), heavy jitter is not explained away by
+    holes, bursts share a slot instead of each claiming a period, and real skips
+    are still found.
+    """
+    n = sum(len(run) for run in runs)
+    floor = float(min_sigma_ns) ** 2
+    gaps = sorted(b - a for run in runs for a, b in itertools.pairwise(run))
+    if not gaps:
+        if old_p is None:
+            return None
+        # Only single-send segments: nothing new about p.
+        return _costed(n, floor, _pooled_fit(runs, [[0] for _ in runs], slope=float(old_p)))
+    best: tuple[float, _Line] | None = None
+    best_with_prior = math.inf
+    seen: list[list[list[int]]] = []
+    for guess in (None, old_p, gaps[len(gaps) // 2]):
+        if guess is None:
+            numbered = [list(range(len(run))) for run in runs]
+        elif best is not None and best[1].ssr <= n * (best[1].slope / _CLEAR_FRACTION) ** 2:
+            # Consecutive numbering (with the holes it found) explains every send to
+            # within a small fraction of a period: no other numbering can do better.
+            break
+        elif guess >= 1:
+            period = _refine_period(runs, guess)
+            numbered = [[_round_div(t - run[0], period) for t in run] for run in runs]
+        else:
+            continue
+        if numbered in seen:
+            continue
+        line = _pooled_fit(runs, numbered)
+        for _ in range(_MAX_ROUNDS):
+            seen.append(numbered)
+            if line is None or line.slope < 1.0:
+                break
+            penalty = _IRREGULAR_COST * max(line.ssr / n, floor)
+            renumbered = [
+                _number_against(run, a, line.slope, penalty)
+                for run, a in zip(runs, line.at_first, strict=True)
+            ]
+            if renumbered == numbered:
+                break
+            numbered = renumbered
+            line = _pooled_fit(runs, numbered)
+        if line is None or line.slope < 1.0:
+            continue
+        cost = n * math.log(max(line.ssr / n, floor)) + _irregularity_cost(numbered)
+        prior = 0.0
+        if old_p is not None:
+            # The period rarely changes between fits: moving it by more than the last
+            # fit's standard error costs, but never more than a few irregular steps, so
+            # a period that was fitted wrong is still abandoned when the sends say so.
+            drift = (line.slope - old_p) / max(old_error, 1.0)
+            prior = min(drift * drift, _MAX_PERIOD_CHANGE_COST)
+        if best is None or cost + prior < best_with_prior:
+            best, best_with_prior = (cost, line), cost + prior
+    if best is None:
+        if old_p is None:
+            return None
+        consecutive = [list(range(len(run))) for run in runs]
+        return _costed(n, floor, _pooled_fit(runs, consecutive, slope=float(old_p)))
+    return best
+
+
+def _costed(n: int, floor: float, line: _Line | None) -> tuple[float, _Line] | None:
+    if line is None:
+        return None
+    return n * math.log(max(line.ssr / n, floor)), line
+
+
+def _refine_period(runs: list[list[int]], guess: int) -> int:
+    """A period close enough to number the whole history with: the median time per
+    slot between sends ``L`` apart, ``L`` doubling from 2, each stage counting slots
+    (time / period, rounded) with the previous stage's period. Longer baselines
+    shrink the error of the estimate in proportion; medians ignore bursts, skipped
+    sends and outliers. Returns ``guess`` refined (or unchanged if the history is too
+    short)."""
+    period = float(guess)
+    lag = 2
+    while True:
+        ratios = []
+        for run in runs:
+            for a, b in zip(run, run[lag:], strict=False):
+                slots = round((b - a) / period)
+                if slots >= 1:
+                    ratios.append((b - a) / slots)
+        if len(ratios) < 3:
+            break
+        ratios.sort()
+        period = ratios[len(ratios) // 2]
+        if period < 1.0:
+            return guess
+        lag *= 2
+    return max(round(period), 1)
+
+
+def _pooled_fit(
+    runs: list[list[int]], numbered: list[list[int]], *, slope: float | None = None
+) -> _Line | None:
+    """Pooled within-segment least squares of send time on send index: one slope, one
+    intercept per segment (None if no segment spans two indices and no ``slope`` is
+    given). Times and indices are taken relative to each run's first sample so the
+    floats stay small whatever the absolute clock value."""
+    sxx = sxy = 0.0
+    means: list[tuple[float, float]] = []
+    for run, ks in zip(runs, numbered, strict=True):
+        k_rel = [float(k - ks[0]) for k in ks]
+        t_rel = [float(t - run[0]) for t in run]
+        k_mean, t_mean = sum(k_rel) / len(run), sum(t_rel) / len(run)
+        means.append((k_mean, t_mean))
+        sxx += sum((k - k_mean) ** 2 for k in k_rel)
+        sxy += sum((k - k_mean) * (t - t_mean) for k, t in zip(k_rel, t_rel, strict=True))
+    if slope is None:
+        if sxx <= 0.0:
+            return None
+        slope = sxy / sxx
+    ssr = 0.0
+    at_first: list[float] = []
+    for run, ks, (k_mean, t_mean) in zip(runs, numbered, means, strict=True):
+        at_first.append(t_mean - slope * k_mean)
+        for k, t in zip(ks, run, strict=True):
+            ssr += ((t - run[0]) - t_mean - slope * ((k - ks[0]) - k_mean)) ** 2
+    run, ks = runs[-1], numbered[-1]
+    newest = run[0] + round(at_first[-1] + slope * (ks[-1] - ks[0]))
+    return _Line(slope, at_first, newest, ssr, sxx)
+
+
+def _irregularity_cost(numbered: list[list[int]]) -> float:
+    """What a numbering's irregular steps cost, on the scale of ``n·ln(SSR/n)``.
+
+    A step between consecutive sends is regular (one slot) or irregular: 0 (a shared
+    slot) or several (empty slots). Each irregular slot costs ``_IRREGULAR_COST``; and
+    the pattern of irregular steps never costs less than its information: ``−2·ln``
+    of its Bernoulli likelihood at the rate it shows, plus ``ln(steps)`` for that
+    rate. So a few holes cost more than their share (one in 31 steps 12, two 18),
+    and heavy jitter is not explained away by a hole or two.
+    """
+    steps = irregular = units = 0
+    for ks in numbered:
+        for a, b in itertools.pairwise(ks):
+            steps += 1
+            if b - a != 1:
+                irregular += 1
+                units += 1 if b == a else b - a - 1
+    if irregular == 0:
+        return 0.0
+    rate = irregular / steps
+    pattern = -2.0 * irregular * math.log(rate) + math.log(steps)
+    if irregular < steps:
+        pattern -= 2.0 * (steps - irregular) * math.log(1.0 - rate)
+    return max(_IRREGULAR_COST * units, pattern)
+
+
+def _number_against(samples: list[int], at_first: float, slope: float, penalty: float) -> list[int]:
+    """The numbering of one segment that best fits the line ``t = samples[0] +
+    at_first + slope·k``: it minimises the squared distances of the sends to their
+    slots plus ``penalty`` per empty slot between consecutive sends and per send that
+    shares its predecessor's slot (a Viterbi pass over each send's nearest slot and
+    its two neighbours). A late or early send is thus one misplaced send at worst; it
+    never shifts the indices of all later sends, as numbering gap by gap would.
+    """
+    t0 = samples[0]
+    nearest = [round(((t - t0) - at_first) / slope) for t in samples]
+    if all(b - a == 1 for a, b in itertools.pairwise(nearest)):
+        return nearest  # every send in its nearest slot, and no penalty: optimal
+    cands = [(r - 1, r, r + 1) for r in nearest]
+    inf = math.inf
+
+    def err(t: int, k: int) -> float:
+        d = (t - t0) - at_first - slope * k
+        return d * d
+
+    cost = [err(samples[0], k) for k in cands[0]]
+    back: list[tuple[int, int, int]] = []
+    for i in range(1, len(samples)):
+        t = samples[i]
+        prev = cands[i - 1]
+        new_cost = []
+        arg = []
+        for k in cands[i]:
+            best, best_j = inf, 0
+            for j in range(3):
+                step = k - prev[j]
+                if step < 0:
+                    continue
+                c = cost[j] + penalty * (1 if step == 0 else step - 1)
+                if c < best:
+                    best, best_j = c, j
+            new_cost.append(best + err(t, k))
+            arg.append(best_j)
+        cost = new_cost
+        back.append((arg[0], arg[1], arg[2]))
+    j = min(range(3), key=cost.__getitem__)
+    out = [0] * len(samples)
+    for i in range(len(samples) - 1, -1, -1):
+        out[i] = cands[i][j]
+        if i:
+            j = back[i - 1][j]
+    return out
 
 
 def _round_div(num: int, den: int) -> int:
