@@ -62,7 +62,7 @@ def test_query_reflects_new_samples() -> None:
     assert ctt.query(1) == 10
     ctt.record(1, 20)
     assert ctt.query(1) == 20
-    assert ctt.query(0) == 20  # fallback to the deeper depth follows too
+    assert ctt.query(0) == 20  # the answer borrowed from the deeper depth follows too
 
 
 def test_before_any_sample_the_answer_is_one_max_ppdu_per_packet() -> None:
@@ -71,22 +71,36 @@ def test_before_any_sample_the_answer_is_one_max_ppdu_per_packet() -> None:
     assert ctt.query(9) == 10 * 5_484_000
 
 
-def test_unsampled_depth_uses_the_largest_sample_of_the_nearest_deeper_depth() -> None:
+def test_unsampled_depth_below_every_sampled_one_uses_the_nearest_deeper_depth() -> None:
     ctt = CompletionTimeTable(percentile=50.0)
     for d in (1_000, 9_000, 2_000):
         ctt.record(5, d)
     ctt.record(8, 50_000)
-    assert ctt.query(2) == 9_000  # the max of depth 5, not its median (2_000)
-    assert ctt.query(6) == 50_000
+    # A packet behind fewer packets does not finish later: CTT(5) bounds depth 2.
+    assert ctt.query(2) == 2_000
 
 
-def test_unsampled_depth_beyond_all_samples_is_never_below_a_shallower_one() -> None:
-    ctt = CompletionTimeTable(default_ns=1_000)
-    ctt.record(2, 80_000)
-    assert ctt.query(4) == 80_000  # (4+1)·1000 would undercut what depth 2 took
-    ctt2 = CompletionTimeTable(default_ns=1_000)
+def test_unsampled_depth_scales_the_nearest_shallower_depth_by_depth() -> None:
+    ctt = CompletionTimeTable(default_ns=5_484_000)
+    ctt.record(2, 90_000)  # three packets (2 ahead + itself): 30 µs each
+    assert ctt.query(4) == 150_000  # five packets, not (4+1)·5.484 ms
+    assert ctt.query(3) == 120_000
+    ctt.record(3, 100_000)
+    assert ctt.query(4) == 125_000  # now scaled from depth 3
+    ctt2 = CompletionTimeTable()
     ctt2.record(2, 10)
-    assert ctt2.query(4) == 5_000
+    assert ctt2.query(4) == 17  # rounded up
+
+
+def test_unsampled_depth_between_sampled_ones_is_bounded_by_both() -> None:
+    ctt = CompletionTimeTable(percentile=50.0)
+    for d in (1_000, 9_000, 2_000):
+        ctt.record(5, d)  # median 2_000
+    ctt.record(8, 50_000)
+    assert ctt.query(6) == 2_334  # 2_000·7/6, rounded up; below CTT(8)
+    ctt.record(7, 2_100)
+    assert ctt.query(6) == 2_100  # the scaled 2_334 exceeds what depth 7 takes
+    assert ctt.query(0) == 2_000  # and nothing changed below the shallowest
 
 
 @settings(max_examples=200)
@@ -94,25 +108,48 @@ def test_unsampled_depth_beyond_all_samples_is_never_below_a_shallower_one() -> 
     sampled=st.sets(st.integers(0, 30), min_size=1, max_size=10),
     per_packet=st.integers(1_000, 100_000),
     query=st.integers(0, 40),
-    data=st.data(),
 )
-def test_fallback_is_conservative_when_completion_time_grows_with_depth(
-    sampled: set[int], per_packet: int, query: int, data: st.DataObject
+def test_a_linear_queue_is_extrapolated_exactly(
+    sampled: set[int], per_packet: int, query: int
 ) -> None:
-    # Ground truth: behind n packets a packet takes between n and n+1 airtimes.
-    ctt = CompletionTimeTable(max_depth=30, default_ns=per_packet)
+    # Ground truth: every packet ahead (and the packet itself) takes per_packet.
+    ctt = CompletionTimeTable(max_depth=30, default_ns=10**9)
     for depth in sampled:
-        lo, hi = depth * per_packet, (depth + 1) * per_packet
-        for d in data.draw(st.lists(st.integers(lo, hi), min_size=1, max_size=5)):
+        ctt.record(depth, (depth + 1) * per_packet)
+    q = min(query, 30)
+    if q >= min(sampled):
+        assert ctt.query(query) == (q + 1) * per_packet
+
+
+@settings(max_examples=300)
+@given(
+    rings=st.dictionaries(
+        st.integers(0, 30), st.lists(st.integers(0, 10**8), min_size=1, max_size=6), max_size=8
+    ),
+    default=st.integers(1, 10**7),
+    query=st.integers(0, 40),
+)
+def test_unsampled_depths_lie_between_their_sampled_neighbours(
+    rings: dict[int, list[int]], default: int, query: int
+) -> None:
+    ctt = CompletionTimeTable(max_depth=30, default_ns=default)
+    for depth, durations in rings.items():
+        for d in durations:
             ctt.record(depth, d)
     q = min(query, 30)
-    if q not in sampled:
-        # Not below the worst the truth allows at depth q, nor below anything seen
-        # at a shallower depth.
-        assert ctt.query(query) >= (q + 1) * per_packet
-        for d in sampled:
-            if d < q:
-                assert ctt.query(query) >= max(ctt.samples(d))
+    if q in rings:
+        return
+    got = ctt.query(query)
+    lower = [k for k in rings if k < q]
+    upper = [k for k in rings if k > q]
+    if not lower and not upper:
+        assert got == (q + 1) * default
+    if lower:
+        assert got >= ctt.query(max(lower))
+    if upper and (not lower or ctt.query(min(upper)) >= ctt.query(max(lower))):
+        assert got <= ctt.query(min(upper))
+    if upper and not lower:
+        assert got == ctt.query(min(upper))
 
 
 def test_depths_beyond_max_depth_are_clamped() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -148,13 +149,18 @@ def test_coorp_gate_pauses_ahead_of_a_predicted_ls_send() -> None:
     seed=st.integers(0, 2**32 - 1),
     margin=st.integers(0, 3 * MS),
     probes=st.lists(st.tuples(st.integers(0, 400 * MS), st.integers(0, 40)), max_size=20),
+    explore=st.booleans(),
 )
 def test_gate_never_admits_a_packet_that_would_overlap_a_window(
     flows: list[tuple[int, int, int]],
     seed: int,
     margin: int,
     probes: list[tuple[int, int]],
+    explore: bool,
 ) -> None:
+    # Algorithm 2's guarantee, for every packet it admits; exploration probes are
+    # the bounded exception (checked here to go out only at the start of a gap,
+    # into an empty queue, never inside a window).
     rng = np.random.default_rng(seed)
     planner = ProtectionPlanner(margin_ns=margin)
     start = 10**9
@@ -167,7 +173,7 @@ def test_gate_never_admits_a_packet_that_would_overlap_a_window(
     for depth in range(0, 33, 3):
         for d in rng.integers(depth * 200_000, (depth + 1) * 900_000, size=5):
             ctt.record(depth, int(d))
-    gate = Gate(planner, ctt)
+    gate = Gate(planner, ctt, explore=explore)
     last = max(planner.model(f).last_send_ns or 0 for f in planner.flows)
     times = [(last + offset, depth) for offset, depth in probes]
     # Probes right at every boundary of the first few predicted intervals of each flow.
@@ -189,9 +195,15 @@ def test_gate_never_admits_a_packet_that_would_overlap_a_window(
                 ):
                     times.append((now, depth))
             t = iv.end_ns + 1
+    resume: int | None = None
     for now, depth in times:
         decision = gate.decide(now, depth)
-        busy = Interval(now, now + ctt.query(depth))
+        if decision.explore:
+            assert explore and decision.allow and depth == 0
+            assert resume is not None and now >= resume  # the first ask after a pause
+            busy = Interval(now, now)  # not inside any window, whatever its length
+        else:
+            busy = Interval(now, now + ctt.query(depth))
         # Every predicted send interval of every flow, extended by the margin.
         for flow in planner.flows:
             model = planner.model(flow)
@@ -203,3 +215,157 @@ def test_gate_never_admits_a_packet_that_would_overlap_a_window(
                 t = iv.end_ns + 1
         if not decision.allow:
             assert decision.resume_ns is not None and decision.resume_ns > now
+        resume = decision.resume_ns if decision.explore or not decision.allow else None
+
+
+class Link:
+    """A FIFO NIC (at most ``capacity`` packets) with a fixed service time per packet,
+    driven like a driver drives the gate: ask; if allowed, enqueue and ask again (at
+    once, or when a packet leaves a full queue); if denied, come back at
+    ``resume_ns``. Completions are reported when they happen."""
+
+    def __init__(self, gate: Gate, service_ns: int, capacity: int = 16) -> None:
+        self.gate = gate
+        self.service_ns = service_ns
+        self.capacity = capacity
+        self.queue: list[tuple[int, int]] = []  # (packet id, completion time)
+        self.next_id = 1
+        self.admitted: list[tuple[int, GateDecision, int]] = []  # (time, decision, depth)
+        self.asked: list[tuple[int, int]] = []  # (time, depth) of every decision
+
+    def run(self, start: int, end: int) -> None:
+        t = start
+        for _ in range(200_000):
+            if t >= end:
+                return
+            while self.queue and self.queue[0][1] <= t:
+                pid, done = self.queue.pop(0)
+                self.gate.on_complete(pid, done)
+            depth = len(self.queue)
+            if depth == self.capacity:
+                t = self.queue[0][1]
+                continue
+            decision = self.gate.decide(t, depth)
+            self.asked.append((t, depth))
+            if decision.allow:
+                free = self.queue[-1][1] if self.queue else t
+                self.queue.append((self.next_id, max(free, t) + self.service_ns))
+                self.gate.on_enqueue(self.next_id, t, depth)
+                self.next_id += 1
+                self.admitted.append((t, decision, depth))
+            else:
+                assert decision.resume_ns is not None
+                nxt = decision.resume_ns
+                if self.queue:
+                    nxt = min(nxt, max(self.queue[0][1], t + 1))
+                t = nxt
+        raise AssertionError("the driver loop did not end")
+
+
+def periodic_windows(start: int, count: int, gap: int, length: int) -> list[Interval]:
+    every = gap + length
+    return [Interval(start + i * every + gap, start + i * every + gap + length - 1)
+            for i in range(count)]  # fmt: skip
+
+
+def test_a_ctt_too_large_for_every_gap_is_explored_not_starved() -> None:
+    # Nothing measured yet and a 5 ms guess per packet, but gaps are 3 ms long and a
+    # packet really takes 0.2 ms: Algorithm 2 alone would deny forever.
+    windows = periodic_windows(0, 40, gap=3 * MS, length=MS)
+    gate = Gate(FixedWindows(windows), CompletionTimeTable(default_ns=5 * MS))
+    link = Link(gate, service_ns=MS // 5)
+    link.run(0, windows[-1].end_ns)
+    probes = [t for t, d, _ in link.admitted if d.explore]
+    assert probes == [windows[0].end_ns + 1]  # one probe, at the start of the 2nd gap
+    assert gate.stats.explore_late == 0
+    # The probe measured CTT[0]; deeper depths are scaled from it: from then on every
+    # gap is filled by Algorithm 2 itself, and nothing admitted overlaps a window.
+    assert set(gate.ctt.samples(0)) == {MS // 5}
+    for w_prev, w in itertools.pairwise(windows):
+        in_gap = [t for t, _, _ in link.admitted if w_prev.end_ns < t < w.start_ns]
+        assert len(in_gap) >= 10
+    for pid_done in (done for _, done in link.queue):
+        assert not any(w.contains(pid_done) for w in windows)
+
+
+def test_stale_samples_are_refreshed_by_one_probe_per_gap() -> None:
+    # Depth 0 remembers a congested moment (40 ms); the link is fast again.
+    windows = periodic_windows(0, 100, gap=3 * MS, length=MS)
+    ctt = CompletionTimeTable(samples_per_depth=8)
+    for _ in range(8):
+        ctt.record(0, 40 * MS)
+    gate = Gate(FixedWindows(windows), ctt)
+    link = Link(gate, service_ns=MS // 5)
+    link.run(0, windows[-1].end_ns)
+    probes = [t for t, d, _ in link.admitted if d.explore]
+    assert probes == [w.end_ns + 1 for w in windows[:8]]  # until the ring is fresh
+    assert max(ctt.samples(0)) == MS // 5
+    assert sum(1 for _, d, _ in link.admitted if not d.explore) > 500
+
+
+def test_probes_that_run_into_windows_back_off_exponentially() -> None:
+    # A packet really takes 5 ms; gaps are 3 ms: every probe is late.
+    windows = periodic_windows(0, 400, gap=3 * MS, length=MS)
+    gate = Gate(FixedWindows(windows), CompletionTimeTable(default_ns=5 * MS))
+    link = Link(gate, service_ns=5 * MS)
+    link.run(0, windows[-1].end_ns)
+    probe_gaps = [
+        next(i for i, w in enumerate(windows) if t < w.start_ns)
+        for t, d, _ in link.admitted
+        if d.explore
+    ]
+    spacing = [b - a for a, b in itertools.pairwise(probe_gaps)]
+    # After a late probe: the next gap still holds it, then 1, 2, 4... idle gaps (up
+    # to 64) are skipped before the next probe.
+    assert spacing[:7] == [3, 4, 6, 10, 18, 34, 66]
+    assert all(s == 66 for s in spacing[7:])
+    assert gate.stats.explore_late == len(probe_gaps)
+    assert all(d.explore for _, d, _ in link.admitted)  # Algorithm 2 never admits
+
+
+def test_exploration_can_be_switched_off() -> None:
+    windows = periodic_windows(0, 10, gap=3 * MS, length=MS)
+    gate = Gate(FixedWindows(windows), CompletionTimeTable(default_ns=5 * MS), explore=False)
+    link = Link(gate, service_ns=MS // 5)
+    link.run(0, windows[-1].end_ns)
+    assert link.admitted == []
+    with pytest.raises(UsageError, match="max_explore_backoff=-1"):
+        Gate(FixedWindows(windows), CompletionTimeTable(), max_explore_backoff=-1)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    gaps=st.lists(st.integers(2 * MS, 20 * MS), min_size=3, max_size=30),
+    lengths=st.lists(st.integers(1, 5 * MS), min_size=3, max_size=30),
+    service=st.integers(50_000, MS),
+    stale=st.dictionaries(st.integers(0, 8), st.integers(0, 10**9), max_size=5),
+    default=st.integers(1, 50 * MS),
+)
+def test_the_gate_never_starves_when_gaps_fit_a_packet(
+    gaps: list[int], lengths: list[int], service: int, stale: dict[int, int], default: int
+) -> None:
+    # Whatever the table holds at first (no sample, or stale ones of any size), a
+    # gap that a driver obeying the gate begins with an idle NIC admits a packet,
+    # as long as one packet fits in a gap. Probes: at most one per gap, into an idle
+    # NIC, never inside a window, and (since a packet fits) never late.
+    windows, t = [], 0
+    for gap, length in zip(gaps, lengths, strict=False):
+        windows.append(Interval(t + gap, t + gap + length - 1))
+        t += gap + length
+    ctt = CompletionTimeTable(samples_per_depth=4, default_ns=default)
+    for depth, duration in stale.items():
+        ctt.record(depth, duration)
+    gate = Gate(FixedWindows(windows), ctt)
+    link = Link(gate, service_ns=service)
+    link.run(0, windows[-1].end_ns + 1)
+    for w_prev, w in itertools.pairwise(windows):
+        asked = [depth for t, depth in link.asked if w_prev.end_ns < t < w.start_ns]
+        in_gap = [d for t, d, _ in link.admitted if w_prev.end_ns < t < w.start_ns]
+        if asked and asked[0] == 0:
+            assert in_gap, f"NIC idle and nothing admitted between {w_prev} and {w}"
+        assert sum(d.explore for d in in_gap) <= 1
+    for t, d, depth in link.admitted:
+        assert not any(w.contains(t) for w in windows)
+        if d.explore:
+            assert depth == 0
+    assert gate.stats.explore_late == 0

@@ -26,13 +26,21 @@ class CompletionTimeTable:
     Depths run from 0 to ``max_depth``; deeper depths are clamped to ``max_depth``
     both when recording and when querying.
 
-    Before ``CTT[n]`` has any sample, :meth:`query` answers conservatively, assuming
-    only that a packet behind more packets does not finish sooner:
+    Before ``CTT[n]`` has any sample, :meth:`query` derives an answer from the nearest
+    sampled depths, assuming that a packet behind more packets does not finish sooner
+    and that each packet ahead adds about the same time:
 
-    1. the largest sample at the nearest deeper depth that has samples; else
-    2. ``max((n + 1)·default_ns, largest sample at the nearest shallower sampled
-       depth)`` — ``default_ns`` per packet ahead, but never less than what a shorter
-       queue was seen to take.
+    1. from the nearest shallower sampled depth ``m``, scaled by depth:
+       ``⌈CTT(m)·(n + 1)/(m + 1)⌉`` (the measured time per packet ahead);
+    2. but never more than ``CTT`` of the nearest deeper sampled depth (which bounds
+       it), and never less than ``CTT(m)``;
+    3. only deeper samples: ``CTT`` of the nearest deeper depth;
+    4. no sample at all: ``(n + 1)·default_ns``.
+
+    Scaling what was measured (rather than assuming ``default_ns`` per packet, a
+    worst case) keeps unmeasured depths admissible when the measured ones say they
+    fit, so they get measured. A depth whose guess is still too large is sampled by
+    the gate's exploration (:class:`~coorp.control.Gate`).
     """
 
     def __init__(
@@ -110,13 +118,15 @@ class CompletionTimeTable:
         if ring:
             return _percentile_ceil(sorted(ring), self._percentile)
         deeper = [k for k in self._rings if k > d]
-        if deeper:
-            return max(self._rings[min(deeper)])
-        guess = (d + 1) * self._default_ns
         shallower = [k for k in self._rings if k < d]
-        if shallower:
-            guess = max(guess, max(self._rings[max(shallower)]))
-        return guess
+        if not shallower:
+            return self.query(min(deeper)) if deeper else (d + 1) * self._default_ns
+        m = max(shallower)
+        at_m = self.query(m)
+        scaled = -(-at_m * (d + 1) // (m + 1))
+        if deeper:
+            scaled = min(scaled, self.query(min(deeper)))
+        return max(scaled, at_m)
 
     def _clamp(self, depth: int) -> int:
         if depth < 0:

@@ -4,6 +4,12 @@ NIC one more bulk packet now?
 The :class:`Gate` wraps the three driver operations: the dequeue decision (deny and
 pause the bulk queue when the packet would still be on air at the next protection
 window), and the enqueue/complete events that feed the completion-time table.
+
+One addition to Algorithm 2, *exploration*: the table only learns from packets the
+gate admits, so an estimate that is too large for every gap between windows (a
+guess for a depth never measured, or samples from a congested moment) would deny
+every packet forever and never be corrected. A bounded rule breaks that loop; see
+:class:`Gate`.
 """
 
 from __future__ import annotations
@@ -18,15 +24,21 @@ from coorp.control._windows import WindowSource
 __all__ = ["Gate", "GateDecision", "GateStats", "decide_against"]
 
 DEFAULT_MAX_PENDING = 65_536
+#: At most this many gaps between probes while probes keep running into windows.
+DEFAULT_MAX_EXPLORE_BACKOFF = 64
 
 
 @dataclass(frozen=True, slots=True)
 class GateDecision:
     """``allow``: hand the packet to the NIC. When denied, pause the bulk queue and
-    ask again at ``resume_ns`` (the first instant after the window, ``t2 + 1``)."""
+    ask again at ``resume_ns`` (the first instant after the window, ``t2 + 1``).
+    ``explore``: allowed as an exploration probe although the table predicts it
+    would not finish before the window (see :class:`Gate`); ``resume_ns`` is then
+    the first instant after that window."""
 
     allow: bool
     resume_ns: int | None = None
+    explore: bool = False
 
 
 ALLOW = GateDecision(True, None)
@@ -51,6 +63,8 @@ class GateStats:
     unknown_completions: int = 0
     evicted_pending: int = 0
     replaced_pending: int = 0
+    explored: int = 0  # probes admitted by the exploration rule
+    explore_late: int = 0  # probes that had not completed when their window opened
 
 
 class Gate:
@@ -62,6 +76,27 @@ class Gate:
     dropped without a completion should be passed to :meth:`on_discard`. An id enqueued
     again before completing replaces the old entry (counted). At most ``max_pending``
     packets are tracked; beyond that the oldest is forgotten (counted).
+
+    **Exploration** (``explore=True``, the default). The table learns only from
+    admitted packets, so a completion time estimated larger than every gap between
+    windows would starve bulk traffic for good. When Algorithm 2 denies ahead of a
+    window, the gate still admits one packet — a *probe* — if all hold:
+
+    * it is the first decision at or after the end of the window the previous
+      denial paused for, i.e. the whole gap to the next window lies ahead (a caller
+      that pauses until ``resume_ns`` asks exactly then);
+    * the NIC holds no bulk packet (``queue_depth == 0``): the probe has the gap to
+      itself, and its completion time is a fresh ``CTT[0]`` sample;
+    * no earlier probe is outstanding (one completes, is discarded, or its window
+      opens first);
+    * the backoff allows it: a probe that had not completed when its window opened
+      doubles the number of gaps skipped before the next one (1, 2, 4… up to
+      ``max_explore_backoff``); a probe that finished in time resets it.
+
+    So probes never go out inside a window, at most one is in flight, at most one
+    is sent per gap, and while they keep running into windows they become
+    exponentially rarer; when gaps are long enough for one packet, every gap admits
+    at least one, and the table converges to what packets really take.
     """
 
     def __init__(
@@ -70,14 +105,26 @@ class Gate:
         ctt: CompletionTimeTable,
         *,
         max_pending: int = DEFAULT_MAX_PENDING,
+        explore: bool = True,
+        max_explore_backoff: int = DEFAULT_MAX_EXPLORE_BACKOFF,
     ) -> None:
         if max_pending < 1:
             raise UsageError(f"max_pending={max_pending}: must be >= 1 packet")
+        if max_explore_backoff < 0:
+            raise UsageError(f"max_explore_backoff={max_explore_backoff}: must be >= 0 gaps")
         self._planner = planner
         self._ctt = ctt
         self._max_pending = max_pending
         self._pending: dict[int, tuple[int, int]] = {}
         self._counts = {name: 0 for name in GateStats.__dataclass_fields__}
+        self._explore = explore
+        self._max_backoff = max_explore_backoff
+        # First instant of the next gap: the resume time of the last denial.
+        self._gap_start_ns: int | None = None
+        self._probe_armed: Interval | None = None  # probe decided, not yet enqueued
+        self._probe: tuple[int, Interval] | None = None  # (packet id, its window)
+        self._backoff = 0  # gaps skipped after the last late probe
+        self._skip = 0  # gaps still to skip before the next probe
 
     @property
     def planner(self) -> WindowSource:
@@ -100,17 +147,36 @@ class Gate:
         """The protection window the gate is currently guarding against."""
         return self._planner.next_window(now_ns)
 
+    @property
+    def exploring(self) -> bool:
+        """A probe is in flight (admitted by the exploration rule, not completed)."""
+        return self._probe is not None
+
     def decide(self, now_ns: int, queue_depth: int) -> GateDecision:
         """Whether the driver may dequeue one bulk packet with ``queue_depth`` bulk
         packets already in the NIC. Before any window is known: allow."""
         window = self._planner.next_window(now_ns)
+        self._probe_armed = None
+        if self._probe is not None and now_ns > self._probe[1].start_ns:
+            self._probe_late()
         decision = decide_against(window, now_ns, self._ctt.query(queue_depth))
+        gap_start = self._gap_start_ns is not None and now_ns >= self._gap_start_ns
         if decision.allow:
+            self._gap_start_ns = None
             self._counts["allowed"] += 1
-        elif window is not None and now_ns >= window.start_ns:
+            return decision
+        assert window is not None
+        self._gap_start_ns = decision.resume_ns
+        if now_ns >= window.start_ns:
             self._counts["denied_inside"] += 1
-        else:
-            self._counts["denied_ahead"] += 1
+            return decision
+        if gap_start and self._explore and queue_depth == 0 and self._probe is None:
+            if self._skip == 0:
+                self._probe_armed = window
+                self._counts["explored"] += 1
+                return GateDecision(True, decision.resume_ns, explore=True)
+            self._skip -= 1
+        self._counts["denied_ahead"] += 1
         return decision
 
     def on_enqueue(self, packet_id: int, now_ns: int, queue_depth: int) -> None:
@@ -124,6 +190,11 @@ class Gate:
             del self._pending[next(iter(self._pending))]
             self._counts["evicted_pending"] += 1
         self._pending[packet_id] = (now_ns, queue_depth)
+        if self._probe_armed is not None:
+            self._probe = (packet_id, self._probe_armed)
+            self._probe_armed = None
+        elif self._probe is not None and self._probe[0] == packet_id:
+            self._probe = None  # the probe's id was reused: its completion was lost
 
     def on_complete(self, packet_id: int, now_ns: int) -> None:
         """The NIC reported the packet done: record ``t_comp − t_enq`` in ``CTT[n]``."""
@@ -139,7 +210,22 @@ class Gate:
             )
         self._ctt.record(depth, now_ns - enqueued_ns)
         self._counts["completions"] += 1
+        if self._probe is not None and self._probe[0] == packet_id:
+            if now_ns < self._probe[1].start_ns:
+                self._probe = None
+                self._backoff = self._skip = 0  # it fit: explore freely again
+            else:
+                self._probe_late()
 
     def on_discard(self, packet_id: int) -> None:
         """Forget a packet that will never complete (dropped, queue flushed)."""
         self._pending.pop(packet_id, None)
+        if self._probe is not None and self._probe[0] == packet_id:
+            self._probe = None  # no verdict: the next gap may probe again
+
+    def _probe_late(self) -> None:
+        """The outstanding probe did not complete before its window opened."""
+        self._probe = None
+        self._counts["explore_late"] += 1
+        self._backoff = min(max(1, 2 * self._backoff), self._max_backoff)
+        self._skip = self._backoff
