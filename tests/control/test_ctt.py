@@ -46,6 +46,26 @@ def test_percentile_matches_numpy_on_the_ring_and_the_ring_is_bounded(
     assert expected - 1e-6 * max(1.0, expected) <= got <= expected + 1 + 1e-6 * expected
 
 
+@settings(max_examples=150)
+@given(
+    durations=st.lists(st.integers(0, 1_000), min_size=1, max_size=120),
+    size=st.integers(1, 20),
+    percentile=st.sampled_from([0.0, 50.0, 95.0, 99.9, 100.0]),
+)
+def test_every_answer_matches_a_fresh_sort_of_the_current_ring(
+    durations: list[int], size: int, percentile: float
+) -> None:
+    # The table keeps its samples sorted incrementally (evictions included, duplicates
+    # likely with this small range): asked after every record, it must answer the
+    # percentile of the current ring, as numpy computes it from scratch.
+    ctt = CompletionTimeTable(samples_per_depth=size, percentile=percentile)
+    for d in durations:
+        ctt.record(0, d)
+        ring = np.array(ctt.samples(0), dtype=np.float64)
+        expected = float(np.percentile(ring, percentile))
+        assert expected - 1e-9 <= ctt.query(0) < expected + 1
+
+
 def test_extreme_percentiles_are_min_and_max() -> None:
     low = CompletionTimeTable(percentile=0.0)
     high = CompletionTimeTable(percentile=100.0)

@@ -8,6 +8,7 @@ now would still be on air when the next LS message arrives.
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections import deque
 from fractions import Fraction
 
@@ -64,6 +65,11 @@ class CompletionTimeTable:
         self._percentile = percentile
         self._default_ns = default_ns
         self._rings: dict[int, deque[int]] = {}
+        # The same samples in order, kept in step with the rings: a percentile is then
+        # an index, not a sort per query.
+        self._sorted: dict[int, list[int]] = {}
+        p = Fraction(percentile) / 100
+        self._p_num, self._p_den = p.numerator, p.denominator
         # query() runs on every dequeue decision; recording is rarer, so cache answers.
         self._cache: dict[int, int] = {}
         self._fallbacks: set[int] = set()
@@ -93,7 +99,12 @@ class CompletionTimeTable:
         ring = self._rings.get(d)
         if ring is None:
             ring = self._rings[d] = deque(maxlen=self._samples_per_depth)
+            self._sorted[d] = []
+        ordered = self._sorted[d]
+        if len(ring) == ring.maxlen:
+            del ordered[bisect_left(ordered, ring[0])]  # the sample append() evicts
         ring.append(duration_ns)
+        insort(ordered, duration_ns)
         # Only this depth's answer and fallback answers (depths with no ring, which
         # borrow from neighbours) can change; sampled depths keep their cache.
         self._cache.pop(d, None)
@@ -114,9 +125,9 @@ class CompletionTimeTable:
         return cached
 
     def _compute(self, d: int) -> int:
-        ring = self._rings.get(d)
-        if ring:
-            return _percentile_ceil(sorted(ring), self._percentile)
+        ordered = self._sorted.get(d)
+        if ordered:
+            return _percentile_ceil(ordered, self._p_num, self._p_den)
         deeper = [k for k in self._rings if k > d]
         shallower = [k for k in self._rings if k < d]
         if not shallower:
@@ -134,13 +145,12 @@ class CompletionTimeTable:
         return min(depth, self._max_depth)
 
 
-def _percentile_ceil(values: list[int], percentile: float) -> int:
+def _percentile_ceil(values: list[int], p_num: int, p_den: int) -> int:
     # numpy.percentile's default ("linear") rule: interpolate between order statistics
-    # at rank (n − 1)·P/100. Integer arithmetic on the exact rational P, rounded up, so
-    # the answer never undercuts the true percentile by a float rounding error.
-    p = Fraction(percentile) / 100
-    num = (len(values) - 1) * p.numerator
-    den = p.denominator
+    # at rank (n − 1)·P/100, P/100 = p_num/p_den exactly. Integer arithmetic, rounded
+    # up, so the answer never undercuts the true percentile by a float rounding error.
+    num = (len(values) - 1) * p_num
+    den = p_den
     lo = num // den
     hi = min(lo + 1, len(values) - 1)
     rest = num - lo * den
