@@ -34,8 +34,10 @@ def planner(n: int, conn: Any) -> None:
             with msg:  # the sample goes back to the camera when the block ends
                 frame = msg.value
                 lat = f"{msg.latency_ns / 1e3:.0f} us" if msg.latency_ns is not None else "?"
-                print(f"planner: frame {msg.seq} mean {frame.mean():6.2f} "
-                      f"via {msg.via.name}, {lat} after publish")
+                print(
+                    f"planner: frame {msg.seq} mean {frame.mean():6.2f} "
+                    f"via {msg.via.name}, {lat} after publish"
+                )
                 del frame
 
 

@@ -30,11 +30,12 @@ from coorp.transport._bench_impls import IMPLS, make_receiver, make_sender, unav
 __all__ = ["PUBLISHED", "BenchConfig", "BenchResult", "parse_sizes", "run"]
 
 #: Mean broadcast latency to 4 nodes published in the HPRM thesis (§2.5, Fig. 2.4), ms.
-PUBLISHED = {"HPRM (published)": {10_000_000: 15.0, 50_000_000: 44.6},
-             "ROS 2 Humble (published)": {10_000_000: 1161.0, 50_000_000: 7723.0}}
+PUBLISHED = {
+    "HPRM (published)": {10_000_000: 15.0, 50_000_000: 44.6},
+    "ROS 2 Humble (published)": {10_000_000: 1161.0, 50_000_000: 7723.0},
+}
 
-_UNITS = {"": 1, "B": 1, "KB": 1000, "KIB": 1024, "MB": 1000**2, "MIB": 1024**2,
-          "GB": 1000**3}
+_UNITS = {"": 1, "B": 1, "KB": 1000, "KIB": 1024, "MB": 1000**2, "MIB": 1024**2, "GB": 1000**3}
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -72,19 +73,23 @@ class BenchResult:
         def stats(xs: list[float], unit: str) -> dict[str, float]:
             xs = sorted(xs)
             p99 = xs[min(len(xs) - 1, round(0.99 * (len(xs) - 1)))]
-            return {f"median_{unit}": round(statistics.median(xs), 4),
-                    f"p99_{unit}": round(p99, 4)}
+            return {f"median_{unit}": round(statistics.median(xs), 4), f"p99_{unit}": round(p99, 4)}
 
         return {
-            "broadcast": {impl: {str(n): stats(v, "ms") for n, v in by.items()}
-                          for impl, by in self.broadcast.items()},
-            "rtt": {impl: {str(n): stats(v, "us") for n, v in by.items()}
-                    for impl, by in self.rtt.items()},
+            "broadcast": {
+                impl: {str(n): stats(v, "ms") for n, v in by.items()}
+                for impl, by in self.broadcast.items()
+            },
+            "rtt": {
+                impl: {str(n): stats(v, "us") for n, v in by.items()}
+                for impl, by in self.rtt.items()
+            },
         }
 
 
-def _receiver_main(impl: str, run_id: str, channel: str, max_bytes: int,
-                   echo: str | None, conn: Any) -> None:
+def _receiver_main(
+    impl: str, run_id: str, channel: str, max_bytes: int, echo: str | None, conn: Any
+) -> None:
     tx = make_sender(impl, run_id, echo, 1, max_bytes) if echo else None
     rx = make_receiver(impl, run_id, channel, max_bytes)
     conn.send("ready")
@@ -153,8 +158,9 @@ def _memcpy(cfg: BenchConfig) -> dict[int, list[float]]:
     return results
 
 
-def _broadcast(impls: list[str], cfg: BenchConfig, run_id: str,
-               progress: Callable[[str], None]) -> dict[str, dict[int, list[float]]]:
+def _broadcast(
+    impls: list[str], cfg: BenchConfig, run_id: str, progress: Callable[[str], None]
+) -> dict[str, dict[int, list[float]]]:
     """Measure ``impls`` that share one receiver implementation, message by message in
     turn, so that load from elsewhere on the machine hits them alike."""
     max_bytes = max(cfg.sizes)
@@ -164,8 +170,9 @@ def _broadcast(impls: list[str], cfg: BenchConfig, run_id: str,
     try:
         for impl in impls:
             senders[impl] = make_sender(impl, run_id, "bcast", cfg.subscribers, max_bytes)
-        conns = [procs.start(impls[0], run_id, "bcast", max_bytes, None)
-                 for _ in range(cfg.subscribers)]
+        conns = [
+            procs.start(impls[0], run_id, "bcast", max_bytes, None) for _ in range(cfg.subscribers)
+        ]
         procs.wait_ready(60)
         k = 0
         for index, n in enumerate(cfg.sizes):
@@ -184,7 +191,7 @@ def _broadcast(impls: list[str], cfg: BenchConfig, run_id: str,
                 t0 = senders[impl].send(payload)
                 # Warm-up rounds may lose messages (PUB/SUB joins late, DDS discovers
                 # late): patience starts short and doubles, so slow transports still pass.
-                limit = min(timeout, 2.0 * 2 ** attempts) if warm < warm_rounds else timeout
+                limit = min(timeout, 2.0 * 2**attempts) if warm < warm_rounds else timeout
                 times = []
                 for conn in conns:
                     got = None
@@ -204,13 +211,16 @@ def _broadcast(impls: list[str], cfg: BenchConfig, run_id: str,
                 if None in times:
                     raise RuntimeError(f"a receiver missed message {k} ({n} bytes)")
                 lats[impl].append((max(t for t in times if t is not None) - t0) / 1e6)
-                if (time.monotonic() - start > cfg.max_seconds
-                        and min(len(v) for v in lats.values()) >= cfg.min_iterations):
+                if (
+                    time.monotonic() - start > cfg.max_seconds
+                    and min(len(v) for v in lats.values()) >= cfg.min_iterations
+                ):
                     break
             for impl, lat in lats.items():
                 results[impl][n] = lat
-                progress(f"{impl} {n} B: {len(lat)} messages, median "
-                         f"{statistics.median(lat):.3f} ms")
+                progress(
+                    f"{impl} {n} B: {len(lat)} messages, median {statistics.median(lat):.3f} ms"
+                )
     finally:
         procs.stop()
         for tx in senders.values():
@@ -218,8 +228,9 @@ def _broadcast(impls: list[str], cfg: BenchConfig, run_id: str,
     return results
 
 
-def _rtt(impl: str, cfg: BenchConfig, run_id: str,
-         progress: Callable[[str], None]) -> dict[int, list[float]]:
+def _rtt(
+    impl: str, cfg: BenchConfig, run_id: str, progress: Callable[[str], None]
+) -> dict[int, list[float]]:
     results: dict[int, list[float]] = {}
     max_bytes = max(cfg.rtt_sizes)
     if impl == "memcpy":

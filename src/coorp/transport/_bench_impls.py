@@ -33,8 +33,12 @@ _LEN = struct.Struct("<QQ")
 
 def unavailable(impl: str) -> str | None:
     """Why ``impl`` cannot run here, or ``None`` if it can."""
-    mods = {"coorp": "iceoryx2", "coorp_copy": "iceoryx2", "pyzmq": "zmq",
-            "cyclonedds": "cyclonedds"}
+    mods = {
+        "coorp": "iceoryx2",
+        "coorp_copy": "iceoryx2",
+        "pyzmq": "zmq",
+        "cyclonedds": "cyclonedds",
+    }
     mod = mods.get(impl)
     if mod is None:
         return None
@@ -65,9 +69,14 @@ class _CoorpSender:
         from coorp.transport import Bus, Reach, Topic
 
         self.bus = Bus(f"bench-{channel}", reach=Reach.PROCESS | Reach.MACHINE)
-        self.topic = Topic(name=f"bench/{run}/{channel}", type=np.ndarray,
-                           max_payload=max_bytes + 4096, max_depth=2, max_borrowed=2,
-                           max_subscribers=6)
+        self.topic = Topic(
+            name=f"bench/{run}/{channel}",
+            type=np.ndarray,
+            max_payload=max_bytes + 4096,
+            max_depth=2,
+            max_borrowed=2,
+            max_subscribers=6,
+        )
         self.pub = self.bus.publisher(self.topic)
         self.loan = loan
 
@@ -92,9 +101,14 @@ class _CoorpReceiver:
         from coorp.transport import Bus, Reach, Topic
 
         self.bus = Bus(f"bench-{channel}-r", reach=Reach.PROCESS | Reach.MACHINE)
-        topic = Topic(name=f"bench/{run}/{channel}", type=np.ndarray,
-                      max_payload=max_bytes + 4096, max_depth=2, max_borrowed=2,
-                      max_subscribers=6)
+        topic = Topic(
+            name=f"bench/{run}/{channel}",
+            type=np.ndarray,
+            max_payload=max_bytes + 4096,
+            max_depth=2,
+            max_borrowed=2,
+            max_subscribers=6,
+        )
         self.sub = self.bus.subscriber(topic, depth=2)
         self.msg: Any = None
 
@@ -283,8 +297,9 @@ class _Dds:
 
         self.blob = _dds_types()
         self.dp = DomainParticipant(0)
-        self.qos = Qos(Policy.Reliability.Reliable(duration(seconds=10)),
-                       Policy.History.KeepLast(2))
+        self.qos = Qos(
+            Policy.Reliability.Reliable(duration(seconds=10)), Policy.History.KeepLast(2)
+        )
         self.topic = Topic(self.dp, f"coorp_bench_{run}_{channel}", self.blob, qos=self.qos)
 
 
@@ -311,8 +326,7 @@ class _DdsReceiver(_Dds):
         from cyclonedds.sub import DataReader
 
         self.reader = DataReader(self.dp, self.topic, qos=self.qos)
-        self.cond = ReadCondition(self.reader,
-                                  SampleState.Any | ViewState.Any | InstanceState.Any)
+        self.cond = ReadCondition(self.reader, SampleState.Any | ViewState.Any | InstanceState.Any)
         self.ws = WaitSet(self.dp)
         self.ws.attach(self.cond)
 

@@ -23,14 +23,22 @@ def render_tables(result: BenchResult, console: Any) -> None:
 
     summary = result.summary()
     sizes = sorted({int(n) for by in summary["broadcast"].values() for n in by})
-    table = Table(title="Broadcast: publish -> last subscriber holds a usable array "
-                        "(ms, median / p99)")
+    table = Table(
+        title="Broadcast: publish -> last subscriber holds a usable array (ms, median / p99)"
+    )
     table.add_column("impl")
     for n in sizes:
         table.add_column(format_size(n), justify="right")
     for impl, by in summary["broadcast"].items():
-        table.add_row(impl, *(f"{by[str(n)]['median_ms']:.3f} / {by[str(n)]['p99_ms']:.3f}"
-                              if str(n) in by else "-" for n in sizes))
+        table.add_row(
+            impl,
+            *(
+                f"{by[str(n)]['median_ms']:.3f} / {by[str(n)]['p99_ms']:.3f}"
+                if str(n) in by
+                else "-"
+                for n in sizes
+            ),
+        )
     for label, pts in PUBLISHED.items():
         table.add_row(label, *(f"{pts[n]:g} (mean)" if n in pts else "-" for n in sizes))
     console.print(table)
@@ -41,8 +49,15 @@ def render_tables(result: BenchResult, console: Any) -> None:
         for n in rtt_sizes:
             rt.add_column(format_size(n), justify="right")
         for impl, by in summary["rtt"].items():
-            rt.add_row(impl, *(f"{by[str(n)]['median_us']:.1f} / {by[str(n)]['p99_us']:.1f}"
-                               if str(n) in by else "-" for n in rtt_sizes))
+            rt.add_row(
+                impl,
+                *(
+                    f"{by[str(n)]['median_us']:.1f} / {by[str(n)]['p99_us']:.1f}"
+                    if str(n) in by
+                    else "-"
+                    for n in rtt_sizes
+                ),
+            )
         console.print(rt)
     for impl, reason in result.skipped.items():
         console.print(f"[yellow]not measured[/yellow] {impl}: {reason}")
@@ -65,12 +80,23 @@ def plot(result: BenchResult, path: Path, subscribers: int) -> None:
     fig, ax = plt.subplots(figsize=(9.5, 4.8))
     for impl, by in summary.items():
         xs = sorted(int(n) for n in by)
-        ax.plot([x / 1e6 for x in xs], [by[str(x)]["median_ms"] for x in xs], marker="o",
-                label=impl, linestyle=":" if impl == "memcpy" else "-")
+        ax.plot(
+            [x / 1e6 for x in xs],
+            [by[str(x)]["median_ms"] for x in xs],
+            marker="o",
+            label=impl,
+            linestyle=":" if impl == "memcpy" else "-",
+        )
     for label, pts in PUBLISHED.items():
         xs = sorted(pts)
-        ax.plot([x / 1e6 for x in xs], [pts[x] for x in xs], marker="x", linestyle="--",
-                color="grey" if "HPRM" in label else "black", label=label + ", mean")
+        ax.plot(
+            [x / 1e6 for x in xs],
+            [pts[x] for x in xs],
+            marker="x",
+            linestyle="--",
+            color="grey" if "HPRM" in label else "black",
+            label=label + ", mean",
+        )
     ax.set_yscale("log")
     ax.set_xlabel("object size (MB)")
     ax.set_ylabel("latency (ms, median; log scale)")
