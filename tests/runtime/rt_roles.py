@@ -92,6 +92,10 @@ def worker(args: argparse.Namespace) -> None:
     receipt = team.bulk("params", args.dest).send(data, timeout_s=args.timeout)
     stop.set()
     lt.join(timeout=5)
+    if args.leader:
+        # The permit's release goes out after the receipt: once the leader has handled
+        # it, its counters (read after RESULT) include it.
+        team.sync_leader(timeout_s=10)
     result = {
         "robot": args.robot,
         "sha": hashlib.sha256(data).hexdigest(),

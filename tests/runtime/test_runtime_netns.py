@@ -237,10 +237,13 @@ def test_ls_latency_lower_with_coordination_and_one_bh_sender_at_a_time(
     assert summary["coordinated"]["p99_ms"] < summary["marking_only"]["p99_ms"]
 
 
-def test_killed_holder_frees_permit_within_timeslice_and_forgeries_are_dropped(
+def test_killed_holder_passes_its_permit_on_and_forgeries_are_dropped(
     topo: Topology, tmp_path: Path
 ) -> None:
-    timeslice_ns = 4_000_000_000
+    # Far longer than setting the scene takes on a loaded machine (a1 must still hold
+    # its permit when a2 queues up), and than the test's own waits: a2 can only be
+    # granted because a1's connection died, which the counters confirm.
+    timeslice_ns = 600_000_000_000
     config = team_file(tmp_path, timeslice_ms=timeslice_ns / 1e6)
     start_leader(topo, config)
     sink = start_sink(topo, expect_bulk=2)
@@ -258,7 +261,7 @@ def test_killed_holder_frees_permit_within_timeslice_and_forgeries_are_dropped(
     holder.kill()  # mid-transfer: 60 MB take far longer than this test
     done = result_of(waiter, 60)
     granted_ns = done["first_write_ns"]  # a2 writes its first byte once granted
-    assert killed_ns < granted_ns < killed_ns + timeslice_ns
+    assert killed_ns < granted_ns
     received = result_of(sink, 60)
     assert [b["sha"] for b in received["bulk"] if b["robot"] == "a2"] == [done["sha"]]
 
@@ -273,5 +276,7 @@ def test_killed_holder_frees_permit_within_timeslice_and_forgeries_are_dropped(
     assert c["dropped_malformed"] >= 1
     assert c["dropped_oversized"] >= 1
     assert c["disconnect_revocations"] >= 1
+    # Every revocation was a disconnect: no timeslice ran out, the kill passed it on.
+    assert c["revocations"] == c["disconnect_revocations"]
     assert c["max_holders"] == 1
     print(f"NETNS KILL permit passed on {(granted_ns - killed_ns) / 1e6:.0f} ms after the kill")

@@ -149,6 +149,22 @@ class Coordinator:
             async with asyncio.timeout(timeout_s):
                 await self._changed.wait()
 
+    async def flush(self, timeout_s: float) -> None:
+        """Wait (at most ``timeout_s``) until the permit messages already queued for
+        the leader (requests, releases) have been written to the link."""
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=timeout_s)
+
+    async def sync(self, timeout_s: float) -> bool:
+        """True once the leader has handled every permit message sent so far (see
+        :meth:`ControlLink.round_trip`); False without a leader link or answer."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        await self.flush(timeout_s)
+        if self.link is None:
+            return False
+        return await self.link.round_trip(max(deadline - loop.time(), 0.0))
+
     # -- internals -------------------------------------------------------------------------
     def _notify(self) -> None:
         self._changed.set()

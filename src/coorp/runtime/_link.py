@@ -72,6 +72,8 @@ class ControlLink:
         self.state = LinkState.PENDING
         self.welcome: Welcome | None = None
         self.refused: str | None = None
+        #: Time from the last frame heard to the last switch to uncoordinated mode.
+        self.fell_back_after_ns: int | None = None
         self._conn: FramedConnection | None = None
         self._last_heard_ns = clock()
         self._fallback_timer: asyncio.TimerHandle | None = None
@@ -79,6 +81,9 @@ class ControlLink:
         self._task: asyncio.Task[None] | None = None
         self._fallback_logged = False
         self._closing = False
+        # Round trips in flight: Ping token -> future set by the matching Pong.
+        self._round_trips: dict[int, asyncio.Future[None]] = {}
+        self._next_token = 1 << 40  # apart from the heartbeat tokens (1, 2, ...)
         self.counters = {"joins": 0, "disconnects": 0, "fallbacks": 0, "refusals": 0}
 
     # -- public ----------------------------------------------------------------------------
@@ -104,6 +109,27 @@ class ControlLink:
             conn.close()
             return False
         return True
+
+    async def round_trip(self, timeout_s: float) -> bool:
+        """Ping the leader and wait for its Pong: True once the leader has handled
+        every frame sent on this connection before (frames are handled in order).
+        False if not joined, or no answer within ``timeout_s``."""
+        conn = self._conn
+        if conn is None or self.state is not LinkState.JOINED:
+            return False
+        self._next_token += 1
+        token = self._next_token
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._round_trips[token] = fut
+        try:
+            async with asyncio.timeout(timeout_s):
+                await conn.send(Ping(token))
+                await fut
+            return True
+        except (TimeoutError, PeerError, OSError):
+            return False
+        finally:
+            self._round_trips.pop(token, None)
 
     async def close(self) -> None:
         self._closing = True
@@ -170,7 +196,11 @@ class ControlLink:
             while True:
                 msg = await conn.recv()
                 self._last_heard_ns = self._clock()
-                if not isinstance(msg, Pong):
+                if isinstance(msg, Pong):
+                    fut = self._round_trips.get(msg.token)
+                    if fut is not None and not fut.done():
+                        fut.set_result(None)
+                else:
                     self._on_message(msg)
         finally:
             beat.cancel()
@@ -241,6 +271,7 @@ class ControlLink:
             return
         self.state = LinkState.UNCOORDINATED
         self.counters["fallbacks"] += 1
+        self.fell_back_after_ns = self._clock() - self._last_heard_ns
         if not self._fallback_logged:
             self._fallback_logged = True
             log.warning(

@@ -128,6 +128,13 @@ class AsyncTeam:
             return self.mode == mode
         return await self.coordinator.wait_state(states[mode], timeout_s)
 
+    async def sync_leader(self, timeout_s: float = 5.0) -> bool:
+        """Wait until the leader has handled every permit message this robot sent so
+        far (a release after a finished bulk message, for instance): one round trip
+        on the control connection. False with no leader, or none within
+        ``timeout_s``."""
+        return await self.coordinator.sync(timeout_s)
+
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "robot": self.robot,
@@ -221,6 +228,9 @@ class AsyncTeam:
         for inbox in self._inboxes:
             await inbox.close()
         if self.link is not None:
+            # A release queued by a stream that just finished goes out first, so the
+            # leader hands the permit on at once instead of noticing a disconnect.
+            await self.coordinator.flush(1.0)
             await self.link.close()
 
     async def __aenter__(self) -> Self:
@@ -365,6 +375,12 @@ class Team:
     def wait_mode(self, mode: str, timeout_s: float) -> bool:
         """Block until :attr:`mode` is ``mode`` (at most ``timeout_s``); True if it is."""
         ok: bool = self._runner.run(self._team.wait_mode(mode, timeout_s), timeout_s + 5)
+        return ok
+
+    def sync_leader(self, timeout_s: float = 5.0) -> bool:
+        """Block until the leader has handled every permit message this robot sent so
+        far (see :meth:`AsyncTeam.sync_leader`)."""
+        ok: bool = self._runner.run(self._team.sync_leader(timeout_s), timeout_s + 5)
         return ok
 
     def latency_sensitive(
