@@ -31,7 +31,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from coorp._errors import PeerError
-from coorp.control import Gate, GateDecision
 
 from ._auth import TeamKey
 from ._coordination import Coordinator
@@ -88,9 +87,11 @@ class BulkSettings:
     """Drain time per chunk assumed before any was measured."""
     max_pause_ns: int = 100_000_000
     """Starvation guard: after this long paused by local preemption, one chunk goes
-    out anyway (a probe). It keeps BH moving when the LS time model is poor (windows
-    that tile time) and refreshes completion times the gate would otherwise never
-    re-measure (a stale, too-large sample denies every chunk, so none completes)."""
+    out anyway. The gate itself explores completion times it cannot trust (one probe
+    per gap between windows), but only where there is a gap: when LS jitter makes the
+    protection windows tile time there is none, and without the guard BH would stop
+    for as long as that lasts. A robot's LS send times come from a general-purpose OS
+    (threads, GC, a loaded CPU), so that happens in practice."""
 
     def __post_init__(self) -> None:
         if not 1024 <= self.chunk_bytes <= MAX_SEGMENT_BYTES:
@@ -309,8 +310,8 @@ class AsyncBulkStream:
                     decision = gate.decide(now, depth)
                     if paused_since is None:
                         paused_since = now
-                    if not decision.allow and self._explore(gate, tracker, depth, now):
-                        decision = GateDecision(True, None)
+                    if decision.explore:
+                        self.counters["explorations"] += 1
                     if not decision.allow and now - paused_since < s.max_pause_ns:
                         prog.preemptions += 1
                         self.counters["preemptions"] += 1
@@ -334,23 +335,6 @@ class AsyncBulkStream:
             await self._write_segment(conn, msg_id, off, view[off : off + n], depth)
             off += n
             prog.last_progress_ns = self._clock()
-
-    def _explore(self, gate: Gate, tracker: DrainTracker, depth: int, now: int) -> bool:
-        """Let one chunk through at a depth the gate has never measured.
-
-        The gate answers for an unmeasured depth with a conservative guess; if that
-        guess denies, nothing is ever written at that depth and the guess is never
-        corrected. One chunk per unmeasured depth, only ahead of a window (never
-        inside one) and one at a time, measures it.
-        """
-        window = gate.window(now)
-        if window is None or now >= window.start_ns or tracker.exploring:
-            return False
-        if gate.ctt.samples(depth):
-            return False
-        self.counters["explorations"] += 1
-        tracker.exploring = True
-        return True
 
     async def _wait_for_permit(self, conn: FramedConnection, prog: _Progress) -> None:
         t0 = self._clock()

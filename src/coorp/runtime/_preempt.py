@@ -97,8 +97,6 @@ class DrainTracker:
         self._next_id = 1
         # (packet id, stream offset of the chunk's last byte), oldest first.
         self._pending: deque[tuple[int, int]] = deque()
-        #: A chunk written to measure an unmeasured depth is still outstanding.
-        self.exploring = False
 
     def depth(self) -> int:
         """Bulk "packets" (buckets) ahead of one written now."""
@@ -121,8 +119,6 @@ class DrainTracker:
         while self._pending and self._pending[0][1] <= acked:
             pid, _ = self._pending.popleft()
             self.gate.on_complete(pid, now_ns)
-        if not self._pending:
-            self.exploring = False
 
     @property
     def tracking(self) -> int:
@@ -134,4 +130,3 @@ class DrainTracker:
             self.gate.on_discard(pid)
         self._pending.clear()
         self._written = 0
-        self.exploring = False
