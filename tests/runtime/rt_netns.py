@@ -79,14 +79,15 @@ class Proc:
         self.lines.append(text)
         return text
 
-    def expect(self, prefix: str, timeout: float) -> str:
-        """Read lines until one starts with ``prefix``; AssertionError on timeout/EOF."""
+    def expect(self, prefix: str, timeout: float, *, anywhere: bool = False) -> str:
+        """Read lines until one starts with ``prefix`` (contains it, if ``anywhere``);
+        AssertionError on timeout/EOF."""
         deadline = time.monotonic() + timeout
         for _ in range(10_000):
             line = self.read_line(max(deadline - time.monotonic(), 0))
             if line is None:
                 break
-            if line.startswith(prefix):
+            if line.startswith(prefix) or (anywhere and prefix in line):
                 return line
         err = b""
         if self.popen.poll() is not None and self.popen.stderr is not None:

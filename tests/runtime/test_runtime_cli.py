@@ -29,10 +29,9 @@ def procs() -> Iterator[list[Proc]]:
             p.kill()
 
 
-def start(procs: list[Proc], *args: str) -> Proc:
-    p = Proc(
-        args[0], subprocess.Popen([*COORP, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    )
+def start(procs: list[Proc], *args: str, logs_to_stdout: bool = False) -> Proc:
+    err = subprocess.STDOUT if logs_to_stdout else subprocess.PIPE
+    p = Proc(args[0], subprocess.Popen([*COORP, *args], stdout=subprocess.PIPE, stderr=err))
     procs.append(p)
     return p
 
@@ -92,6 +91,7 @@ def test_leader_and_agents_send_a_file(tmp_path: Path, procs: list[Proc]) -> Non
         "127.0.0.1:0",
         "--save-dir",
         str(tmp_path / "got"),
+        logs_to_stdout=True,
     )
     line = rx.expect("coorp agent: ld (coordinated) receiving on", 30)
     inbox = line.rsplit(" ", 1)[1]
@@ -125,6 +125,9 @@ def test_leader_and_agents_send_a_file(tmp_path: Path, procs: list[Proc]) -> Non
         timeout=60,
     )
     assert status.returncode == 0 and "grants" in status.stdout
+    # The sender returns once the receiver has the message; the agent logs it and
+    # writes the file in one step: after that line, stopping it cannot lose the file.
+    rx.expect("bulk r1/file #1: 5120000 bytes", 30, anywhere=True)
     rx.popen.terminate()
     rx.popen.wait(timeout=20)
     saved = list((tmp_path / "got").glob("r1-file-1-*.bin"))
