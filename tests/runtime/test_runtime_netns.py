@@ -228,6 +228,12 @@ def test_ls_latency_lower_with_coordination_and_one_bh_sender_at_a_time(
             / 1e9,
         },
         "link": f"tbf {RATE_MBIT} Mbit/s, {QUEUE_MS} ms queue",
+        # Local preemption per coordinated robot: pauses, gate probes (explorations)
+        # and starvation-guard chunks (probes).
+        "coordinated_bulk": {
+            w["robot"]: {k: w["bulk"][k] for k in ("preemptions", "explorations", "probes")}
+            for w in coord_workers
+        },
     }
     print("NETNS LS LATENCY " + json.dumps(summary))
     out = os.environ.get("COORP_NETNS_REPORT")
