@@ -261,3 +261,28 @@ def test_async_inbox_overflow_drops_oldest_ls_never_bulk() -> None:
         return [(x.kind, x.seq) for x in out]
 
     assert asyncio.run(main()) == [("bulk", 1), ("ls", 2), ("ls", 3), ("bulk", 2), ("bulk", 3)]
+
+
+def test_messages_confirmed_but_not_taken_are_drained_after_close() -> None:
+    # A program that stops (the agent on SIGTERM) must not lose what the senders were
+    # already told was delivered: close() stops receiving, drain() hands the rest over.
+    async def main() -> list[tuple[str, int, int]]:
+        rx = await ajoin(None, "rx", KEY)
+        tx = await ajoin(None, "tx", KEY)
+        try:
+            inbox = await rx.listen("127.0.0.1:0")
+            dest = f"127.0.0.1:{inbox.address[1]}"
+            stream = tx.bulk("params", dest)
+            for size in (1_000, 2_000):
+                receipt = await stream.send(b"x" * size, timeout_s=10)
+                assert receipt.nbytes == size  # confirmed by the receiver
+            await inbox.close()
+            await inbox.close()  # idempotent
+            drained = [(m.kind, m.seq, len(m.payload)) for m in inbox.drain()]
+            assert inbox.drain() == []
+            return drained
+        finally:
+            await tx.close()
+            await rx.close()
+
+    assert asyncio.run(main()) == [("bulk", 1, 1_000), ("bulk", 2, 2_000)]

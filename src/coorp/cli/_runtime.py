@@ -130,7 +130,7 @@ def agent(
     log_level: str = typer.Option("info", help="debug, info, warning or error"),
 ) -> None:
     """Join a team as one robot: receive messages, optionally send a file."""
-    from coorp.runtime import TeamSettings, ajoin, load_team_config, resolve_team_key
+    from coorp.runtime import Message, TeamSettings, ajoin, load_team_config, resolve_team_key
     from coorp.runtime._bulk import BulkSettings
 
     _setup_logging(log_level)
@@ -175,22 +175,25 @@ def agent(
             )
             if save_dir is not None:
                 save_dir.mkdir(parents=True, exist_ok=True)
+
+            def handle(msg: Message) -> None:
+                if msg.kind != "bulk":
+                    return
+                log.info("bulk %s/%s #%d: %d bytes", msg.robot, msg.channel, msg.seq,
+                         len(msg.payload))  # fmt: skip
+                if save_dir is not None:
+                    name = f"{msg.robot}-{msg.channel}-{msg.seq}-{time.time_ns()}.bin"
+                    (save_dir / name).write_bytes(msg.payload)
+
             stop = asyncio.create_task(_until_signalled())
             while not stop.done():
                 with contextlib.suppress(TimeoutError):
-                    msg = await inbox.recv(timeout_s=0.5)
-                    if msg.kind == "bulk":
-                        log.info(
-                            "bulk %s/%s #%d: %d bytes",
-                            msg.robot,
-                            msg.channel,
-                            msg.seq,
-                            len(msg.payload),
-                        )
-                        if save_dir is not None:
-                            name = f"{msg.robot}-{msg.channel}-{msg.seq}-{time.time_ns()}.bin"
-                            (save_dir / name).write_bytes(msg.payload)
+                    handle(await inbox.recv(timeout_s=0.5))
             stop.cancel()
+            # Senders already hold a confirmation for what is still queued: keep it.
+            await inbox.close()
+            for msg in inbox.drain():
+                handle(msg)
         finally:
             await team.close()
 

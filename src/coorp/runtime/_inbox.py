@@ -130,6 +130,14 @@ class _Mailbox:
         self._bulk += 1
         self._arrived.set()
 
+    def take_all(self) -> list[Message]:
+        """Everything waiting, in arrival order; the mailbox is empty afterwards."""
+        items = list(self._items)
+        self._items.clear()
+        self._ls = self._bulk = 0
+        self._room.set()
+        return items
+
     async def get(self) -> Message:
         while not self._items:
             self._arrived.clear()
@@ -165,6 +173,7 @@ class AsyncInbox:
         self.bulk = BulkReceiver(key, self._box.put_bulk, limits=limits, clock=clock, drops=drops)
         self.bulk.start(listener)
         self._listener = listener
+        self._closed = False
         self._loop.add_reader(udp.fileno(), self._on_readable)
 
     @classmethod
@@ -206,11 +215,24 @@ class AsyncInbox:
         return out
 
     async def close(self) -> None:
+        """Stop receiving (idempotent). Messages already received stay available to
+        :meth:`drain`."""
+        if self._closed:
+            return
+        self._closed = True
         with contextlib.suppress(ValueError, OSError):
             self._loop.remove_reader(self._core.udp.fileno())
         await self.bulk.close()
         self._listener.close()
         self._core.udp.close()
+
+    def drain(self) -> list[Message]:
+        """The messages received but not yet returned by :meth:`recv`, in arrival order.
+
+        A bulk message is confirmed to its sender as soon as it is here, so a program
+        that stops must take these after :meth:`close` or lose them.
+        """
+        return self._box.take_all()
 
 
 class Inbox:
