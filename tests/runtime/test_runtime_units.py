@@ -10,7 +10,7 @@ import pytest
 
 from coorp import ScenarioError, UsageError
 from coorp.control import CompletionTimeTable, Gate, Interval
-from coorp.runtime import TeamKey, ajoin, load_team_config, mark_socket, resolve_team_key
+from coorp.runtime import TeamKey, ajoin, join, load_team_config, mark_socket, resolve_team_key
 from coorp.runtime._auth import DatagramAuthenticator
 from coorp.runtime._latency import LatencySensitiveChannel
 from coorp.runtime._marking import Marking
@@ -286,3 +286,19 @@ def test_messages_confirmed_but_not_taken_are_drained_after_close() -> None:
             await rx.close()
 
     assert asyncio.run(main()) == [("bulk", 1, 1_000), ("bulk", 2, 2_000)]
+
+
+def test_threaded_inbox_drains_confirmed_bulk_messages_after_close() -> None:
+    rx = join(None, "rx", KEY)
+    tx = join(None, "tx", KEY)
+    try:
+        inbox = rx.listen("127.0.0.1:0")
+        stream = tx.bulk("params", f"127.0.0.1:{inbox.address[1]}")
+        for size in (1_000, 2_000):
+            assert stream.send(b"y" * size, timeout_s=10).nbytes == size
+        inbox.close()
+        assert [(m.seq, len(m.payload)) for m in inbox.drain()] == [(1, 1_000), (2, 2_000)]
+        assert inbox.drain() == []
+    finally:
+        tx.close()
+        rx.close()

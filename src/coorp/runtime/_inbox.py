@@ -360,6 +360,17 @@ class Inbox:
             out.update({f"bulk_{k}": v for k, v in self.bulk.counters.items()})
         return out
 
+    def drain(self) -> list[Message]:
+        """The bulk messages received (and confirmed to their senders) but not yet
+        returned by :meth:`recv`; call after :meth:`close` so a stopping program loses
+        none. LS datagrams still in the socket are not confirmed and are not kept."""
+        out: list[Message] = []
+        while True:
+            try:
+                out.append(self._bulk_q.get_nowait())
+            except queue.Empty:
+                return out
+
     def close(self) -> None:
         if self._closed:
             return
