@@ -24,8 +24,7 @@ def test_parse_sizes() -> None:
 
 
 def test_a_failing_implementation_is_reported_and_omitted() -> None:
-    result = run(BenchConfig(sizes=[1000], rtt_sizes=[], impls=["no-such-impl"],
-                             iterations=2))
+    result = run(BenchConfig(sizes=[1000], rtt_sizes=[], impls=["no-such-impl"], iterations=2))
     assert "no-such-impl" in result.skipped
     summary = result.summary()
     assert set(summary["broadcast"]) == {"memcpy"}
@@ -34,10 +33,27 @@ def test_a_failing_implementation_is_reported_and_omitted() -> None:
 @needs_iceoryx2
 def test_broadcast_command_writes_the_documented_json(tmp_path: Path) -> None:
     out, plot = tmp_path / "bench.json", tmp_path / "bench.png"
-    cmd = [*CLI, "bench", "broadcast", "--sizes", "100KB",
-           "--subscribers", "2", "--impls", "coorp,pickle5_socket", "--iterations", "3",
-           "--rtt-sizes", "64B", "--rtt-iterations", "5", "--json", str(out),
-           "--plot", str(plot)]
+    cmd = [
+        *CLI,
+        "bench",
+        "broadcast",
+        "--sizes",
+        "100KB",
+        "--subscribers",
+        "2",
+        "--impls",
+        "coorp,pickle5_socket",
+        "--iterations",
+        "3",
+        "--rtt-sizes",
+        "64B",
+        "--rtt-iterations",
+        "5",
+        "--json",
+        str(out),
+        "--plot",
+        str(plot),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(out.read_text())
@@ -53,6 +69,11 @@ def test_broadcast_command_writes_the_documented_json(tmp_path: Path) -> None:
 
 
 def test_unknown_implementation_is_a_usage_error() -> None:
-    proc = subprocess.run([*CLI, "bench", "broadcast", "--impls",
-                           "nope"], capture_output=True, text=True, timeout=60, check=False)
+    proc = subprocess.run(
+        [*CLI, "bench", "broadcast", "--impls", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 2 and "unknown implementation" in proc.stderr

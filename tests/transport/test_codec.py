@@ -67,8 +67,12 @@ def test_bytes_arrive_as_readonly_views() -> None:
 def test_nested_structures_move_large_values_out_of_band() -> None:
     img = np.random.default_rng(1).integers(0, 255, (48, 64, 3), dtype=np.uint8)
     blob = b"x" * OOB_THRESHOLD
-    msg = {"stamp": 12, "pose": [1.0, 2.0, 3.0], "img": img,
-           "nested": {"blob": blob, "small": b"ab", "depth": [img[0], {"z": None}]}}
+    msg = {
+        "stamp": 12,
+        "pose": [1.0, 2.0, 3.0],
+        "img": img,
+        "nested": {"blob": blob, "small": b"ab", "depth": [img[0], {"z": None}]},
+    }
     value, kind, nbuf = roundtrip(Topic(name="t/d", type=dict), msg)
     assert kind == Kind.MSGPACK and nbuf == 3  # img, blob, img[0]
     assert value["stamp"] == 12 and value["pose"] == [1.0, 2.0, 3.0]
@@ -123,8 +127,13 @@ def _frame_for(obj: object) -> bytearray:
     enc = Codec(topic).encode(obj)
     lay = layout(len(enc.meta), enc.buffer_lengths)
     frame = bytearray(lay.total)
-    write_prefix(memoryview(frame), FrameHeader(enc.kind, 0, topic.type_id, 1, 1, 1, 0),
-                 enc.meta, lay, enc.buffer_lengths)
+    write_prefix(
+        memoryview(frame),
+        FrameHeader(enc.kind, 0, topic.type_id, 1, 1, 1, 0),
+        enc.meta,
+        lay,
+        enc.buffer_lengths,
+    )
     for off, buf in zip(lay.buffer_offsets, enc.buffers, strict=True):
         frame[off : off + buf.nbytes] = buf
     return frame

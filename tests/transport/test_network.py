@@ -46,8 +46,9 @@ class Pose(msgspec.Struct):
     cov: np.ndarray
 
 
-def test_messages_cross_the_network_exactly(net_pair: tuple[Bus, Bus, TcpTransport,
-                                                            TcpTransport], name: str) -> None:
+def test_messages_cross_the_network_exactly(
+    net_pair: tuple[Bus, Bus, TcpTransport, TcpTransport], name: str
+) -> None:
     a, b, ta, _ = net_pair
     topic = Topic(name=name, type=object, max_payload=1 << 23)
     sub = b.subscriber(topic, depth=16)
@@ -77,8 +78,9 @@ def test_messages_cross_the_network_exactly(net_pair: tuple[Bus, Bus, TcpTranspo
             assert msg.value == obj
 
 
-def test_struct_topic_and_reverse_direction(net_pair: tuple[Bus, Bus, TcpTransport,
-                                                             TcpTransport], name: str) -> None:
+def test_struct_topic_and_reverse_direction(
+    net_pair: tuple[Bus, Bus, TcpTransport, TcpTransport], name: str
+) -> None:
     a, b, _, tb = net_pair
     topic = Topic(name=name, type=Pose)
     sub = a.subscriber(topic)  # the connecting side publishes this time
@@ -89,7 +91,8 @@ def test_struct_topic_and_reverse_direction(net_pair: tuple[Bus, Bus, TcpTranspo
 
 
 def test_type_mismatch_is_reported_to_the_subscriber(
-        net_pair: tuple[Bus, Bus, TcpTransport, TcpTransport], name: str) -> None:
+    net_pair: tuple[Bus, Bus, TcpTransport, TcpTransport], name: str
+) -> None:
     a, b, _, _ = net_pair
     a.publisher(Topic(name=name, type=np.ndarray))
     sub = b.subscriber(Topic(name=name, type=dict))
@@ -98,7 +101,8 @@ def test_type_mismatch_is_reported_to_the_subscriber(
 
 
 def test_pickle_topics_never_use_the_network(
-        net_pair: tuple[Bus, Bus, TcpTransport, TcpTransport], name: str) -> None:
+    net_pair: tuple[Bus, Bus, TcpTransport, TcpTransport], name: str
+) -> None:
     a, b, ta, _ = net_pair
     topic = Topic(name=name, allow_pickle=True)
     sub = b.subscriber(topic)
@@ -108,7 +112,8 @@ def test_pickle_topics_never_use_the_network(
 
 
 def test_publishing_pickle_only_objects_to_a_network_subscriber_fails(
-        net_pair: tuple[Bus, Bus, TcpTransport, TcpTransport], name: str) -> None:
+    net_pair: tuple[Bus, Bus, TcpTransport, TcpTransport], name: str
+) -> None:
     a, b, ta, _ = net_pair
     topic = Topic(name=name)
     b.subscriber(topic)
@@ -117,8 +122,9 @@ def test_publishing_pickle_only_objects_to_a_network_subscriber_fails(
         a.publisher(topic).publish(Opaque())
 
 
-def test_keep_last_across_the_network(net_pair: tuple[Bus, Bus, TcpTransport, TcpTransport],
-                                      name: str) -> None:
+def test_keep_last_across_the_network(
+    net_pair: tuple[Bus, Bus, TcpTransport, TcpTransport], name: str
+) -> None:
     a, b, ta, _ = net_pair
     topic = Topic(name=name, type=int, policy=QueuePolicy.KEEP_LAST)
     sub = b.subscriber(topic, depth=2)

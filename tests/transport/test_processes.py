@@ -91,8 +91,7 @@ def test_crashed_subscriber_is_reclaimed(spawn: Callable[..., Any], name: str) -
             pub.publish(np.full(50_000, i % 250, np.uint8))
 
 
-def test_block_survives_a_subscriber_that_never_reads(spawn: Callable[..., Any],
-                                                      name: str) -> None:
+def test_block_survives_a_subscriber_that_never_reads(spawn: Callable[..., Any], name: str) -> None:
     topic = Topic(name=name, type=int, policy=QueuePolicy.BLOCK)
     with Bus("parent", reach=Reach.MACHINE) as bus:
         pub = bus.publisher(topic)
@@ -126,7 +125,8 @@ def test_views_outlive_a_crashed_publisher(spawn: Callable[..., Any], name: str)
 
 
 def test_block_forgets_a_crashed_subscriber_it_never_heard_from(
-        spawn: Callable[..., Any], name: str) -> None:
+    spawn: Callable[..., Any], name: str
+) -> None:
     topic = Topic(name=name, type=int, policy=QueuePolicy.BLOCK)
     with Bus("parent", reach=Reach.MACHINE) as bus:
         proc, conn = spawn(_children.holding_child, topic, 0)  # subscribes first

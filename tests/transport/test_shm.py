@@ -54,8 +54,9 @@ def test_exact_bytes_in_order_to_every_subscriber(shm_pair: tuple[Bus, Bus], nam
         assert sub.stats.dropped == 0 and sub.stats.rejected == 0
 
 
-def test_loaned_array_reaches_subscribers_without_copy(shm_pair: tuple[Bus, Bus],
-                                                       name: str) -> None:
+def test_loaned_array_reaches_subscribers_without_copy(
+    shm_pair: tuple[Bus, Bus], name: str
+) -> None:
     a, b = shm_pair
     topic = Topic(name=name, type=np.ndarray, max_payload=1 << 22)
     pub = a.publisher(topic)
@@ -106,8 +107,7 @@ def test_views_keep_their_sample_alive(shm_pair: tuple[Bus, Bus], name: str) -> 
     assert sub.borrowed == 0
 
 
-def test_holding_too_many_messages_is_a_clear_error(shm_pair: tuple[Bus, Bus],
-                                                    name: str) -> None:
+def test_holding_too_many_messages_is_a_clear_error(shm_pair: tuple[Bus, Bus], name: str) -> None:
     a, b = shm_pair
     topic = Topic(name=name, type=np.ndarray, max_borrowed=2, max_depth=8)
     pub, sub = a.publisher(topic), b.subscriber(topic, depth=8)
@@ -199,7 +199,8 @@ def test_loan_discard_and_failed_block(shm_pair: tuple[Bus, Bus], name: str) -> 
 
 
 def test_block_counts_subscribers_that_joined_before_the_publisher(
-        shm_pair: tuple[Bus, Bus], name: str) -> None:
+    shm_pair: tuple[Bus, Bus], name: str
+) -> None:
     a, b = shm_pair
     topic = Topic(name=name, type=int, policy=QueuePolicy.BLOCK)
     sub = b.subscriber(topic, depth=2)  # exists before the publisher does

@@ -57,8 +57,9 @@ class Bus:
             if network is not None:
                 reach |= Reach.NETWORK
         if Reach.NETWORK in reach and network is None:
-            raise UsageError("Reach.NETWORK needs a network transport, e.g. "
-                             "Bus(network=TcpTransport(...))")
+            raise UsageError(
+                "Reach.NETWORK needs a network transport, e.g. Bus(network=TcpTransport(...))"
+            )
         self.name = name
         self.reach = reach
         self.clock = clock
@@ -84,8 +85,9 @@ class Bus:
         if known.type_id != topic.type_id:
             raise TopicTypeMismatchError(topic.name, known.type_name, topic.type_name)
         elif known != topic:
-            raise UsageError(f"topic {topic.name!r} is declared twice with different "
-                             f"options: {known} vs {topic}")
+            raise UsageError(
+                f"topic {topic.name!r} is declared twice with different options: {known} vs {topic}"
+            )
 
     def _uid(self) -> int:
         self._next_id += 1
@@ -116,8 +118,14 @@ class Bus:
         with self._lock:
             self._declare(topic)
             uid = (self.id << 16) ^ self._uid()
-            sub = Subscriber(self, topic, depth=depth, deadline=deadline,
-                             on_deadline_miss=on_deadline_miss, uid=uid & (2**64 - 1))
+            sub = Subscriber(
+                self,
+                topic,
+                depth=depth,
+                deadline=deadline,
+                on_deadline_miss=on_deadline_miss,
+                uid=uid & (2**64 - 1),
+            )
             self._topics.setdefault(topic.name, topic)
             first = not self._subs.get(topic.name)
             self._subs.setdefault(topic.name, []).append(sub)
@@ -131,15 +139,17 @@ class Bus:
         subs = self._subs.get(topic.name)
         return len(subs) if subs and self.shm is not None else 0
 
-    def deliver_local(self, topic: Topic, obj: Any, seq: int, stamp: int, pub_id: int,
-                      timeout: float | None) -> None:
+    def deliver_local(
+        self, topic: Topic, obj: Any, seq: int, stamp: int, pub_id: int, timeout: float | None
+    ) -> None:
         """Hand ``obj`` to this bus's subscribers of ``topic`` (no copy)."""
         subs = self._subs.get(topic.name)
         if not subs:
             return
         for sub in list(subs):
-            sub.push(local_message(topic, obj, seq, stamp, (self.id, pub_id), self.clock()),
-                     timeout)
+            sub.push(
+                local_message(topic, obj, seq, stamp, (self.id, pub_id), self.clock()), timeout
+            )
 
     # FrameSink (for the network transport)
     def deliver_frame(self, topic_name: str, frame: memoryview, owner: object) -> None:
@@ -151,8 +161,11 @@ class Bus:
 
     def subscribed_topics(self) -> list[Topic]:
         with self._lock:
-            return [self._topics[n] for n, subs in self._subs.items()
-                    if subs and not self._topics[n].allow_pickle]
+            return [
+                self._topics[n]
+                for n, subs in self._subs.items()
+                if subs and not self._topics[n].allow_pickle
+            ]
 
     def published_topic(self, name: str) -> Topic | None:
         with self._lock:

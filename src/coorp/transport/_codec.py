@@ -149,8 +149,7 @@ class Codec:
     # -- encoding -------------------------------------------------------------------
     def encode(self, obj: Any) -> Encoded:
         if isinstance(obj, np.ndarray):
-            return Encoded(Kind.ARRAY, _pack([_descr(obj.dtype), obj.shape]),
-                           [as_bytes_view(obj)])
+            return Encoded(Kind.ARRAY, _pack([_descr(obj.dtype), obj.shape]), [as_bytes_view(obj)])
         if isinstance(obj, BYTES_LIKE):
             return Encoded(Kind.BYTES, b"", [as_bytes_view(obj)])
         self._out = []
@@ -222,12 +221,14 @@ class Codec:
 
             try:
                 if self._struct_type is not None:
-                    return _unpack(meta, type=self._struct_type, ext_hook=ext_hook,
-                                   dec_hook=_dec_hook)
+                    return _unpack(
+                        meta, type=self._struct_type, ext_hook=ext_hook, dec_hook=_dec_hook
+                    )
                 return _unpack(meta, ext_hook=ext_hook)
             except msgspec.ValidationError as exc:
-                raise MalformedFrameError(f"message does not match {self.topic.type_name}: "
-                                          f"{exc}") from None
+                raise MalformedFrameError(
+                    f"message does not match {self.topic.type_name}: {exc}"
+                ) from None
             except (msgspec.DecodeError, UnicodeDecodeError, ValueError, TypeError) as exc:
                 raise MalformedFrameError(f"undecodable msgpack: {exc}") from None
         if kind == Kind.PICKLE:

@@ -96,8 +96,15 @@ class CreditGate:
     report names it. Conservative, never wrong: at worst the first messages wait.
     """
 
-    def __init__(self, node: ShmNode, topic: Topic, bus_id: int, pub_id: int,
-                 count: Callable[[], int], clock: Any = time.monotonic) -> None:
+    def __init__(
+        self,
+        node: ShmNode,
+        topic: Topic,
+        bus_id: int,
+        pub_id: int,
+        count: Callable[[], int],
+        clock: Any = time.monotonic,
+    ) -> None:
         pubsub, event = _services(node, topic)
         self._iox = node.iox
         self._node = node

@@ -105,8 +105,20 @@ def write_prefix(
 ) -> None:
     """Write header, buffer table and meta into ``dest`` (buffers are the caller's job)."""
     HEADER.pack_into(
-        dest, 0, MAGIC, VERSION, head.kind, head.flags, head.type_id, head.bus_id,
-        head.pub_id, len(buffer_lengths), head.seq, head.stamp_ns, len(meta), 0,
+        dest,
+        0,
+        MAGIC,
+        VERSION,
+        head.kind,
+        head.flags,
+        head.type_id,
+        head.bus_id,
+        head.pub_id,
+        len(buffer_lengths),
+        head.seq,
+        head.stamp_ns,
+        len(meta),
+        0,
     )
     pos = HEADER.size
     for off, n in zip(lay.buffer_offsets, buffer_lengths, strict=True):
@@ -115,17 +127,16 @@ def write_prefix(
     dest[lay.meta_offset : lay.meta_offset + len(meta)] = meta
 
 
-def parse(
-    frame: memoryview, *, max_size: int
-) -> tuple[FrameHeader, memoryview, list[memoryview]]:
+def parse(frame: memoryview, *, max_size: int) -> tuple[FrameHeader, memoryview, list[memoryview]]:
     """Validate ``frame`` and return its header, meta and buffer views (no copies)."""
     size = len(frame)
     if size > max_size:
         raise MalformedFrameError(f"frame of {size} bytes exceeds the limit of {max_size}")
     if size < HEADER.size:
         raise MalformedFrameError(f"frame of {size} bytes is shorter than its header")
-    (magic, version, kind, flags, type_id, bus_id, pub_id, nbuf, seq, stamp, meta_len,
-     _rsv) = HEADER.unpack_from(frame, 0)
+    (magic, version, kind, flags, type_id, bus_id, pub_id, nbuf, seq, stamp, meta_len, _rsv) = (
+        HEADER.unpack_from(frame, 0)
+    )
     if magic != MAGIC or version != VERSION:
         raise MalformedFrameError(f"not a coorp frame (magic {magic:#x}, version {version})")
     if kind not in Kind.ALL:

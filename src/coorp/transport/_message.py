@@ -82,8 +82,7 @@ class Message(Generic[T]):
     kept forever.
     """
 
-    __slots__ = ("_value", "latency_ns", "origin", "received_ns", "seq", "stamp_ns", "topic",
-                 "via")
+    __slots__ = ("_value", "latency_ns", "origin", "received_ns", "seq", "stamp_ns", "topic", "via")
 
     def __init__(
         self,
@@ -135,8 +134,10 @@ class Message(Generic[T]):
         self.release()
 
     def __repr__(self) -> str:
-        return (f"Message(topic={self.topic!r}, seq={self.seq}, via={self.via.name}, "
-                f"released={self.released})")
+        return (
+            f"Message(topic={self.topic!r}, seq={self.seq}, via={self.via.name}, "
+            f"released={self.released})"
+        )
 
 
 _RELEASED: Any = object()

@@ -56,8 +56,9 @@ class NetworkTransport(abc.ABC):
         """Whether any peer wants ``topic`` (lets publishers skip encoding)."""
 
     @abc.abstractmethod
-    def send(self, topic: Topic, parts: Sequence[bytes | memoryview], *,
-             timeout: float | None) -> None:
+    def send(
+        self, topic: Topic, parts: Sequence[bytes | memoryview], *, timeout: float | None
+    ) -> None:
         """Send one frame (given as parts) to every peer subscribed to ``topic``.
 
         The parts may be the caller's memory: the transport must have copied or written

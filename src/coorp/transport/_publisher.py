@@ -64,8 +64,9 @@ class Publisher:
         if bus.shm is not None:
             self._outlet = ShmOutlet(bus.shm, topic)
             if topic.policy is QueuePolicy.BLOCK:
-                self._gate = CreditGate(bus.shm, topic, bus.id, pub_id,
-                                        count=self._outlet.subscribers)
+                self._gate = CreditGate(
+                    bus.shm, topic, bus.id, pub_id, count=self._outlet.subscribers
+                )
 
     # -- helpers ------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -73,8 +74,7 @@ class Publisher:
             raise TransportClosedError(f"publisher of {self.topic.name!r} is closed")
 
     def _head(self, kind: int, flags: int, seq: int, stamp: int) -> FrameHeader:
-        return FrameHeader(kind, flags, self.topic.type_id, self.bus.id, self.pub_id, seq,
-                           stamp)
+        return FrameHeader(kind, flags, self.topic.type_id, self.bus.id, self.pub_id, seq, stamp)
 
     def _shm_peers(self) -> int:
         """Subscribers outside this bus that shared memory must reach."""
@@ -106,8 +106,10 @@ class Publisher:
                 lay = layout(len(enc.meta), enc.buffer_lengths)
                 self._limit(lay.total)
                 if to_net and enc.kind == Kind.PICKLE:
-                    raise UsageError(f"topic {self.topic.name!r} allows pickle and is "
-                                     f"therefore never sent over the network")
+                    raise UsageError(
+                        f"topic {self.topic.name!r} allows pickle and is "
+                        f"therefore never sent over the network"
+                    )
             if enc is not None and shm_peers > 0 and self._gate is not None:
                 # Wait for room before anything is delivered, so a timeout leaves no
                 # trace: the sequence number is only used once the message goes out.
@@ -156,8 +158,14 @@ class Publisher:
         shp = (shape,) if isinstance(shape, int) else tuple(shape)
         nbytes = math.prod(shp) * dt.itemsize
         meta = _pack([_descr(dt), shp])
-        return self._loan(Kind.ARRAY, meta, nbytes, lambda view: np.frombuffer(
-            view, dtype=dt, count=nbytes // dt.itemsize if dt.itemsize else 0).reshape(shp))
+        return self._loan(
+            Kind.ARRAY,
+            meta,
+            nbytes,
+            lambda view: np.frombuffer(
+                view, dtype=dt, count=nbytes // dt.itemsize if dt.itemsize else 0
+            ).reshape(shp),
+        )
 
     def loan(self, nbytes: int) -> Loan:
         """Loan ``nbytes`` of writable shared memory as a ``uint8`` array; ``send()`` it.
@@ -170,8 +178,9 @@ class Publisher:
         self.topic.check(b"")
         return self._loan(Kind.BYTES, b"", nbytes, lambda view: np.frombuffer(view, np.uint8))
 
-    def _loan(self, kind: int, meta: bytes, nbytes: int,
-              make: Callable[[memoryview], np.ndarray]) -> Loan:
+    def _loan(
+        self, kind: int, meta: bytes, nbytes: int, make: Callable[[memoryview], np.ndarray]
+    ) -> Loan:
         self._check_open()
         lay = layout(len(meta), [nbytes])
         self._limit(lay.total)
@@ -233,9 +242,16 @@ class Loan:
     ordinary heap buffer and ``send()`` is ``publish(array)``.
     """
 
-    def __init__(self, publisher: Publisher, kind: int, sample: Any, owner: Any,
-                 make: Callable[[memoryview], np.ndarray], meta: bytes,
-                 lay: FrameLayout) -> None:
+    def __init__(
+        self,
+        publisher: Publisher,
+        kind: int,
+        sample: Any,
+        owner: Any,
+        make: Callable[[memoryview], np.ndarray],
+        meta: bytes,
+        lay: FrameLayout,
+    ) -> None:
         self.publisher = publisher
         self.kind = kind
         self.sample = sample

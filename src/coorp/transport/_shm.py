@@ -39,7 +39,8 @@ def _iox() -> Any:
         import iceoryx2
     except ImportError:
         raise MissingDependencyError(
-            "iceoryx2", "transport", "the shared-memory transport") from None
+            "iceoryx2", "transport", "the shared-memory transport"
+        ) from None
     return iceoryx2
 
 
@@ -99,8 +100,9 @@ class ShmNode:
         verifier = (
             iox.AttributeVerifier.new()
             .require(iox.AttributeKey.new("coorp.type"), iox.AttributeValue.new(_tid(topic)))
-            .require(iox.AttributeKey.new("coorp.policy"),
-                     iox.AttributeValue.new(topic.policy.value))
+            .require(
+                iox.AttributeKey.new("coorp.policy"), iox.AttributeValue.new(topic.policy.value)
+            )
         )
         try:
             pubsub = builder.open_or_create_with_attributes(verifier)
@@ -109,24 +111,24 @@ class ShmNode:
         try:
             event = self.node.service_builder(name).event().open_or_create()
         except Exception as exc:
-            raise ConfigurationError(
-                f"cannot open event service of {topic.name!r}: {exc}") from exc
+            raise ConfigurationError(f"cannot open event service of {topic.name!r}: {exc}") from exc
         return _Services(pubsub, event)
 
     def _explain_open_failure(self, topic: Topic, exc: Exception) -> None:
         iox = self.iox
         name = iox.ServiceName.new(_PREFIX + topic.name)
         try:
-            existing = (self.node.service_builder(name)
-                        .publish_subscribe(iox.Slice[ctypes.c_uint8]).open())
-            attrs = {a.key.to_string(): a.value.to_string()
-                     for a in existing.attributes.values}
+            existing = (
+                self.node.service_builder(name).publish_subscribe(iox.Slice[ctypes.c_uint8]).open()
+            )
+            attrs = {a.key.to_string(): a.value.to_string() for a in existing.attributes.values}
         except Exception:
             attrs = {}
         found_type = attrs.get("coorp.type")
         if found_type is not None and found_type != _tid(topic):
-            raise TopicTypeMismatchError(topic.name, topic.type_name,
-                                         f"type id {found_type} (another process)") from None
+            raise TopicTypeMismatchError(
+                topic.name, topic.type_name, f"type id {found_type} (another process)"
+            ) from None
         found_policy = attrs.get("coorp.policy")
         if found_policy is not None and found_policy != topic.policy.value:
             raise UsageError(
@@ -180,8 +182,10 @@ class ShmOutlet:
             )
             self._notifier = services.event.notifier_builder().create()
         except Exception as exc:
-            raise ConfigurationError(f"cannot create a publisher on {topic.name!r} "
-                                     f"(max_publishers={topic.max_publishers}?): {exc}") from exc
+            raise ConfigurationError(
+                f"cannot create a publisher on {topic.name!r} "
+                f"(max_publishers={topic.max_publishers}?): {exc}"
+            ) from exc
 
     def subscribers(self) -> int:
         return int(self._pubsub.dynamic_config.number_of_subscribers)
@@ -196,8 +200,9 @@ class ShmOutlet:
             try:
                 sample = self._port.loan_slice_uninit(nbytes)
             except Exception as exc:
-                raise ConfigurationError(f"cannot loan {nbytes} bytes of shared memory on "
-                                         f"{self.topic.name!r}: {exc}") from exc
+                raise ConfigurationError(
+                    f"cannot loan {nbytes} bytes of shared memory on {self.topic.name!r}: {exc}"
+                ) from exc
         owner = SampleOwner(sample.payload_ptr, nbytes, port=self._port)
         return sample, owner
 
@@ -240,8 +245,9 @@ class ShmInlet:
                     f"{self.topic.max_borrowed} messages whose views are alive; release "
                     f"messages (drop their arrays) or raise Topic(max_borrowed=...)"
                 ) from None
-            raise ConfigurationError(f"iceoryx2 receive failed on {self.topic.name!r}: "
-                                     f"{exc}") from exc
+            raise ConfigurationError(
+                f"iceoryx2 receive failed on {self.topic.name!r}: {exc}"
+            ) from exc
         if sample is None:
             return None
         size = int(sample.header.number_of_elements)

@@ -80,11 +80,20 @@ def _readonly(obj: Any) -> Any:
 class Subscriber:
     """Receives messages of one :class:`Topic` on one :class:`Bus`."""
 
-    def __init__(self, bus: Bus, topic: Topic, *, depth: int, deadline: float | None,
-                 on_deadline_miss: MissHandler | None, uid: int) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        topic: Topic,
+        *,
+        depth: int,
+        deadline: float | None,
+        on_deadline_miss: MissHandler | None,
+        uid: int,
+    ) -> None:
         if not 1 <= depth <= topic.max_depth:
-            raise UsageError(f"depth must be within 1..{topic.max_depth} (Topic.max_depth), "
-                             f"got {depth}")
+            raise UsageError(
+                f"depth must be within 1..{topic.max_depth} (Topic.max_depth), got {depth}"
+            )
         if deadline is None and on_deadline_miss is not None:
             raise UsageError("on_deadline_miss needs a deadline")
         self.bus = bus
@@ -104,8 +113,11 @@ class Subscriber:
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._handler = on_deadline_miss
-        self._monitor = (None if deadline is None else
-                         DeadlineMonitor(topic.name, int(deadline * 1e9), bus.clock()))
+        self._monitor = (
+            None
+            if deadline is None
+            else DeadlineMonitor(topic.name, int(deadline * 1e9), bus.clock())
+        )
         self._inlet: ShmInlet | None = None
         self._credits: CreditReporter | None = None
         self._waitset: Any = None
@@ -115,12 +127,16 @@ class Subscriber:
             self._inlet = ShmInlet(bus.shm, topic, depth)
             if topic.policy is QueuePolicy.BLOCK:
                 self._credits = CreditReporter(bus.shm, topic, uid, depth, os.getpid())
-            self._waitset = iox.WaitSetBuilder.new().signal_handling_mode(
-                iox.SignalHandlingMode.Disabled).create(iox.ServiceType.Ipc)
+            self._waitset = (
+                iox.WaitSetBuilder.new()
+                .signal_handling_mode(iox.SignalHandlingMode.Disabled)
+                .create(iox.ServiceType.Ipc)
+            )
             self._guards = [
                 self._waitset.attach_notification(self._inlet.listener),
                 self._waitset.attach_notification_fd(
-                    iox.FileDescriptor.non_owning_new(self._wake_fd)),
+                    iox.FileDescriptor.non_owning_new(self._wake_fd)
+                ),
             ]
             self._iox = iox
 
@@ -137,11 +153,13 @@ class Subscriber:
                 else:
                     ok = self._cond.wait_for(
                         lambda: len(self._queue) < self.depth or self._closed,
-                        _FOREVER if timeout is None else timeout)
+                        _FOREVER if timeout is None else timeout,
+                    )
                     if not ok:
                         raise DeliveryTimeoutError(
                             f"subscriber of {self.topic.name!r} (policy BLOCK, depth "
-                            f"{self.depth}) did not read for {timeout} s")
+                            f"{self.depth}) did not read for {timeout} s"
+                        )
                     if self._closed:
                         return
             self._queue.append(item)
@@ -191,9 +209,16 @@ class Subscriber:
                 self.stats.rejected += 1
                 continue
             self._owners.add(owner)
-            return Message(self.topic.name, value, seq=head.seq, stamp_ns=head.stamp_ns,
-                           received_ns=self.bus.clock(), origin=(head.bus_id, head.pub_id),
-                           via=Reach.MACHINE, same_clock=True)
+            return Message(
+                self.topic.name,
+                value,
+                seq=head.seq,
+                stamp_ns=head.stamp_ns,
+                received_ns=self.bus.clock(),
+                origin=(head.bus_id, head.pub_id),
+                via=Reach.MACHINE,
+                same_clock=True,
+            )
         return None
 
     def _from_queue(self) -> Message[Any] | None:
@@ -219,7 +244,8 @@ class Subscriber:
             head, meta, buffers = parse(frame, max_size=self.topic.max_payload)
             if head.type_id != self.topic.type_id:
                 self._error = TopicTypeMismatchError(
-                    self.topic.name, self.topic.type_name, "another type (network peer)")
+                    self.topic.name, self.topic.type_name, "another type (network peer)"
+                )
                 self.stats.rejected += 1
                 return None
             if not self._accept((head.bus_id, head.pub_id), head.seq):
@@ -229,9 +255,16 @@ class Subscriber:
             self.stats.rejected += 1
             return None
         del owner  # `value`'s views keep the receive buffer alive on their own
-        return Message(self.topic.name, value, seq=head.seq, stamp_ns=head.stamp_ns,
-                       received_ns=self.bus.clock(), origin=(head.bus_id, head.pub_id),
-                       via=Reach.NETWORK, same_clock=False)
+        return Message(
+            self.topic.name,
+            value,
+            seq=head.seq,
+            stamp_ns=head.stamp_ns,
+            received_ns=self.bus.clock(),
+            origin=(head.bus_id, head.pub_id),
+            via=Reach.NETWORK,
+            same_clock=False,
+        )
 
     def try_receive(self) -> Message[Any] | None:
         """The next message if one is waiting, else ``None`` (never blocks)."""
@@ -292,7 +325,8 @@ class Subscriber:
         # and the common path (a message already waiting) costs no system call.
         if self._waitset is not None:
             fired, _ = self._waitset.wait_and_process_with_timeout(
-                self._iox.Duration.from_nanos(wait_ns))
+                self._iox.Duration.from_nanos(wait_ns)
+            )
             for attachment in fired:
                 if attachment.has_event_from(self._guards[0]):
                     if self._inlet is not None:
@@ -317,7 +351,8 @@ class Subscriber:
             return msg
         if self._executor is None:
             self._executor = concurrent.futures.ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix=f"coorp-sub-{self.topic.name}")
+                max_workers=1, thread_name_prefix=f"coorp-sub-{self.topic.name}"
+            )
         work = self._executor.submit(self._receive, timeout, self._wake_generation)
         try:
             return await asyncio.wrap_future(work)
@@ -387,8 +422,17 @@ class Subscriber:
         self.close()
 
 
-def local_message(topic: Topic, obj: Any, seq: int, stamp: int, origin: tuple[int, int],
-                  now: int) -> Message[Any]:
+def local_message(
+    topic: Topic, obj: Any, seq: int, stamp: int, origin: tuple[int, int], now: int
+) -> Message[Any]:
     """The in-process delivery of ``obj``: the object itself, arrays made read-only."""
-    return Message(topic.name, _readonly(obj), seq=seq, stamp_ns=stamp, received_ns=now,
-                   origin=origin, via=Reach.PROCESS, same_clock=True)
+    return Message(
+        topic.name,
+        _readonly(obj),
+        seq=seq,
+        stamp_ns=stamp,
+        received_ns=now,
+        origin=origin,
+        via=Reach.PROCESS,
+        same_clock=True,
+    )

@@ -82,8 +82,9 @@ class TcpTransport(NetworkTransport):
         if listen is not None:
             srv = socket.create_server(listen, reuse_port=False)
             self._server = srv
-            self._accept_thread = threading.Thread(target=self._accept_loop, daemon=True,
-                                                   name="coorp-tcp-accept")
+            self._accept_thread = threading.Thread(
+                target=self._accept_loop, daemon=True, name="coorp-tcp-accept"
+            )
 
     @property
     def address(self) -> tuple[str, int]:
@@ -121,8 +122,8 @@ class TcpTransport(NetworkTransport):
         """Wait until ``count`` peers subscribed to ``topic``; ``False`` on timeout."""
         with self._changed:
             return self._changed.wait_for(
-                lambda: sum(topic.name in c.remote_topics for c in self._conns) >= count,
-                timeout)
+                lambda: sum(topic.name in c.remote_topics for c in self._conns) >= count, timeout
+            )
 
     @property
     def connections(self) -> int:
@@ -130,8 +131,9 @@ class TcpTransport(NetworkTransport):
         with self._lock:
             return len(self._conns)
 
-    def send(self, topic: Topic, parts: Sequence[bytes | memoryview], *,
-             timeout: float | None) -> None:
+    def send(
+        self, topic: Topic, parts: Sequence[bytes | memoryview], *, timeout: float | None
+    ) -> None:
         name = topic.name.encode()
         size = sum(memoryview(p).nbytes for p in parts)
         head = _HEAD.pack(1 + 2 + len(name) + size, _FRAME) + _NAME.pack(len(name)) + name
@@ -146,14 +148,23 @@ class TcpTransport(NetworkTransport):
 
     def _sub_body(self, topic: Topic) -> bytes:
         name, tname = topic.name.encode(), topic.type_name.encode()[:1000]
-        return (_SUB_BODY.pack(topic.type_id, len(name)) + name + _NAME.pack(topic.max_payload
-                >> 20) + tname)
+        return (
+            _SUB_BODY.pack(topic.type_id, len(name))
+            + name
+            + _NAME.pack(topic.max_payload >> 20)
+            + tname
+        )
 
     def _control(self, conn: _Conn, kind: int, body: bytes) -> None:
         self._send(conn, [_HEAD.pack(1 + len(body), kind), body], QueuePolicy.BLOCK, 5.0)
 
-    def _send(self, conn: _Conn, parts: list[bytes | memoryview], policy: QueuePolicy,
-              timeout: float | None) -> None:
+    def _send(
+        self,
+        conn: _Conn,
+        parts: list[bytes | memoryview],
+        policy: QueuePolicy,
+        timeout: float | None,
+    ) -> None:
         with conn.send_lock:
             if conn.closed:
                 return
@@ -185,11 +196,12 @@ class TcpTransport(NetworkTransport):
                         conn.dropped += 1
                     else:
                         ok = conn.cond.wait_for(
-                            lambda: len(conn.backlog) < _QUEUE_FRAMES or conn.closed,
-                            timeout)
+                            lambda: len(conn.backlog) < _QUEUE_FRAMES or conn.closed, timeout
+                        )
                         if not ok:
                             raise DeliveryTimeoutError(
-                                f"peer {conn.peer} did not read for {timeout} s")
+                                f"peer {conn.peer} did not read for {timeout} s"
+                            )
                 conn.backlog.append(frame)
                 conn.cond.notify_all()
 
@@ -229,8 +241,9 @@ class TcpTransport(NetworkTransport):
                 return
             self._conns.append(conn)
         for target in (self._reader, self._writer):
-            t = threading.Thread(target=target, args=(conn,), daemon=True,
-                                 name=f"coorp-tcp-{target.__name__}")
+            t = threading.Thread(
+                target=target, args=(conn,), daemon=True, name=f"coorp-tcp-{target.__name__}"
+            )
             conn.threads.append(t)
             t.start()
         self._control(conn, _HELLO, self._bus_id.to_bytes(8, "little"))
@@ -314,8 +327,12 @@ class TcpTransport(NetworkTransport):
             name, _, theirs = body.decode(errors="replace").partition("\0")
             topic = next((t for t in self._sink.subscribed_topics() if t.name == name), None)
             if topic is not None:
-                self._sink.remote_error(name, TopicTypeMismatchError(
-                    name, topic.type_name, f"{theirs} (publisher at {conn.peer})"))
+                self._sink.remote_error(
+                    name,
+                    TopicTypeMismatchError(
+                        name, topic.type_name, f"{theirs} (publisher at {conn.peer})"
+                    ),
+                )
         else:
             raise MalformedFrameError(f"unknown message type {kind}")
 
