@@ -15,25 +15,38 @@ aggregation (up to 64 MPDUs / 1 048 575 bytes) or none, basic access or RTS/CTS.
 * coorp: :func:`coorp.sim.simulate` on the equivalent scenario (bulk flows, no TCP acks).
 * Bianchi: :func:`coorp.analysis.saturation_throughput`.
 
+Two things in ns-3 differ from coorp and its model by construction (docs/validation.md):
+ns-3 3.44 leaves VHT-SIG-B out of VHT SU PPDUs (4 µs less per data PPDU), and what a
+station does after overhearing a collision depends in ns-3 on the SINR at which it hears
+it (no sync: AIFS; sync and error: EIFS), where coorp has everyone wait out the missing
+response. ``--ns3-rx`` runs ns-3 with other PHY settings that pin down that rule (``nav``
+reproduces coorp's for basic access, ``aifs`` Bianchi's original ``T_c = DATA + DIFS``),
+each next to the model with ns-3's airtime and that rule (``model (...)`` columns).
+``--ns3-trace`` counts ns-3's exchanges and collisions from its PHY traces.
+
 Throughput is delivered IP bytes (UDP payload + 28) per second in every column. Wall
 times are per simulated second; ns-3's start-up (import + building the topology +
 association + warm-up) is reported separately. Without ns-3 the script prints how to
 install it and still shows the coorp and Bianchi columns (exit status 0).
 
     python benchmarks/ns3_crosscheck.py --n 1,5,10 --duration 2 --json results/ns3.json
+    python benchmarks/ns3_crosscheck.py --variants single-basic --n 10,40 \\
+        --ns3-rx default,nav,aifs --ns3-trace
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
+import itertools
 import json
 import math
 import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -42,13 +55,19 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from coorp.analysis import saturation_throughput
-from coorp.scenario import Scenario, parse_scenario
+from coorp.analysis import ampdu_size, saturation_throughput, slot_throughput
+from coorp.phy import ACK_BYTES, SIFS_NS, SLOT_NS, legacy_duration_ns
+from coorp.scenario import AccessCategory, RetryPolicy, Scenario, parse_scenario
 from coorp.sim import simulate
+from coorp.sim.timing import ExchangeTiming, aifs_ns, edca_params, mpdu_bytes, psdu_bytes
 
 IP_UDP_HEADER_BYTES = 28
 #: ns-3 stations need to associate before traffic flows; sources start here.
 NS3_APP_START_S = 1.0
+#: ``--ns3-rx aifs``: a preamble-detection threshold above every SINR a collision can give a
+#: station here (<= 33 dB: colliders 0.16 m and 2 m away at N = 40, path-loss exponent 3)
+#: and below the SNR of every lone frame (>= 48 dB).
+NS3_AIFS_PD_THRESHOLD_DB = 40.0
 INSTALL_HINT = (
     "ns-3 is not importable here: install its Python bindings with\n"
     "    pip install 'coorp[ns3]'        (the PyPI wheel 'ns3', ~0.5 GB, Linux x86-64)\n"
@@ -107,12 +126,77 @@ def bianchi_mbps(cfg: Config) -> float:
     ).throughput_mbps
 
 
+#: ns-3 3.44 leaves VHT-SIG-B (4 µs) out of VHT SU PPDUs (802.11-2016 21.3.2 and the TXTIME
+#: of 21.4.3 have it in every VHT PPDU): each data PPDU is 4 µs shorter there than in coorp.
+NS3_VHT_SU_SHORTER_NS = 4_000
+#: EIFS - DIFS = SIFS + an Ack at the lowest mandatory rate, 6 Mb/s (802.11-2016 10.3.2.3.7).
+EIFS_MINUS_DIFS_NS = SIFS_NS + legacy_duration_ns(ACK_BYTES, 6)
+#: After an RTS that no CTS follows, a station that set its NAV from the RTS resets it after
+#: NAVTimeout = 2 SIFS + CTS + aRxPHYStartDelay + 2 slots (802.11-2016 10.3.2.4); ns-3 uses
+#: the 20 µs non-HT preamble + header for aRxPHYStartDelay.
+NAV_TIMEOUT_EXTRA_NS = SIFS_NS + 20_000 + 2 * SLOT_NS  # beyond coorp's SIFS + CTS
+#: The model matching each ``--ns3-rx`` setting: how long a collision keeps the others off.
+RX_MODEL_COLLISION = {"nav": "nav", "aifs": "aifs", "eifs": "eifs"}
+
+
+def model_mbps(cfg: Config, *, ns3_airtime: bool = False, collision: str = "coorp") -> float:
+    """Bianchi's model on raw durations (``slot_throughput``), as ``saturation_throughput``
+    builds them, optionally with ns-3's VHT PPDU airtime and another collision length:
+
+    * ``coorp``: everyone waits out the missing response (``timing.failure_ns``) + AIFS;
+    * ``nav``: the same for basic access (the Duration of a data frame covers SIFS + Ack);
+      after an RTS, its NAVTimeout: ``RTS + 2 SIFS + CTS + 20 µs + 2 slots`` + AIFS;
+    * ``aifs``: the first PPDU (data, RTS or BAR) + AIFS - Bianchi's original
+      ``T_c = H + P + DIFS``: nobody decoded anything, nobody waits for a response;
+    * ``eifs``: the first PPDU + EIFS - DIFS + AIFS, what a station that received a
+      colliding frame in error does (the senders time out ~15 µs earlier; ignored).
+
+    With ``ns3_airtime=False`` and ``collision="coorp"`` it is ``bianchi_mbps``."""
+    sc = coorp_scenario(cfg)
+    phy, mac = sc.phy, sc.mac
+    params = edca_params(mac)[AccessCategory.BE]
+    timing = ExchangeTiming(phy)
+    k = ampdu_size(cfg.payload_bytes, cfg.mcs, phy, mac)
+    psdu = psdu_bytes([mpdu_bytes(cfg.payload_bytes)] * k)
+    rts = psdu > mac.rts_threshold_bytes
+    block_ack = params.aggregation and k > 1
+    data = timing.data_ns(psdu, cfg.mcs) - (NS3_VHT_SU_SHORTER_NS if ns3_airtime else 0)
+    aifs = aifs_ns(params.aifsn)
+    ns3 = block_ack and mac.retry_policy is RetryPolicy.NS3 and not rts
+    first = timing.rts_ns if rts else data
+    after = {"coorp": None, "nav": None, "aifs": 0, "eifs": EIFS_MINUS_DIFS_NS}[collision]
+    bar = timing.bar_exchange_ns() + aifs
+    if after is None:
+        t_c = timing.failure_ns(data, block_ack=block_ack, rts=rts) + aifs
+        if collision == "nav" and rts:
+            t_c += NAV_TIMEOUT_EXTRA_NS
+        bar_c = bar
+    else:
+        t_c = first + after + aifs
+        bar_c = timing.bar_ns + after + aifs
+    r = slot_throughput(
+        cfg.n,
+        slot_ns=SLOT_NS,
+        t_success_ns=timing.success_ns(data, block_ack=block_ack, rts=rts) + aifs,
+        t_collision_ns=t_c,
+        cw_min=params.cw_min,
+        cw_max=params.cw_max,
+        retry_limit=mac.retry_limit + 1 if ns3 else mac.retry_limit,
+        payload_bits=8 * cfg.payload_bytes * k,
+        bar_success_ns=bar if ns3 else None,
+        bar_collision_ns=bar_c if ns3 else None,
+    )
+    return r.throughput_mbps
+
+
 @dataclass(frozen=True)
 class Run:
     mbps: float
     wall_s: float  # around the measured window only
     simulated_s: float
     startup_s: float = 0.0  # ns-3: topology + association + warm-up
+    exchanges: int = 0  # coorp: channel exchanges started (ns-3: see Ns3Trace)
+    collisions: int = 0
 
 
 def run_coorp(cfg: Config, duration_s: float, seed: int = 1) -> Run:
@@ -121,7 +205,7 @@ def run_coorp(cfg: Config, duration_s: float, seed: int = 1) -> Run:
     res = simulate(sc, seed=seed, duration_ns=round(duration_s * 1e9))
     wall = time.perf_counter() - t0
     mbps = sum(res.flows[f"up{i}"].throughput_mbps for i in range(cfg.n))
-    return Run(mbps, wall, duration_s)
+    return Run(mbps, wall, duration_s, 0.0, res.channel.exchanges, res.channel.collisions)
 
 
 # -- ns-3 -------------------------------------------------------------------------------------
@@ -166,10 +250,172 @@ def ns3_version() -> str:
         return "unknown"
 
 
+_TRACE_CPP = """
+#include "ns3/core-module.h"
+#include "ns3/wifi-module.h"
+#include <map>
+#include <string>
+#include <vector>
+namespace coorp_trace {
+bool on = false;
+std::vector<int64_t> start, end, node, first;  // every PPDU sent; first: opens an exchange
+std::map<int, uint64_t> drops;                  // AP: PHY drop reason -> count
+uint64_t staRxErrors = 0;                       // stations: PPDUs received in error (EIFS)
+int NodeOf(const std::string& ctx) { return std::stoi(ctx.substr(ctx.find("/NodeList/") + 10)); }
+void Tx(std::string ctx, ns3::WifiConstPsduMap psdus, ns3::WifiTxVector txv, double) {
+    if (!on) return;
+    const ns3::WifiMacHeader& h = psdus.begin()->second->GetHeader(0);
+    ns3::Time now = ns3::Simulator::Now();
+    start.push_back(now.GetNanoSeconds());
+    end.push_back((now + ns3::WifiPhy::CalculateTxDuration(psdus, txv, ns3::WIFI_PHY_BAND_5GHZ))
+                      .GetNanoSeconds());
+    node.push_back(NodeOf(ctx));
+    first.push_back(h.IsQosData() || h.IsData() || h.IsRts() || h.IsBlockAckReq());
+}
+void Drop(std::string ctx, ns3::Ptr<const ns3::WifiPpdu>, ns3::WifiPhyRxfailureReason r) {
+    if (on && NodeOf(ctx) == 0) drops[(int)r]++;
+}
+void RxError(std::string ctx, ns3::Ptr<const ns3::Packet>, double) {
+    if (on && NodeOf(ctx) != 0) staRxErrors++;
+}
+void Start() {
+    start.clear(); end.clear(); node.clear(); first.clear(); drops.clear(); staRxErrors = 0;
+    const std::string dev = "/NodeList/*/DeviceList/*/$ns3::WifiNetDevice/Phy/";
+    ns3::Config::Connect(dev + "PhyTxPsduBegin", ns3::MakeCallback(&Tx));
+    ns3::Config::Connect(dev + "PhyRxPpduDrop", ns3::MakeCallback(&Drop));
+    ns3::Config::Connect(dev + "State/RxError", ns3::MakeCallback(&RxError));
+    on = true;
+}
+uint64_t DropCount(int reason) { return drops[reason]; }
+}
+"""
+
+
+class Ns3Trace:
+    """Counts exchanges and collisions in ns-3 from its PHY traces, over the measured window.
+
+    An exchange is a maximal set of station-initiated PPDUs (data, RTS or BlockAckReq; node
+    0, the AP, only answers) whose airtimes overlap; a collision is one with more than one.
+    ``staggered`` collisions are those whose PPDUs did not all start within 1 µs (a station
+    started while another's PPDU was already on the air). ``after_collision_us`` histograms
+    the idle time from the end of a collision's last PPDU to the next exchange, minus AIFS.
+    """
+
+    def __init__(self, ns: Any) -> None:
+        import cppyy
+
+        if not hasattr(cppyy.gbl, "coorp_trace"):
+            cppyy.cppdef(_TRACE_CPP)
+        self.ns = ns
+        self.cpp = cppyy.gbl.coorp_trace
+
+    def start(self) -> None:
+        self.cpp.Start()
+
+    def summary(self) -> dict[str, Any]:
+        t = self.cpp
+        t.on = False
+        ppdus = sorted(zip(t.start, t.end, t.node, t.first, strict=True))
+        # A PPDU a SIFS after one of the AP's (the data after a CTS) continues an exchange.
+        answers = sorted(end + SIFS_NS for _, end, node, _ in ppdus if node == 0)
+        clusters: list[list[tuple[int, int]]] = []  # (start, end) of each PPDU
+        last_end = -1
+        for start, end, node, first in ppdus:
+            if node == 0 or not first:
+                continue
+            i = bisect.bisect_left(answers, start - 1000)
+            if i < len(answers) and answers[i] < start + 1000:
+                continue
+            if clusters and start < last_end:
+                clusters[-1].append((start, end))
+                last_end = max(last_end, end)
+            else:
+                clusters.append([(start, end)])
+                last_end = end
+        collisions = [c for c in clusters if len(c) > 1]
+        gaps: dict[float, int] = {}
+        for c, nxt in itertools.pairwise(clusters):
+            if len(c) > 1:
+                us = round((nxt[0][0] - max(e for _, e in c) - aifs_ns(3)) / 1000, 1)
+                gaps[us] = gaps.get(us, 0) + 1
+        top = sorted(gaps.items(), key=lambda kv: -kv[1])[:6]
+        return {
+            "exchanges": len(clusters),
+            "collisions": len(collisions),
+            "staggered": sum(1 for c in collisions if c[-1][0] - c[0][0] >= 1000),
+            "ap_preamble_detect_failures": int(t.DropCount(int(self.ns.PREAMBLE_DETECT_FAILURE))),
+            "sta_rx_errors": int(t.staRxErrors),
+            "after_collision_us": [[us, k] for us, k in top],
+        }
+
+
+#: How the stations' PHYs treat an overheard collision (``--ns3-rx``). A station that
+#: sent one of the colliding frames always waits out its AckTimeout (SIFS + slot + 20 µs).
+NS3_RX = {
+    "default": "ns-3 as shipped: ThresholdPreambleDetectionModel (4 dB); a station whose SINR "
+    "is below 4 dB never syncs (no EIFS), one above it syncs, fails and uses EIFS",
+    "eifs": "no preamble detection model: every station syncs to a colliding frame, fails and "
+    "defers EIFS (SIFS + 6 Mb/s Ack + AIFS)",
+    "aifs": "preamble detection threshold 40 dB after warm-up: no station syncs to a colliding "
+    "frame; all resume after AIFS (Bianchi's original T_c = DATA + DIFS)",
+    "nav": "stations decode one colliding frame (no preamble detection, error-free) and defer "
+    "by its Duration: SIFS + Ack after a data frame (coorp's and the model's common T_c), "
+    "NAVTimeout after an RTS; the AP decodes none",
+}
+
+_ERROR_FREE_CPP = """
+#include "ns3/wifi-module.h"
+namespace coorp_xc {
+/** Every chunk succeeds: stations decode whatever they sync to, interference or not. */
+class ErrorFreeRateModel : public ns3::ErrorRateModel {
+  public:
+    static ns3::TypeId GetTypeId() {
+        static ns3::TypeId tid = ns3::TypeId("coorp_xc::ErrorFreeRateModel")
+            .SetParent<ns3::ErrorRateModel>().AddConstructor<ErrorFreeRateModel>();
+        return tid;
+    }
+  private:
+    double DoGetChunkSuccessRate(ns3::WifiMode, const ns3::WifiTxVector&, double, uint64_t,
+                                 uint8_t, ns3::WifiPpduField, uint16_t) const override {
+        return 1.0;
+    }
+};
+void SetErrorFree(ns3::NetDeviceContainer devs) {
+    for (uint32_t i = 0; i < devs.GetN(); ++i) {
+        auto dev = ns3::DynamicCast<ns3::WifiNetDevice>(devs.Get(i));
+        dev->GetPhy()->SetErrorRateModel(ns3::CreateObject<ErrorFreeRateModel>());
+    }
+}
+}
+"""
+
+
+def _set_error_free(ns: Any, devs: Any) -> None:
+    import cppyy
+
+    if not hasattr(cppyy.gbl, "coorp_xc"):
+        cppyy.cppdef(_ERROR_FREE_CPP)
+    cppyy.gbl.coorp_xc.SetErrorFree(devs)
+
+
 def run_ns3(
-    ns: Any, cfg: Config, duration_s: float, *, warmup_s: float = 0.5, seed: int = 1
+    ns: Any,
+    cfg: Config,
+    duration_s: float,
+    *,
+    warmup_s: float = 0.5,
+    seed: int = 1,
+    rx: str = "default",
+    frame_capture: bool = False,
+    on_measure: Callable[[], None] | None = None,
 ) -> Run:
-    """Build the topology, associate, warm up, then time ``Simulator.Run`` over the window."""
+    """Build the topology, associate, warm up, then time ``Simulator.Run`` over the window.
+
+    ``rx`` picks how the stations' PHYs treat a collision they overhear (see ``NS3_RX``);
+    ``frame_capture=True`` adds ns-3's SimpleFrameCaptureModel; ``on_measure`` is called
+    once, just before the measured window (e.g. to start a probe)."""
+    if rx not in NS3_RX:
+        raise ValueError(f"unknown ns-3 rx setting {rx!r}; choose from {', '.join(NS3_RX)}")
     t_build = time.perf_counter()
     ns.RngSeedManager.SetSeed(1)
     ns.RngSeedManager.SetRun(seed)
@@ -188,6 +434,10 @@ def run_ns3(
     phy.Set("Antennas", ns.UintegerValue(2))
     phy.Set("MaxSupportedTxSpatialStreams", ns.UintegerValue(2))
     phy.Set("MaxSupportedRxSpatialStreams", ns.UintegerValue(2))
+    if frame_capture:
+        phy.SetFrameCaptureModel("ns3::SimpleFrameCaptureModel")
+    if rx in ("eifs", "nav"):
+        phy.DisablePreambleDetectionModel()  # "nav": the AP gets it back below
 
     wifi = ns.WifiHelper()
     wifi.SetStandard(ns.WIFI_STANDARD_80211ac)
@@ -202,6 +452,13 @@ def run_ns3(
     ampdu = ns.UintegerValue(1_048_575 if cfg.aggregation else 0)
     mac.SetType("ns3::StaWifiMac", "Ssid", ns.SsidValue(ssid), "BE_MaxAmpduSize", ampdu)
     sta_devs = wifi.Install(phy, mac, stas)
+    if rx == "nav":
+        # Every station decodes the first frame of a collision (no preamble detection,
+        # error-free reception) and defers by its Duration field (SIFS + Ack after a data
+        # frame; after an RTS, until its NAVTimeout); the AP keeps ns-3's default PHY and
+        # decodes none of them.
+        _set_error_free(ns, sta_devs)
+        phy.SetPreambleDetectionModel("ns3::ThresholdPreambleDetectionModel")
     mac.SetType("ns3::ApWifiMac", "Ssid", ns.SsidValue(ssid), "BE_MaxAmpduSize", ampdu)
     ap_devs = wifi.Install(phy, mac, ap)
 
@@ -219,6 +476,11 @@ def run_ns3(
     stack = ns.InternetStackHelper()
     stack.Install(ap)
     stack.Install(stas)
+    # Fixed random streams: otherwise ns-3 numbers them in creation order across the whole
+    # process, and a run's result would depend on the runs before it.
+    used = ns.WifiHelper.AssignStreams(sta_devs, 0)
+    used += ns.WifiHelper.AssignStreams(ap_devs, used)
+    stack.AssignStreams(stas, used)
     addresses = ns.Ipv4AddressHelper()
     addresses.SetBase(ns.Ipv4Address("10.1.0.0"), ns.Ipv4Mask("255.255.0.0"))
     ap_if = addresses.Assign(ap_devs)
@@ -247,6 +509,16 @@ def run_ns3(
     rx0 = int(sink.GetTotalRx())
     startup = time.perf_counter() - t_build
 
+    if rx == "aifs":
+        # Raised only now: during association it would also hide frames that the default
+        # threshold lets through, and association then stalls at N = 40.
+        ns.Config.Set(
+            "/NodeList/*/DeviceList/*/$ns3::WifiNetDevice/Phy/PreambleDetectionModel/"
+            "$ns3::ThresholdPreambleDetectionModel/Threshold",
+            ns.DoubleValue(NS3_AIFS_PD_THRESHOLD_DB),
+        )
+    if on_measure is not None:
+        on_measure()
     t0 = time.perf_counter()
     ns.Simulator.Stop(ns.Seconds(duration_s))
     ns.Simulator.Run()
@@ -262,6 +534,43 @@ def _pct(x: float | None, ref: float) -> str:
     return "" if x is None else f" ({100 * (x / ref - 1):+.1f}%)"
 
 
+def model_collision_share(cfg: Config) -> float:
+    """The model's share of exchanges that are collisions, ``1 - P_s``."""
+    sc = coorp_scenario(cfg)
+    r = saturation_throughput(
+        cfg.n, payload_bytes=cfg.payload_bytes, mcs=cfg.mcs, phy=sc.phy, mac=sc.mac
+    )
+    return 1 - r.p_success
+
+
+def _trace_table(rows: list[dict[str, Any]], rx_list: list[str]) -> Table:
+    t = Table(title="Collisions: share of exchanges (coorp and model vs ns-3 traces)")
+    for col in (
+        "variant", "N", "model", "coorp", "ns-3 setting", "ns-3 exchanges", "ns-3",
+        "staggered", "AP preamble misses", "STA RX errors / coll.", "after coll.: us-AIFS x count",
+    ):  # fmt: skip
+        t.add_column(col, justify="left" if col in ("variant", "ns-3 setting") else "right")
+    for r in rows:
+        for rx in rx_list:
+            tr = r["ns3"][rx]["trace"]
+            if not tr:
+                continue
+            t.add_row(
+                r["variant"],
+                str(r["n"]),
+                f"{r['model_collision_share']:.3f}",
+                f"{r['coorp_collisions'] / max(r['coorp_exchanges'], 1):.3f}",
+                rx,
+                str(tr["exchanges"]),
+                f"{tr['collisions'] / max(tr['exchanges'], 1):.3f}",
+                str(tr["staggered"]),
+                str(tr["ap_preamble_detect_failures"]),
+                f"{tr['sta_rx_errors'] / max(tr['collisions'], 1):.1f}",
+                " ".join(f"{us:g}x{k}" for us, k in tr["after_collision_us"][:4]),
+            )
+    return t
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -273,6 +582,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mcs", type=int, default=7)
     ap.add_argument("--payload", type=int, default=1500, help="IP packet bytes")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--ns3-rx",
+        default="default",
+        help="comma-separated ns-3 PHY settings, one ns-3 column each: "
+        + "; ".join(f"{k}: {v}" for k, v in NS3_RX.items()),
+    )
+    ap.add_argument(
+        "--ns3-frame-capture",
+        action="store_true",
+        help="add ns-3's SimpleFrameCaptureModel (5 dB margin) to every PHY",
+    )
+    ap.add_argument(
+        "--ns3-trace",
+        action="store_true",
+        help="count ns-3's exchanges and collisions from its PHY traces (a second table)",
+    )
     ap.add_argument("--no-ns3", action="store_true", help="skip ns-3 even if importable")
     ap.add_argument("--json", type=Path, help="also write the rows here")
     args = ap.parse_args(argv)
@@ -281,9 +606,13 @@ def main(argv: list[str] | None = None) -> int:
     for v in variants:
         if v not in VARIANTS:
             ap.error(f"unknown variant {v!r}; choose from {', '.join(VARIANTS)}")
+    rx_list = [r.strip() for r in args.ns3_rx.split(",") if r.strip()]
+    for r in rx_list:
+        if r not in NS3_RX:
+            ap.error(f"unknown --ns3-rx {r!r}; choose from {', '.join(NS3_RX)}")
     console = Console()
     if not console.is_terminal:
-        console = Console(width=132)  # keep the table readable when piped or logged
+        console = Console(width=160)  # keep the table readable when piped or logged
 
     ns, import_s, why = (None, 0.0, "--no-ns3") if args.no_ns3 else import_ns3()
     if ns is None and not args.no_ns3:
@@ -296,11 +625,37 @@ def main(argv: list[str] | None = None) -> int:
             cfg = Config.from_variant(n, variant, mcs=args.mcs, payload_bytes=args.payload)
             model = bianchi_mbps(cfg)
             ours = run_coorp(cfg, args.duration, args.seed)
-            theirs = (
-                run_ns3(ns, cfg, args.duration, warmup_s=args.warmup, seed=args.seed)
-                if ns
-                else None
-            )
+            ns3: dict[str, dict[str, Any]] = {}
+            for rx in rx_list:
+                # The model for this ns-3 setting: ns-3's airtime, its collision length.
+                ref = (
+                    model_mbps(cfg, ns3_airtime=True, collision=RX_MODEL_COLLISION[rx])
+                    if rx in RX_MODEL_COLLISION
+                    else None
+                )
+                trace = Ns3Trace(ns) if ns and args.ns3_trace else None
+                run = (
+                    run_ns3(
+                        ns,
+                        cfg,
+                        args.duration,
+                        warmup_s=args.warmup,
+                        seed=args.seed,
+                        rx=rx,
+                        frame_capture=args.ns3_frame_capture,
+                        on_measure=trace.start if trace else None,
+                    )
+                    if ns
+                    else None
+                )
+                ns3[rx] = {
+                    "model_mbps": ref,
+                    "mbps": run.mbps if run else None,
+                    "wall_s": run.wall_s if run else None,
+                    "startup_s": run.startup_s if run else None,
+                    "trace": trace.summary() if trace else None,
+                }
+            first = ns3[rx_list[0]] if rx_list else {}
             rows.append(
                 {
                     **asdict(cfg),
@@ -308,9 +663,14 @@ def main(argv: list[str] | None = None) -> int:
                     "bianchi_mbps": model,
                     "coorp_mbps": ours.mbps,
                     "coorp_wall_s": ours.wall_s,
-                    "ns3_mbps": theirs.mbps if theirs else None,
-                    "ns3_wall_s": theirs.wall_s if theirs else None,
-                    "ns3_startup_s": theirs.startup_s if theirs else None,
+                    "coorp_exchanges": ours.exchanges,
+                    "coorp_collisions": ours.collisions,
+                    "model_collision_share": model_collision_share(cfg),
+                    # The first --ns3-rx setting, under the keys older JSON files have.
+                    "ns3_mbps": first.get("mbps"),
+                    "ns3_wall_s": first.get("wall_s"),
+                    "ns3_startup_s": first.get("startup_s"),
+                    "ns3": ns3,
                     "simulated_s": args.duration,
                 }
             )
@@ -320,39 +680,52 @@ def main(argv: list[str] | None = None) -> int:
         title=f"Saturated uplink, 80 MHz 2x2 VHT MCS {args.mcs}, {args.payload} B packets, "
         f"{args.duration:g} s simulated (retry policy: ns3)"
     )
-    for col in (
-        "variant",
-        "N",
-        "Bianchi Mb/s",
-        "coorp Mb/s",
-        "ns-3 Mb/s",
-        "coorp wall s",
-        "ns-3 wall s",
-    ):
+    cols = ["variant", "N", "Bianchi Mb/s", "coorp Mb/s"]
+    for rx in rx_list:
+        if rx in RX_MODEL_COLLISION:
+            cols.append(f"model ({rx}) Mb/s")
+        cols.append(f"ns-3 ({rx}) Mb/s")
+    cols += ["coorp wall s"] + [f"ns-3 ({rx}) wall s" for rx in rx_list]
+    for col in cols:
         table.add_column(col, justify="left" if col == "variant" else "right")
     for r in rows:
-        table.add_row(
+        cells = [
             r["variant"],
             str(r["n"]),
             f"{r['bianchi_mbps']:.1f}",
             f"{r['coorp_mbps']:.1f}{_pct(r['coorp_mbps'], r['bianchi_mbps'])}",
-            "-"
-            if r["ns3_mbps"] is None
-            else f"{r['ns3_mbps']:.1f}{_pct(r['ns3_mbps'], r['bianchi_mbps'])}",
-            f"{r['coorp_wall_s']:.2f}",
-            "-" if r["ns3_wall_s"] is None else f"{r['ns3_wall_s']:.2f}",
-        )
+        ]
+        for rx in rx_list:
+            x = r["ns3"][rx]
+            ref = x["model_mbps"] if x["model_mbps"] is not None else r["bianchi_mbps"]
+            if x["model_mbps"] is not None:
+                cells.append(f"{ref:.1f}")
+            cells.append("-" if x["mbps"] is None else f"{x['mbps']:.1f}{_pct(x['mbps'], ref)}")
+        cells.append(f"{r['coorp_wall_s']:.2f}")
+        for rx in rx_list:
+            w = r["ns3"][rx]["wall_s"]
+            cells.append("-" if w is None else f"{w:.2f}")
+        table.add_row(*cells)
     console.print(table)
+    if any(x["trace"] for r in rows for x in r["ns3"].values()):
+        console.print(_trace_table(rows, rx_list))
+    console.print(
+        "Percentages: coorp and ns-3 (default) against Bianchi (coorp's airtime and collision "
+        "rule); every other ns-3 column against its model (...) column (ns-3's airtime - no "
+        "VHT-SIG-B - and that setting's collision length; see --help)."
+    )
     if ns is not None:
         console.print(
             f"ns-3 {ns3_version()}: import {import_s:.1f} s; per-run start-up (build, association, "
-            f"{args.warmup:g} s warm-up) shown in the JSON as ns3_startup_s."
+            f"{args.warmup:g} s warm-up) shown in the JSON as startup_s."
         )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         doc = {
             "ns3_version": ns3_version() if ns is not None else None,
             "ns3_import_s": import_s if ns is not None else None,
+            "ns3_rx": {rx: NS3_RX[rx] for rx in rx_list},
+            "ns3_frame_capture": args.ns3_frame_capture,
             "command": " ".join(["python benchmarks/ns3_crosscheck.py", *sys.argv[1:]]),
             "rows": rows,
         }

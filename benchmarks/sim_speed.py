@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         console.print(escape(hint), style="yellow")
         console.print(escape(f"({why})"), style="dim")
 
+    # Timings on a shared machine mean little without the load they were taken under.
+    load_before = os.getloadavg()
     rows: list[dict[str, Any]] = []
     for n in STATIONS:
         # Scenario defaults: aggregation on, classic retry policy (ns-3 uses its own).
@@ -99,7 +102,12 @@ def main(argv: list[str] | None = None) -> int:
             fmt(r["coorp_mbps"], ".1f"),
             fmt(r["ns3_mbps"], ".1f"),
         )
+    load_after = os.getloadavg()
     console.print(table)
+    console.print(
+        f"load average (1/5/15 min) before {' '.join(f'{x:.2f}' for x in load_before)}, "
+        f"after {' '.join(f'{x:.2f}' for x in load_after)}; {os.cpu_count()} CPUs"
+    )
     if ns is not None:
         console.print(f"ns-3 {ns3_version()}: import of the bindings took {import_s:.1f} s.")
     if args.json:
@@ -108,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
             "command": " ".join(["python benchmarks/sim_speed.py", *sys.argv[1:]]),
             "ns3_version": ns3_version() if ns is not None else None,
             "ns3_import_s": import_s if ns is not None else None,
+            "load_average_before": load_before,
+            "load_average_after": load_after,
+            "cpus": os.cpu_count(),
             "rows": rows,
         }
         args.json.write_text(json.dumps(doc, indent=2))
