@@ -64,19 +64,26 @@ def _recv_exact(sock: socket.socket, buf: memoryview) -> bool:
 
 
 # -- coorp -------------------------------------------------------------------------------
+def _bench_topic(run: str, channel: str, max_bytes: int) -> Any:
+    """The topic a benchmark run's sender and receivers agree on."""
+    from coorp.transport import Topic
+
+    return Topic(
+        name=f"bench/{run}/{channel}",
+        type=np.ndarray,
+        max_payload=max_bytes + 4096,
+        max_depth=2,
+        max_borrowed=2,
+        max_subscribers=6,
+    )
+
+
 class _CoorpSender:
     def __init__(self, run: str, channel: str, max_bytes: int, loan: bool) -> None:
-        from coorp.transport import Bus, Reach, Topic
+        from coorp.transport import Bus, Reach
 
         self.bus = Bus(f"bench-{channel}", reach=Reach.PROCESS | Reach.MACHINE)
-        self.topic = Topic(
-            name=f"bench/{run}/{channel}",
-            type=np.ndarray,
-            max_payload=max_bytes + 4096,
-            max_depth=2,
-            max_borrowed=2,
-            max_subscribers=6,
-        )
+        self.topic = _bench_topic(run, channel, max_bytes)
         self.pub = self.bus.publisher(self.topic)
         self.loan = loan
 
@@ -98,17 +105,10 @@ class _CoorpSender:
 
 class _CoorpReceiver:
     def __init__(self, run: str, channel: str, max_bytes: int) -> None:
-        from coorp.transport import Bus, Reach, Topic
+        from coorp.transport import Bus, Reach
 
         self.bus = Bus(f"bench-{channel}-r", reach=Reach.PROCESS | Reach.MACHINE)
-        topic = Topic(
-            name=f"bench/{run}/{channel}",
-            type=np.ndarray,
-            max_payload=max_bytes + 4096,
-            max_depth=2,
-            max_borrowed=2,
-            max_subscribers=6,
-        )
+        topic = _bench_topic(run, channel, max_bytes)
         self.sub = self.bus.subscriber(topic, depth=2)
         self.msg: Any = None
 

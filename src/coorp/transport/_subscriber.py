@@ -209,16 +209,7 @@ class Subscriber:
                 self.stats.rejected += 1
                 continue
             self._owners.add(owner)
-            return Message(
-                self.topic.name,
-                value,
-                seq=head.seq,
-                stamp_ns=head.stamp_ns,
-                received_ns=self.bus.clock(),
-                origin=(head.bus_id, head.pub_id),
-                via=Reach.MACHINE,
-                same_clock=True,
-            )
+            return self._message(head, value, Reach.MACHINE)
         return None
 
     def _from_queue(self) -> Message[Any] | None:
@@ -255,6 +246,10 @@ class Subscriber:
             self.stats.rejected += 1
             return None
         del owner  # `value`'s views keep the receive buffer alive on their own
+        return self._message(head, value, Reach.NETWORK)
+
+    def _message(self, head: Any, value: Any, via: Reach) -> Message[Any]:
+        """A decoded frame as delivered now; only same-machine stamps share our clock."""
         return Message(
             self.topic.name,
             value,
@@ -262,8 +257,8 @@ class Subscriber:
             stamp_ns=head.stamp_ns,
             received_ns=self.bus.clock(),
             origin=(head.bus_id, head.pub_id),
-            via=Reach.NETWORK,
-            same_clock=False,
+            via=via,
+            same_clock=via is Reach.MACHINE,
         )
 
     def try_receive(self) -> Message[Any] | None:
