@@ -10,6 +10,7 @@ when EDCA is among the policies.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -64,8 +65,9 @@ def _run_one(
     except InfeasibleError as exc:
         empty = np.zeros(0)
         return PolicyRun(
-            name=policy, metrics=_NO_METRICS, reaction_ms=empty, ls_hw_depths=empty.astype(int),
-            policy_stats={}, wall_s=0.0, events=0, infeasible=str(exc),
+            name=policy, metrics=copy.deepcopy(_NO_METRICS), reaction_ms=empty,
+            ls_hw_depths=empty.astype(int), policy_stats={}, wall_s=0.0, events=0,
+            infeasible=str(exc),
         )  # fmt: skip
     return PolicyRun(
         name=policy, metrics=r.metrics(), reaction_ms=r.reaction_ns / 1e6,

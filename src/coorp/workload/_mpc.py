@@ -5,9 +5,9 @@ jitter); when the leader has all of them it infers for ``inference_us`` and send
 worker a control message (AC_VO). Reaction time = last control delivered − loop start.
 A loop that overruns delays the next one (its lag is recorded); a loop not finished
 within ``loop_timeout_us`` is abandoned and counted as a miss. With the default
-reliable LS transport a fragment the MAC drops is repaired ``repair_us`` later, so a
-loop is late rather than lost; best effort loses the message and the loop waits out
-its timeout.
+reliable LS transport a fragment the MAC drops is repaired about ``repair_us`` later
+(uniform in [½, 1½] × ``repair_us``), so a loop is late rather than lost; best effort
+loses the message and the loop waits out its timeout.
 """
 
 from __future__ import annotations
