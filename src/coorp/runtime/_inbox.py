@@ -24,6 +24,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 from coorp._errors import PeerError
 
@@ -87,14 +88,20 @@ class _InboxCore:
             except OSError as exc:  # e.g. ICMP errors reported on the socket
                 log.debug("LS socket error: %s", exc)
                 continue
-            try:
-                msg = self.decoder.decode(data, format_address(addr))
-            except PeerError as exc:
-                self.drops.drop(format_address(addr), exc)
-                continue
-            self.ls_received += 1
-            return msg
+            msg = self.accept(data, addr)
+            if msg is not None:
+                return msg
         return None
+
+    def accept(self, data: bytes, addr: tuple[Any, ...]) -> Message | None:
+        """The LS message in one datagram, or None (counted and logged) if invalid."""
+        try:
+            msg = self.decoder.decode(data, format_address(addr))
+        except PeerError as exc:
+            self.drops.drop(format_address(addr), exc)
+            return None
+        self.ls_received += 1
+        return msg
 
 
 class _Mailbox:
@@ -340,13 +347,9 @@ class Inbox:
                     continue
                 if addr[:2] == self._waker_addr:
                     continue  # a bulk message (or close) is waiting: check the queue
-                try:
-                    msg = core.decoder.decode(data, format_address(addr))
-                except PeerError as exc:
-                    core.drops.drop(format_address(addr), exc)
-                    continue
-                core.ls_received += 1
-                return msg
+                msg = core.accept(data, addr)
+                if msg is not None:
+                    return msg
         raise TimeoutError("no message within the timeout")
 
     def __iter__(self) -> Iterator[Message]:

@@ -477,12 +477,7 @@ class Channel:
         e = tx.edcaf
         st = e.station
         if not tx.packets:  # BlockAck answered our BlockAckReq
-            pending = e.bar_pending or []
-            e.bar_pending = None
-            e.bar_retries = 0
-            e.cw = e.cw_min
-            for p in pending:
-                self._count_retry(p, now)
+            self._end_bar(e, now)
             e.backoff = st.rng.randrange(e.cw + 1)
             return False
         ring = st.rings[e.ac]
@@ -572,12 +567,7 @@ class Channel:
         if not tx.packets:  # the BlockAckReq itself failed
             e.bar_retries += 1
             if e.bar_retries > self.retry_limit:
-                pending = e.bar_pending or []
-                e.bar_pending = None
-                e.bar_retries = 0
-                e.cw = e.cw_min
-                for p in pending:
-                    self._count_retry(p, now)
+                self._end_bar(e, now)
         elif tx.block_ack and self.ns3_retry and not tx.rts:
             # A BlockAck was expected and missed. After a failed RTS the A-MPDU never
             # went out, so there is nothing to ask a BlockAck for: retry it instead.
@@ -589,6 +579,16 @@ class Channel:
             if dropped:
                 e.cw = e.cw_min
         e.backoff = st.rng.randrange(e.cw + 1)
+
+    def _end_bar(self, e: Edcaf, now: int) -> None:
+        """The BlockAckReq exchange is over (answered, or out of retries): CW back to
+        CWmin, and one more failed attempt for each MPDU it was asking about."""
+        pending = e.bar_pending or []
+        e.bar_pending = None
+        e.bar_retries = 0
+        e.cw = e.cw_min
+        for p in pending:
+            self._count_retry(p, now)
 
     def _fail_internal(self, e: Edcaf) -> None:
         """The lower category lost an internal collision: as a failed attempt of its head."""
