@@ -9,8 +9,8 @@ import pytest
 
 from coorp._errors import UsageError
 from coorp.policies import EdcaPolicy, Policy, get_policy
-from coorp.scenario import AccessCategory, parse_scenario
-from coorp.sim import DriverView
+from coorp.scenario import parse_scenario
+from coorp.sim import AdmitAll, DriverView
 from coorp.sim.packets import FlowState
 from coorp.testing import (
     ConformanceReport,
@@ -59,8 +59,10 @@ class NeverStarts(Policy):
         return None
 
 
-class _PastHooks:
+class _PastHooks(AdmitAll):
     """Denies every other bulk packet with a resume time in the past."""
+
+    per_packet = True
 
     def __init__(self) -> None:
         self.calls = 0
@@ -68,19 +70,6 @@ class _PastHooks:
     def admit_bulk(self, station: DriverView, now_ns: int) -> int | None:
         self.calls += 1
         return now_ns - 1 if self.calls % 2 else None
-
-    def on_ls_send(self, station: DriverView, flow: str, now_ns: int) -> None:
-        return None
-
-    def on_hw_enqueue(
-        self, station: DriverView, pid: int, ac: AccessCategory, depth: int, now_ns: int
-    ) -> None:
-        return None
-
-    def on_hw_complete(
-        self, station: DriverView, pid: int, ac: AccessCategory, now_ns: int, delivered: bool
-    ) -> None:
-        return None
 
 
 class PastAdmit(Policy):
@@ -149,26 +138,13 @@ class Nondeterministic(Policy):
         sim.call_at(sim.now_ns + delay, super().send_bulk, robot, flow, nbytes, on_complete)
 
 
-class _ShallowRing:
+class _ShallowRing(AdmitAll):
     """Promises per_packet = False but decides from the ring length."""
 
     per_packet = False
 
     def admit_bulk(self, station: DriverView, now_ns: int) -> int | None:
         return now_ns + 100_000 if station.hw_queue_length() >= 8 else None
-
-    def on_ls_send(self, station: DriverView, flow: str, now_ns: int) -> None:
-        return None
-
-    def on_hw_enqueue(
-        self, station: DriverView, pid: int, ac: AccessCategory, depth: int, now_ns: int
-    ) -> None:
-        return None
-
-    def on_hw_complete(
-        self, station: DriverView, pid: int, ac: AccessCategory, now_ns: int, delivered: bool
-    ) -> None:
-        return None
 
 
 class BrokenPromise(Policy):
