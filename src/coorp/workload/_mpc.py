@@ -8,6 +8,11 @@ within ``loop_timeout_us`` is abandoned and counted as a miss. With the default
 reliable LS transport a fragment the MAC drops is repaired about ``repair_us`` later
 (uniform in [½, 1½] × ``repair_us``), so a loop is late rather than lost; best effort
 loses the message and the loop waits out its timeout.
+
+:meth:`MpcLoop.next_send_ns` tells when a robot's next LS message goes out (exactly once
+that instant is determined, else the earliest possible one): each worker's send delay
+for loop ``k + 1`` is drawn when loop ``k`` starts, from the same stream in the same
+order as before, so results do not change.
 """
 
 from __future__ import annotations
@@ -79,13 +84,37 @@ class MpcLoop:
         self._loop_start = 0
         self._pending = 0
         self._timeout_event: Event | None = None
+        # Send-time prediction (next_send_ns). Each worker's delay after the loop start
+        # of the *next* loop is drawn one loop ahead.
+        self._next_delay: dict[str, int] = {}
+        #: Start of the next loop when already fixed (before the first loop, between
+        #: loops); None while a loop is in progress.
+        self._next_start: int | None = None
+        #: This loop's perceptions not yet sent: worker -> scheduled send instant.
+        self._perception_at: dict[str, int] = {}
+        #: This loop's control send instant once all perceptions arrived (None before,
+        #: and after the controls went out).
+        self._controls_at: int | None = None
+        #: The current loop's controls went out.
+        self._controls_out = False
+        self._timeout_at = 0
 
     @property
     def flow_names(self) -> frozenset[str]:
         return frozenset(f.name for f in (*self.perception.values(), *self.control.values()))
 
     def begin(self) -> None:
+        self._next_delay = self._draw_delays()
+        self._next_start = self.start
         self.sim.call_at(self.start, self._start_loop, 0)
+
+    def _draw_delays(self) -> dict[str, int]:
+        """Each worker's send delay after a loop start, one draw per worker and loop."""
+        # |N(0, σ)|: a worker sends its frame after the loop tick, never before.
+        return {
+            w: abs(round(self.rng[w].normal(0.0, self.jitter))) if self.jitter else 0
+            for w in self.workers
+        }
 
     def _start_loop(self, k: int) -> None:
         sim = self.sim
@@ -93,14 +122,20 @@ class MpcLoop:
         self._k = k
         self._loop_start = now
         self._pending = len(self.workers)
+        delays, self._next_delay = self._next_delay, self._draw_delays()
+        self._next_start = None
+        self._controls_at = None
+        self._controls_out = False
+        self._timeout_at = now + self.timeout
+        self._perception_at = {}
         for w in self.workers:
-            # |N(0, σ)|: a worker sends its frame after the loop tick, never before.
-            delay = abs(round(self.rng[w].normal(0.0, self.jitter))) if self.jitter else 0
-            sim.call_at(now + delay, self._send_perception, k, w)
-        self._timeout_event = sim.call_at(now + self.timeout, self._abandon, k)
+            self._perception_at[w] = now + delays[w]
+            sim.call_at(now + delays[w], self._send_perception, k, w)
+        self._timeout_event = sim.call_at(self._timeout_at, self._abandon, k)
 
     def _send_perception(self, k: int, w: str) -> None:
         if k == self._k:
+            del self._perception_at[w]
             self.sim.send_message(
                 self.perception[w], self.cfg.perception_bytes, lambda m: self._perceived(k, m)
             )
@@ -110,11 +145,14 @@ class MpcLoop:
             return  # a straggler of an abandoned loop
         self._pending -= 1
         if self._pending == 0:
-            self.sim.call_at(self.sim.now_ns + self.inference, self._disseminate, k)
+            self._controls_at = self.sim.now_ns + self.inference
+            self.sim.call_at(self._controls_at, self._disseminate, k)
 
     def _disseminate(self, k: int) -> None:
         if k != self._k:
             return
+        self._controls_at = None
+        self._controls_out = True
         self._pending = len(self.workers)
         for w in self.workers:
             self.sim.send_message(
@@ -140,8 +178,66 @@ class MpcLoop:
         rec = LoopRecord(k, nominal, self._loop_start, end_ns)
         self.records.append(rec)
         self._k = -1  # nothing outstanding until the next loop starts
+        self._perception_at = {}
+        self._controls_at = None
         if self.on_loop_done is not None:
             self.on_loop_done(rec)
         now = self.sim.now_ns
         next_nominal = self.start + (k + 1) * self.period
-        self.sim.call_at(max(now, next_nominal), self._start_loop, k + 1)
+        self._next_start = max(now, next_nominal)
+        self.sim.call_at(self._next_start, self._start_loop, k + 1)
+
+    # -- prediction ------------------------------------------------------------------------
+    def next_send_ns(self, robot: str, now_ns: int) -> int | None:
+        """The instant of ``robot``'s next LS message send at or after ``now_ns``.
+
+        Exact once it is determined; otherwise the earliest possible instant (see
+        :meth:`next_send`). None for a robot that sends no LS messages, or before
+        :meth:`begin`.
+        """
+        nxt = self.next_send(robot, now_ns)
+        return None if nxt is None else nxt[0]
+
+    def next_send(self, robot: str, now_ns: int) -> tuple[int, bool] | None:
+        """``(instant, exact)``: ``robot``'s next LS send at or after ``now_ns``.
+
+        ``now_ns`` is the simulation's current time. A worker's next perception is
+        exact unless it belongs to a loop that has not started while the current one
+        is still running (a late loop delays the next): then it is the earliest
+        possible instant, the next nominal start (or now, if later) plus the worker's
+        pre-drawn delay. The leader's next control send is exact once the loop's last
+        perception arrived (arrival + inference); while perceptions are outstanding it
+        is the latest of now and their scheduled sends, plus inference; after the
+        controls went out it is the next loop's earliest: its earliest start plus the
+        largest pre-drawn delay, plus inference.
+        """
+        if not self._next_delay:
+            return None  # not begun, or no workers
+        in_loop = self._k >= 0
+        if robot in self._next_delay:
+            at = self._perception_at.get(robot) if in_loop else None
+            if at is not None and at < self._timeout_at:
+                return at, True
+            start, exact = self._next_loop_start(now_ns)
+            return start + self._next_delay[robot], exact
+        if robot != self.leader:
+            return None
+        if in_loop and not self._controls_out:
+            at = self._controls_at
+            if at is not None:
+                if at < self._timeout_at:
+                    return at, True
+            else:
+                # Perceptions outstanding: the last arrives at or after now and after
+                # every scheduled send.
+                latest = max(self._perception_at.values(), default=now_ns)
+                return max(latest, now_ns) + self.inference, False
+        start, _ = self._next_loop_start(now_ns)
+        return start + max(self._next_delay.values()) + self.inference, False
+
+    def _next_loop_start(self, now_ns: int) -> tuple[int, bool]:
+        """The next loop's start: exact when fixed, else its earliest possible value."""
+        if self._next_start is not None:
+            return self._next_start, True
+        nominal = self.start + (self._k + 1) * self.period
+        return max(nominal, now_ns), False
