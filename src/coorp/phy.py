@@ -8,6 +8,7 @@ distance to a usable MCS. All durations are integer nanoseconds. Nothing here ha
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from enum import StrEnum
@@ -212,10 +213,21 @@ class LinkBudget:
 
     def best_mcs(self, distance_m: float, nss: int, width_mhz: int) -> int | None:
         """Highest valid MCS whose sensitivity (plus margin) the link meets, else None."""
-        rx = self.rx_power_dbm(distance_m)
-        usable = [
-            m
-            for m in valid_vht_mcs(nss, width_mhz)
-            if rx >= min_sensitivity_dbm(m, width_mhz) + self.margin_db
-        ]
-        return max(usable) if usable else None
+        return self.best_mcs_at(self.rx_power_dbm(distance_m), nss, width_mhz)
+
+    def best_mcs_at(self, rx_dbm: float, nss: int, width_mhz: int) -> int | None:
+        """:meth:`best_mcs` for a received power already computed (one pair of stations
+        costs one comparison per MCS: scenarios with many stations check every pair)."""
+        for mcs, threshold in _mcs_thresholds(nss, width_mhz, self.margin_db):
+            if rx_dbm >= threshold:
+                return mcs
+        return None
+
+
+@functools.cache
+def _mcs_thresholds(nss: int, width_mhz: int, margin_db: float) -> tuple[tuple[int, float], ...]:
+    """(MCS, sensitivity + margin) of every valid MCS, fastest first."""
+    return tuple(
+        (m, min_sensitivity_dbm(m, width_mhz) + margin_db)
+        for m in sorted(valid_vht_mcs(nss, width_mhz), reverse=True)
+    )

@@ -3,7 +3,9 @@
 ``get_policy("coorp")`` returns the class; ``policy_names()`` lists what is registered.
 Shipped: ``edca``, ``schedwifi``, ``coorp``, ``coorp-global``, ``coorp-local``. To add
 one, subclass :class:`Policy` and decorate it with :func:`register_policy`
-(``docs/policies.md``); check it with :func:`coorp.testing.check_policy`.
+(``docs/policies.md``); check it with :func:`coorp.testing.check_policy`. The CLI loads
+a user's file with ``--policy-module`` (:func:`load_policy_module`) and installed
+packages' ``coorp.policies`` entry points (:func:`load_entry_point_policies`).
 """
 
 # Importing the modules registers the shipped policies; the baselines come first.
@@ -17,10 +19,17 @@ from coorp.policies._base import Policy, Team
 from coorp.policies._coorp import CoorpGlobalPolicy, CoorpLocalPolicy, CoorpPolicy
 from coorp.policies._edca import EdcaPolicy
 from coorp.policies._hooks import GatedHooks
+from coorp.policies._plugins import (
+    ENTRY_POINT_GROUP,
+    load_entry_point_policies,
+    load_policy_module,
+    loaded_policy_modules,
+)
 from coorp.policies._registry import get_policy, policy_names, register_policy
 from coorp.policies._schedwifi import SchedWifiPolicy
 
 __all__ = [
+    "ENTRY_POINT_GROUP",
     "CoorpGlobalPolicy",
     "CoorpLocalPolicy",
     "CoorpPolicy",
@@ -30,6 +39,9 @@ __all__ = [
     "SchedWifiPolicy",
     "Team",
     "get_policy",
+    "load_entry_point_policies",
+    "load_policy_module",
+    "loaded_policy_modules",
     "policy_names",
     "register_policy",
 ]

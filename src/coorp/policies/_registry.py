@@ -28,12 +28,20 @@ def register_policy(cls: P) -> P:
 
 
 def get_policy(name: str) -> type[Policy]:
-    try:
-        return _REGISTRY[name]
-    except KeyError:
+    """The policy class registered as ``name``; installed ``coorp.policies`` entry points
+    are loaded before a name is reported unknown."""
+    cls = _REGISTRY.get(name)
+    if cls is None:
+        from coorp.policies._plugins import load_entry_point_policies
+
+        load_entry_point_policies()
+        cls = _REGISTRY.get(name)
+    if cls is None:
         raise UsageError(
-            f"unknown policy {name!r}; available: {', '.join(policy_names())}"
-        ) from None
+            f"unknown policy {name!r}; available: {', '.join(policy_names())} (a policy of "
+            "your own: --policy-module FILE.py or a 'coorp.policies' entry point)"
+        )
+    return cls
 
 
 def policy_names() -> list[str]:

@@ -1,8 +1,10 @@
 """Scenario files: the validated, plain-data description of a simulated channel."""
 
-from ._load import load_scenario, parse_scenario
+from ._load import builtin_scenarios, load_scenario, parse_scenario, resolve_scenario
 from ._models import (
     EDCA_DEFAULTS,
+    LINK_TABLE_BYTES_PER_PAIR,
+    MAX_STATIONS,
     AccessCategory,
     BulkFlow,
     DatagramFlow,
@@ -33,6 +35,8 @@ from ._workload import (
 
 __all__ = [
     "EDCA_DEFAULTS",
+    "LINK_TABLE_BYTES_PER_PAIR",
+    "MAX_STATIONS",
     "AccessCategory",
     "BulkFlow",
     "CoorpOptions",
@@ -57,6 +61,8 @@ __all__ = [
     "StationConfig",
     "SyncMode",
     "WorkloadConfig",
+    "builtin_scenarios",
     "load_scenario",
     "parse_scenario",
+    "resolve_scenario",
 ]

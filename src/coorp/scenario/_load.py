@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.resources
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -9,13 +10,61 @@ from typing import Any, TypeVar, get_args, overload
 
 from pydantic import BaseModel, ValidationError
 
-from coorp._errors import ScenarioError, ScenarioProblem
+from coorp._errors import ScenarioError, ScenarioProblem, UsageError
 
 from ._models import Scenario
 
-__all__ = ["load_scenario", "parse_scenario", "problems_from_validation"]
+__all__ = [
+    "builtin_scenarios",
+    "load_scenario",
+    "parse_scenario",
+    "problems_from_validation",
+    "resolve_scenario",
+]
 
 M = TypeVar("M", bound=BaseModel)
+
+
+def _builtin_dir() -> Path | None:
+    """Where the shipped scenarios are: ``coorp/scenarios`` inside an installed wheel
+    (pyproject's ``force-include``), else the repository's ``scenarios/`` next to
+    ``src/`` (an editable install or a source checkout)."""
+    packaged = importlib.resources.files("coorp") / "scenarios"
+    if isinstance(packaged, Path) and packaged.is_dir():
+        return packaged
+    checkout = Path(__file__).resolve().parents[3] / "scenarios"
+    return checkout if checkout.is_dir() else None
+
+
+def builtin_scenarios() -> dict[str, Path]:
+    """The scenarios shipped with Coorp: name (file stem, e.g. ``"crl-5"``) -> file."""
+    d = _builtin_dir()
+    if d is None:
+        return {}
+    return {p.stem: p for p in sorted(d.glob("*.toml"))}
+
+
+def resolve_scenario(name_or_path: str | Path) -> Path:
+    """The scenario file meant by ``name_or_path``: an existing file as given, else a
+    built-in scenario by name (``crl-10``, ``crl-10.toml`` or ``scenarios/crl-10.toml``,
+    from any directory).
+
+    Raises :class:`UsageError` naming what was given and listing the built-in names.
+    """
+    p = Path(name_or_path)
+    if p.is_file():
+        return p
+    builtin = builtin_scenarios()
+    stem = p.name.removesuffix(".toml")
+    # A bare name, or the repository-relative path the docs use (scenarios/crl-5.toml).
+    if stem in builtin and p.parent in (Path(), Path("scenarios")):
+        return builtin[stem]
+    if p.is_dir():
+        what = "is a directory, not a scenario file"
+    else:
+        what = "no such file and no built-in scenario of that name"
+    names = ", ".join(builtin) or "none found (is the package installed completely?)"
+    raise UsageError(f"scenario {str(name_or_path)!r}: {what}; built-in scenarios: {names}")
 
 
 @overload

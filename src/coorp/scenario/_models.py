@@ -10,10 +10,18 @@ simulator can run.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from enum import StrEnum
 from typing import Annotated, Final, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from coorp.phy import (
@@ -33,6 +41,8 @@ from coorp.scenario._workload import PolicyOptions, WorkloadConfig
 
 __all__ = [
     "EDCA_DEFAULTS",
+    "LINK_TABLE_BYTES_PER_PAIR",
+    "MAX_STATIONS",
     "AccessCategory",
     "BulkFlow",
     "DatagramFlow",
@@ -266,6 +276,16 @@ class BulkFlow(_Model):
 Flow = Annotated[DatagramFlow | BulkFlow, Field(discriminator="kind")]
 
 
+#: What the simulator's per-link tables cost per ordered pair of stations: the MCS (a
+#: pointer to a shared small int) and the received power (a pointer to a float shared by
+#: both directions), measured with tracemalloc at 28 bytes (``coorp.sim.links.LinkTable``;
+#: tests/scenario/test_scenario_scale.py checks it).
+LINK_TABLE_BYTES_PER_PAIR: Final = 28
+#: The most stations a scenario may have: n² ordered pairs at 28 bytes each stay within
+#: 512 MiB (4096 stations: 470 MB of link tables). Larger teams are refused when loading.
+MAX_STATIONS: Final = 4096
+
+
 class Scenario(_Model):
     """A whole simulated channel: PHY, MAC, stations, links and traffic."""
 
@@ -283,10 +303,25 @@ class Scenario(_Model):
     workload: WorkloadConfig | None = None
     policy: PolicyOptions = Field(default_factory=PolicyOptions)
 
+    @field_validator("stations", mode="before")
+    @classmethod
+    def _not_too_many(cls, value: object) -> object:
+        # Checked before each station is validated: a huge list is refused at once.
+        if isinstance(value, list | tuple) and len(value) > MAX_STATIONS:
+            table_gb = len(value) ** 2 * LINK_TABLE_BYTES_PER_PAIR / 1e9
+            raise ValueError(
+                f"{len(value)} stations is more than the simulator can hold: at most "
+                f"{MAX_STATIONS} (its per-link tables cost {LINK_TABLE_BYTES_PER_PAIR} bytes "
+                f"per ordered pair of stations, {table_gb:.1f} GB for {len(value)}; "
+                f"{MAX_STATIONS} stations take "
+                f"{MAX_STATIONS**2 * LINK_TABLE_BYTES_PER_PAIR / 1e6:.0f} MB)"
+            )
+        return value
+
     @model_validator(mode="after")
     def _consistent(self) -> Scenario:
         names = [s.name for s in self.stations]
-        dupes = sorted({n for n in names if names.count(n) > 1})
+        dupes = sorted(n for n, c in Counter(names).items() if c > 1)
         if dupes:
             raise ValueError(f"station names must be unique; repeated: {dupes}")
         nss, width = self.phy.spatial_streams, self.phy.width_mhz
@@ -307,7 +342,7 @@ class Scenario(_Model):
                     f"stream(s) at {width} MHz; allowed: {allowed}"
                 )
         flow_names = [f.name for f in self.flows]
-        dupes = sorted({n for n in flow_names if flow_names.count(n) > 1})
+        dupes = sorted(n for n, c in Counter(flow_names).items() if c > 1)
         if dupes:
             raise ValueError(f"flow names must be unique; repeated: {dupes}")
         for i, f in enumerate(self.flows):
@@ -365,50 +400,77 @@ class Scenario(_Model):
         budget = LinkBudget(pl.tx_power_dbm, pl.reference_loss_db, pl.exponent, pl.margin_db)
         override = {(o.src, o.dst): i for i, o in enumerate(links.overrides)}  # last wins
         problems: list[_Problem] = []
-        out_of_range: list[str] = []
-        slowest: tuple[int, str] | None = None  # (MCS, where it comes from)
-        best: dict[tuple[str, str], int | None] = {}  # distance mode; path loss is symmetric
-        for a in self.stations:
-            for b in self.stations:
-                if a is b:
-                    continue
-                if links.mode == "distance":
+        stations = self.stations
+        n = len(stations)
+        # (MCS, position of the ordered pair in row-major order, where it comes from): the
+        # first slowest link in station order, as a scan of every ordered pair finds it.
+        slowest: tuple[int, int, str] | None = None
+        out_of_range: list[tuple[int, str]] = []  # (position, text)
+        if links.mode == "distance":
+            # Path loss is symmetric: each pair is computed once, n (n - 1) / 2 in all.
+            for i, a in enumerate(stations):
+                for j in range(i + 1, n):
+                    b = stations[j]
                     d = math.dist(a.position_m, b.position_m)
-                    mcs = best.get((b.name, a.name), -1)
-                    if mcs == -1:
-                        mcs = best[a.name, b.name] = budget.best_mcs(d, nss, width)
-                    if mcs is None:
-                        if a.name < b.name:  # report a pair once
-                            out_of_range.append(
-                                f"{a.name} -> {b.name}: out of range: {d:.1f} m gives "
-                                f"{budget.rx_power_dbm(d):.1f} dBm, below the MCS 0 "
-                                "sensitivity"
-                            )
+                    rx = budget.rx_power_dbm(d)
+                    best = budget.best_mcs_at(rx, nss, width)
+                    if best is None:
+                        lo, hi = (a, b) if a.name < b.name else (b, a)  # report a pair once
+                        pos = i * n + j if lo is a else j * n + i
+                        out_of_range.append((pos, (
+                            f"{lo.name} -> {hi.name}: out of range: {d:.1f} m gives "
+                            f"{rx:.1f} dBm, below the MCS 0 sensitivity"
+                        )))  # fmt: skip
                         continue
-                    where = f"link {a.name} -> {b.name}, {d:.1f} m apart"
-                else:
-                    mcs, where = links.mcs, "links.mcs"
-                i = override.get((a.name, b.name))
-                if i is not None:
-                    mcs = links.overrides[i].mcs
-                    where = f"links.overrides[{i}], {a.name} -> {b.name}"
-                if slowest is None or mcs < slowest[0]:
-                    slowest = (mcs, where)
-        for text in out_of_range[:5]:
+                    for src, dst, pos in ((a, b, i * n + j), (b, a, j * n + i)):
+                        k = override.get((src.name, dst.name)) if override else None
+                        mcs = best if k is None else links.overrides[k].mcs
+                        if slowest is None or (mcs, pos) < slowest[:2]:
+                            where = (
+                                f"link {src.name} -> {dst.name}, {d:.1f} m apart"
+                                if k is None
+                                else f"links.overrides[{k}], {src.name} -> {dst.name}"
+                            )
+                            slowest = (mcs, pos, where)
+        else:
+            # Fixed mode: every link has links.mcs unless overridden; no need to visit
+            # every pair (a team of n stations has n (n - 1) of them).
+            index = {st.name: i for i, st in enumerate(stations)}
+            overridden = {pair for pair in override if pair[0] != pair[1]}
+            for (src_name, dst_name), k in override.items():
+                if src_name != dst_name:
+                    pos = index[src_name] * n + index[dst_name]
+                    cand = (links.overrides[k].mcs, pos,
+                            f"links.overrides[{k}], {src_name} -> {dst_name}")  # fmt: skip
+                    if slowest is None or cand[:2] < slowest[:2]:
+                        slowest = cand
+            if len(overridden) < n * (n - 1):
+                first = next(
+                    i * n + j
+                    for i in range(n)
+                    for j in range(n)
+                    if i != j and (stations[i].name, stations[j].name) not in overridden
+                )
+                cand = (links.mcs, first, "links.mcs")
+                if slowest is None or cand[:2] < slowest[:2]:
+                    slowest = cand
+        out_of_range.sort()
+        out_of_range_texts = [text for _, text in out_of_range]
+        for text in out_of_range_texts[:5]:
             pair, msg = text.split(": ", 1)
             problems.append((
                 ("stations",), pair,
                 f"{msg}; move the stations closer or lower links.pathloss.exponent",
             ))  # fmt: skip
-        if len(out_of_range) > 5:
-            more = [t.split(": ", 1)[0] for t in out_of_range[5:]]
+        if len(out_of_range_texts) > 5:
+            more = [t.split(": ", 1)[0] for t in out_of_range_texts[5:]]
             problems.append((
                 ("stations",), more,  # a list: rendered without a value
                 f"{len(more)} more pairs out of range: {', '.join(more[:10])}"
                 + (", ..." if len(more) > 10 else ""),
             ))  # fmt: skip
         if slowest is not None:
-            mcs, where = slowest
+            mcs, _, where = slowest
             mode = VhtMode(mcs, nss, width, phy.guard_interval)
             mpdu = self.packet_bytes + MAC_OVERHEAD_BYTES
             ppdu_ns = vht_ppdu_duration_ns(mpdu + AMPDU_DELIMITER_BYTES, mode)

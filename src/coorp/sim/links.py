@@ -28,22 +28,27 @@ class LinkTable:
         self.packet_errors = cfg.packet_errors
         self._rx_dbm = [[0.0] * n for _ in range(n)]
         self._mcs = [[cfg.mcs] * n for _ in range(n)]
+        distance = cfg.mode == "distance"
+        nss, width = phy.spatial_streams, phy.width_mhz
+        # Path loss is symmetric: each pair of stations is computed once (n (n - 1) / 2
+        # pairs; the tables themselves hold every ordered pair, see MAX_STATIONS).
         for i, a in enumerate(stations):
-            for j, b in enumerate(stations):
-                if i == j:
-                    continue
+            rx_i, mcs_i = self._rx_dbm[i], self._mcs[i]
+            for j in range(i + 1, n):
+                b = stations[j]
                 d = math.dist(a.position_m, b.position_m)
-                self._rx_dbm[i][j] = self.budget.rx_power_dbm(d)
-                if cfg.mode == "distance":
-                    mcs = self.budget.best_mcs(d, phy.spatial_streams, phy.width_mhz)
+                rx = self.budget.rx_power_dbm(d)
+                rx_i[j] = self._rx_dbm[j][i] = rx
+                if distance:
+                    mcs = self.budget.best_mcs_at(rx, nss, width)
                     if mcs is None:
                         raise ScenarioError(source, [ScenarioProblem(
                             "stations", f"{a.name} -> {b.name}",
-                            f"out of range: {d:.1f} m gives {self._rx_dbm[i][j]:.1f} dBm, below "
+                            f"out of range: {d:.1f} m gives {rx:.1f} dBm, below "
                             "the MCS 0 sensitivity; move the stations closer or lower "
                             "links.pathloss.exponent",
                         )])  # fmt: skip
-                    self._mcs[i][j] = mcs
+                    mcs_i[j] = self._mcs[j][i] = mcs
         index = {s.name: i for i, s in enumerate(stations)}
         for o in cfg.overrides:
             self._mcs[index[o.src]][index[o.dst]] = o.mcs
