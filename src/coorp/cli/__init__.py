@@ -28,6 +28,7 @@ app = typer.Typer(
 COMMAND_MODULES = (
     "coorp.cli._simulate",
     "coorp.cli._compare",
+    "coorp.cli._sweep",
     "coorp.cli._bench",
     "coorp.cli._runtime",
     "coorp.cli._model",

@@ -1,0 +1,82 @@
+"""``coorp sweep``: scenarios × policies × seeds × overrides, cached, on local cores or Ray,
+summarised with 95% confidence intervals (``docs/sweep.md``).
+
+``plan_sweep(spec)`` checks everything and lists the tasks; ``run_sweep(plan)`` runs the
+ones not in the cache; ``save_sweep(result, out, manifest)`` writes the long table, the
+aggregate and the figures.
+"""
+
+from coorp.sweep._overrides import OverrideError, apply_overrides, canonical_key
+from coorp.sweep._plan import SweepPlan, Task, code_version, plan_sweep
+from coorp.sweep._plots import plot_sweep
+from coorp.sweep._results import (
+    LONG_COLUMNS,
+    aggregate,
+    clean_json,
+    load_rows,
+    render_aggregate,
+    write_aggregate,
+    write_rows,
+)
+from coorp.sweep._run import (
+    METRICS,
+    Outcome,
+    Progress,
+    RunCache,
+    Runner,
+    SweepResult,
+    run_sweep,
+    simulate_task,
+)
+from coorp.sweep._save import save_sweep
+from coorp.sweep._spec import (
+    BUILTIN_SCENARIOS,
+    SweepSpec,
+    SweepSpecError,
+    builtin_scenario_names,
+    load_sweep_spec,
+    parse_override,
+    parse_seeds,
+    parse_sweep_spec,
+    resolve_scenario,
+)
+from coorp.sweep._stats import MeanCI, mean_ci, t_quantile_975
+
+__all__ = [
+    "BUILTIN_SCENARIOS",
+    "LONG_COLUMNS",
+    "METRICS",
+    "MeanCI",
+    "Outcome",
+    "OverrideError",
+    "Progress",
+    "RunCache",
+    "Runner",
+    "SweepPlan",
+    "SweepResult",
+    "SweepSpec",
+    "SweepSpecError",
+    "Task",
+    "aggregate",
+    "apply_overrides",
+    "builtin_scenario_names",
+    "canonical_key",
+    "clean_json",
+    "code_version",
+    "load_rows",
+    "load_sweep_spec",
+    "mean_ci",
+    "parse_override",
+    "parse_seeds",
+    "parse_sweep_spec",
+    "plan_sweep",
+    "plot_sweep",
+    "render_aggregate",
+    "resolve_scenario",
+    "run_sweep",
+    "save_sweep",
+    "simulate_task",
+    "t_quantile_975",
+    "write_aggregate",
+    "write_rows",
+]

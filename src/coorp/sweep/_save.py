@@ -1,0 +1,27 @@
+"""Everything a sweep leaves in its output folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from coorp._manifest import write_json
+from coorp.sweep._plots import plot_sweep
+from coorp.sweep._results import aggregate, write_aggregate, write_rows
+from coorp.sweep._run import SweepResult
+
+__all__ = ["save_sweep"]
+
+
+def save_sweep(result: SweepResult, out: Path, manifest: dict[str, Any]) -> list[Path]:
+    """``runs.parquet``/``.csv`` (long table), ``aggregate.json``/``.csv``/``.parquet``,
+    ``miss_vs_utilization.png``, ``team_size.png`` and ``manifest.json``; return the paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    rows = result.rows()
+    agg = aggregate(rows)
+    written = write_rows(rows, out)
+    written += write_aggregate(agg, out, {"code_version": result.code_version})
+    figures = plot_sweep(agg, out)
+    written += figures
+    write_json(out / "manifest.json", {**manifest, "figures": [f.name for f in figures]})
+    return [*written, out / "manifest.json"]
