@@ -64,7 +64,7 @@ def test_negative_duration_exits_2() -> None:
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["simulate", "missing.toml"], "missing.toml:\n  - <top level> = 'missing.toml': file not"),
+        (["simulate", "missing.toml"], "scenario 'missing.toml': no such file and no built-in"),
         (["simulate", str(SAT5), "--duration", "0"], "--duration must be > 0 seconds, got 0"),
     ],
 )  # fmt: skip

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import Annotated
 
 import typer
 
 from coorp._errors import CoorpError, UsageError
 
-__all__ = ["app", "main"]
+__all__ = ["app", "main", "version_text"]
 
 app = typer.Typer(
     name="coorp",
@@ -36,6 +37,47 @@ COMMAND_MODULES = (
 
 for _name in COMMAND_MODULES:
     importlib.import_module(_name).register(app)
+
+
+def version_text() -> str:
+    """``coorp 0.1.0 (simulator: compiled)``: the package version and which simulator
+    modules run (mypyc-compiled, or plain Python and why; see ``coorp.sim._loader``)."""
+    from coorp import __version__
+    from coorp.sim import COMPILED
+    from coorp.sim._loader import status
+
+    if COMPILED:
+        sim = "compiled (mypyc)"
+    else:
+        state = status()
+        sim = {
+            "plain": "plain Python (not compiled; python -m coorp.sim._accel build)",
+            "stale": "plain Python (the compiled build is stale; python -m coorp.sim._accel build)",
+        }.get(state, "plain Python")
+        if state == "compiled":  # built and fresh, but COORP_SIM_PURE=1 or unusable
+            sim = "plain Python (compiled build present but not used)"
+    return f"coorp {__version__} (simulator: {sim}; Python {sys.version.split()[0]})"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(version_text())
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print the version and whether the compiled simulator is in use.",
+            callback=_print_version,
+            is_eager=True,
+        ),
+    ] = False,
+) -> None:
+    """Coordinated preemption for robot teams sharing one WiFi channel."""
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,25 +1,45 @@
-"""``coorp simulate`` and ``coorp schema``: run one scenario; print the scenario schema."""
+"""``coorp simulate`` and ``coorp schema``: run one scenario; print the scenario schema.
+
+A scenario's traffic is its ``[[flows]]``, its ``[workload]`` (the MPC loop and DRLC
+epochs, run under one policy: ``--policy``, default ``edca``), or both. A scenario with
+neither is refused: there would be nothing to report.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
+from coorp._errors import UsageError
 from coorp._manifest import build_manifest, write_json
 from coorp._tables import write_table
-from coorp.cli._common import console, duration_ns_option, progress_bar, require_out_dir
-from coorp.scenario import Scenario, load_scenario
+from coorp.cli._common import (
+    FormatOption,
+    PolicyModuleOption,
+    console,
+    duration_ns_option,
+    figure_formats,
+    load_policy_options,
+    load_scenario_arg,
+    progress_bar,
+    require_out_dir,
+)
+from coorp.scenario import Scenario
 from coorp.sim import SimResult, Simulation
 
-__all__ = ["register"]
+__all__ = ["register", "render_result", "render_workload"]
+
+#: The policy ``coorp simulate`` runs a ``[workload]`` under unless told otherwise.
+DEFAULT_POLICY = "edca"
 
 
 def _fmt(v: float | None, digits: int = 2) -> str:
-    return "-" if v is None else f"{v:.{digits}f}"
+    return "-" if v is None or not math.isfinite(v) else f"{v:.{digits}f}"
 
 
 def render_result(result: SimResult) -> Table:
@@ -51,11 +71,46 @@ def render_result(result: SimResult) -> Table:
     return table
 
 
+def render_workload(metrics: dict[str, Any], policy: str, deadline_ms: float) -> Table:
+    """One row: the workload's metrics under ``policy``; warnings in the caption."""
+    t = Table(title=f"workload under {policy} · reaction bound {deadline_ms:g} ms")
+    cols = ("loops", "miss rate", "reaction p50", "p99 ms", "LS lat p99 ms", "BH Mb/s",
+            "epochs", "epoch s")  # fmt: skip
+    for c in cols:
+        t.add_column(c, justify="right")
+    r = metrics["reaction_ms"]
+    miss = metrics["violation_rate"]
+    t.add_row(
+        str(metrics["loops"]), "-" if miss is None or not math.isfinite(miss) else f"{miss:.1%}",
+        _fmt(r["p50"], 1), _fmt(r["p99"], 1), _fmt(metrics["ls_latency_ms"]["p99"]),
+        _fmt(metrics["bh_mbps"], 1), str(metrics["epochs"]), _fmt(metrics["epoch_s"]),
+    )  # fmt: skip
+    if metrics["warnings"]:
+        t.caption = "\n".join(f"warning: {w}" for w in metrics["warnings"])
+    return t
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN and infinities become null (JSON has neither)."""
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def simulate(
         scenario: Annotated[
-            Path, typer.Argument(help="Scenario TOML file (see docs/scenarios.md).")
+            str,
+            typer.Argument(
+                help="Scenario TOML file or built-in name (saturation-5, crl-5; see "
+                "docs/scenarios.md). Its \\[\\[flows]] run as given; a \\[workload] runs "
+                "under --policy.",
+            ),
         ],
         seed: Annotated[
             int | None, typer.Option(help="RNG seed (default: the scenario's).")
@@ -67,23 +122,52 @@ def register(app: typer.Typer) -> None:
             Path | None, typer.Option("--json", help="Also write the summary JSON here.")
         ] = None,
         out: Annotated[
-            Path | None, typer.Option(help="Directory for summary, tables and manifest.")
+            Path | None,
+            typer.Option(help="Directory for summary, tables, raw tables, figures, manifest."),
         ] = None,
+        policy: Annotated[
+            str | None,
+            typer.Option(
+                help=f"Policy the \\[workload] runs under (default: {DEFAULT_POLICY}); "
+                "compare several with coorp compare."
+            ),
+        ] = None,
+        policy_module: PolicyModuleOption = None,
+        fmt: FormatOption = "png",
     ) -> None:
-        """Simulate one scenario on the built-in 802.11ac channel and print per-flow results."""
-        sc = load_scenario(scenario)
+        """Simulate one scenario's flows, or its \\[workload] under one policy; print results."""
+        # Every argument is checked before the simulation starts.
+        path, sc = load_scenario_arg(scenario)
         duration_ns = duration_ns_option(duration)
-        sim = Simulation(sc, seed=seed, source=str(scenario))
+        formats = figure_formats(fmt)
+        out_dir = require_out_dir(out) if out is not None else None
+        if json_path is not None and json_path.is_dir():
+            raise UsageError(f"--json {json_path} is a directory; give a file name")
+        load_policy_options(policy_module)
         total = duration_ns if duration_ns is not None else round(sc.duration_s * 1e9)
+        if sc.workload is not None:
+            _simulate_workload(sc, path, policy or DEFAULT_POLICY, seed, total, json_path,
+                               out_dir, formats)  # fmt: skip
+            return
+        if policy is not None:
+            raise UsageError(
+                f"--policy {policy}: {path} has no [workload] section, and a policy acts on "
+                "a workload (its [[flows]] run as given); drop --policy"
+            )
+        if not sc.flows:
+            raise UsageError(
+                f"{path} has no traffic: no [[flows]] and no [workload] section; add one "
+                "(docs/scenarios.md), or simulate a built-in scenario such as saturation-5"
+            )
+        sim = Simulation(sc, seed=seed, source=str(path))
         with progress_bar(f"simulate {sc.name}", total) as update:
             result = sim.run(total, update)
         console.print(render_result(result))
-        summary = result.summary()
         if json_path is not None:
-            write_json(json_path, summary)
-        if out is not None:
-            write_run(require_out_dir(out), result, sc, str(scenario))
-            console.print(f"results written to {out}/")
+            write_json(json_path, result.summary())
+        if out_dir is not None:
+            write_run(out_dir, result, sc, str(path))
+            console.print(f"results written to {out_dir}/")
 
     @app.command()
     def schema() -> None:
@@ -91,9 +175,45 @@ def register(app: typer.Typer) -> None:
         typer.echo(json.dumps(Scenario.model_json_schema(), indent=2))
 
 
-def write_run(out: Path, result: SimResult, sc: Scenario, path: str) -> None:
+def _simulate_workload(
+    sc: Scenario,
+    path: Path,
+    policy: str,
+    seed: int | None,
+    total_ns: int,
+    json_path: Path | None,
+    out: Path | None,
+    formats: tuple[str, ...],
+) -> None:
+    from coorp.report import plot_run, write_raw_tables
+    from coorp.workload import run_crl
+
+    assert sc.workload is not None
+    with progress_bar(f"simulate {sc.name} ({policy})", total_ns) as update:
+        crl = run_crl(sc, policy, seed=seed, duration_ns=total_ns, on_progress=update,
+                      source=str(path))  # fmt: skip
+    result = crl.sim
+    metrics = _json_safe(crl.metrics())
+    console.print(render_result(result))
+    console.print(render_workload(metrics, policy, sc.workload.mpc.deadline_us / 1000))
+    summary = {**result.summary(), "workload": {"policy": policy, **metrics}}
+    if json_path is not None:
+        write_json(json_path, summary)
+    if out is not None:
+        write_run(out, result, sc, str(path), summary=summary)
+        write_raw_tables(crl, out)
+        figures = plot_run(crl, out, formats)
+        console.print(
+            f"results, raw tables (loops, epochs, ls_messages, timeseries) and "
+            f"{len(figures)} figure file(s) written to {out}/"
+        )
+
+
+def write_run(
+    out: Path, result: SimResult, sc: Scenario, path: str, summary: dict[str, Any] | None = None
+) -> None:
     """summary.json, messages/flows/stations tables, manifest.json."""
-    write_json(out / "summary.json", result.summary())
+    write_json(out / "summary.json", result.summary() if summary is None else summary)
     tables = result.tables()
     write_table(out / "messages", tables["messages"], csv=False)
     write_table(out / "flows", tables["flows"])

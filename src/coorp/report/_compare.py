@@ -43,6 +43,8 @@ class PolicyRun:
     events: int
     #: Why the policy cannot run on this scenario (then every metric is NaN).
     infeasible: str | None = None
+    #: The run's raw tables (``CrlResult.tables()``; ``coorp.report.write_raw_tables``).
+    raw: dict[str, Any] | None = None
 
 
 _NO_METRICS: dict[str, Any] = {
@@ -72,7 +74,7 @@ def _run_one(
     return PolicyRun(
         name=policy, metrics=r.metrics(), reaction_ms=r.reaction_ns / 1e6,
         ls_hw_depths=r.ls_hw_depths, policy_stats=r.policy_stats, wall_s=r.sim.wall_s,
-        events=r.sim.events_processed,
+        events=r.sim.events_processed, raw=r.tables(),
     )  # fmt: skip
 
 

@@ -1,90 +1,244 @@
-"""Figures of a comparison: reaction-time CDF, utilization and epoch time, LS queue depth."""
+"""Figures of a comparison (reaction-time CDF, utilization and epoch time, LS queue depth)
+and of one run (time series of bulk throughput, ring depth and gate state).
+
+Every figure draws each policy in its own colour and line style
+(:mod:`coorp.report._style`) and is saved in each of ``formats`` (``png``, ``pdf``,
+``svg``). A bar with no value says why (``infeasible``, ``no epoch in 10 s``) and the
+epoch-time bars carry the number of epochs behind them.
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
+from coorp._errors import UsageError
 from coorp.report._compare import Comparison
+from coorp.report._style import policy_styles
 
-__all__ = ["plot_comparison"]
+if TYPE_CHECKING:
+    from coorp.workload import CrlResult
+
+__all__ = [
+    "FIGURE_FORMATS",
+    "parse_formats",
+    "plot_comparison",
+    "plot_run",
+    "save_figure",
+]
+
+#: Formats figures can be written in (matplotlib backends, no extra dependency).
+FIGURE_FORMATS = ("png", "pdf", "svg")
+_DPI = 130
+_NO_DATE: dict[str, dict[str, None]] = {
+    "png": {"Software": None}, "pdf": {"CreationDate": None}, "svg": {"Date": None},
+}  # fmt: skip
 
 
-def plot_comparison(cmp: Comparison, out: Path) -> list[Path]:
-    """Write the comparison's PNG figures into ``out``; return their paths."""
+def parse_formats(value: str | Iterable[str], option: str = "--format") -> tuple[str, ...]:
+    """``"png,pdf"`` (or a list) -> ``("png", "pdf")``; raises :class:`UsageError` naming
+    ``option``, the bad value and the allowed ones."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    formats = tuple(dict.fromkeys(f.strip().lower().lstrip(".") for f in items if f.strip()))
+    bad = [f for f in formats if f not in FIGURE_FORMATS]
+    if bad or not formats:
+        given = value if isinstance(value, str) else ",".join(items)
+        raise UsageError(
+            f"{option} {given!r}: unknown figure format {', '.join(map(repr, bad)) or '(none)'}"
+            f"; allowed: {', '.join(FIGURE_FORMATS)} (comma-separated, e.g. png,pdf)"
+        )
+    return formats
+
+
+def save_figure(fig: Figure, out: Path, stem: str, formats: Sequence[str] = ("png",)) -> list[Path]:
+    """Save ``fig`` as ``out/<stem>.<fmt>`` for each format, close it, return the paths."""
+    formats = parse_formats(formats)
     out.mkdir(parents=True, exist_ok=True)
-    return [_reaction_cdf(cmp, out), _bandwidth(cmp, out), _queue_depth(cmp, out)]
+    fig.tight_layout()
+    paths = []
+    for fmt in formats:
+        path = out / f"{stem}.{fmt}"
+        # No creation date in the file: the same figure gives the same bytes.
+        fig.savefig(path, dpi=_DPI, format=fmt, metadata=_NO_DATE[fmt])
+        paths.append(path)
+    plt.close(fig)
+    return paths
 
 
-def _reaction_cdf(cmp: Comparison, out: Path) -> Path:
+def plot_comparison(cmp: Comparison, out: Path, formats: Sequence[str] = ("png",)) -> list[Path]:
+    """Write the comparison's figures into ``out`` in each format; return their paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    return [
+        *_reaction_cdf(cmp, out, formats),
+        *_bandwidth(cmp, out, formats),
+        *_queue_depth(cmp, out, formats),
+    ]
+
+
+def _reaction_cdf(cmp: Comparison, out: Path, formats: Sequence[str]) -> list[Path]:
     fig, ax = plt.subplots(figsize=(7, 4.2))
     upper = cmp.deadline_ms * 3
+    styles = policy_styles(cmp.runs)
+    missing = []
     for name, run in cmp.runs.items():
         r = np.sort(run.reaction_ms)
         if not r.size:
+            missing.append(f"{name}: {_why_no_loops(cmp, name)}")
             continue
         y = np.arange(1, r.size + 1) / r.size
-        ax.step(np.minimum(r, upper), y, where="post", label=name)
+        ax.step(np.minimum(r, upper), y, where="post", label=f"{name} ({r.size} loops)",
+                linewidth=1.5, **styles[name].line())  # fmt: skip
     ax.axvline(cmp.deadline_ms, color="black", linestyle="--", linewidth=1)
     ax.text(cmp.deadline_ms, 0.02, f" bound {cmp.deadline_ms:g} ms", fontsize=8)
+    if missing:
+        ax.text(0.02, 0.97, "no curve: " + "; ".join(missing), transform=ax.transAxes,
+                fontsize=8, va="top")  # fmt: skip
     ax.set_xlim(0, upper)
     ax.set_ylim(0, 1.01)
     ax.set_xlabel("reaction time (ms; abandoned/slow loops drawn at the right edge)")
     ax.set_ylabel("CDF of MPC loops")
-    ax.set_title(f"{cmp.scenario}: reaction time, seed {cmp.seed}")
+    ax.set_title(f"{cmp.scenario}: reaction time, seed {cmp.seed}, {cmp.duration_s:g} s")
     ax.grid(alpha=0.3)
-    ax.legend()
-    path = out / "reaction_cdf.png"
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    return save_figure(fig, out, "reaction_cdf", formats)
 
 
-def _bandwidth(cmp: Comparison, out: Path) -> Path:
+def _why_no_loops(cmp: Comparison, name: str) -> str:
+    run = cmp.runs[name]
+    if run.infeasible:
+        return "infeasible"
+    return f"no MPC loop in {cmp.duration_s:g} s"
+
+
+def _why_no_value(cmp: Comparison, name: str, what: str) -> str:
+    """The label of a bar that has no value."""
+    run = cmp.runs[name]
+    if run.infeasible:
+        return "infeasible"
+    if what == "epoch" and run.metrics.get("epochs", 0) == 0:
+        return f"no epoch in {cmp.duration_s:g} s"
+    if what == "utilization":
+        ref = cmp.reference.metrics.get("bh_mbps")
+        if ref is None or not ref > 0:
+            return f"no BH-only data in {cmp.duration_s:g} s"
+    return "no data"
+
+
+def _bars(ax: Axes, cmp: Comparison, values: list[float], what: str) -> None:
+    names = cmp.policies
+    styles = policy_styles(names)
+    x = np.arange(len(names))
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    top = max(finite, default=1.0) or 1.0
+    for i, (name, v) in enumerate(zip(names, values, strict=True)):
+        st = styles[name]
+        if v is None or not math.isfinite(v):
+            # An empty slot that says why, instead of a silent gap.
+            ax.bar(x[i], top * 0.04, color="none", edgecolor="0.6", linestyle=":")
+            ax.text(x[i], top * 0.06, _why_no_value(cmp, name, what), rotation=90,
+                    ha="center", va="bottom", fontsize=8, color="0.3")  # fmt: skip
+            continue
+        ax.bar(x[i], v, color=st.color, hatch=st.hatch, edgecolor="black", linewidth=0.6)
+        if what == "epoch":
+            n = int(cmp.runs[name].metrics.get("epochs", 0))
+            ax.text(x[i], v, f"n={n}", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(x, names)
+    ax.set_ylim(0, top * 1.18)
+
+
+def _bandwidth(cmp: Comparison, out: Path, formats: Sequence[str]) -> list[Path]:
     names = cmp.policies
     util = [cmp.utilization(n) for n in names]
     epoch = [cmp.runs[n].metrics["epoch_s"] for n in names]
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.8))
-    a.bar(names, util, color="tab:blue")
+    _bars(a, cmp, util, "utilization")
     a.axhline(1.0, color="black", linewidth=0.8)
     a.set_ylabel("BH throughput / BH-only run")
-    a.set_title(f"utilization (BH-only: {cmp.reference.metrics['bh_mbps']:.0f} Mb/s)")
-    b.bar(names, epoch, color="tab:orange")
+    ref = cmp.reference.metrics.get("bh_mbps")
+    ref_text = f"{ref:.0f} Mb/s" if ref is not None and math.isfinite(ref) else "no data"
+    a.set_title(f"utilization (BH-only: {ref_text})")
+    _bars(b, cmp, epoch, "epoch")
     b.set_ylabel("seconds")
-    b.set_title("time per DRLC epoch")
+    b.set_title(f"time per DRLC epoch (n = epochs in {cmp.duration_s:g} s)")
     for ax in (a, b):
         ax.tick_params(axis="x", rotation=25)
         ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    path = out / "utilization_epoch.png"
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
+    return save_figure(fig, out, "utilization_epoch", formats)
 
 
-def _queue_depth(cmp: Comparison, out: Path) -> Path:
+def _queue_depth(cmp: Comparison, out: Path, formats: Sequence[str]) -> list[Path]:
     fig, ax = plt.subplots(figsize=(7, 4.2))
     top = max((int(r.ls_hw_depths.max()) for r in cmp.runs.values() if r.ls_hw_depths.size),
               default=1)  # fmt: skip
     bins = [k - 0.5 for k in range(top + 2)]
+    styles = policy_styles(cmp.runs)
     for name, run in cmp.runs.items():
         d = run.ls_hw_depths[run.ls_hw_depths >= 0]
         if d.size:
-            ax.hist(d, bins=bins, histtype="step", density=True, label=name, linewidth=1.4)
+            ax.hist(d, bins=bins, histtype="step", density=True, label=name, linewidth=1.4,
+                    **styles[name].line())  # fmt: skip
     ax.set_xlabel("packets ahead in the hardware queue when an LS message entered it")
     ax.set_ylabel("fraction of LS messages")
     ax.set_yscale("log")
     ax.set_title(f"{cmp.scenario}: local congestion seen by LS messages")
-    ax.legend()
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path = out / "ls_queue_depth.png"
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
+    return save_figure(fig, out, "ls_queue_depth", formats)
+
+
+def plot_run(result: CrlResult, out: Path, formats: Sequence[str] = ("png",)) -> list[Path]:
+    """Figures of one workload run: ``timeseries`` (bulk Mb/s, ring depth and share of
+    time the bulk queue was paused, per station, 10 ms bins) and, with an MPC loop,
+    ``reaction_cdf``."""
+    paths: list[Path] = []
+    ts = result.timeseries
+    if ts:
+        stations = list(dict.fromkeys(ts["station"]))
+        fig, axes = plt.subplots(3, 1, figsize=(9, 7), sharex=True)
+        cmap = plt.get_cmap("tab20")
+        for k, name in enumerate(stations):
+            m = ts["station"] == name
+            t = (ts["t_start_ns"][m] + ts["t_end_ns"][m]) / 2e9
+            color = cmap(k % 20)
+            axes[0].plot(t, ts["bh_mbps"][m], color=color, linewidth=0.8, label=name)
+            axes[1].plot(t, ts["ring_depth_mean"][m], color=color, linewidth=0.8)
+            axes[2].plot(t, ts["paused_fraction"][m], color=color, linewidth=0.8)
+        axes[0].set_ylabel("BH sent, Mb/s")
+        axes[1].set_ylabel("ring depth\n(packets, mean)")
+        axes[2].set_ylabel("bulk paused\n(share of bin)")
+        axes[2].set_xlabel("simulated time (s), 10 ms bins")
+        axes[0].set_title(f"{result.sim.scenario_name} · {result.policy} · seed {result.seed}")
+        if len(stations) <= 12:
+            axes[0].legend(fontsize=7, ncol=min(6, len(stations)), loc="upper right")
+        for ax in axes:
+            ax.grid(alpha=0.3)
+        paths += save_figure(fig, out, "timeseries", formats)
+    r = np.sort(result.reaction_ns / 1e6)
+    if r.size:
+        deadline = result.deadline_ns / 1e6
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        upper = deadline * 3
+        ax.step(np.minimum(r, upper), np.arange(1, r.size + 1) / r.size, where="post",
+                label=f"{result.policy} ({r.size} loops)",
+                **policy_styles([result.policy])[result.policy].line())  # fmt: skip
+        ax.axvline(deadline, color="black", linestyle="--", linewidth=1)
+        ax.set_xlim(0, upper)
+        ax.set_ylim(0, 1.01)
+        ax.set_xlabel("reaction time (ms; abandoned/slow loops drawn at the right edge)")
+        ax.set_ylabel("CDF of MPC loops")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        paths += save_figure(fig, out, "reaction_cdf", formats)
+    return paths

@@ -1,11 +1,25 @@
 """Coordinated robotic learning on the simulated channel: the MPC loop and DRLC epochs.
 
 :func:`run_crl` runs one scenario's workload under one policy and returns the metrics
-``coorp compare`` reports.
+``coorp compare`` reports, its raw tables (:meth:`CrlResult.tables`) and the warnings of a
+run too short for what it reports (:meth:`CrlResult.warnings`,
+:func:`comparison_warnings`).
 """
 
 from coorp.workload._drlc import Drlc, EpochRecord
 from coorp.workload._mpc import LoopRecord, MpcLoop
-from coorp.workload._run import CrlResult, run_crl
+from coorp.workload._run import CrlResult, comparison_warnings, run_crl
+from coorp.workload._series import BIN_NS, SAMPLE_NS, Sampler
 
-__all__ = ["CrlResult", "Drlc", "EpochRecord", "LoopRecord", "MpcLoop", "run_crl"]
+__all__ = [
+    "BIN_NS",
+    "SAMPLE_NS",
+    "CrlResult",
+    "Drlc",
+    "EpochRecord",
+    "LoopRecord",
+    "MpcLoop",
+    "Sampler",
+    "comparison_warnings",
+    "run_crl",
+]

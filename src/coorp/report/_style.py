@@ -1,0 +1,111 @@
+"""One colour and line style per policy, the same in every figure.
+
+The shipped policies (and the BH-only reference) have fixed styles; any other name (a
+user's policy) gets a deterministic one: the same name always draws the same way, and
+:func:`policy_styles` keeps the unknown names of one figure apart from each other and
+from the shipped styles. :func:`register_policy_style` sets a name's style explicitly.
+Colours are the Okabe–Ito colour-blind-safe palette; line styles tell policies apart
+in grey print too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["PolicyStyle", "policy_style", "policy_styles", "register_policy_style"]
+
+LineStyle = str | tuple[float, tuple[float, ...]]
+
+
+@dataclass(frozen=True)
+class PolicyStyle:
+    """How one policy is drawn: line colour and dash pattern, marker, bar hatch."""
+
+    color: str
+    linestyle: LineStyle
+    marker: str
+    hatch: str = ""
+
+    def line(self) -> dict[str, Any]:
+        """Keyword arguments for ``Axes.plot``/``step``."""
+        return {"color": self.color, "linestyle": self.linestyle}
+
+
+_BUILTIN: dict[str, PolicyStyle] = {
+    "edca": PolicyStyle("#D55E00", "-", "o", ""),  # vermillion
+    "schedwifi": PolicyStyle("#0072B2", "--", "s", "//"),  # blue
+    "coorp": PolicyStyle("#009E73", "-", "D", ".."),  # bluish green
+    "coorp-global": PolicyStyle("#E69F00", "-.", "^", "\\\\"),  # orange
+    "coorp-local": PolicyStyle("#CC79A7", ":", "v", "xx"),  # reddish purple
+    "coorp-paper": PolicyStyle("#56B4E9", (0, (5, 1)), "P", "--"),  # sky blue
+    "oracle": PolicyStyle("#000000", (0, (3, 1, 1, 1)), "*", "++"),  # black
+    "bh-only": PolicyStyle("#999999", (0, (1, 1)), "x", "oo"),  # grey
+}
+_USER: dict[str, PolicyStyle] = {}
+
+#: Colours and dash patterns for names without a style (none used by the shipped ones).
+_FALLBACK_COLORS = (
+    "#8C564B", "#7F7F7F", "#BCBD22", "#17BECF", "#9467BD", "#1F77B4", "#2CA02C", "#F0E442",
+)  # fmt: skip
+_FALLBACK_DASHES: tuple[LineStyle, ...] = (
+    (0, (6, 2)), (0, (2, 2)), (0, (6, 2, 2, 2)), (0, (8, 2, 2, 2, 2, 2)), "-",
+)  # fmt: skip
+_FALLBACK_MARKERS = ("h", "p", "<", ">", "d", "8", "H", "X")
+_FALLBACK_HATCHES = ("//", "\\\\", "xx", "..", "++", "oo", "--", "||")
+
+
+def register_policy_style(
+    name: str, *, color: str, linestyle: LineStyle = "-", marker: str = "o", hatch: str = ""
+) -> PolicyStyle:
+    """Draw policy ``name`` this way in every figure (e.g. a user's own policy)."""
+    style = PolicyStyle(color, linestyle, marker, hatch)
+    _USER[name] = style
+    return style
+
+
+def _fixed(name: str) -> PolicyStyle | None:
+    return _USER.get(name) or _BUILTIN.get(name)
+
+
+def _fallback(k: int) -> PolicyStyle:
+    nc, nd = len(_FALLBACK_COLORS), len(_FALLBACK_DASHES)
+    return PolicyStyle(
+        _FALLBACK_COLORS[k % nc],
+        _FALLBACK_DASHES[(k // nc) % nd],
+        _FALLBACK_MARKERS[k % len(_FALLBACK_MARKERS)],
+        _FALLBACK_HATCHES[k % len(_FALLBACK_HATCHES)],
+    )
+
+
+def _slot(name: str) -> int:
+    """A stable number for ``name`` (not Python's salted ``hash``)."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big")
+
+
+def policy_style(name: str) -> PolicyStyle:
+    """The style of ``name``: fixed for the shipped policies, else derived from the name."""
+    fixed = _fixed(name)
+    if fixed is not None:
+        return fixed
+    n = len(_FALLBACK_COLORS) * len(_FALLBACK_DASHES)
+    return _fallback(_slot(name) % n)
+
+
+def policy_styles(names: Iterable[str]) -> dict[str, PolicyStyle]:
+    """Styles for the policies of one figure: fixed ones as :func:`policy_style`; the
+    others each get a distinct fallback style, starting from their name's own slot, in
+    sorted-name order (so the result does not depend on the order ``names`` come in)."""
+    names = list(dict.fromkeys(names))
+    out = {n: s for n in names if (s := _fixed(n)) is not None}
+    used: set[int] = set()
+    total = len(_FALLBACK_COLORS) * len(_FALLBACK_DASHES)
+    for name in sorted(n for n in names if n not in out):
+        k = _slot(name) % total
+        while k in used and len(used) < total:
+            k = (k + 1) % total
+        used.add(k)
+        out[name] = _fallback(k)
+    return {n: out[n] for n in names}
