@@ -22,7 +22,7 @@ WORKERS = 4
 QUERY_STEP_NS = 211_111  # not a divisor of anything in the loop: queries fall everywhere
 
 
-def congested(seed: int, bulk_senders: int) -> Scenario:
+def congested(seed: int, bulk_senders: int, phase: str = "aligned") -> Scenario:
     flows = [
         {"kind": "bulk", "name": f"up{i}", "src": f"r{i}", "dst": "leader"}
         for i in range(1, bulk_senders + 1)
@@ -32,15 +32,19 @@ def congested(seed: int, bulk_senders: int) -> Scenario:
         duration_s=0.6,
         seed=seed,
         flows=flows,
-        workload={"drlc": {"enabled": False}, "mpc": {"jitter_us": 2_000.0}},
+        workload={"drlc": {"enabled": False}, "mpc": {"jitter_us": 2_000.0, "phase": phase}},
     )
 
 
-@pytest.mark.parametrize(("seed", "bulk_senders"), [(1, 1), (2, 2), (3, 2), (4, 4)])
+@pytest.mark.parametrize(
+    ("seed", "bulk_senders", "phase"),
+    [(1, 1, "aligned"), (2, 2, "aligned"), (3, 2, "aligned"), (4, 4, "aligned"),
+     (1, 1, "random"), (2, 2, "random"), (3, 4, "random")],
+)  # fmt: skip
 def test_next_send_is_exact_when_determined_and_a_lower_bound_otherwise(
-    seed: int, bulk_senders: int
+    seed: int, bulk_senders: int, phase: str
 ) -> None:
-    sc = congested(seed, bulk_senders)
+    sc = congested(seed, bulk_senders, phase)
     sim = Simulation(sc)
     workers = tuple(sc.workers)
     loop = MpcLoop(sim, sc.workload.mpc, "leader", workers)
@@ -89,4 +93,5 @@ def test_next_send_is_exact_when_determined_and_a_lower_bound_otherwise(
     # Both kinds of answer occur; with two or more bulk senders the loop lagged (a
     # worker's next loop start then depended on the current loop's end).
     assert exact > 0 and lower > 0
-    assert bulk_senders < 2 or any(rec.lag_ns > 0 for rec in loop.records)
+    if phase == "aligned":
+        assert bulk_senders < 2 or any(rec.lag_ns > 0 for rec in loop.records)

@@ -77,6 +77,12 @@ class CoorpPolicy(Policy):
                 client=self.clients.get(robot), gate=gate, planner=planner, ls_flows=team.ls_flows
             )
             sim.set_hooks(robot, hooks)
+        if not opts.protect_leader:
+            # The paper: the leader's control dissemination is unprotected, its gate
+            # learns none of its LS sends and so never opens a window for them.
+            leader_hooks = sim.station(team.leader).hooks
+            assert isinstance(leader_hooks, GatedHooks)
+            leader_hooks.ls_flows = frozenset()
 
     # -- bulk transfers ------------------------------------------------------------------
     def send_bulk(

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["CoorpOptions", "DrlcConfig", "LsTransport", "MpcConfig", "PolicyOptions",
-           "SchedWifiOptions", "SyncMode", "WorkloadConfig"]  # fmt: skip
+__all__ = ["CoorpOptions", "DrlcConfig", "JitterKind", "LsPhase", "LsTransport", "MpcConfig",
+           "PolicyOptions", "SchedWifiOptions", "SyncMode", "WorkloadConfig"]  # fmt: skip
 
 
 class _Model(BaseModel):
@@ -41,6 +41,29 @@ class LsTransport(StrEnum):
     ``loop_timeout_us`` and is abandoned."""
 
 
+class LsPhase(StrEnum):
+    """When in the period each worker samples and sends its perception."""
+
+    ALIGNED = "aligned"
+    """Every worker samples at the loop tick (one shared clock, as the paper's testbed
+    with PTP-synchronised hosts and one trigger)."""
+    RANDOM = "random"
+    """Each worker samples at its own fixed offset in [0, period), drawn once per run:
+    independent camera clocks. Workers free-run; the leader answers each loop when
+    its last perception is in (see docs/scenarios.md)."""
+
+
+class JitterKind(StrEnum):
+    """Distribution of a worker's send delay after its sample instant."""
+
+    GAUSSIAN = "gaussian"
+    """|N(0, jitter_us)|."""
+    PARETO_TAIL = "pareto-tail"
+    """|N(0, jitter_us)| plus, with probability ``tail_probability``, a Pareto delay
+    (scale ``tail_scale_us``, shape ``tail_shape``, capped at ``tail_max_us``): the rare
+    millisecond-scale wakeup latencies of a kernel without PREEMPT_RT."""
+
+
 class MpcConfig(_Model):
     """Multi-view perception-control loop: perceptions to the leader, controls back."""
 
@@ -64,6 +87,25 @@ class MpcConfig(_Model):
         description="reliable transport: a dropped fragment is sent again this long after the "
         "drop (Fast DDS defaults: 5 ms heartbeat response + 5 ms NACK response)",
     )
+    phase: LsPhase = Field(
+        LsPhase.ALIGNED, description="when in the period each worker samples its perception"
+    )
+    jitter: JitterKind = Field(JitterKind.GAUSSIAN, description="send-delay distribution")
+    tail_probability: float = Field(
+        0.01, ge=0, le=1, description="pareto-tail: share of sends that get a tail delay"
+    )
+    tail_scale_us: float = Field(1_000.0, gt=0, description="pareto-tail: smallest tail delay")
+    tail_shape: float = Field(1.5, gt=0, description="pareto-tail: Pareto shape (alpha)")
+    tail_max_us: float = Field(20_000.0, gt=0, description="pareto-tail: largest tail delay")
+
+    @model_validator(mode="after")
+    def _tail_bounds(self) -> MpcConfig:
+        if self.tail_max_us < self.tail_scale_us:
+            raise ValueError(
+                f"tail_max_us = {self.tail_max_us} is below tail_scale_us = "
+                f"{self.tail_scale_us}; allowed: tail_max_us >= tail_scale_us"
+            )
+        return self
 
 
 class DrlcConfig(_Model):
@@ -95,6 +137,11 @@ class CoorpOptions(_Model):
     confidence: float = Field(0.95, gt=0, lt=1)
     ctt_percentile: float = Field(95.0, gt=0, le=100)
     permit_message_bytes: int = Field(64, gt=0, description="request/grant/release size")
+    protect_leader: bool = Field(
+        True,
+        description="the leader's gate also protects its control sends (false: the paper, "
+        "which left the leader's control dissemination unprotected)",
+    )
 
 
 class SchedWifiOptions(_Model):

@@ -17,10 +17,11 @@ order as before, so results do not change.
 
 from __future__ import annotations
 
+from bisect import insort
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from coorp.scenario import AccessCategory, LsTransport, MpcConfig
+from coorp.scenario import AccessCategory, JitterKind, LsPhase, LsTransport, MpcConfig
 from coorp.sim import Simulation
 from coorp.sim.events import Event
 from coorp.sim.packets import Message
@@ -46,6 +47,19 @@ class LoopRecord:
         return self.end_ns - self.start_ns if self.end_ns >= 0 else None
 
 
+@dataclass(slots=True)
+class _OpenLoop:
+    """A loop in flight when phases are random (several may overlap)."""
+
+    ref_ns: int  # its last sample instant: reaction time counts from here
+    timeout_at: int
+    pending: int
+    unsent: dict[str, int]  # worker -> scheduled perception send, not yet sent
+    controls_at: int | None = None
+    controls_out: bool = False
+    timeout: Event | None = None
+
+
 class MpcLoop:
     """Drives the MPC loop on a :class:`Simulation`; records one :class:`LoopRecord` each."""
 
@@ -62,6 +76,11 @@ class MpcLoop:
         self.leader = leader
         self.workers = workers
         self.on_loop_done = on_loop_done
+        #: The leader's word on its next control sends, for its local preemption:
+        #: ``(robot, flow, at_ns, exact=)`` at every perception arrival — not before
+        #: now + inference while perceptions are missing, exactly then once the last
+        #: one is in. A policy may ignore it.
+        self.on_expect: Callable[..., None] | None = None
         self.period = us(cfg.period_us)
         self.jitter = us(cfg.jitter_us)
         self.inference = us(cfg.inference_us)
@@ -79,6 +98,17 @@ class MpcLoop:
             for w in workers
         }  # fmt: skip
         self.rng = {w: sim.rng(f"mpc-jitter:{w}") for w in workers}
+        self._tail = cfg.jitter is JitterKind.PARETO_TAIL
+        #: pareto-tail: a stream of its own, so the Gaussian part matches gaussian runs.
+        self.tail_rng = {w: sim.rng(f"mpc-tail:{w}") for w in workers} if self._tail else {}
+        self._tail_scale = us(cfg.tail_scale_us)
+        self._tail_max = us(cfg.tail_max_us)
+        self.random_phase = cfg.phase is LsPhase.RANDOM
+        #: Each worker's sample offset after the loop tick (0 when aligned).
+        self.phase_ns = {
+            w: int(sim.rng(f"mpc-phase:{w}").integers(0, self.period)) if self.random_phase else 0
+            for w in workers
+        }
         self.records: list[LoopRecord] = []
         self._k = -1
         self._loop_start = 0
@@ -98,6 +128,13 @@ class MpcLoop:
         #: The current loop's controls went out.
         self._controls_out = False
         self._timeout_at = 0
+        # Random phases: loops overlap (see _tick).
+        self._open: dict[int, _OpenLoop] = {}
+        self._next_tick = 0
+        self._leader_free = 0
+        #: Random phases: each worker's scheduled perception sends, loop -> instant.
+        self._sends_due: dict[str, dict[int, int]] = {w: {} for w in workers}
+        self._max_phase = max(self.phase_ns.values(), default=0)
 
     @property
     def flow_names(self) -> frozenset[str]:
@@ -106,15 +143,26 @@ class MpcLoop:
     def begin(self) -> None:
         self._next_delay = self._draw_delays()
         self._next_start = self.start
-        self.sim.call_at(self.start, self._start_loop, 0)
+        if self.random_phase:
+            self.sim.call_at(self.start, self._tick, 0)
+        else:
+            self.sim.call_at(self.start, self._start_loop, 0)
 
     def _draw_delays(self) -> dict[str, int]:
-        """Each worker's send delay after a loop start, one draw per worker and loop."""
+        """Each worker's send delay after its sample instant, one draw per worker and loop."""
+        return {w: self._draw_delay(w) for w in self.workers}
+
+    def _draw_delay(self, w: str) -> int:
         # |N(0, σ)|: a worker sends its frame after the loop tick, never before.
-        return {
-            w: abs(round(self.rng[w].normal(0.0, self.jitter))) if self.jitter else 0
-            for w in self.workers
-        }
+        d = abs(round(self.rng[w].normal(0.0, self.jitter))) if self.jitter else 0
+        if self._tail:
+            # Both draws every time: the stream stays aligned whatever the outcome.
+            rng = self.tail_rng[w]
+            u = rng.random()
+            y = rng.pareto(self.cfg.tail_shape)  # Lomax: scale·(1 + y) is Pareto type I
+            if u < self.cfg.tail_probability:
+                d += min(round(self._tail_scale * (1.0 + y)), self._tail_max)
+        return d
 
     def _start_loop(self, k: int) -> None:
         sim = self.sim
@@ -144,6 +192,10 @@ class MpcLoop:
         if k != self._k:
             return  # a straggler of an abandoned loop
         self._pending -= 1
+        if self.on_expect is not None:
+            at, exact = self.sim.now_ns + self.inference, self._pending == 0
+            for flow in self.control.values():
+                self.on_expect(self.leader, flow.name, at, exact=exact)
         if self._pending == 0:
             self._controls_at = self.sim.now_ns + self.inference
             self.sim.call_at(self._controls_at, self._disseminate, k)
@@ -187,6 +239,114 @@ class MpcLoop:
         self._next_start = max(now, next_nominal)
         self.sim.call_at(self._next_start, self._start_loop, k + 1)
 
+    # -- random phases ---------------------------------------------------------------------
+    # Each worker samples at tick + its phase and sends after its jitter, whatever the
+    # leader does (an independent camera clock: a late loop does not delay the next, loops
+    # overlap). Loop k's complete view exists at its last sample instant ``ref``; the
+    # leader infers once the loop's last perception is in and its previous inference is
+    # done (one accelerator), then sends the controls. Reaction = last control delivered
+    # − ref. A loop not finished by ref + loop_timeout is abandoned.
+    def _tick(self, k: int) -> None:
+        sim = self.sim
+        now = sim.now_ns
+        delays, self._next_delay = self._next_delay, self._draw_delays()
+        self._next_tick = k + 1
+        ref = now + self._max_phase
+        st = _OpenLoop(ref, ref + self.timeout, len(self.workers), {})
+        for w in self.workers:
+            at = now + self.phase_ns[w] + delays[w]
+            st.unsent[w] = at
+            self._sends_due[w][k] = at
+            sim.call_at(at, self._send_free, k, w)
+        st.timeout = sim.call_at(st.timeout_at, self._abandon_open, k)
+        self._open[k] = st
+        self._next_start = self.start + (k + 1) * self.period
+        sim.call_at(self._next_start, self._tick, k + 1)
+
+    def _send_free(self, k: int, w: str) -> None:
+        del self._sends_due[w][k]
+        st = self._open.get(k)
+        if st is not None:
+            del st.unsent[w]
+        # The camera sends whether or not the leader still waits for this loop.
+        self.sim.send_message(
+            self.perception[w], self.cfg.perception_bytes, lambda m: self._perceived_open(k, m)
+        )
+
+    def _perceived_open(self, k: int, _m: Message) -> None:
+        st = self._open.get(k)
+        if st is None:
+            return  # a straggler of an abandoned loop
+        st.pending -= 1
+        now = self.sim.now_ns
+        at = max(now, self._leader_free) + self.inference
+        if self.on_expect is not None:
+            for flow in self.control.values():
+                self.on_expect(self.leader, flow.name, at)
+        if st.pending == 0:
+            st.controls_at = self._leader_free = at
+            self.sim.call_at(at, self._disseminate_open, k)
+
+    def _disseminate_open(self, k: int) -> None:
+        st = self._open.get(k)
+        if st is None:
+            return
+        st.controls_at = None
+        st.controls_out = True
+        st.pending = len(self.workers)
+        for w in self.workers:
+            self.sim.send_message(
+                self.control[w], self.cfg.control_bytes, lambda m: self._controlled_open(k, m)
+            )
+
+    def _controlled_open(self, k: int, m: Message) -> None:
+        st = self._open.get(k)
+        if st is None:
+            return
+        st.pending -= 1
+        if st.pending == 0:
+            self._finish_open(k, m.delivered_ns)
+
+    def _abandon_open(self, k: int) -> None:
+        if k in self._open:
+            self._finish_open(k, -1)
+
+    def _finish_open(self, k: int, end_ns: int) -> None:
+        st = self._open.pop(k)
+        if st.timeout is not None:
+            st.timeout.cancel()
+        rec = LoopRecord(k, st.ref_ns, st.ref_ns, end_ns)
+        insort(self.records, rec, key=lambda r: r.index)  # loops may finish out of order
+        if self.on_loop_done is not None:
+            self.on_loop_done(rec)
+
+    def _next_send_open(self, robot: str, now_ns: int) -> tuple[int, bool] | None:
+        tick = self.start + self._next_tick * self.period
+        if robot in self._next_delay:
+            # Free-running: every send instant is fixed once its delay is drawn.
+            upcoming = tick + self.phase_ns[robot] + self._next_delay[robot]
+            return min([upcoming, *self._sends_due[robot].values()]), True
+        if robot != self.leader:
+            return None
+        free = self._leader_free
+        bound = (
+            max(tick + max(self.phase_ns[w] + d for w, d in self._next_delay.items()), free, now_ns)
+            + self.inference
+        )
+        exact: int | None = None
+        for st in self._open.values():
+            if st.controls_out:
+                continue
+            if st.controls_at is not None:
+                if st.controls_at < st.timeout_at and (exact is None or st.controls_at < exact):
+                    exact = st.controls_at
+            else:
+                latest = max(st.unsent.values(), default=now_ns)
+                bound = min(bound, max(latest, now_ns, free) + self.inference)
+        if exact is not None and exact <= bound:
+            return exact, True
+        return bound, False
+
     # -- prediction ------------------------------------------------------------------------
     def next_send_ns(self, robot: str, now_ns: int) -> int | None:
         """The instant of ``robot``'s next LS message send at or after ``now_ns``.
@@ -213,6 +373,8 @@ class MpcLoop:
         """
         if not self._next_delay:
             return None  # not begun, or no workers
+        if self.random_phase:
+            return self._next_send_open(robot, now_ns)
         in_loop = self._k >= 0
         if robot in self._next_delay:
             at = self._perception_at.get(robot) if in_loop else None
