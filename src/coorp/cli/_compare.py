@@ -1,27 +1,58 @@
-"""``coorp compare``: every policy on one scenario and seed; table, JSON, CSV, figures."""
+"""``coorp compare``: every policy on one scenario, one seed or several; table, JSON, CSV,
+figures. Several seeds (``--seeds 1-5``) run through the sweep machinery and show means
+with 95% confidence intervals; one seed keeps the single-run table."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from coorp._errors import UsageError
 from coorp._manifest import build_manifest, write_json
 from coorp._tables import write_table
-from coorp.cli._common import console, duration_ns_option, require_out_dir
+from coorp.cli._common import (
+    PolicyModuleOption,
+    console,
+    duration_ns_option,
+    load_policy_options,
+    require_out_dir,
+)
+from coorp.cli._sweep import RunProgress, sweep_manifest
 from coorp.policies import policy_names
-from coorp.report import BH_ONLY, Comparison, PolicyRun, compare, plot_comparison
-from coorp.scenario import load_scenario
+from coorp.report import (
+    BH_ONLY,
+    Comparison,
+    PolicyRun,
+    compare,
+    plot_comparison,
+    write_comparison_raw_tables,
+)
+from coorp.scenario import Scenario, load_scenario
+from coorp.sweep import (
+    RunCache,
+    aggregate,
+    multi_seed_json,
+    parse_seeds,
+    parse_sweep_spec,
+    plan_sweep,
+    render_aggregate,
+    resolve_scenario,
+    run_sweep,
+    save_sweep,
+)
 
 __all__ = ["register", "render_comparison"]
 
-DEFAULT_SCENARIO = Path("scenarios/crl-5.toml")
+DEFAULT_SCENARIO = "crl-5"
 
 
 def _f(v: float | None, fmt: str) -> str:
@@ -60,11 +91,34 @@ def render_comparison(cmp: Comparison) -> Table:
     return t
 
 
+def _seed_list(seed: int | None, seeds: str | None) -> list[int] | None:
+    if seeds is None:
+        return None if seed is None else [seed]
+    if seed is not None:
+        raise UsageError("give --seed N or --seeds LIST, not both")
+    try:
+        return parse_seeds(seeds)
+    except ValueError as exc:
+        raise UsageError(f"--seeds {seeds!r}: {exc}") from None
+
+
+def _json_target(json_path: str | None) -> Path | None:
+    if json_path is None or json_path == "-":
+        return None
+    p = Path(json_path)
+    if p.is_dir():
+        raise UsageError(f"--json {p} is a directory; give a file name (or - for stdout)")
+    return p
+
+
 def register(app: typer.Typer) -> None:
     @app.command(name="compare")
     def compare_cmd(
         scenario: Annotated[
-            Path, typer.Argument(help="Scenario TOML with a [workload] section.")
+            str,
+            typer.Argument(
+                help="Scenario TOML with a \\[workload] section, or a built-in name (crl-10)."
+            ),
         ] = DEFAULT_SCENARIO,
         policies: Annotated[
             str | None,
@@ -76,53 +130,146 @@ def register(app: typer.Typer) -> None:
         seed: Annotated[
             int | None, typer.Option(help="RNG seed (default: the scenario's).")
         ] = None,
-        json_path: Annotated[Path | None, typer.Option("--json", help="Write JSON here.")] = None,
+        seeds: Annotated[
+            str | None,
+            typer.Option(help="Several seeds (1-5, 1,3,5): mean ± 95% CI over them."),
+        ] = None,
+        json_path: Annotated[
+            str | None,
+            typer.Option("--json", help="Write JSON here (- = stdout; the table goes to stderr)."),
+        ] = None,
         out: Annotated[
             Path | None, typer.Option(help="Directory for JSON, CSV, figures and manifest.")
         ] = None,
         jobs: Annotated[
             int, typer.Option(help="Runs in parallel processes (default: CPU count, max 2).")
         ] = min(2, os.cpu_count() or 1),
+        quiet: Annotated[
+            bool, typer.Option("--quiet", help="No table, no progress; only errors.")
+        ] = False,
+        policy_module: PolicyModuleOption = None,
     ) -> None:
-        """Run every policy on the same scenario and seed and compare control vs learning."""
-        sc = load_scenario(scenario)
-        names = policy_names() if policies is None else [p.strip() for p in policies.split(",")]
+        """Run every policy on the same scenario and seed(s) and compare control vs learning."""
+        # Every argument is checked before the first simulation.
+        to_stdout = json_path == "-"
+        json_file = _json_target(json_path)
+        show = Console(stderr=True, highlight=False, width=console.width) if to_stdout else console
+        seed_list = _seed_list(seed, seeds)
         duration_ns = duration_ns_option(duration)
-        t0 = time.perf_counter()
-        total = len(names) + 1
-        if sys.stdout.isatty():
-            with Progress(
-                TextColumn("[bold]compare"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("{task.fields[last]}"), TimeElapsedColumn(), console=console,
-                transient=True,
-            ) as progress:  # fmt: skip
-                task = progress.add_task("runs", total=total, last="")
-
-                def done(run: PolicyRun) -> None:
-                    progress.update(task, advance=1, last=f"{run.name} done")
-
-                cmp = compare(sc, names, seed=seed, duration_ns=duration_ns, jobs=jobs,
-                              source=str(scenario), on_done=done)  # fmt: skip
+        d = require_out_dir(out) if out is not None else None
+        load_policy_options(policy_module)  # --policy-module files, entry points
+        path = resolve_scenario(scenario)
+        sc = load_scenario(path)
+        names = policy_names() if policies is None else [p.strip() for p in policies.split(",")]
+        if seed_list is not None and len(seed_list) > 1:
+            data = _multi_seed(
+                path, sc, names, seed_list, duration, jobs=jobs, out=d, show=show, quiet=quiet
+            )
         else:
+            data = _single_seed(
+                path, sc, names, None if seed_list is None else seed_list[0], duration_ns,
+                jobs=jobs, out=d, show=show, quiet=quiet,
+            )  # fmt: skip
+        if json_file is not None:
+            write_json(json_file, data)
+        if to_stdout:
+            sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+def _single_seed(
+    path: Path,
+    sc: Scenario,
+    names: list[str],
+    seed: int | None,
+    duration_ns: int | None,
+    *,
+    jobs: int,
+    out: Path | None,
+    show: Console,
+    quiet: bool,
+) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    total = len(names) + 1
+    if show.is_terminal and not quiet:
+        with Progress(
+            TextColumn("[bold]compare"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[last]}"), TimeElapsedColumn(), console=show,
+            transient=True,
+        ) as progress:  # fmt: skip
+            task = progress.add_task("runs", total=total, last="")
+
+            def done(run: PolicyRun) -> None:
+                progress.update(task, advance=1, last=f"{run.name} done")
+
             cmp = compare(sc, names, seed=seed, duration_ns=duration_ns, jobs=jobs,
-                          source=str(scenario))  # fmt: skip
-        wall = time.perf_counter() - t0
-        console.print(render_comparison(cmp))
-        data = cmp.to_json()
-        if json_path is not None:
-            write_json(json_path, data)
-        if out is not None:
-            d = require_out_dir(out)
-            write_json(d / "compare.json", data)
-            rows = cmp.rows()
-            write_table(d / "compare", {k: [r.get(k) for r in rows] for k in rows[0]})
-            figures = plot_comparison(cmp, d)
-            stats = {n: r.policy_stats for n, r in cmp.runs.items()}
-            write_json(d / "policy_stats.json", stats)
-            write_json(d / "manifest.json", build_manifest(
-                scenario=sc.model_dump(mode="json"), scenario_path=str(scenario), seed=cmp.seed,
-                wall_s=wall, extra={"policies": names, "reference": BH_ONLY, "jobs": jobs,
-                                    "duration_s": cmp.duration_s,
-                                    "figures": [f.name for f in figures]},
-            ))  # fmt: skip
-            console.print(f"results and figures written to {d}/ ({wall:.1f} s wall)")
+                          source=str(path), on_done=done)  # fmt: skip
+    else:
+        cmp = compare(sc, names, seed=seed, duration_ns=duration_ns, jobs=jobs,
+                      source=str(path))  # fmt: skip
+    wall = time.perf_counter() - t0
+    if not quiet:
+        show.print(render_comparison(cmp))
+    data = cmp.to_json()
+    if out is not None:
+        write_json(out / "compare.json", data)
+        rows = cmp.rows()
+        write_table(out / "compare", {k: [r.get(k) for r in rows] for k in rows[0]})
+        figures = plot_comparison(cmp, out)
+        write_comparison_raw_tables(cmp, out)  # raw/<policy>/loops.csv, ... (coorp.report)
+        stats = {n: r.policy_stats for n, r in cmp.runs.items()}
+        write_json(out / "policy_stats.json", stats)
+        write_json(out / "manifest.json", build_manifest(
+            scenario=sc.model_dump(mode="json"), scenario_path=str(path), seed=cmp.seed,
+            wall_s=wall, extra={"policies": names, "reference": BH_ONLY, "jobs": jobs,
+                                "duration_s": cmp.duration_s,
+                                "figures": [f.name for f in figures]},
+        ))  # fmt: skip
+        if not quiet:
+            show.print(f"results and figures written to {out}/ ({wall:.1f} s wall)")
+    return data
+
+
+def _multi_seed(
+    path: Path,
+    sc: Scenario,
+    names: list[str],
+    seeds: list[int],
+    duration: float | None,
+    *,
+    jobs: int,
+    out: Path | None,
+    show: Console,
+    quiet: bool,
+) -> dict[str, Any]:
+    if jobs < 1:
+        raise UsageError(f"--jobs must be >= 1, got {jobs}")
+    if sc.workload is None:
+        raise UsageError(f"{path} has no [workload] section; coorp compare needs one")
+    spec = parse_sweep_spec(
+        {"scenarios": [str(path)], "policies": names, "seeds": seeds, "duration_s": duration}
+    )
+    plan = plan_sweep(spec)
+    store = RunCache(out / "cache") if out is not None else None
+    t0 = time.perf_counter()
+    with RunProgress(show, label="compare", quiet=quiet) as progress:
+        result = run_sweep(plan, jobs=jobs, cache=store, progress=progress)
+    wall = time.perf_counter() - t0
+    deadline_ms = sc.workload.mpc.deadline_us / 1000
+    data = multi_seed_json(result, deadline_ms=deadline_ms)
+    if not quiet:
+        lo, hi = seeds[0], seeds[-1]
+        seed_text = f"seeds {lo}-{hi}" if seeds == list(range(lo, hi + 1)) else f"seeds {seeds}"
+        title = (f"{sc.name} · {seed_text} · {data['duration_s']:g} s simulated · "
+                 f"reaction bound {deadline_ms:g} ms")  # fmt: skip
+        show.print(render_aggregate(aggregate(result.rows()), title=title))
+    if out is not None:
+        write_json(out / "compare.json", data)
+        save_sweep(result, out, sweep_manifest(plan, result, wall_s=wall, extra={
+            "command": "compare", "jobs": jobs, "cache": str(out / "cache"),
+        }))  # fmt: skip
+        if not quiet:
+            show.print(
+                f"{len(plan.tasks)} runs ({result.cached} from cache); results and figures "
+                f"written to {out}/ ({wall:.1f} s wall)"
+            )
+    return data

@@ -192,7 +192,7 @@ def register(app: typer.Typer) -> None:
         no_cache: Annotated[
             bool, typer.Option("--no-cache", help="Neither read nor write the cache.")
         ] = False,
-        quiet: Annotated[bool, typer.Option(help="Print only errors.")] = False,
+        quiet: Annotated[bool, typer.Option("--quiet", help="Print only errors.")] = False,
     ) -> None:
         """Run scenarios × policies × seeds × overrides; mean and 95% CI of every metric."""
         spec, base_dir, origin = _spec_from(

@@ -6,6 +6,7 @@ ones not in the cache; ``save_sweep(result, out, manifest)`` writes the long tab
 aggregate and the figures.
 """
 
+from coorp.sweep._compare import multi_seed_json
 from coorp.sweep._overrides import OverrideError, apply_overrides, canonical_key
 from coorp.sweep._plan import SweepPlan, Task, code_version, plan_sweep
 from coorp.sweep._plots import plot_sweep
@@ -66,6 +67,7 @@ __all__ = [
     "load_rows",
     "load_sweep_spec",
     "mean_ci",
+    "multi_seed_json",
     "parse_override",
     "parse_seeds",
     "parse_sweep_spec",

@@ -53,12 +53,16 @@ def _legend(ax: Any) -> None:
 
 
 def plot_sweep(agg: Sequence[dict[str, Any]], out: Path) -> list[Path]:
-    """Write ``miss_vs_utilization.png`` and ``team_size.png`` into ``out``."""
+    """Write ``miss_vs_utilization.png`` and (with two team sizes or more)
+    ``team_size.png`` into ``out``; return their paths."""
     out.mkdir(parents=True, exist_ok=True)
     rows = [a for a in agg if a["policy"] != BH_ONLY]
     if not rows:
         return []
-    return [_miss_vs_util(rows, out), _team_size(rows, out)]
+    figures = [_miss_vs_util(rows, out)]
+    if len({r["team_size"] for r in rows}) > 1:
+        figures.append(_team_size(rows, out))
+    return figures
 
 
 def _orders(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[str], list[str]]:

@@ -46,14 +46,19 @@ METRICS = (
 
 
 def _flatten(metrics: dict[str, Any]) -> dict[str, float]:
+    """Numbers, and dicts of numbers as ``<name>_<key>[_ms]``; anything else is not a metric."""
     out: dict[str, float] = {}
     for k, v in metrics.items():
         if isinstance(v, dict):
             stem, unit = (k[:-3], "_ms") if k.endswith("_ms") else (k, "")
-            out.update({f"{stem}_{q}{unit}": float(x) for q, x in v.items()})
-        else:
+            out.update({f"{stem}_{q}{unit}": float(x) for q, x in v.items() if _number(x)})
+        elif _number(v):
             out[k] = float(v)
     return out
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
 
 
 def simulate_task(task: Task) -> Outcome:
@@ -61,7 +66,9 @@ def simulate_task(task: Task) -> Outcome:
     run = _run_one(task.scenario, task.policy, task.seed, task.duration_ns, task.source)
     metrics = _flatten(run.metrics)
     metrics["events"] = float(run.events)
-    return {"metrics": metrics, "infeasible": run.infeasible, "wall_s": run.wall_s}
+    warnings = run.metrics.get("warnings") or []
+    return {"metrics": metrics, "infeasible": run.infeasible, "wall_s": run.wall_s,
+            "warnings": [str(w) for w in warnings]}  # fmt: skip
 
 
 class RunCache:

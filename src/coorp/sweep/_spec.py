@@ -155,8 +155,12 @@ def resolve_scenario(ref: str, base_dir: Path | None = None) -> Path:
         if c.is_file():
             return c
     stem = ref.removesuffix(".toml")
-    if "/" not in stem and (BUILTIN_SCENARIOS / f"{stem}.toml").is_file():
-        return BUILTIN_SCENARIOS / f"{stem}.toml"
+    builtin = BUILTIN_SCENARIOS / f"{stem}.toml"
+    if "/" not in stem and builtin.is_file():
+        try:
+            return builtin.relative_to(Path.cwd())
+        except ValueError:
+            return builtin
     names = ", ".join(builtin_scenario_names()) or "none found"
     raise UsageError(
         f"scenario {ref!r}: no such file and not a built-in scenario name; built-in: {names}"
