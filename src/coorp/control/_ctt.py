@@ -8,7 +8,7 @@ now would still be on air when the next LS message arrives.
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 from collections import deque
 from fractions import Fraction
 
@@ -42,6 +42,18 @@ class CompletionTimeTable:
     worst case) keeps unmeasured depths admissible when the measured ones say they
     fit, so they get measured. A depth whose guess is still too large is sampled by
     the gate's exploration (:class:`~coorp.control.Gate`).
+
+    **Lead conditioning** (``lead_edges_ns``, empty by default: the paper's table).
+    How long a packet takes depends on what the air does while it waits, and on a
+    team whose LS traffic is periodic that depends on *where in the period* it was
+    enqueued: a packet handed to the NIC just after the robot's own window sits
+    through the other robots' LS bursts, one handed over just before the next window
+    usually does not. The gate's question is always about a packet enqueued
+    ``lead_ns`` before the next window, so with edges ``e_1 < … < e_k`` each sample
+    is also kept in the sub-table of its lead's bucket (``[0, e_1)``, ``[e_1, e_2)``,
+    …, ``[e_k, ∞)``), and :meth:`query` with a ``lead_ns`` answers from that bucket's
+    sub-table (same depth rules) once it has any sample, and from the whole table
+    before. A query or record without a lead uses the whole table only.
     """
 
     def __init__(
@@ -51,6 +63,7 @@ class CompletionTimeTable:
         samples_per_depth: int = 64,
         percentile: float = 95.0,
         default_ns: int = DEFAULT_PER_PACKET_NS,
+        lead_edges_ns: tuple[int, ...] = (),
     ) -> None:
         if max_depth < 0:
             raise UsageError(f"max_depth={max_depth}: must be >= 0 (hardware-queue depth)")
@@ -73,6 +86,19 @@ class CompletionTimeTable:
         # query() runs on every dequeue decision; recording is rarer, so cache answers.
         self._cache: dict[int, int] = {}
         self._fallbacks: set[int] = set()
+        edges = tuple(lead_edges_ns)
+        if any(e <= 0 for e in edges) or any(a >= b for a, b in zip(edges, edges[1:])):
+            raise UsageError(
+                f"lead_edges_ns={edges}: must be strictly increasing and > 0 nanoseconds"
+            )
+        self._edges = edges
+        self._by_lead: list[CompletionTimeTable] = [
+            CompletionTimeTable(
+                max_depth=max_depth, samples_per_depth=samples_per_depth,
+                percentile=percentile, default_ns=default_ns,
+            )  # fmt: skip
+            for _ in range(len(edges) + 1 if edges else 0)
+        ]
 
     @property
     def max_depth(self) -> int:
@@ -86,13 +112,26 @@ class CompletionTimeTable:
     def default_ns(self) -> int:
         return self._default_ns
 
+    @property
+    def lead_edges_ns(self) -> tuple[int, ...]:
+        return self._edges
+
+    def _bucket(self, lead_ns: int | None) -> CompletionTimeTable | None:
+        if lead_ns is None or not self._edges:
+            return None
+        return self._by_lead[bisect_right(self._edges, lead_ns)]
+
     def samples(self, depth: int) -> tuple[int, ...]:
         """The ring of ``CTT[depth]`` (after clamping), oldest first."""
         ring = self._rings.get(self._clamp(depth))
         return tuple(ring) if ring is not None else ()
 
-    def record(self, depth: int, duration_ns: int) -> None:
-        """Add one completion time for a packet enqueued behind ``depth`` others."""
+    def record(self, depth: int, duration_ns: int, lead_ns: int | None = None) -> None:
+        """Add one completion time for a packet enqueued behind ``depth`` others
+        (``lead_ns`` before the next protection window, if one was known)."""
+        bucket = self._bucket(lead_ns)
+        if bucket is not None:
+            bucket.record(depth, duration_ns)
         if duration_ns < 0:
             raise UsageError(f"duration_ns={duration_ns}: completion times must be >= 0")
         d = self._clamp(depth)
@@ -113,9 +152,12 @@ class CompletionTimeTable:
                 self._cache.pop(k, None)
             self._fallbacks.clear()
 
-    def query(self, depth: int) -> int:
+    def query(self, depth: int, lead_ns: int | None = None) -> int:
         """``percentile(CTT[depth], p_prot)`` in ns, rounded up; see the class docstring
-        for depths without samples."""
+        for depths without samples and for ``lead_ns``."""
+        bucket = self._bucket(lead_ns)
+        if bucket is not None and bucket._rings:
+            return bucket.query(depth)
         d = self._clamp(depth)
         cached = self._cache.get(d)
         if cached is None:

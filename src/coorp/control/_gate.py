@@ -14,6 +14,7 @@ every packet forever and never be corrected. A bounded rule breaks that loop; se
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 from coorp._errors import UsageError
@@ -107,6 +108,7 @@ class Gate:
         max_pending: int = DEFAULT_MAX_PENDING,
         explore: bool = True,
         max_explore_backoff: int = DEFAULT_MAX_EXPLORE_BACKOFF,
+        realized: bool = False,
     ) -> None:
         if max_pending < 1:
             raise UsageError(f"max_pending={max_pending}: must be >= 1 packet")
@@ -115,7 +117,12 @@ class Gate:
         self._planner = planner
         self._ctt = ctt
         self._max_pending = max_pending
-        self._pending: dict[int, tuple[int, int]] = {}
+        # packet id -> (enqueued at, depth, lead to the next window or None, the first
+        # LS send after its enqueue or None)
+        self._pending: dict[int, tuple[int, int, int | None, int | None]] = {}
+        self._realized = realized
+        # Realized mode: completed before any LS send, (completion, depth, lead).
+        self._awaiting: deque[tuple[int, int, int]] = deque(maxlen=max_pending)
         self._counts = {name: 0 for name in GateStats.__dataclass_fields__}
         self._explore = explore
         self._max_backoff = max_explore_backoff
@@ -147,6 +154,17 @@ class Gate:
         """The protection window the gate is currently guarding against."""
         return self._planner.next_window(now_ns)
 
+    def admits(self, now_ns: int, queue_depth: int) -> bool:
+        """Whether Algorithm 2 alone would admit a packet now behind ``queue_depth``
+        others. A pure query (no counters, no exploration state): a driver paused ahead
+        of a window asks it as its NIC drains, since a shallower queue may fit the gap
+        that a deeper one did not."""
+        window = self._planner.next_window(now_ns)
+        return decide_against(window, now_ns, self._completion(window, now_ns, queue_depth)).allow
+
+    def _completion(self, window: Interval | None, now_ns: int, queue_depth: int) -> int:
+        return self._ctt.query(queue_depth, _lead(window, now_ns))
+
     @property
     def exploring(self) -> bool:
         """A probe is in flight (admitted by the exploration rule, not completed)."""
@@ -159,7 +177,7 @@ class Gate:
         self._probe_armed = None
         if self._probe is not None and now_ns > self._probe[1].start_ns:
             self._probe_late()
-        decision = decide_against(window, now_ns, self._ctt.query(queue_depth))
+        decision = decide_against(window, now_ns, self._completion(window, now_ns, queue_depth))
         gap_start = self._gap_start_ns is not None and now_ns >= self._gap_start_ns
         if decision.allow:
             self._gap_start_ns = None
@@ -189,7 +207,12 @@ class Gate:
         elif len(self._pending) >= self._max_pending:
             del self._pending[next(iter(self._pending))]
             self._counts["evicted_pending"] += 1
-        self._pending[packet_id] = (now_ns, queue_depth)
+        lead = (
+            _lead(self._planner.next_window(now_ns), now_ns)
+            if self._realized or self._ctt.lead_edges_ns
+            else None
+        )
+        self._pending[packet_id] = (now_ns, queue_depth, lead, None)
         if self._probe_armed is not None:
             self._probe = (packet_id, self._probe_armed)
             self._probe_armed = None
@@ -202,13 +225,18 @@ class Gate:
         if entry is None:
             self._counts["unknown_completions"] += 1
             return
-        enqueued_ns, depth = entry
+        enqueued_ns, depth, lead, send_ns = entry
         if now_ns < enqueued_ns:
             raise UsageError(
                 f"now_ns={now_ns}: packet {packet_id} completes before it was enqueued "
                 f"({enqueued_ns})"
             )
-        self._ctt.record(depth, now_ns - enqueued_ns)
+        if not self._realized or lead is None:
+            self._ctt.record(depth, now_ns - enqueued_ns, lead)
+        elif send_ns is not None:
+            self._ctt.record(depth, max(0, now_ns - send_ns + lead), lead)
+        else:
+            self._awaiting.append((now_ns, depth, lead))
         self._counts["completions"] += 1
         if self._probe is not None and self._probe[0] == packet_id:
             if now_ns < self._probe[1].start_ns:
@@ -216,6 +244,19 @@ class Gate:
                 self._backoff = self._skip = 0  # it fit: explore freely again
             else:
                 self._probe_late()
+
+    def on_ls_send(self, now_ns: int) -> None:
+        """A protected LS message was handed to the stack (realized mode; otherwise
+        ignored). Packets enqueued before it now know the send they had to clear."""
+        if not self._realized:
+            return
+        for completed_ns, depth, lead in self._awaiting:
+            self._ctt.record(depth, max(0, completed_ns - now_ns + lead), lead)
+        self._awaiting.clear()
+        pending = self._pending
+        for pid, (enq, depth, lead, send) in pending.items():
+            if send is None and lead is not None and enq <= now_ns:
+                pending[pid] = (enq, depth, lead, now_ns)
 
     def on_discard(self, packet_id: int) -> None:
         """Forget a packet that will never complete (dropped, queue flushed)."""
@@ -229,3 +270,10 @@ class Gate:
         self._counts["explore_late"] += 1
         self._backoff = min(max(1, 2 * self._backoff), self._max_backoff)
         self._skip = self._backoff
+
+
+def _lead(window: Interval | None, now_ns: int) -> int | None:
+    """How long before the next window's start ``now_ns`` is (None: no window ahead)."""
+    if window is None or now_ns >= window.start_ns:
+        return None
+    return window.start_ns - now_ns

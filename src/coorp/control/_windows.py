@@ -115,6 +115,8 @@ class ProtectionPlanner:
         self._margin_ns = margin_ns
         self._model_kwargs = dict(model_kwargs)
         self._models: dict[str, SendTimeModel] = {}
+        # flow -> (its next send's instant at the earliest, whether exactly then).
+        self._hints: dict[str, tuple[int, bool]] = {}
         # (models version, valid from, valid through, answer): see next_window.
         self._version = 0
         self._cached: tuple[int, int, int, Interval | None] | None = None
@@ -133,6 +135,27 @@ class ProtectionPlanner:
         if model is None:
             model = self._models[flow] = SendTimeModel(**self._model_kwargs)
         model.observe(send_ns)
+        self._hints.pop(flow, None)
+        self._version += 1
+
+    def expect(self, flow: str, at_ns: int, *, exact: bool = False) -> None:
+        """The application's word on ``flow``'s next send: not before ``at_ns``, or
+        (``exact``) at that instant. Valid until the flow's next :meth:`observe` or
+        :meth:`expect`.
+
+        The time model only sees sends; an application often knows more. The leader
+        of an MPC loop, say, sends its controls ``inference`` after the last
+        perception arrives: while perceptions are missing its next send is not before
+        ``now + inference``, and once the last one is in it is exactly then.
+
+        * A lower bound moves the model's interval for that send to start no earlier
+          than ``at_ns`` (and end no earlier); the model still says how late the send
+          may come. Without a fitted model it protects ``[at_ns, at_ns]``.
+        * An exact instant replaces the interval by ``[at_ns, at_ns]`` (extended by
+          the margin like any other); once ``at_ns`` has passed without the send, the
+          model predicts the sends after it.
+        """
+        self._hints[flow] = (at_ns, exact)
         self._version += 1
 
     def model(self, flow: str) -> SendTimeModel:
@@ -144,6 +167,7 @@ class ProtectionPlanner:
     def forget(self, flow: str) -> None:
         """Stop protecting ``flow`` (unknown flows are ignored)."""
         self._models.pop(flow, None)
+        self._hints.pop(flow, None)
         self._version += 1
 
     def next_window(self, now_ns: int) -> Interval | None:
@@ -157,10 +181,36 @@ class ProtectionPlanner:
         c = self._cached
         if c is not None and c[0] == self._version and c[1] <= now_ns <= c[2]:
             return c[3]
-        window = first_window([m.predict for m in self._models.values()], now_ns, self._margin_ns)
+        sources: list[Callable[[int], Interval | None]] = [
+            m.predict if f not in self._hints else self._hinted(f, m)
+            for f, m in self._models.items()
+        ]
+        sources.extend(self._hinted(f, None) for f in self._hints if f not in self._models)
+        window = first_window(sources, now_ns, self._margin_ns)
         through = window.start_ns if window is not None else _FOREVER_NS
         self._cached = (self._version, now_ns, max(through, now_ns), window)
         return window
+
+
+    def _hinted(
+        self, flow: str, model: SendTimeModel | None
+    ) -> Callable[[int], Interval | None]:
+        at, exact = self._hints[flow]
+
+        def predict(after_ns: int) -> Interval | None:
+            if model is None or (exact and at >= after_ns):
+                return Interval(at, at) if at >= after_ns else None
+            if not exact:
+                iv = model.predict(after_ns)
+                return None if iv is None else Interval(max(iv.start_ns, at), max(iv.end_ns, at))
+            # Past the announced instant: the model's interval for that same send (the
+            # next unobserved one) is not protected a second time.
+            nxt = model.predict(after_ns)
+            if nxt is not None and nxt == model.predict(0):
+                nxt = model.predict(nxt.end_ns + 1)
+            return nxt
+
+        return predict
 
 
 def _checked(interval: Interval) -> Interval:

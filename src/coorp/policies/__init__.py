@@ -16,7 +16,12 @@ from coorp.policies import _coorp  # noqa: F401
 
 # isort: on
 from coorp.policies._base import Policy, Team
-from coorp.policies._coorp import CoorpGlobalPolicy, CoorpLocalPolicy, CoorpPolicy
+from coorp.policies._coorp import (
+    CoorpGlobalPolicy,
+    CoorpLocalPolicy,
+    CoorpPaperPolicy,
+    CoorpPolicy,
+)
 from coorp.policies._edca import EdcaPolicy
 from coorp.policies._hooks import GatedHooks
 from coorp.policies._plugins import (
@@ -32,6 +37,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "CoorpGlobalPolicy",
     "CoorpLocalPolicy",
+    "CoorpPaperPolicy",
     "CoorpPolicy",
     "EdcaPolicy",
     "GatedHooks",

@@ -60,6 +60,11 @@ class Policy(ABC):
         once every byte is delivered."""
         self.team.sim.start_transfer(flow, nbytes, lambda _t, now: on_complete(now))
 
+    def expect_ls_send(self, robot: str, flow: str, at_ns: int, *, exact: bool = False) -> None:
+        """The application on ``robot`` says its next send on LS ``flow`` happens not
+        before ``at_ns`` (``exact``: at ``at_ns``); see
+        :meth:`coorp.control.ProtectionPlanner.expect`. Default: ignored."""
+
     def stats(self) -> dict[str, Any]:
         """Counters worth reporting (JSON-able)."""
         return {}

@@ -34,7 +34,7 @@ from coorp.sim.events import Event
 from coorp.sim.packets import FlowState, Message
 from coorp.units import NS_PER_MS, s, us
 
-__all__ = ["CoorpGlobalPolicy", "CoorpLocalPolicy", "CoorpPolicy"]
+__all__ = ["CoorpGlobalPolicy", "CoorpLocalPolicy", "CoorpPaperPolicy", "CoorpPolicy"]
 
 #: When to check whether a permit request was lost on the air (then it is sent again).
 REQUEST_RETRY_NS = 200 * NS_PER_MS
@@ -46,6 +46,17 @@ class CoorpPolicy(Policy):
     summary = "coordinated preemption: one bulk sender at a time + local gate before LS sends"
     use_permits: ClassVar[bool] = True
     use_gate: ClassVar[bool] = True
+    #: Re-ask the gate as the NIC drains ahead of a window (see GatedHooks).
+    drain_recheck: ClassVar[bool] = True
+    #: Take the applications' send-time hints (Policy.expect_ls_send) into the windows.
+    use_hints: ClassVar[bool] = True
+    #: The table learns completion relative to the LS send the packet had to clear
+    #: (Gate(realized=True)) rather than its bare duration.
+    realized_ctt: ClassVar[bool] = True
+    #: Lead buckets of the completion-time table (see CompletionTimeTable).
+    ctt_lead_edges_ns: ClassVar[tuple[int, ...]] = tuple(
+        k * NS_PER_MS for k in (1, 2, 4, 8, 16)
+    )
 
     def install(self) -> None:
         team = self.team
@@ -54,6 +65,8 @@ class CoorpPolicy(Policy):
         self.controller: GlobalController | None = None
         self.clients: dict[str, BulkClient] = {}
         self.gates: dict[str, Gate] = {}
+        self.planners: dict[str, ProtectionPlanner] = {}
+        self.hooks: dict[str, GatedHooks] = {}
         self._active: dict[str, int] = dict.fromkeys(team.robots, 0)
         self._tick_event: Event | None = None
         self.messages_sent = 0
@@ -69,13 +82,18 @@ class CoorpPolicy(Policy):
                     margin_ns=us(opts.margin_us), confidence=opts.confidence
                 )
                 ctt = CompletionTimeTable(
-                    percentile=opts.ctt_percentile, default_ns=per_packet_estimate_ns(sim, robot)
+                    percentile=opts.ctt_percentile,
+                    default_ns=per_packet_estimate_ns(sim, robot),
+                    lead_edges_ns=self.ctt_lead_edges_ns,
                 )
-                gate = Gate(planner, ctt)
+                gate = Gate(planner, ctt, realized=self.realized_ctt)
                 self.gates[robot] = gate
+                self.planners[robot] = planner
             hooks = GatedHooks(
-                client=self.clients.get(robot), gate=gate, planner=planner, ls_flows=team.ls_flows
-            )
+                client=self.clients.get(robot), gate=gate, planner=planner,
+                ls_flows=team.ls_flows, drain_recheck=self.drain_recheck,
+            )  # fmt: skip
+            self.hooks[robot] = hooks
             sim.set_hooks(robot, hooks)
         if not opts.protect_leader:
             # The paper: the leader's control dissemination is unprotected, its gate
@@ -83,6 +101,14 @@ class CoorpPolicy(Policy):
             leader_hooks = sim.station(team.leader).hooks
             assert isinstance(leader_hooks, GatedHooks)
             leader_hooks.ls_flows = frozenset()
+
+    def expect_ls_send(self, robot: str, flow: str, at_ns: int, *, exact: bool = False) -> None:
+        planner = self.planners.get(robot)
+        if not self.use_hints or planner is None or flow not in self.hooks[robot].ls_flows:
+            return
+        planner.expect(flow, at_ns, exact=exact)
+        sim = self.team.sim
+        self.hooks[robot].reconsider(sim.station(robot), sim.now_ns)
 
     # -- bulk transfers ------------------------------------------------------------------
     def send_bulk(
@@ -218,3 +244,13 @@ class CoorpLocalPolicy(CoorpPolicy):
     name = "coorp-local"
     summary = "COORP ablation: local gate only, every robot sends bulk data at will"
     use_permits = False
+
+
+@register_policy
+class CoorpPaperPolicy(CoorpPolicy):
+    name = "coorp-paper"
+    summary = "COORP exactly as published (Algorithms 1 and 2), without Coorp's gate additions"
+    drain_recheck = False
+    use_hints = False
+    realized_ctt = False
+    ctt_lead_edges_ns = ()

@@ -242,6 +242,7 @@ def run_crl(
             *drlc.model_flow.values(),
         ]
     if mpc is not None:
+        mpc.on_expect = pol.expect_ls_send
         if drlc is not None:
             mpc.on_loop_done = lambda _rec: drlc.add_item()
         mpc.begin()
