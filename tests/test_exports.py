@@ -12,7 +12,7 @@ import pytest
 CORE = ["coorp", "coorp.sim", "coorp.scenario"]
 OPTIONAL = [
     "coorp.control", "coorp.runtime", "coorp.transport", "coorp.analysis",
-    "coorp.policies", "coorp.workload", "coorp.testing",
+    "coorp.policies", "coorp.workload", "coorp.testing", "coorp.sweep",
 ]  # fmt: skip
 
 

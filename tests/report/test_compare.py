@@ -104,3 +104,60 @@ def test_cli_writes_table_json_csv_figures_and_manifest(tmp_path: Path) -> None:
     assert load_scenario(CRL2).name == manifest["scenario"]["name"]
     for png in out.glob("*.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(COORP), "compare", *args], capture_output=True, text=True,
+                          timeout=300, cwd=cwd)  # fmt: skip
+
+
+def test_json_dash_writes_json_to_stdout_and_the_table_to_stderr() -> None:
+    proc = _cli("crl-2", "--policies", "edca", "--duration", "0.3", "--json", "-")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)  # nothing but JSON on stdout
+    assert data["scenario"] == "crl-2" and list(data["policies"]) == ["edca"]
+    assert "miss rate" in proc.stderr
+
+
+def test_quiet_prints_nothing(tmp_path: Path) -> None:
+    proc = _cli("crl-2", "--policies", "edca", "--duration", "0.3", "--quiet",
+                "--json", str(tmp_path / "c.json"))  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
+    assert json.loads((tmp_path / "c.json").read_text())["seed"] == 1
+
+
+def test_out_and_json_are_checked_before_the_scenario_is_even_read(tmp_path: Path) -> None:
+    a_file = tmp_path / "f"
+    a_file.write_text("")
+    # The scenario does not exist either: the --out error comes first, so nothing ran.
+    proc = _cli("no-such-scenario", "--out", str(a_file))
+    assert proc.returncode == 2 and "--out" in proc.stderr and "not a directory" in proc.stderr
+    proc = _cli("no-such-scenario", "--json", str(tmp_path))
+    assert proc.returncode == 2 and "is a directory" in proc.stderr
+    proc = _cli("crl-2", "--seed", "1", "--seeds", "1-3")
+    assert proc.returncode == 2 and "not both" in proc.stderr
+
+
+def test_seeds_show_means_with_confidence_intervals(tmp_path: Path) -> None:
+    out = tmp_path / "multi"
+    proc = _cli("crl-2", "--policies", "edca,coorp", "--duration", "0.5", "--seeds", "1-3",
+                "--out", str(out), "--json", str(tmp_path / "m.json"))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "seeds 1-3" in proc.stdout and "±" in proc.stdout and "95% CI" in proc.stdout
+    data = json.loads((tmp_path / "m.json").read_text())
+    assert data == json.loads((out / "compare.json").read_text())
+    assert data["seeds"] == [1, 2, 3] and list(data["policies"]) == ["edca", "coorp"]
+    miss = data["policies"]["coorp"]["violation_rate"]
+    assert set(miss) == {"mean", "ci95", "n"} and miss["n"] == 3
+    assert set(data["policies"]["coorp"]["reaction_ms"]) == {"p50", "p90", "p99"}
+    # The mean is the mean of the per-seed values, each the same as a single-seed run.
+    p50 = [data["per_seed"][str(s)]["coorp"]["reaction_ms"]["p50"] for s in (1, 2, 3)]
+    assert data["policies"]["coorp"]["reaction_ms"]["p50"]["mean"] == pytest.approx(sum(p50) / 3)
+    single = compare(load_scenario(CRL2), ["coorp"], seed=2, duration_ns=500_000_000).to_json()
+    assert p50[1] == single["policies"]["coorp"]["reaction_ms"]["p50"]
+    assert {"runs.parquet", "aggregate.json", "manifest.json", "miss_vs_utilization.png"} <= {
+        p.name for p in out.iterdir()
+    }
+    again = _cli("crl-2", "--policies", "edca,coorp", "--duration", "0.5", "--seeds", "1-3",
+                 "--out", str(out))  # fmt: skip
+    assert again.returncode == 0 and "9 runs (9 from cache)" in again.stdout
