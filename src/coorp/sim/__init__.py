@@ -15,7 +15,13 @@ from coorp.sim._loader import load_modules as _load_modules
 #: Whether the mypyc-compiled simulator modules are in use.
 COMPILED = _load_modules()
 
-from coorp.sim.driver import FOREVER, AdmitAll, DriverHooks, DriverView  # noqa: E402
+from coorp.sim.driver import (  # noqa: E402
+    FOREVER,
+    AdmitAll,
+    AirtimeBudgetHooks,
+    DriverHooks,
+    DriverView,
+)
 from coorp.sim.engine import Simulation, simulate  # noqa: E402
 from coorp.sim.mac import ChannelStats  # noqa: E402
 from coorp.sim.results import FlowStats, SimResult, StationStats  # noqa: E402
@@ -24,6 +30,7 @@ __all__ = [
     "COMPILED",
     "FOREVER",
     "AdmitAll",
+    "AirtimeBudgetHooks",
     "ChannelStats",
     "DriverHooks",
     "DriverView",

@@ -11,7 +11,7 @@ from typing import Protocol
 
 from coorp.scenario import AccessCategory
 
-__all__ = ["FOREVER", "AdmitAll", "DriverHooks", "DriverView"]
+__all__ = ["FOREVER", "AdmitAll", "AirtimeBudgetHooks", "DriverHooks", "DriverView"]
 
 #: A resume time meaning "until the policy calls ``resume_bulk()``".
 FOREVER = 2**62
@@ -52,6 +52,11 @@ class DriverHooks(Protocol):
     calls). The driver then asks ``admit_bulk`` once per batch of bulk packets and skips
     the per-packet calls, which makes the simulation much faster; results are identical
     when the promise holds. ``set_hooks`` reads the attribute when the hooks are set.
+
+    A hooks object may also define the optional method ``max_bulk_airtime_ns`` (see
+    :class:`AirtimeBudgetHooks`): an airtime budget for the station's bulk frames, which
+    the MAC uses to trim each A-MPDU to the gap. Hooks without it are never asked and
+    the simulation is exactly what it was without the feature.
     """
 
     def admit_bulk(self, station: DriverView, now_ns: int) -> int | None:
@@ -77,6 +82,33 @@ class DriverHooks(Protocol):
         self, station: DriverView, pid: int, ac: AccessCategory, now_ns: int, delivered: bool
     ) -> None:
         """Packet ``pid`` left the hardware ring (acknowledged, or dropped after retries)."""
+        ...
+
+
+class AirtimeBudgetHooks(DriverHooks, Protocol):
+    """Driver hooks that also size bulk aggregates to an airtime budget (optional).
+
+    A driver with airtime control (cf. Linux AQL, or firmware that bounds an A-MPDU's
+    duration) can keep a bulk exchange from running into a protected instant. The
+    station reads the method when the hooks are set (``set_hooks``).
+    """
+
+    def max_bulk_airtime_ns(self, station: DriverView, now_ns: int) -> int | None:
+        """An EDCAF of this station won the medium at ``now_ns`` for a bulk frame.
+
+        Asked when the frame at the head of the EDCAF's ring is not a datagram
+        fragment (bulk data, or a TCP acknowledgement), both for a channel access and
+        for the next exchange of a TXOP; never for an LS datagram or a BlockAckReq.
+        Return ``None`` for no limit, or a budget ``b >= 0`` (ns): the exchange (PPDU,
+        SIFS and Ack/BlockAck, RTS/CTS when used) must be over by ``now_ns + b``. The
+        MAC then builds the largest A-MPDU that fits (never more than it would build
+        without a budget). If not even one MPDU fits, the EDCAF does not transmit: it
+        holds its frame, as if its queue were empty, until ``now_ns + b + 1`` (the first
+        instant after the budget), when the frame arrives again under the usual
+        802.11 rules (sent after AIFS on an idle medium, a new backoff if the medium
+        is busy); a held access leaves the medium to the others and counts no retry.
+        In a TXOP a next exchange that does not fit ends the TXOP instead.
+        """
         ...
 
 

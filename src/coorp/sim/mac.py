@@ -11,6 +11,11 @@ EDCAFs of different stations whose access times coincide collide; EDCAFs of the 
 station resolve the internal collision in favour of the higher category, and the loser
 behaves as after a failed attempt. The exchange airtimes come from
 :mod:`coorp.sim.timing`.
+
+A station whose hooks give an airtime budget (``AirtimeBudgetHooks``) has each bulk
+A-MPDU trimmed to it when its EDCAF wins the medium, or its frame held until the budget
+has passed if not even one MPDU fits. :meth:`Channel.ring_drain` is the matching
+read-only model: when a station's rings would be empty at best.
 """
 
 from __future__ import annotations
@@ -22,17 +27,20 @@ from dataclasses import dataclass, field, replace
 
 from coorp._errors import InvariantError
 from coorp.phy import MAX_PPDU_NS, SIFS_NS, SLOT_NS
-from coorp.scenario import MacConfig, RetryPolicy
-from coorp.sim.events import PRIO_ACCESS, PRIO_MEDIUM, EventLoop
+from coorp.scenario import AccessCategory, MacConfig, RetryPolicy
+from coorp.sim.events import PRIO_ACCESS, PRIO_CONTROL, PRIO_MEDIUM, EventLoop
 from coorp.sim.links import LinkTable
 from coorp.sim.packets import Packet
 from coorp.sim.station import Edcaf, Ring, Station
-from coorp.sim.timing import ExchangeTiming
+from coorp.sim.timing import ExchangeTiming, aifs_ns
 
-__all__ = ["Channel", "ChannelStats", "Transmission"]
+__all__ = ["Channel", "ChannelStats", "RingDrain", "Transmission"]
 
 #: Self-checks of the fast paths (set COORP_SIM_CHECK=1; for tests and fuzzing).
 _CHECK = os.environ.get("COORP_SIM_CHECK") == "1"
+#: Every VHT PPDU lasts a whole number of 4 µs (preamble and data field, either guard
+#: interval), so the largest PSDU for a duration only depends on it in 4 µs steps.
+_PPDU_QUANTUM_NS = 4_000
 
 
 @dataclass(slots=True)
@@ -132,6 +140,11 @@ class Channel:
         self._durations: dict[tuple[int, int, bool], tuple[int, int, int, bool, bool]] = {}
         self._mcs = links.mcs_table
         self._max_psdu: dict[tuple[int, int], int] = {}
+        #: What an A-MPDU's exchange adds to its PPDU: SIFS + BlockAck, and RTS/CTS with
+        #: their SIFS when an A-MPDU may be long enough to use RTS.
+        self._ampdu_overhead = SIFS_NS + timing.block_ack_ns
+        if self.rts_threshold < self.max_ampdu_bytes:
+            self._ampdu_overhead += timing.rts_ns + timing.cts_ns + 2 * SIFS_NS
 
     def add_edcaf(self, e: Edcaf) -> None:
         e.epoch = self._epoch
@@ -192,7 +205,7 @@ class Channel:
                         k = (self._dec_now - b0) // SLOT_NS + 1
                         e.backoff = b - k if b > k else 0
             ring = e.ring
-            if ring and (not e.shared or ring[0].ac is e.ac):
+            if ring and (not e.shared or ring[0].ac is e.ac) and not e.held:
                 t = idle + e.aifs + e.backoff * SLOT_NS
                 if t < e.not_before:
                     t = e.not_before
@@ -220,7 +233,7 @@ class Channel:
             if e.epoch != self._epoch:
                 self._catch_up(e)
             ring = e.ring
-            if ring and (not e.shared or ring[0].ac is e.ac):
+            if ring and (not e.shared or ring[0].ac is e.ac) and not e.held:
                 t = idle + e.aifs + e.backoff * SLOT_NS
                 if t < e.not_before:
                     t = e.not_before
@@ -237,6 +250,13 @@ class Channel:
         if not winners:
             self._schedule_access()
             return
+        for e in winners:
+            if e.station.airtime_budget is not None:
+                winners = self._within_budget(winners, now)
+                if not winners:
+                    self._schedule_access()
+                    return
+                break
         self._begin_busy(now, winners)
         if len(winners) == 1:
             tx = self._build(winners[0], now, now)
@@ -265,7 +285,122 @@ class Channel:
             e.epoch = self._epoch
             e.not_before = 0
 
+    # -- airtime budgets (AirtimeBudgetHooks) ----------------------------------------------
+    def _within_budget(self, winners: list[Edcaf], now: int) -> list[Edcaf]:
+        """The winners that transmit: each EDCAF of a station with an airtime budget gets
+        its deadline; one whose single head MPDU would not fit holds its frame."""
+        kept: list[Edcaf] = []
+        for e in winners:
+            if e.station.airtime_budget is not None:
+                deadline = self._ask_budget(e, now)
+                if deadline >= 0 and now + self._single_exchange_ns(e) > deadline:
+                    self._hold(e, deadline + 1)
+                    continue
+            kept.append(e)
+        return kept
+
+    def _ask_budget(self, e: Edcaf, now: int) -> int:
+        """Set (and return) ``e.deadline`` from its station's airtime budget for the frame
+        at the head of its ring: -1 (no limit) unless that is bulk data or a TCP ack."""
+        st = e.station
+        hook = st.airtime_budget
+        deadline = -1
+        if hook is not None and e.bar_pending is None and e.ring[0].message is None:
+            b = hook(st, now)
+            if b is not None:
+                if isinstance(b, bool) or not isinstance(b, int) or b < 0:
+                    raise InvariantError(
+                        f"max_bulk_airtime_ns on {st.name!r} returned {b!r} at {now} ns: "
+                        "it must return None or an int budget >= 0 ns (AirtimeBudgetHooks)"
+                    )
+                deadline = now + b
+        e.deadline = deadline
+        return deadline
+
+    def _single_exchange_ns(self, e: Edcaf) -> int:
+        """The exchange of the head MPDU alone (PPDU + SIFS + Ack, RTS/CTS if used)."""
+        first = e.ring[0]
+        mcs = self._mcs[e.station.idx][first.dst.idx]
+        key = (4 + first.mpdu, mcs, False)
+        durations = self._durations.get(key)
+        if durations is None:
+            durations = self._exchange(key)
+        return durations[1]
+
+    def _hold(self, e: Edcaf, until: int) -> None:
+        """``e`` keeps its frame off the medium until ``until``, as if its queue were empty."""
+        e.held = True
+        e.deadline = -1
+        e.station.bulk_holds += 1
+        self.loop.call_at(until, PRIO_CONTROL, self._release, e)
+
+    def _release(self, e: Edcaf) -> None:
+        e.held = False
+        if e.station.head_ac(e.ac):
+            # The frame arrives again: at once after AIFS on an idle medium, a backoff
+            # if the medium is busy (10.22.2.2).
+            self.frame_arrived(e, self.loop.now_ns)
+
+    def ring_drain(self, st: Station, now: int, ac: AccessCategory) -> RingDrain:
+        """When ``st``'s rings would be empty at best, as a model that packets appended to
+        the ring of category ``ac`` can extend (``RingDrain.add``).
+
+        Every frame the MAC would build from the rings as they are (same aggregation
+        rules, no TXOP) is sent back to back from ``now``, AIFS before each, with no
+        contention, collision or loss; an exchange of ``st`` on the air counts until it
+        ends. The rings of other categories count first (one medium serves them all),
+        the ring of ``ac`` last, so the model's open frame is that ring's tail."""
+        d = RingDrain(self, st, now)
+        skip: list[Packet] = []
+        if self.busy:
+            collided = self._on_air_collided
+            for tx in self._on_air:
+                if tx.edcaf.station is st:
+                    end = self._on_air_start + (tx.failure_ns if collided else tx.success_ns)
+                    if end > d.closed_ns:
+                        d.closed_ns = end
+                    if not collided:
+                        skip = tx.packets
+        target = st.rings[ac]
+        rings: list[Ring] = []
+        for r in st.rings.values():
+            if r is not target and all(r is not q for q in rings):
+                rings.append(r)
+        rings.append(target)
+        for ring in rings:
+            for run in ring:
+                if not any(run is q for q in skip):
+                    d.add(run)
+            if ring is not target:
+                d.close()
+        return d
+
     # -- building PPDUs ------------------------------------------------------------------
+    def _exchange(self, key: tuple[int, int, bool]) -> tuple[int, int, int, bool, bool]:
+        """Durations of the exchange of a PSDU ``(psdu, mcs, block_ack)``: PPDU, success,
+        failure, BlockAck, RTS (cached)."""
+        psdu, mcs, block_ack = key
+        timing = self.timing
+        rts = psdu > self.rts_threshold
+        data_ns = timing.data_ns(psdu, mcs)
+        durations = (
+            data_ns,
+            timing.success_ns(data_ns, block_ack=block_ack, rts=rts),
+            timing.failure_ns(data_ns, block_ack=block_ack, rts=rts),
+            block_ack,
+            rts,
+        )
+        self._durations[key] = durations
+        return durations
+
+    def _max_psdu_for(self, mcs: int, max_data: int) -> int:
+        """The largest A-MPDU for a PPDU of at most ``max_data`` ns (cached)."""
+        max_psdu = self._max_psdu.get((mcs, max_data), -1)
+        if max_psdu < 0:
+            max_psdu = min(self.max_ampdu_bytes, self.timing.max_psdu_bytes(mcs, max_data))
+            self._max_psdu[mcs, max_data] = max_psdu
+        return max_psdu
+
     def _build(self, e: Edcaf, now: int, txop_start: int) -> Transmission | None:
         if e.bar_pending is not None:
             tx = Transmission(e, [], txop_start, 0)
@@ -277,21 +412,23 @@ class Channel:
         mcs = self._mcs[e.station.idx][dst.idx]
         # None: no TXOP limit (one exchange per access). 0 is a used-up TXOP, not "none".
         txop_left = e.txop_limit - (now - txop_start) if e.txop_limit else None
+        # -1: no airtime budget (AirtimeBudgetHooks), else when the exchange must be over.
+        deadline = e.deadline
         packets = [first]
         n = 1
         psdu = 4 + first.mpdu
         if e.aggregation:
             max_data = MAX_PPDU_NS
             if txop_left is not None:
-                timing = self.timing
-                overhead = SIFS_NS + timing.block_ack_ns
-                if self.rts_threshold < self.max_ampdu_bytes:
-                    overhead += timing.rts_ns + timing.cts_ns + 2 * SIFS_NS
-                max_data = min(max_data, txop_left - overhead)
+                max_data = min(max_data, txop_left - self._ampdu_overhead)
+            if deadline >= 0:
+                budget = deadline - now - self._ampdu_overhead
+                budget = budget - budget % _PPDU_QUANTUM_NS if budget > 0 else 0
+                if budget < max_data:
+                    max_data = budget
             max_psdu = self._max_psdu.get((mcs, max_data), -1)
             if max_psdu < 0:
-                max_psdu = min(self.max_ampdu_bytes, self.timing.max_psdu_bytes(mcs, max_data))
-                self._max_psdu[mcs, max_data] = max_psdu
+                max_psdu = self._max_psdu_for(mcs, max_data)
             limit = self.max_mpdus
             ac = e.ac
             # Take MPDUs one run at a time: each further MPDU of size m adds its padded
@@ -334,19 +471,11 @@ class Channel:
         key = (psdu, mcs, block_ack)
         durations = self._durations.get(key)
         if durations is None:
-            timing = self.timing
-            rts = psdu > self.rts_threshold
-            data_ns = timing.data_ns(psdu, mcs)
-            durations = (
-                data_ns,
-                timing.success_ns(data_ns, block_ack=block_ack, rts=rts),
-                timing.failure_ns(data_ns, block_ack=block_ack, rts=rts),
-                block_ack,
-                rts,
-            )
-            self._durations[key] = durations
+            durations = self._exchange(key)
         if txop_left is not None and durations[1] > txop_left and now != txop_start:
             return None  # a continuation that does not fit ends the TXOP
+        if deadline >= 0 and now + durations[1] > deadline:
+            return None  # a continuation that does not fit the airtime budget, likewise
         return Transmission(e, packets, txop_start, n, psdu, durations)
 
     # -- exchanges -----------------------------------------------------------------------
@@ -410,6 +539,8 @@ class Channel:
             return
         e = tx.edcaf
         if e.txop_limit and tx.packets and e.bar_pending is None and e.station.head_ac(e.ac):
+            if e.station.airtime_budget is not None:
+                self._ask_budget(e, now)
             nxt = self._build(e, now + SIFS_NS, tx.txop_start)
             if nxt is not None:
                 # The SIFS gap counts as busy: no other EDCAF can see AIFS of idle inside
@@ -628,3 +759,90 @@ class Channel:
                 hooks.on_hw_complete(st, pid, p.ac, now, False)
             self.on_dropped(p, now)
         return True
+
+
+class RingDrain:
+    """A best-case drain model of one station's rings (see :meth:`Channel.ring_drain`).
+
+    ``closed_ns`` is when the frames closed so far would be over; the open frame (the
+    model's last, which appended packets may still join) adds AIFS and its exchange.
+    ``add`` appends a run exactly as the MAC would aggregate it (same receiver and
+    category, at most ``max_ampdu_mpdus`` MPDUs and ``max_ampdu_bytes``, a PPDU of at
+    most 5.484 ms; one MPDU per exchange where aggregation is off).
+    """
+
+    __slots__ = ("_aggregate", "_aifs", "_ch", "_max_psdu", "_mcs", "_n", "_psdu", "_st",
+                 "ac", "closed_ns", "dst")  # fmt: skip
+
+    def __init__(self, channel: Channel, station: Station, now: int) -> None:
+        self._ch = channel
+        self._st = station
+        self.closed_ns = now
+        #: The open frame: MPDUs (0: none), PSDU bytes, receiver, category, its link's
+        #: MCS, AIFS, largest PSDU, whether its category aggregates.
+        self._n = 0
+        self._psdu = 0
+        self.dst: Station | None = None
+        self.ac = AccessCategory.BE
+        self._mcs = 0
+        self._aifs = 0
+        self._max_psdu = 0
+        self._aggregate = False
+
+    def copy(self) -> RingDrain:
+        d = RingDrain(self._ch, self._st, self.closed_ns)
+        d._n, d._psdu, d.dst, d.ac = self._n, self._psdu, self.dst, self.ac
+        d._mcs, d._aifs, d._max_psdu, d._aggregate = (
+            self._mcs, self._aifs, self._max_psdu, self._aggregate,
+        )  # fmt: skip
+        return d
+
+    def end_ns(self) -> int:
+        """When every frame, the open one included, would be over."""
+        if self._n == 0:
+            return self.closed_ns
+        return self.closed_ns + self._aifs + self._open_exchange_ns()
+
+    def _open_exchange_ns(self) -> int:
+        key = (self._psdu, self._mcs, self._n > 1)
+        durations = self._ch._durations.get(key)
+        if durations is None:
+            durations = self._ch._exchange(key)
+        return durations[1]
+
+    def close(self) -> None:
+        """End the open frame: nothing appended later joins it."""
+        if self._n:
+            self.closed_ns += self._aifs + self._open_exchange_ns()
+            self._n = 0
+
+    def add(self, p: Packet) -> None:
+        """Append the ``p.count`` MPDUs of run ``p``."""
+        ch = self._ch
+        limit = ch.max_mpdus
+        m = p.mpdu
+        left = p.count
+        while left:
+            n = self._n
+            if n and self._aggregate and p.dst is self.dst and p.ac is self.ac:
+                nxt = ((self._psdu + 3) & ~3) + 4 + m
+                if n < limit and nxt <= self._max_psdu:
+                    step = ((m + 3) & ~3) + 4
+                    j = min(left, limit - n, 1 + (self._max_psdu - nxt) // step)
+                    self._psdu = nxt + (j - 1) * step
+                    self._n = n + j
+                    left -= j
+                    continue
+            self.close()
+            st = self._st
+            ac = p.ac
+            params = st.edca_params(ac)
+            self.dst = p.dst
+            self.ac = ac
+            self._mcs = ch._mcs[st.idx][p.dst.idx]
+            self._aifs = aifs_ns(params.aifsn)
+            self._aggregate = params.aggregation
+            self._max_psdu = ch._max_psdu_for(self._mcs, MAX_PPDU_NS)
+            self._n = 1
+            self._psdu = 4 + m
+            left -= 1

@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from coorp._errors import InvariantError
 from coorp.scenario import AccessCategory, HwQueueMode
@@ -52,7 +52,9 @@ class Edcaf:
         "cw",
         "cw_max",
         "cw_min",
+        "deadline",
         "epoch",
+        "held",
         "not_before",
         "priority",
         "ring",
@@ -81,6 +83,11 @@ class Edcaf:
         #: Packets of an A-MPDU whose BlockAck was missed (ns-3 policy: a BAR is due).
         self.bar_pending: list[Packet] | None = None
         self.bar_retries = 0
+        #: The instant by which this access's bulk exchange must be over (an airtime
+        #: budget, ``AirtimeBudgetHooks``); -1: no limit.
+        self.deadline = -1
+        #: Holding its frame because not even one MPDU fitted the budget.
+        self.held = False
 
     def has_frame(self) -> bool:
         return self.station.head_ac(self.ac)
@@ -174,6 +181,10 @@ class Station:
         #: Whether the hooks are called for every packet (see ``DriverHooks.per_packet``).
         self.per_packet = False
         self._admit_all = True
+        #: The hooks' optional ``max_bulk_airtime_ns`` (``AirtimeBudgetHooks``), or None.
+        self.airtime_budget: Callable[[Any, int], object] | None = None
+        #: Channel accesses at which a bulk frame was held (no MPDU fitted the budget).
+        self.bulk_holds = 0
         self.channel: Channel | None = None
         self._paused = False
         self._resume_event: Event | None = None
@@ -196,6 +207,10 @@ class Station:
         self._hooks = hooks
         self.per_packet = bool(getattr(hooks, "per_packet", True))
         self._admit_all = type(hooks) is AdmitAll
+        budget = getattr(hooks, "max_bulk_airtime_ns", None)
+        self.airtime_budget = budget if callable(budget) else None
+        for e in self.edcafs.values():
+            e.deadline = -1  # a deadline is asked again at every access
 
     # -- driver view -------------------------------------------------------------------
     def hw_queue_length(self) -> int:
@@ -238,6 +253,10 @@ class Station:
         self.refill()
 
     # -- MAC side ----------------------------------------------------------------------
+    def edca_params(self, ac: AccessCategory) -> EdcaParams:
+        """The EDCA parameters of category ``ac`` (its EDCAF need not exist yet)."""
+        return self._edca_params[ac]
+
     def edcaf(self, ac: AccessCategory) -> Edcaf:
         e = self.edcafs.get(ac)
         if e is None:
@@ -349,6 +368,19 @@ class Station:
         transfer.flow.sent_packets += k
         self._bulk_ac = transfer.flow.ac
         return Packet(self._alloc_pids(k), transfer.flow, size, transfer=transfer, count=k)
+
+    def next_bulk_packet(self) -> Packet | None:
+        """The bulk packet the driver would hand to the NIC next (not allocated, no side
+        effect): what an admission decision is about. None without bulk data."""
+        transfers = self.transfers
+        if not transfers:
+            return None
+        transfer = transfers[0]
+        size = self.packet_bytes
+        remaining = transfer.remaining_bytes
+        if remaining is not None and remaining < size:
+            size = remaining
+        return Packet(-1, transfer.flow, size, transfer=transfer)
 
     def _enqueue_hw(self, pkt: Packet, now: int) -> None:
         """Append a run to its ring; tell the hooks about each packet, the MAC if needed."""
