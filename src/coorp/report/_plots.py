@@ -68,8 +68,9 @@ def save_figure(fig: Figure, out: Path, stem: str, formats: Sequence[str] = ("pn
     paths = []
     for fmt in formats:
         path = out / f"{stem}.{fmt}"
-        # No creation date in the file: the same figure gives the same bytes.
-        fig.savefig(path, dpi=_DPI, format=fmt, metadata=_NO_DATE[fmt])
+        # No creation date, fixed SVG ids: the same figure gives the same bytes.
+        with matplotlib.rc_context({"svg.hashsalt": "coorp"}):
+            fig.savefig(path, dpi=_DPI, format=fmt, metadata=_NO_DATE[fmt])
         paths.append(path)
     plt.close(fig)
     return paths

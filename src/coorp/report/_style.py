@@ -46,12 +46,13 @@ _BUILTIN: dict[str, PolicyStyle] = {
 }
 _USER: dict[str, PolicyStyle] = {}
 
-#: Colours and dash patterns for names without a style (none used by the shipped ones).
+#: Colours and dash patterns for names without a style: none close to a shipped colour,
+#: never a solid line (the shipped edca and coorp are solid).
 _FALLBACK_COLORS = (
-    "#8C564B", "#7F7F7F", "#BCBD22", "#17BECF", "#9467BD", "#1F77B4", "#2CA02C", "#F0E442",
+    "#8C564B", "#9467BD", "#BCBD22", "#8B0000", "#1A237E", "#005F5F", "#4D4D4D", "#FF6F91",
 )  # fmt: skip
 _FALLBACK_DASHES: tuple[LineStyle, ...] = (
-    (0, (6, 2)), (0, (2, 2)), (0, (6, 2, 2, 2)), (0, (8, 2, 2, 2, 2, 2)), "-",
+    (0, (6, 2)), (0, (2, 2)), (0, (6, 2, 2, 2)), (0, (8, 2, 2, 2, 2, 2)),
 )  # fmt: skip
 _FALLBACK_MARKERS = ("h", "p", "<", ">", "d", "8", "H", "X")
 _FALLBACK_HATCHES = ("//", "\\\\", "xx", "..", "++", "oo", "--", "||")
