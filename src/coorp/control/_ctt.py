@@ -11,6 +11,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right, insort
 from collections import deque
 from fractions import Fraction
+from itertools import pairwise
 
 from coorp._errors import UsageError
 
@@ -87,16 +88,18 @@ class CompletionTimeTable:
         self._cache: dict[int, int] = {}
         self._fallbacks: set[int] = set()
         edges = tuple(lead_edges_ns)
-        if any(e <= 0 for e in edges) or any(a >= b for a, b in zip(edges, edges[1:])):
+        if any(e <= 0 for e in edges) or any(a >= b for a, b in pairwise(edges)):
             raise UsageError(
                 f"lead_edges_ns={edges}: must be strictly increasing and > 0 nanoseconds"
             )
         self._edges = edges
         self._by_lead: list[CompletionTimeTable] = [
             CompletionTimeTable(
-                max_depth=max_depth, samples_per_depth=samples_per_depth,
-                percentile=percentile, default_ns=default_ns,
-            )  # fmt: skip
+                max_depth=max_depth,
+                samples_per_depth=samples_per_depth,
+                percentile=percentile,
+                default_ns=default_ns,
+            )
             for _ in range(len(edges) + 1 if edges else 0)
         ]
 

@@ -14,6 +14,7 @@ every packet forever and never be corrected. A bounded rule breaks that loop; se
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass
 
@@ -195,6 +196,17 @@ class Gate:
                 return GateDecision(True, decision.resume_ns, explore=True)
             self._skip -= 1
         self._counts["denied_ahead"] += 1
+        edges = self._ctt.lead_edges_ns
+        if edges:
+            # With a lead-conditioned table a nearer lead may answer differently (the
+            # air just before a window is often quieter): ask again when the lead
+            # enters the next bucket, not only after the window.
+            below = bisect_right(edges, window.start_ns - now_ns) - 1
+            if below >= 0:
+                crossing = window.start_ns - edges[below] + 1
+                assert decision.resume_ns is not None
+                if now_ns < crossing < decision.resume_ns:
+                    return GateDecision(False, crossing)
         return decision
 
     def on_enqueue(self, packet_id: int, now_ns: int, queue_depth: int) -> None:
@@ -250,8 +262,8 @@ class Gate:
         ignored). Packets enqueued before it now know the send they had to clear."""
         if not self._realized:
             return
-        for completed_ns, depth, lead in self._awaiting:
-            self._ctt.record(depth, max(0, completed_ns - now_ns + lead), lead)
+        for completed_ns, done_depth, done_lead in self._awaiting:
+            self._ctt.record(done_depth, max(0, completed_ns - now_ns + done_lead), done_lead)
         self._awaiting.clear()
         pending = self._pending
         for pid, (enq, depth, lead, send) in pending.items():

@@ -191,10 +191,7 @@ class ProtectionPlanner:
         self._cached = (self._version, now_ns, max(through, now_ns), window)
         return window
 
-
-    def _hinted(
-        self, flow: str, model: SendTimeModel | None
-    ) -> Callable[[int], Interval | None]:
+    def _hinted(self, flow: str, model: SendTimeModel | None) -> Callable[[int], Interval | None]:
         at, exact = self._hints[flow]
 
         def predict(after_ns: int) -> Interval | None:

@@ -60,7 +60,9 @@ class Policy(ABC):
         once every byte is delivered."""
         self.team.sim.start_transfer(flow, nbytes, lambda _t, now: on_complete(now))
 
-    def expect_ls_send(self, robot: str, flow: str, at_ns: int, *, exact: bool = False) -> None:
+    def expect_ls_send(  # noqa: B027 - a hook with a meaningful default
+        self, robot: str, flow: str, at_ns: int, *, exact: bool = False
+    ) -> None:
         """The application on ``robot`` says its next send on LS ``flow`` happens not
         before ``at_ns`` (``exact``: at ``at_ns``); see
         :meth:`coorp.control.ProtectionPlanner.expect`. Default: ignored."""

@@ -54,9 +54,7 @@ class CoorpPolicy(Policy):
     #: (Gate(realized=True)) rather than its bare duration.
     realized_ctt: ClassVar[bool] = True
     #: Lead buckets of the completion-time table (see CompletionTimeTable).
-    ctt_lead_edges_ns: ClassVar[tuple[int, ...]] = tuple(
-        k * NS_PER_MS for k in (1, 2, 4, 8, 16)
-    )
+    ctt_lead_edges_ns: ClassVar[tuple[int, ...]] = tuple(k * NS_PER_MS for k in (1, 2, 4, 8, 16))
 
     def install(self) -> None:
         team = self.team
