@@ -13,6 +13,7 @@ from coorp.policies import (
     Policy,
     _registry,
     get_policy,
+    policy_label,
     policy_names,
     register_policy,
 )
@@ -38,6 +39,15 @@ def test_shipped_policies_are_listed_in_order() -> None:
         cls = get_policy(name)
         assert issubclass(cls, Policy) and cls.name == name
         assert cls.summary.strip() and "\n" not in cls.summary
+
+
+def test_reference_bounds_are_labelled_not_deployable() -> None:
+    assert get_policy("oracle").deployable is False
+    assert policy_label("oracle") == "oracle (not deployable)"
+    for name in SHIPPED:
+        assert get_policy(name).deployable is True
+        assert policy_label(name) == name
+    assert policy_label("not-registered") == "not-registered"
 
 
 def test_unknown_name_lists_the_available_ones() -> None:

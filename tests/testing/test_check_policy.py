@@ -19,7 +19,7 @@ from coorp.testing import (
     conformance_scenario,
 )
 
-SHIPPED = ["edca", "schedwifi", "coorp", "coorp-global", "coorp-local"]
+SHIPPED = ["edca", "schedwifi", "coorp", "coorp-global", "coorp-local", "oracle"]
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -87,6 +87,22 @@ class DirectPastAdmit(PastAdmit):
     def install(self) -> None:
         for robot in self.team.robots:
             self.team.sim.station(robot).hooks = _PastHooks()
+
+
+class _NegativeBudget(AdmitAll):
+    """An airtime budget (AirtimeBudgetHooks) below zero."""
+
+    def max_bulk_airtime_ns(self, station: DriverView, now_ns: int) -> int | None:
+        return -5
+
+
+class NegativeBudget(Policy):
+    name = "negative-budget"
+    summary = "max_bulk_airtime_ns answers with a negative budget"
+
+    def install(self) -> None:
+        for robot in self.team.robots:
+            self.team.sim.set_hooks(robot, _NegativeBudget())
 
 
 class CompletesTwice(Policy):
@@ -187,6 +203,12 @@ def test_admit_bulk_returning_a_past_time(cls: type[Policy]) -> None:
     assert "later than now" in msg and "DriverHooks" in msg
     # Reported once, with a count, not once per call.
     assert "times)" in msg
+
+
+def test_an_invalid_airtime_budget() -> None:
+    err = _raises(NegativeBudget)
+    [msg] = [p for p in err.problems if "max_bulk_airtime_ns" in p]
+    assert "returned -5" in msg and ">= 0" in msg and "times)" in msg
 
 
 def test_on_complete_called_twice() -> None:

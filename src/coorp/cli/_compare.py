@@ -27,7 +27,7 @@ from coorp.cli._common import (
     require_out_dir,
 )
 from coorp.cli._sweep import RunProgress, sweep_manifest
-from coorp.policies import policy_names
+from coorp.policies import policy_label, policy_names
 from coorp.report import (
     BH_ONLY,
     Comparison,
@@ -75,6 +75,7 @@ def render_comparison(cmp: Comparison) -> Table:
             t.add_row(name, "infeasible", *["-"] * (len(cols) - 2))
             notes.append(f"{name}: {m['infeasible']}")
             continue
+        name = policy_label(name)  # a reference bound reads "(not deployable)"
         r = m["reaction_ms"]
         t.add_row(
             name, _f(m["violation_rate"], ".1%"), _f(r["p50"], ".1f"), _f(r["p90"], ".1f"),

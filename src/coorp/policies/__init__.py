@@ -1,7 +1,8 @@
 """Network policies for a simulated robot team, by name.
 
 ``get_policy("coorp")`` returns the class; ``policy_names()`` lists what is registered.
-Shipped: ``edca``, ``schedwifi``, ``coorp``, ``coorp-global``, ``coorp-local``. To add
+Shipped: ``edca``, ``schedwifi``, ``coorp``, ``coorp-global``, ``coorp-local``, and the
+reference bound ``oracle`` (not deployable: ``Policy.deployable``, ``policy_label``). To add
 one, subclass :class:`Policy` and decorate it with :func:`register_policy`
 (``docs/policies.md``); check it with :func:`coorp.testing.check_policy`. The CLI loads
 a user's file with ``--policy-module`` (:func:`load_policy_module`) and installed
@@ -13,6 +14,7 @@ packages' ``coorp.policies`` entry points (:func:`load_entry_point_policies`).
 from coorp.policies import _edca  # noqa: F401
 from coorp.policies import _schedwifi  # noqa: F401
 from coorp.policies import _coorp  # noqa: F401
+from coorp.policies import _oracle  # noqa: F401
 
 # isort: on
 from coorp.policies._base import Policy, Team
@@ -24,13 +26,14 @@ from coorp.policies._coorp import (
 )
 from coorp.policies._edca import EdcaPolicy
 from coorp.policies._hooks import GatedHooks
+from coorp.policies._oracle import OracleHooks, OraclePolicy, OracleStats
 from coorp.policies._plugins import (
     ENTRY_POINT_GROUP,
     load_entry_point_policies,
     load_policy_module,
     loaded_policy_modules,
 )
-from coorp.policies._registry import get_policy, policy_names, register_policy
+from coorp.policies._registry import get_policy, policy_label, policy_names, register_policy
 from coorp.policies._schedwifi import SchedWifiPolicy
 
 __all__ = [
@@ -41,6 +44,9 @@ __all__ = [
     "CoorpPolicy",
     "EdcaPolicy",
     "GatedHooks",
+    "OracleHooks",
+    "OraclePolicy",
+    "OracleStats",
     "Policy",
     "SchedWifiPolicy",
     "Team",
@@ -48,6 +54,7 @@ __all__ = [
     "load_entry_point_policies",
     "load_policy_module",
     "loaded_policy_modules",
+    "policy_label",
     "policy_names",
     "register_policy",
 ]

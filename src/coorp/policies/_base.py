@@ -31,6 +31,11 @@ class Team:
     ls_flows: frozenset[str]
     mpc: MpcConfig | None
     options: PolicyOptions
+    #: ``ls_schedule(robot, now_ns)``: the instant of the robot's next LS send at or after
+    #: ``now_ns`` (exact once determined, else the earliest possible), ``None`` if none is
+    #: scheduled: the MPC loop's own knowledge (``MpcLoop.next_send_ns``), for reference
+    #: policies such as ``oracle``. ``None`` when there is no MPC loop.
+    ls_schedule: Callable[[str, int], int | None] | None = None
 
     @property
     def robots(self) -> tuple[str, ...]:
@@ -46,6 +51,9 @@ class Policy(ABC):
 
     name: ClassVar[str]
     summary: ClassVar[str]
+    #: ``False`` for a reference bound that a real deployment cannot run (``oracle``):
+    #: reports label it "not deployable".
+    deployable: ClassVar[bool] = True
 
     def __init__(self, team: Team) -> None:
         self.team = team

@@ -7,7 +7,7 @@ from typing import TypeVar
 from coorp._errors import UsageError
 from coorp.policies._base import Policy
 
-__all__ = ["get_policy", "policy_names", "register_policy"]
+__all__ = ["get_policy", "policy_label", "policy_names", "register_policy"]
 
 _REGISTRY: dict[str, type[Policy]] = {}
 P = TypeVar("P", bound=type[Policy])
@@ -46,3 +46,10 @@ def get_policy(name: str) -> type[Policy]:
 
 def policy_names() -> list[str]:
     return list(_REGISTRY)
+
+
+def policy_label(name: str) -> str:
+    """How reports name a policy: ``name``, with " (not deployable)" for a reference bound
+    (``Policy.deployable = False``, e.g. ``oracle``). An unregistered name is kept."""
+    cls = _REGISTRY.get(name)
+    return f"{name} (not deployable)" if cls is not None and not cls.deployable else name

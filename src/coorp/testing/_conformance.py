@@ -162,6 +162,10 @@ class _SpyHooks:
                     f"the hooks object {type(inner).__qualname__} installed on {robot!r} has "
                     f"no {name}() method (see coorp.sim.DriverHooks)",
                 )
+        # The optional airtime budget (coorp.sim.AirtimeBudgetHooks): forwarded, and
+        # checked, only for hooks that define it (the station looks for the method).
+        if callable(getattr(inner, "max_bulk_airtime_ns", None)):
+            self.max_bulk_airtime_ns = self._max_bulk_airtime_ns
 
     def admit_bulk(self, station: DriverView, now_ns: int) -> int | None:
         self.run.admit_calls += 1
@@ -184,6 +188,20 @@ class _SpyHooks:
                 "denial must give a resume time later than now (DriverHooks contract)",
             )
             return None  # admit, so the run goes on and the other checks still run
+        return result
+
+    def _max_bulk_airtime_ns(self, station: DriverView, now_ns: int) -> int | None:
+        result = self.inner.max_bulk_airtime_ns(station, now_ns)  # type: ignore[attr-defined]
+        if result is None:
+            return None
+        if isinstance(result, bool) or not isinstance(result, int) or result < 0:
+            self.run.problems.add(
+                "budget-type",
+                f"max_bulk_airtime_ns on {self.robot!r} returned {result!r} at {now_ns} ns: "
+                "it must return None (no limit) or an int budget >= 0 ns "
+                "(AirtimeBudgetHooks contract)",
+            )
+            return None  # no limit, so the run goes on and the other checks still run
         return result
 
     def on_ls_send(self, station: DriverView, flow: str, now_ns: int) -> None:
@@ -333,7 +351,7 @@ class _Run:
         mpc = MpcLoop(sim, wl.mpc, wl.leader, workers)
         team = Team(
             sim=sim, leader=wl.leader, workers=workers, ls_flows=mpc.flow_names, mpc=wl.mpc,
-            options=sc.policy,
+            options=sc.policy, ls_schedule=mpc.next_send_ns,
         )  # fmt: skip
         qualname = self.policy_cls.__qualname__
         try:

@@ -227,6 +227,7 @@ def run_crl(
         sim=sim, leader=wl.leader, workers=workers,
         ls_flows=mpc.flow_names if mpc is not None else frozenset(),
         mpc=wl.mpc if mpc_on else None, options=scenario.policy,
+        ls_schedule=mpc.next_send_ns if mpc is not None else None,
     )  # fmt: skip
     pol = policy_cls(team)
     pol.install()

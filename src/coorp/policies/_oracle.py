@@ -1,0 +1,207 @@
+"""The oracle: a reference bound for local preemption. Not deployable.
+
+COORP's permits (one bulk sender at a time, Algorithm 1, unchanged) plus, on every
+robot, a driver that knows what no real one can:
+
+* the exact instant of the robot's next protected LS send (a worker's perceptions, the
+  leader's controls), from the MPC loop's own schedule (``Team.ls_schedule``), with no
+  prediction error;
+* the exact airtime of every frame the NIC will build from its ring.
+
+It admits a bulk packet only if the ring, with the packet, would be empty before the
+next protected send in the best case (every frame back to back, AIFS before each, no
+contention: :meth:`coorp.sim.mac.Channel.ring_drain`), and it gives the MAC an airtime
+budget up to that send (``max_bulk_airtime_ns``), so each A-MPDU is trimmed to the gap
+when the robot wins the medium, or held if not even one MPDU fits. What it cannot see
+is contention: the other stations' traffic may still delay a queued frame past the
+send, so its misses come from contention only. See ``docs/policies.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
+
+from coorp._errors import UsageError
+from coorp.phy import SLOT_NS
+from coorp.policies._coorp import CoorpPolicy
+from coorp.policies._hooks import GatedHooks
+from coorp.policies._registry import register_policy
+from coorp.scenario import AccessCategory
+from coorp.sim import DriverView
+from coorp.sim.mac import Channel, RingDrain
+from coorp.sim.station import Station
+
+__all__ = ["OracleHooks", "OraclePolicy", "OracleStats"]
+
+
+@dataclass(slots=True)
+class OracleStats:
+    """What one robot's oracle driver decided."""
+
+    allowed: int = 0
+    #: The ring with the packet would not be empty before the next protected send.
+    denied_ahead: int = 0
+    #: A protected send is handed to the NIC at this very instant (or is due now).
+    denied_now: int = 0
+    #: Channel accesses at which a bulk frame was held: no MPDU fitted the budget.
+    holds: int = 0
+
+
+class OracleHooks:
+    """One robot's oracle driver: permits, exact admission, airtime budget.
+
+    ``permits`` decides first (COORP's ``BulkClient``: no permit, no bulk).
+    ``schedule(robot, now_ns)`` is the instant of the robot's next protected LS send at
+    or after ``now_ns`` (exact, or when not yet determined its earliest possible
+    instant), ``None`` if none is scheduled. ``ls_flows``: the protected flows, whose
+    sends ``on_ls_send`` sees.
+
+    Per packet (``per_packet`` is not declared ``False``): the admission of each bulk
+    packet depends on what the ring already holds.
+    """
+
+    def __init__(
+        self,
+        *,
+        robot: str,
+        station: Station,
+        channel: Channel,
+        schedule: Callable[[str, int], int | None],
+        permits: GatedHooks,
+        ls_flows: frozenset[str],
+    ) -> None:
+        self.robot = robot
+        self.station = station
+        self.channel = channel
+        self.schedule = schedule
+        self.permits = permits
+        self.ls_flows = ls_flows
+        self.stats = OracleStats()
+        #: The last instant this robot handed a protected LS message to its stack.
+        self._last_send_ns = -1
+        # The drain model of the ring as it is (valid at ``_model_now`` until the ring
+        # changes other than by the packet just admitted) and the model with that packet.
+        self._model: RingDrain | None = None
+        self._model_now = -1
+        self._trial: RingDrain | None = None
+
+    def next_protected_ns(self, now_ns: int) -> int | None:
+        """The next protected send: ``now_ns`` itself while a send at this instant is
+        being handed over (the leader hands its controls one after another)."""
+        if self._last_send_ns == now_ns:
+            return now_ns
+        return self.schedule(self.robot, now_ns)
+
+    # -- DriverHooks ---------------------------------------------------------------------
+    def admit_bulk(self, station: DriverView, now_ns: int) -> int | None:
+        resume = self.permits.admit_bulk(station, now_ns)
+        if resume is not None:
+            return resume
+        t = self.next_protected_ns(now_ns)
+        if t is None:
+            self.stats.allowed += 1
+            return None
+        if t <= now_ns:
+            # Handed now: resume once it is in the NIC. An earliest-possible instant
+            # that is already due (a late loop): ask again a slot later.
+            self.stats.denied_now += 1
+            return now_ns + 1 if self._last_send_ns == now_ns else now_ns + SLOT_NS
+        pkt = self.station.next_bulk_packet()
+        if pkt is None:  # nothing to admit (the driver asks only with data waiting)
+            return None
+        model = self._model
+        if model is None or self._model_now != now_ns:
+            model = self.channel.ring_drain(self.station, now_ns, pkt.ac)
+            self._model = model
+            self._model_now = now_ns
+        trial = model.copy()
+        trial.add(pkt)
+        if trial.end_ns() <= t:
+            self._trial = trial
+            self.stats.allowed += 1
+            return None
+        self._trial = None
+        self.stats.denied_ahead += 1
+        # Nothing more fits before the send (contention only delays the ring): ask again
+        # just after it.
+        return t + 1
+
+    def max_bulk_airtime_ns(self, station: DriverView, now_ns: int) -> int | None:
+        """The budget up to the next protected send: a bulk exchange is over by then."""
+        t = self.next_protected_ns(now_ns)
+        if t is None:
+            return None
+        if t > now_ns:
+            return t - now_ns
+        if self._last_send_ns == now_ns:
+            return 0  # hold until the LS message is in the NIC
+        return SLOT_NS  # an earliest-possible instant already due: hold a slot
+
+    def on_ls_send(self, station: DriverView, flow: str, now_ns: int) -> None:
+        if flow in self.ls_flows:
+            self._last_send_ns = now_ns
+        self.permits.on_ls_send(station, flow, now_ns)
+
+    def on_hw_enqueue(
+        self, station: DriverView, pid: int, ac: AccessCategory, depth: int, now_ns: int
+    ) -> None:
+        trial = self._trial
+        self._trial = None
+        if trial is not None and now_ns == self._model_now and ac is trial.ac:
+            self._model = trial  # the packet admitted last: the model extends by it
+        else:
+            self._model = None  # another packet (an LS fragment, an ack): rebuild
+        self.permits.on_hw_enqueue(station, pid, ac, depth, now_ns)
+
+    def on_hw_complete(
+        self, station: DriverView, pid: int, ac: AccessCategory, now_ns: int, delivered: bool
+    ) -> None:
+        self._model = None
+        self._trial = None
+        self.permits.on_hw_complete(station, pid, ac, now_ns, delivered)
+
+
+@register_policy
+class OraclePolicy(CoorpPolicy):
+    name = "oracle"
+    summary = (
+        "reference bound, not deployable: COORP permits + exact future LS sends and "
+        "airtimes, aggregates sized to the gap"
+    )
+    deployable: ClassVar[bool] = False
+    use_gate: ClassVar[bool] = False
+
+    def install(self) -> None:
+        super().install()  # COORP's permits (no gate): controller, clients, hooks
+        team = self.team
+        self.oracles: dict[str, OracleHooks] = {}
+        if team.mpc is None or not team.mpc.enabled:
+            return  # nothing to protect: COORP's permits only
+        schedule = team.ls_schedule
+        if schedule is None:
+            raise UsageError(
+                "policy 'oracle' needs the MPC loop's send schedule (Team.ls_schedule, "
+                "filled by coorp.workload.run_crl); a Team built without it cannot run it"
+            )
+        sim = team.sim
+        for robot in team.robots:
+            if robot == team.leader and not team.options.coorp.protect_leader:
+                continue  # the paper's setting: the leader's controls are unprotected
+            hooks = OracleHooks(
+                robot=robot, station=sim.station(robot), channel=sim.channel,
+                schedule=schedule, permits=GatedHooks(client=self.clients.get(robot)),
+                ls_flows=team.ls_flows,
+            )  # fmt: skip
+            self.oracles[robot] = hooks
+            sim.set_hooks(robot, hooks)
+
+    def stats(self) -> dict[str, Any]:
+        out = super().stats()
+        oracles = getattr(self, "oracles", {})
+        if oracles:
+            for hooks in oracles.values():
+                hooks.stats.holds = hooks.station.bulk_holds
+            out["oracle"] = {r: asdict(h.stats) for r, h in oracles.items()}
+        return out
