@@ -185,3 +185,57 @@ def test_planner_flows_and_errors() -> None:
         ProtectionPlanner(confidence=2)
     with pytest.raises(UsageError, match="allowed: history"):
         ProtectionPlanner(histroy=3)
+
+
+# -- application hints (ProtectionPlanner.expect) ------------------------------------------
+
+
+def fitted_planner() -> ProtectionPlanner:
+    planner = ProtectionPlanner(margin_ns=2 * MS)
+    for t in periodic_sends(0, 10):
+        planner.observe("ctl", t)
+    return planner
+
+
+def test_a_lower_bound_moves_the_start_of_the_predicted_interval_never_earlier() -> None:
+    planner = fitted_planner()
+    model = planner.model("ctl")
+    assert model.delta_ns is not None
+    nxt = model.predict(9 * P + 1)
+    assert nxt is not None
+    # Not before the middle of the predicted interval: the window starts there...
+    mid = (nxt.start_ns + nxt.end_ns) // 2
+    planner.expect("ctl", mid)
+    assert planner.next_window(9 * P + 1) == Interval(mid, nxt.end_ns + 2 * MS)
+    # ...a bound before the model's interval changes nothing...
+    planner.expect("ctl", nxt.start_ns - 5 * MS)
+    assert planner.next_window(9 * P + 1) == Interval(nxt.start_ns, nxt.end_ns + 2 * MS)
+    # ...and one past the model's end moves the whole interval to the bound.
+    planner.expect("ctl", nxt.end_ns + 7 * MS)
+    assert planner.next_window(9 * P + 1) == Interval(nxt.end_ns + 7 * MS, nxt.end_ns + 9 * MS)
+
+
+def test_an_exact_instant_replaces_the_interval_until_the_send_is_observed() -> None:
+    planner = fitted_planner()
+    at = 10 * P + 3 * MS  # later than the model thinks
+    planner.expect("ctl", at, exact=True)
+    assert planner.next_window(9 * P + 1) == Interval(at, at + 2 * MS)
+    # Once the instant has passed without the send, that send is not protected twice:
+    # the model's following send is next.
+    after = planner.next_window(at + 2 * MS + 1)
+    assert after is not None and after.start_ns > 10 * P + P // 2
+    # The send happens: the hint is gone and the model predicts as before.
+    planner.observe("ctl", at)
+    plain = fitted_planner()
+    plain.observe("ctl", at)
+    assert planner.next_window(at + 1) == plain.next_window(at + 1)
+
+
+def test_an_exact_instant_protects_a_flow_the_model_has_not_fitted_yet() -> None:
+    planner = ProtectionPlanner(margin_ns=1 * MS)
+    for exact in (False, True):
+        planner.expect("ctl", 5 * MS, exact=exact)
+        assert planner.next_window(0) == Interval(5 * MS, 6 * MS)
+        assert planner.next_window(6 * MS + 1) is None
+    planner.forget("ctl")
+    assert planner.next_window(0) is None

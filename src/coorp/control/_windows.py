@@ -150,7 +150,8 @@ class ProtectionPlanner:
 
         * A lower bound moves the model's interval for that send to start no earlier
           than ``at_ns`` (and end no earlier); the model still says how late the send
-          may come. Without a fitted model it protects ``[at_ns, at_ns]``.
+          may come. Without a prediction (no fitted model yet) it protects
+          ``[at_ns, at_ns]``.
         * An exact instant replaces the interval by ``[at_ns, at_ns]`` (extended by
           the margin like any other); once ``at_ns`` has passed without the send, the
           model predicts the sends after it.
@@ -195,11 +196,14 @@ class ProtectionPlanner:
         at, exact = self._hints[flow]
 
         def predict(after_ns: int) -> Interval | None:
-            if model is None or (exact and at >= after_ns):
-                return Interval(at, at) if at >= after_ns else None
+            iv = model.predict(after_ns) if model is not None else None
+            if iv is None or exact:
+                if at >= after_ns:
+                    return Interval(at, at)
+                if iv is None:
+                    return None
             if not exact:
-                iv = model.predict(after_ns)
-                return None if iv is None else Interval(max(iv.start_ns, at), max(iv.end_ns, at))
+                return Interval(max(iv.start_ns, at), max(iv.end_ns, at))
             # Past the announced instant: the model's interval for that same send (the
             # next unobserved one) is not protected a second time.
             nxt = model.predict(after_ns)
