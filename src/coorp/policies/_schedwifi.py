@@ -66,18 +66,28 @@ class SchedWifiPolicy(Policy):
             )
         self.planner = SchedWifiPlanner(windows)
         self.shapers = {}
+        self.hooks: dict[str, GatedHooks] = {}
         for robot in team.robots:
             ctt = CompletionTimeTable(
                 percentile=opts.ctt_percentile, default_ns=per_packet_estimate_ns(sim, robot)
             )
             shaper = TimeAwareShaper(self.planner, ctt)
             self.shapers[robot] = shaper
-            sim.set_hooks(robot, GatedHooks(gate=shaper))
+            # drain_recheck: a time-aware shaper re-checks as each packet leaves the NIC.
+            # Without it a denial made at a deep ring (against CTT samples learned while
+            # several robots sent) pauses the bulk queue until the window has passed,
+            # and the last sender left gets one ring's worth per gap (docs/policies.md).
+            hooks = GatedHooks(gate=shaper, drain_recheck=True)
+            self.hooks[robot] = hooks
+            sim.set_hooks(robot, hooks)
 
     def stats(self) -> dict[str, Any]:
         if not hasattr(self, "planner"):
             return {}
         return {
             "reserved_fraction": self.planner.reserved_fraction,
-            "gate": {r: asdict(sh.stats) for r, sh in self.shapers.items()},
+            "gate": {
+                r: {**asdict(sh.stats), "drain_resumes": self.hooks[r].drain_resumes}
+                for r, sh in self.shapers.items()
+            },
         }
