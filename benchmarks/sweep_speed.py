@@ -7,6 +7,10 @@ tables and figures included). Then the same tasks (``--ray-seeds`` of them per p
 no cache) run once on the process pool and once as Ray tasks on a new local Ray instance
 (its start-up included), in this process; their results must be identical.
 
+The cache key holds a hash of the coorp source, so an edit made to the tree while the
+benchmark runs would (rightly) make the rerun recompute. The benchmark therefore runs on
+a snapshot of ``src/`` and ``scenarios/`` taken when it starts (``--live`` to skip that).
+
     python benchmarks/sweep_speed.py                                   # the full target
     python benchmarks/sweep_speed.py --seeds 1-2 --duration 5 --ray-seeds 1   # a quick look
 """
@@ -27,15 +31,35 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+import coorp as coorp_pkg
 from coorp.sweep import parse_seeds, parse_sweep_spec, plan_sweep, run_sweep
 
-COORP = Path(sys.executable).with_name("coorp")
 POLICIES = "edca,schedwifi,coorp,coorp-global,coorp-local"
+
+
+ROOT = Path(__file__).resolve().parents[1]
+_SNAPSHOT_ENV = "COORP_SWEEP_BENCH_SNAPSHOT"
+
+
+def _rerun_on_snapshot(argv: list[str]) -> int:
+    """Copy ``src/`` and ``scenarios/`` aside and run this script again with that copy
+    first on ``PYTHONPATH`` (the CLI subprocesses and Ray workers inherit it)."""
+    snap = Path(tempfile.mkdtemp(prefix="coorp-src-snapshot-"))
+    try:
+        ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.so")
+        shutil.copytree(ROOT / "src", snap / "src", ignore=ignore)
+        shutil.copytree(ROOT / "scenarios", snap / "scenarios")
+        path = os.pathsep.join([str(snap / "src"), os.environ.get("PYTHONPATH", "")])
+        env = {**os.environ, _SNAPSHOT_ENV: str(snap), "PYTHONPATH": path}
+        return subprocess.run([sys.executable, __file__, *argv], env=env).returncode
+    finally:
+        shutil.rmtree(snap, ignore_errors=True)
 
 
 def _cli_sweep(args: list[str]) -> float:
     t0 = time.perf_counter()
-    subprocess.run([str(COORP), "sweep", *args, "--quiet"], check=True)
+    coorp = Path(sys.executable).with_name("coorp")
+    subprocess.run([str(coorp), "sweep", *args, "--quiet"], check=True)
     return time.perf_counter() - t0
 
 
@@ -51,12 +75,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ray-seeds", type=int, default=2, help="seeds per policy for Ray vs pool")
     ap.add_argument("--no-ray", action="store_true", help="skip the Ray comparison")
     ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--live", action="store_true", help="run on the live tree, no snapshot")
     args = ap.parse_args(argv)
+    if not args.live and _SNAPSHOT_ENV not in os.environ:
+        return _rerun_on_snapshot(sys.argv[1:] if argv is None else argv)
     console = Console(width=None if sys.stdout.isatty() else 120)
     work = Path(tempfile.mkdtemp(prefix="coorp-sweep-bench-"))
     out: dict[str, Any] = {"scenarios": args.scenarios, "policies": args.policies,
                            "seeds": args.seeds, "duration_s": args.duration, "jobs": args.jobs,
-                           "cpus": os.cpu_count(), "load_avg_start": os.getloadavg()}  # fmt: skip
+                           "cpus": os.cpu_count(), "load_avg_start": os.getloadavg(),
+                           "coorp_from": str(Path(coorp_pkg.__file__).parent)}  # fmt: skip
     try:
         sweep = ["--scenarios", args.scenarios, "--policies", args.policies, "--seeds",
                  args.seeds, "--duration", str(args.duration), "--jobs", str(args.jobs),

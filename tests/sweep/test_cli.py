@@ -91,7 +91,7 @@ def test_a_sweep_file_with_flags_replacing_its_fields(tmp_path: Path, tiny: Path
       "workload.drlc.sync = 'fast': allowed: 'bsp', 'ssp' or 'asp'"),
      (["--scenarios", "crl-2", "--seeds", "x"], "seeds = 'x': 'x' is not a seed"),
      (["--scenarios", "crl-2", "--policies", "edca,nope"], "available: edca"),
-     (["--scenarios", "crl-99"], "not a built-in scenario name"),
+     (["--scenarios", "crl-99"], "no built-in scenario of that name"),
      (["--policies", "edca"], "give a sweep file or --scenarios"),
      (["--scenarios", "crl-2", "--jobs", "0"], "--jobs must be >= 1")],
 )  # fmt: skip

@@ -104,7 +104,7 @@ def test_scenarios_resolve_by_path_or_built_in_name(tiny: Path) -> None:
     assert resolve_scenario(str(tiny)) == tiny
     assert resolve_scenario("crl-5").resolve() == ROOT / "scenarios" / "crl-5.toml"
     assert resolve_scenario("crl-5.toml").resolve() == ROOT / "scenarios" / "crl-5.toml"
-    with pytest.raises(UsageError, match=r"not a built-in scenario name; built-in: .*crl-10"):
+    with pytest.raises(UsageError, match=r"no built-in scenario of that name; built-in .*crl-10"):
         resolve_scenario("crl-7")
 
 

@@ -31,10 +31,8 @@ from coorp.sweep._run import (
 )
 from coorp.sweep._save import save_sweep
 from coorp.sweep._spec import (
-    BUILTIN_SCENARIOS,
     SweepSpec,
     SweepSpecError,
-    builtin_scenario_names,
     load_sweep_spec,
     parse_override,
     parse_seeds,
@@ -44,7 +42,6 @@ from coorp.sweep._spec import (
 from coorp.sweep._stats import MeanCI, mean_ci, t_quantile_975
 
 __all__ = [
-    "BUILTIN_SCENARIOS",
     "LONG_COLUMNS",
     "METRICS",
     "MeanCI",
@@ -60,7 +57,6 @@ __all__ = [
     "Task",
     "aggregate",
     "apply_overrides",
-    "builtin_scenario_names",
     "canonical_key",
     "clean_json",
     "code_version",

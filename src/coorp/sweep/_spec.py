@@ -16,22 +16,18 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from coorp._errors import ScenarioProblem, UsageError
+from coorp.scenario import resolve_scenario as scenario_resolver
 from coorp.scenario._load import problems_from_validation
 
 __all__ = [
-    "BUILTIN_SCENARIOS",
     "SweepSpec",
     "SweepSpecError",
-    "builtin_scenario_names",
     "load_sweep_spec",
     "parse_override",
     "parse_seeds",
     "parse_sweep_spec",
     "resolve_scenario",
 ]
-
-#: Where the shipped scenarios live (the repository's ``scenarios/``).
-BUILTIN_SCENARIOS = Path(__file__).resolve().parents[3] / "scenarios"
 
 #: Largest number of seeds one range may expand to (a typo like ``1-100000`` is refused).
 MAX_SEEDS = 10_000
@@ -137,34 +133,16 @@ def parse_override(text: str) -> tuple[str, list[Any]]:
     return key, [_literal(p) for p in parts]
 
 
-def builtin_scenario_names() -> list[str]:
-    """Names that :func:`resolve_scenario` accepts without a path (``crl-5``, ...)."""
-    if not BUILTIN_SCENARIOS.is_dir():
-        return []
-    return sorted(p.stem for p in BUILTIN_SCENARIOS.glob("*.toml"))
-
-
 def resolve_scenario(ref: str, base_dir: Path | None = None) -> Path:
-    """A scenario file path, or a built-in name (``crl-5`` = ``scenarios/crl-5.toml``).
+    """A scenario file path, or a built-in name (``crl-5``), for a sweep.
 
-    A path is taken relative to ``base_dir`` (the sweep file's folder) when given, else
-    to the current directory. This is the one place that maps names to files.
+    A relative path is first tried next to the sweep file (``base_dir``), then as
+    :func:`coorp.scenario.resolve_scenario` takes it (the current directory, then the
+    built-in names); its :class:`UsageError` lists the built-in names.
     """
-    candidates = [Path(ref)] if base_dir is None else [base_dir / ref, Path(ref)]
-    for c in candidates:
-        if c.is_file():
-            return c
-    stem = ref.removesuffix(".toml")
-    builtin = BUILTIN_SCENARIOS / f"{stem}.toml"
-    if "/" not in stem and builtin.is_file():
-        try:
-            return builtin.relative_to(Path.cwd())
-        except ValueError:
-            return builtin
-    names = ", ".join(builtin_scenario_names()) or "none found"
-    raise UsageError(
-        f"scenario {ref!r}: no such file and not a built-in scenario name; built-in: {names}"
-    )
+    if base_dir is not None and (base_dir / ref).is_file():
+        return base_dir / ref
+    return scenario_resolver(ref)
 
 
 class SweepSpec(BaseModel):
