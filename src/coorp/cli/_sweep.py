@@ -19,7 +19,12 @@ from rich.progress import Progress as RichProgress
 
 from coorp._errors import UsageError
 from coorp._manifest import build_manifest
-from coorp.cli._common import console, require_out_dir
+from coorp.cli._common import (
+    PolicyModuleOption,
+    console,
+    load_policy_options,
+    require_out_dir,
+)
 from coorp.sweep import (
     RunCache,
     SweepPlan,
@@ -193,8 +198,12 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--no-cache", help="Neither read nor write the cache.")
         ] = False,
         quiet: Annotated[bool, typer.Option("--quiet", help="Print only errors.")] = False,
+        policy_module: PolicyModuleOption = None,
     ) -> None:
         """Run scenarios × policies × seeds × overrides; mean and 95% CI of every metric."""
+        # Policies from --policy-module files and entry points; the pool's processes are
+        # forked from this one and inherit them (Ray workers do not: install them there).
+        load_policy_options(policy_module)
         spec, base_dir, origin = _spec_from(
             spec_file, scenarios=scenarios, policies=policies, seeds=seeds, sets=sets,
             duration=duration,
