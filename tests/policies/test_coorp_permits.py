@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 from coorp.policies import CoorpGlobalPolicy, CoorpPolicy, register_policy
 from coorp.scenario import AccessCategory
 from coorp.sim import DriverHooks, DriverView
+from coorp.units import NS_PER_MS
 from coorp.workload import run_crl
 from crl_scenarios import crl_scenario
 
@@ -128,7 +130,12 @@ def test_permit_messages_travel_as_permit_flows() -> None:
                           "permit:r2->leader", "permit:leader->r2"}  # fmt: skip
     for f in flows.values():
         assert f.category == "VO" and f.kind == "datagram"
-        assert f.messages_sent > 0 and f.messages_delivered == f.messages_sent
+        assert f.messages_sent > 0 and f.messages_delivered <= f.messages_sent
+    # Every permit message is delivered, unless the run ended while it was on its way.
+    msgs = result.sim.messages
+    permit = np.array([str(n).startswith("permit:") for n in msgs["flow"]], dtype=bool)
+    undelivered = permit & (msgs["latency_ns"] < 0)
+    assert (msgs["created_ns"][undelivered] > result.duration_ns - 5 * NS_PER_MS).all()
     stats = result.policy_stats
     assert sum(f.messages_sent for f in flows.values()) == stats["permit_messages"]
     permits = stats["permits"]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from coorp.cli import main
 from coorp.sweep import LONG_COLUMNS, METRICS
 
 COORP = Path(sys.executable).with_name("coorp")
@@ -21,21 +22,33 @@ def coorp(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[st
                           cwd=cwd)  # fmt: skip
 
 
+def in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """Run the CLI in this process: the code version (a hash of the source, computed once
+    per process) stays the same across calls even if someone edits the tree meanwhile."""
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 def test_sweep_writes_tables_figures_manifest_and_reruns_from_cache(
-    tmp_path: Path, tiny_pair: tuple[Path, Path]
+    tmp_path: Path, tiny_pair: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "out"
     args = ["sweep", "--scenarios", ",".join(map(str, tiny_pair)), "--policies", "edca,coorp",
             "--seeds", "1-2", "--duration", "0.6", "--set", "coorp.margin_us=1000,2000",
             "--out", str(out), "--jobs", "2"]  # fmt: skip
-    first = coorp(*args)
-    assert first.returncode == 0, first.stderr
+    code, stdout, stderr = in_process(capsys, *args)
+    assert code == 0, stderr
     # 2 scenarios x 2 combos x (2 policies + BH-only) x 2 seeds = 24 runs, 20 distinct
     # (the BH-only run ignores COORP's margin).
-    lines = [ln for ln in first.stdout.splitlines() if ln.startswith("[")]
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("[")]
     assert len(lines) == 20 and lines[-1].startswith("[20/20]")
-    assert "24 runs: 20 simulated, 0 from cache, 4 identical" in first.stdout
-    assert "mean ± 95% CI" in first.stdout and "coorp.margin_us=2000" in first.stdout
+    assert "24 runs: 20 simulated, 0 from cache, 4 identical" in stdout
+    assert "mean ± 95% CI" in stdout and "coorp.margin_us=2000" in stdout
     names = {p.name for p in out.iterdir()}
     assert {"runs.parquet", "runs.csv", "aggregate.json", "aggregate.csv", "manifest.json",
             "miss_vs_utilization.png", "team_size.png", "cache"} <= names  # fmt: skip
@@ -54,10 +67,10 @@ def test_sweep_writes_tables_figures_manifest_and_reruns_from_cache(
     for png in out.glob("*.png"):
         assert png.read_bytes()[:8] == PNG
 
-    second = coorp(*args)
-    assert second.returncode == 0, second.stderr
-    assert "24 runs: 0 simulated, 20 from cache" in second.stdout
-    assert not [ln for ln in second.stdout.splitlines() if ln.startswith("[")]
+    code, stdout, stderr = in_process(capsys, *args)
+    assert code == 0, stderr
+    assert "24 runs: 0 simulated, 20 from cache" in stdout
+    assert not [ln for ln in stdout.splitlines() if ln.startswith("[")]
     rerun = pq.read_table(out / "runs.parquet").to_pylist()
     assert json.dumps(rerun) == json.dumps(table.to_pylist())  # NaN == NaN as text
 

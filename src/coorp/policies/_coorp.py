@@ -65,6 +65,7 @@ class CoorpPolicy(Policy):
         self.gates: dict[str, Gate] = {}
         self.planners: dict[str, ProtectionPlanner] = {}
         self.hooks: dict[str, GatedHooks] = {}
+        self.hints_taken: dict[str, int] = {}
         self._active: dict[str, int] = dict.fromkeys(team.robots, 0)
         self._tick_event: Event | None = None
         self.messages_sent = 0
@@ -105,6 +106,7 @@ class CoorpPolicy(Policy):
         if not self.use_hints or planner is None or flow not in self.hooks[robot].ls_flows:
             return
         planner.expect(flow, at_ns, exact=exact)
+        self.hints_taken[robot] = self.hints_taken.get(robot, 0) + 1
         sim = self.team.sim
         self.hooks[robot].reconsider(sim.station(robot), sim.now_ns)
 
@@ -227,6 +229,9 @@ class CoorpPolicy(Policy):
         gates = getattr(self, "gates", {})
         if gates:
             out["gate"] = {r: asdict(g.stats) for r, g in gates.items()}
+            hooks = getattr(self, "hooks", {})
+            out["drain_resumes"] = {r: h.drain_resumes for r, h in hooks.items()}
+            out["hints"] = dict(getattr(self, "hints_taken", {}))
         return out
 
 
