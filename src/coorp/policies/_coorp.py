@@ -230,7 +230,7 @@ class CoorpPolicy(Policy):
         if gates:
             out["gate"] = {r: asdict(g.stats) for r, g in gates.items()}
             hooks = getattr(self, "hooks", {})
-            out["drain_resumes"] = {r: h.drain_resumes for r, h in hooks.items()}
+            out["early_resumes"] = {r: h.early_resumes for r, h in hooks.items()}
             out["hints"] = dict(getattr(self, "hints_taken", {}))
         return out
 

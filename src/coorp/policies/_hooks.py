@@ -24,7 +24,11 @@ def per_packet_estimate_ns(sim: Simulation, robot: str) -> int:
     mac = sim.scenario.mac
     be = edca_params(mac)[AccessCategory.BE]
     mpdu = mpdu_bytes(sim.scenario.packet_bytes)
-    slowest = min(sim.links.mcs(st.idx, o.idx) for o in sim.stations.values() if o is not st)
+    # The slowest link's rate code (its MCS, and its own spatial streams if it has them).
+    slowest = min(
+        (sim.links.rate_code(st.idx, o.idx) for o in sim.stations.values() if o is not st),
+        key=lambda code: sim.timing.mode(code).rate_mbps,
+    )
     per_ampdu = 1
     if be.aggregation:
         limit = min(mac.max_ampdu_bytes, sim.timing.max_psdu_bytes(slowest, MAX_PPDU_NS))

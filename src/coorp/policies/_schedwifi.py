@@ -87,7 +87,7 @@ class SchedWifiPolicy(Policy):
         return {
             "reserved_fraction": self.planner.reserved_fraction,
             "gate": {
-                r: {**asdict(sh.stats), "drain_resumes": self.hooks[r].drain_resumes}
+                r: {**asdict(sh.stats), "early_resumes": self.hooks[r].early_resumes}
                 for r, sh in self.shapers.items()
             },
         }

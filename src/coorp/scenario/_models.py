@@ -220,6 +220,9 @@ class LinkOverride(_Model):
     src: str
     dst: str
     mcs: int = Field(ge=0, le=9)
+    spatial_streams: int | None = Field(
+        None, ge=1, le=4, description="spatial streams of this link (default: phy.spatial_streams)"
+    )
 
 
 class PathLossConfig(_Model):
@@ -336,7 +339,15 @@ class Scenario(_Model):
             for end in (o.src, o.dst):
                 if end not in known:
                     raise ValueError(f"links.overrides[{i}] names unknown station {end!r}")
-            if not is_valid_vht_mcs(o.mcs, nss, width):
+            if o.spatial_streams is not None:
+                if not is_valid_vht_mcs(o.mcs, o.spatial_streams, width):
+                    raise ValueError(
+                        f"links.overrides[{i}].spatial_streams = {o.spatial_streams}: MCS "
+                        f"{o.mcs} does not exist for {o.spatial_streams} spatial stream(s) "
+                        f"at {width} MHz; allowed MCS at {o.spatial_streams} stream(s): "
+                        f"{valid_vht_mcs(o.spatial_streams, width)}"
+                    )
+            elif not is_valid_vht_mcs(o.mcs, nss, width):
                 raise ValueError(
                     f"links.overrides[{i}].mcs = {o.mcs} does not exist for {nss} spatial "
                     f"stream(s) at {width} MHz; allowed: {allowed}"
@@ -392,8 +403,9 @@ class Scenario(_Model):
     def _link_problems(self) -> list[_Problem]:
         """Every link can carry every packet: in distance mode each pair of stations is
         within range of MCS 0, and on every link (its MCS from links.mcs, the distance
-        or an override) a full packet fits one PPDU (aPPDUMaxTime). Workloads may send
-        between any two stations, so every pair counts, not only the flows'."""
+        or an override; its spatial streams from phy or the override) a full packet fits
+        one PPDU (aPPDUMaxTime). Workloads may send between any two stations, so every
+        pair counts, not only the flows'."""
         phy, links = self.phy, self.links
         nss, width = phy.spatial_streams, phy.width_mhz
         pl = links.pathloss
@@ -402,10 +414,21 @@ class Scenario(_Model):
         problems: list[_Problem] = []
         stations = self.stations
         n = len(stations)
-        # (MCS, position of the ordered pair in row-major order, where it comes from): the
-        # first slowest link in station order, as a scan of every ordered pair finds it.
-        slowest: tuple[int, int, str] | None = None
+        # The first link (position of the ordered pair in row-major order) of each rate:
+        # ``plain[mcs]`` for links at phy.spatial_streams without an override (where it
+        # comes from is rebuilt from the position), ``overridden[(mcs, streams)]`` for
+        # overrides. The slowest is chosen among these at the end.
+        plain: dict[int, int] = {}
+        overridden: dict[tuple[int, int], tuple[int, str]] = {}
         out_of_range: list[tuple[int, str]] = []  # (position, text)
+
+        def note_override(k: int, pos: int, where: str) -> None:
+            o = links.overrides[k]
+            key = (o.mcs, nss if o.spatial_streams is None else o.spatial_streams)
+            first = overridden.get(key)
+            if first is None or pos < first[0]:
+                overridden[key] = (pos, where)
+
         if links.mode == "distance":
             # Path loss is symmetric: each pair is computed once, n (n - 1) / 2 in all.
             for i, a in enumerate(stations):
@@ -424,36 +447,26 @@ class Scenario(_Model):
                         continue
                     for src, dst, pos in ((a, b, i * n + j), (b, a, j * n + i)):
                         k = override.get((src.name, dst.name)) if override else None
-                        mcs = best if k is None else links.overrides[k].mcs
-                        if slowest is None or (mcs, pos) < slowest[:2]:
-                            where = (
-                                f"link {src.name} -> {dst.name}, {d:.1f} m apart"
-                                if k is None
-                                else f"links.overrides[{k}], {src.name} -> {dst.name}"
-                            )
-                            slowest = (mcs, pos, where)
+                        if k is not None:
+                            note_override(k, pos, f"links.overrides[{k}], {src.name} -> {dst.name}")
+                        elif pos < plain.get(best, pos + 1):
+                            plain[best] = pos
         else:
             # Fixed mode: every link has links.mcs unless overridden; no need to visit
             # every pair (a team of n stations has n (n - 1) of them).
             index = {st.name: i for i, st in enumerate(stations)}
-            overridden = {pair for pair in override if pair[0] != pair[1]}
+            overridden_pairs = {pair for pair in override if pair[0] != pair[1]}
             for (src_name, dst_name), k in override.items():
                 if src_name != dst_name:
                     pos = index[src_name] * n + index[dst_name]
-                    cand = (links.overrides[k].mcs, pos,
-                            f"links.overrides[{k}], {src_name} -> {dst_name}")  # fmt: skip
-                    if slowest is None or cand[:2] < slowest[:2]:
-                        slowest = cand
-            if len(overridden) < n * (n - 1):
-                first = next(
+                    note_override(k, pos, f"links.overrides[{k}], {src_name} -> {dst_name}")
+            if len(overridden_pairs) < n * (n - 1):
+                plain[links.mcs] = next(
                     i * n + j
                     for i in range(n)
                     for j in range(n)
-                    if i != j and (stations[i].name, stations[j].name) not in overridden
+                    if i != j and (stations[i].name, stations[j].name) not in overridden_pairs
                 )
-                cand = (links.mcs, first, "links.mcs")
-                if slowest is None or cand[:2] < slowest[:2]:
-                    slowest = cand
         out_of_range.sort()
         out_of_range_texts = [text for _, text in out_of_range]
         for text in out_of_range_texts[:5]:
@@ -469,21 +482,38 @@ class Scenario(_Model):
                 f"{len(more)} more pairs out of range: {', '.join(more[:10])}"
                 + (", ..." if len(more) > 10 else ""),
             ))  # fmt: skip
-        if slowest is not None:
-            mcs, _, where = slowest
-            mode = VhtMode(mcs, nss, width, phy.guard_interval)
-            mpdu = self.packet_bytes + MAC_OVERHEAD_BYTES
+        mpdu = self.packet_bytes + MAC_OVERHEAD_BYTES
+        # The slowest link: the longest PPDU for a full packet, then the lowest MCS, then
+        # the first in station order (with one number of streams everywhere this is the
+        # first link with the lowest MCS).
+        slowest: tuple[int, int, int, int, VhtMode] | None = None
+        for mcs, link_nss, pos in [
+            *((m, nss, p) for m, p in plain.items()),
+            *((m, s, p) for (m, s), (p, _) in overridden.items()),
+        ]:
+            mode = VhtMode(mcs, link_nss, width, phy.guard_interval)
             ppdu_ns = vht_ppdu_duration_ns(mpdu + AMPDU_DELIMITER_BYTES, mode)
-            if ppdu_ns > MAX_PPDU_NS:
-                fits = vht_max_psdu_bytes(MAX_PPDU_NS, mode) - AMPDU_DELIMITER_BYTES
-                problems.append((
-                    ("packet_bytes",), self.packet_bytes,
-                    f"a full packet (a {mpdu}-byte MPDU) lasts {ppdu_ns / 1e6:.3f} ms at MCS "
-                    f"{mcs} ({where}; {nss} spatial stream(s), {width} MHz, "
-                    f"{phy.guard_interval.value} GI), longer than aPPDUMaxTime "
-                    f"({MAX_PPDU_NS / 1e6:.3f} ms); allowed at this rate: packet_bytes <= "
-                    f"{fits - MAC_OVERHEAD_BYTES}, or a faster MCS",
-                ))  # fmt: skip
+            cand = (-ppdu_ns, mcs, pos, link_nss, mode)
+            if slowest is None or cand[:3] < slowest[:3]:
+                slowest = cand
+        if slowest is not None and -slowest[0] > MAX_PPDU_NS:
+            neg_ppdu, mcs, pos, link_nss, mode = slowest
+            where = next((w for p, w in overridden.values() if p == pos), None)
+            if where is None and links.mode == "distance":
+                a, b = stations[pos // n], stations[pos % n]
+                d = math.dist(a.position_m, b.position_m)
+                where = f"link {a.name} -> {b.name}, {d:.1f} m apart"
+            elif where is None:
+                where = "links.mcs"
+            fits = vht_max_psdu_bytes(MAX_PPDU_NS, mode) - AMPDU_DELIMITER_BYTES
+            problems.append((
+                ("packet_bytes",), self.packet_bytes,
+                f"a full packet (a {mpdu}-byte MPDU) lasts {-neg_ppdu / 1e6:.3f} ms at MCS "
+                f"{mcs} ({where}; {link_nss} spatial stream(s), {width} MHz, "
+                f"{phy.guard_interval.value} GI), longer than aPPDUMaxTime "
+                f"({MAX_PPDU_NS / 1e6:.3f} ms); allowed at this rate: packet_bytes <= "
+                f"{fits - MAC_OVERHEAD_BYTES}, or a faster MCS",
+            ))  # fmt: skip
         return problems
 
     @property

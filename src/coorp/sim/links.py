@@ -2,7 +2,12 @@
 
 ``fixed`` mode gives every link the scenario's MCS (with per-link overrides); ``distance``
 mode picks the highest MCS whose receiver sensitivity the log-distance link budget meets.
-Packet errors, when enabled, use the received power from the same link budget.
+An override may also set the link's spatial streams. Packet errors, when enabled, use
+the received power from the same link budget.
+
+The table holds each link's *rate code* (``coorp.sim.timing.rate_code``): the plain MCS
+for a link at the PHY's spatial streams, the MCS and the link's own streams otherwise;
+``ExchangeTiming`` decodes it, so the MAC passes it along unchanged.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import math
 from coorp._errors import ScenarioError, ScenarioProblem
 from coorp.phy import LinkBudget, packet_error_rate
 from coorp.scenario import Scenario
+from coorp.sim.timing import rate_code, rate_code_mcs, rate_code_streams
 
 __all__ = ["LinkTable"]
 
@@ -25,6 +31,7 @@ class LinkTable:
         pl = cfg.pathloss
         self.budget = LinkBudget(pl.tx_power_dbm, pl.reference_loss_db, pl.exponent, pl.margin_db)
         self.width_mhz = phy.width_mhz
+        self.spatial_streams = phy.spatial_streams
         self.packet_errors = cfg.packet_errors
         self._rx_dbm = [[0.0] * n for _ in range(n)]
         self._mcs = [[cfg.mcs] * n for _ in range(n)]
@@ -51,12 +58,25 @@ class LinkTable:
                     mcs_i[j] = self._mcs[j][i] = mcs
         index = {s.name: i for i, s in enumerate(stations)}
         for o in cfg.overrides:
-            self._mcs[index[o.src]][index[o.dst]] = o.mcs
+            code, streams = o.mcs, o.spatial_streams
+            if streams is not None and streams != phy.spatial_streams:
+                code = rate_code(o.mcs, streams)
+            self._mcs[index[o.src]][index[o.dst]] = code
         self._per_cache: dict[tuple[int, int, int], float] = {}
-        #: ``mcs_table[src][dst]``: the MCS of each link (read-only).
+        #: ``mcs_table[src][dst]``: the rate code of each link (read-only; the MCS itself
+        #: unless an override gave the link its own spatial streams).
         self.mcs_table = self._mcs
 
     def mcs(self, src: int, dst: int) -> int:
+        """The link's MCS index."""
+        return rate_code_mcs(self._mcs[src][dst])
+
+    def spatial_streams_of(self, src: int, dst: int) -> int:
+        """The link's spatial streams (the PHY's unless an override sets them)."""
+        return rate_code_streams(self._mcs[src][dst], self.spatial_streams)
+
+    def rate_code(self, src: int, dst: int) -> int:
+        """The link's rate code, what ``ExchangeTiming`` takes (``timing.mode(code)``)."""
         return self._mcs[src][dst]
 
     def rx_power_dbm(self, src: int, dst: int) -> float:
@@ -67,7 +87,10 @@ class LinkTable:
         p = self._per_cache.get(key)
         if p is None:
             p = packet_error_rate(
-                self._rx_dbm[src][dst], self._mcs[src][dst], self.width_mhz, mpdu_bytes
+                self._rx_dbm[src][dst],
+                rate_code_mcs(self._mcs[src][dst]),
+                self.width_mhz,
+                mpdu_bytes,
             )
             self._per_cache[key] = p
         return p

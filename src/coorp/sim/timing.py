@@ -41,6 +41,7 @@ from coorp.scenario import EDCA_DEFAULTS, AccessCategory, MacConfig, PhyConfig
 __all__ = [
     "AMPDU_DELIMITER_BYTES",
     "MAC_OVERHEAD_BYTES",
+    "RATE_CODE_STREAMS",
     "STANDARD_EDCA",
     "EdcaParams",
     "ExchangeTiming",
@@ -48,6 +49,9 @@ __all__ = [
     "edca_params",
     "mpdu_bytes",
     "psdu_bytes",
+    "rate_code",
+    "rate_code_mcs",
+    "rate_code_streams",
 ]
 
 
@@ -96,6 +100,30 @@ def edca_params(mac: MacConfig) -> dict[AccessCategory, EdcaParams]:
     return out
 
 
+#: A link's *rate code* (what ``LinkTable.mcs_table`` holds and ``ExchangeTiming`` takes
+#: wherever it says ``mcs``): the MCS alone (0-9) when the link uses the PHY's
+#: ``spatial_streams``, else ``nss · RATE_CODE_STREAMS + mcs`` for a link with its own
+#: number of streams (a ``links.overrides`` entry with ``spatial_streams``). Scenarios
+#: without per-link streams therefore carry plain MCS values, as before.
+RATE_CODE_STREAMS: Final = 16
+
+
+def rate_code(mcs: int, nss: int = 0) -> int:
+    """The rate code of ``mcs`` at ``nss`` spatial streams (0: the PHY's)."""
+    return mcs if nss == 0 else nss * RATE_CODE_STREAMS + mcs
+
+
+def rate_code_mcs(code: int) -> int:
+    """The MCS of a rate code."""
+    return code % RATE_CODE_STREAMS
+
+
+def rate_code_streams(code: int, default: int) -> int:
+    """The spatial streams of a rate code (``default``, the PHY's, for a plain MCS)."""
+    nss = code // RATE_CODE_STREAMS
+    return nss if nss else default
+
+
 def aifs_ns(aifsn: int) -> int:
     return SIFS_NS + aifsn * SLOT_NS
 
@@ -115,7 +143,11 @@ def psdu_bytes(mpdu_sizes: list[int]) -> int:
 
 
 class ExchangeTiming:
-    """Durations of frame exchanges for one PHY configuration (all in ns)."""
+    """Durations of frame exchanges for one PHY configuration (all in ns).
+
+    Every ``mcs`` argument is a link's rate code (:func:`rate_code`): a plain MCS uses
+    the PHY's spatial streams.
+    """
 
     def __init__(self, phy: PhyConfig) -> None:
         rate = phy.basic_rate_mbps
@@ -129,10 +161,12 @@ class ExchangeTiming:
         self._max_psdu: dict[tuple[int, int], int] = {}
 
     def mode(self, mcs: int) -> VhtMode:
+        """The transmit vector of a link's rate code (a plain MCS: the PHY's streams)."""
         m = self._modes.get(mcs)
         if m is None:
             p = self.phy
-            m = VhtMode(mcs, p.spatial_streams, p.width_mhz, p.guard_interval)
+            nss = rate_code_streams(mcs, p.spatial_streams)
+            m = VhtMode(rate_code_mcs(mcs), nss, p.width_mhz, p.guard_interval)
             self._modes[mcs] = m
         return m
 
