@@ -9,7 +9,7 @@ asks which policy is running; adding a policy is one module registered by name
 from __future__ import annotations
 
 from abc import ABC
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -36,6 +36,11 @@ class Team:
     #: scheduled: the MPC loop's own knowledge (``MpcLoop.next_send_ns``), for reference
     #: policies such as ``oracle``. ``None`` when there is no MPC loop.
     ls_schedule: Callable[[str, int], int | None] | None = None
+    #: Each worker's fixed sample offset after the loop tick (``MpcLoop.phase_ns``: 0 with
+    #: aligned phases, a random constant per worker with ``phase = "random"``), known to a
+    #: global schedule with a synchronized clock (SchedWiFi). ``None``: no MPC loop, or not
+    #: provided (then aligned is assumed).
+    ls_phases: Mapping[str, int] | None = None
 
     @property
     def robots(self) -> tuple[str, ...]:

@@ -1,11 +1,14 @@
 """SchedWiFi: a global time-aware schedule with one exclusive window per LS message.
 
-Per MPC period the schedule reserves, back to back from the loop start, one Eq. 4
-window for each worker's perception, then — after the inference time — one for each
-control message. Every robot's time-aware shaper (the gate applied to the global
-schedule) stops feeding bulk packets so none is on air when any window opens. The
-schedule assumes all robots share one clock (padded by ``clock_skew_us``) and that the
-loop keeps its nominal period.
+Per MPC period the schedule reserves one Eq. 4 window for each worker's perception,
+then — after the inference time — one for each control message. Each perception window
+opens at its worker's sample instant (the loop start plus the worker's fixed phase,
+``Team.ls_phases``; 0 when phases are aligned) or right after the previous window, so
+with aligned phases they lie back to back from the loop start; the controls follow the
+last perception window. Every robot's time-aware shaper (the gate applied to the global
+schedule) stops feeding bulk packets so none is on air when any window opens, and
+re-checks as the NIC drains. The schedule assumes all robots share one clock (padded by
+``clock_skew_us``) and that the loop keeps its nominal period.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ class SchedWifiPolicy(Policy):
 
         def stw(src: str, dst: str, size: int) -> int:
             s, d = sim.station(src), sim.station(dst)
-            rate = sim.timing.mode(sim.links.mcs(s.idx, d.idx)).rate_mbps
+            rate = sim.timing.mode(sim.links.rate_code(s.idx, d.idx)).rate_mbps
             return stw_duration_ns(
                 size, rate, retries=opts.retries, tx_ack_ns=us(opts.tx_ack_us),
                 clock_skew_ns=us(opts.clock_skew_us),
@@ -47,20 +50,30 @@ class SchedWifiPolicy(Policy):
 
         period = us(mpc.period_us)
         start = us(mpc.start_us)
+        phases = team.ls_phases or {}
         windows: list[tuple[int, int, int]] = []
-        offset = start
-        for w in team.workers:
+        # Perception windows in sample order (worker order among equal phases), each from
+        # its worker's sample instant, or right after the previous window if that one is
+        # still open: with aligned phases (all 0) they lie back to back from the start.
+        cursor = start
+        reserved = us(mpc.inference_us)
+        for w in sorted(team.workers, key=lambda w: phases.get(w, 0)):
             d = stw(w, leader.name, mpc.perception_bytes)
+            offset = max(start + phases.get(w, 0), cursor)
             windows.append((offset, period, d))
-            offset += d
-        offset += us(mpc.inference_us)
+            cursor = offset + d
+            reserved += d
+        # The leader infers once the loop's last perception is in: controls follow the
+        # last perception window and the inference time, back to back.
+        cursor += us(mpc.inference_us)
         for w in team.workers:
             d = stw(leader.name, w, mpc.control_bytes)
-            windows.append((offset, period, d))
-            offset += d
-        if offset - start > period:
+            windows.append((cursor, period, d))
+            cursor += d
+            reserved += d
+        if reserved > period:
             raise InfeasibleError(
-                f"SchedWiFi needs {(offset - start) / 1e6:.2f} ms of exclusive windows per "
+                f"SchedWiFi needs {reserved / 1e6:.2f} ms of exclusive windows per "
                 f"MPC period but the period is {period / 1e6:.2f} ms: the team is too large "
                 "or its links too slow for this schedule"
             )
