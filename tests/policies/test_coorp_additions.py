@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import ClassVar
 
+import numpy as np
 import pytest
 
 from coorp.policies import CoorpPolicy, _registry, register_policy
@@ -56,14 +57,27 @@ def test_coorp_moves_more_bulk_data_than_the_paper_and_keeps_the_loop(seed: int)
     assert sum(ours.policy_stats["early_resumes"].values()) > 0
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_the_leaders_hints_let_it_send_more_around_its_control_sends(seed: int) -> None:
-    ours, blind = run("coorp", seed), run("test-coorp-without-hints", seed)
-    # Only the leader gives hints (its control sends follow the last perception).
-    assert set(ours.policy_stats["hints"]) == {"leader"}
-    assert ours.policy_stats["hints"]["leader"] > 0 and not blind.policy_stats["hints"]
-    assert ours.bh_bytes > 1.02 * blind.bh_bytes
-    assert ours.violation_rate <= blind.violation_rate + 0.01
+def control_latency_p50(result: CrlResult) -> float:
+    msgs = result.sim.messages
+    ctl = np.array([str(f).startswith("control:") for f in msgs["flow"]], dtype=bool)
+    lat = msgs["latency_ns"][ctl]
+    return float(np.median(lat[lat >= 0]))
+
+
+def test_the_leaders_hints_reach_its_planner_and_cost_nothing() -> None:
+    ours = [run("coorp", seed) for seed in SEEDS]
+    blind = [run("test-coorp-without-hints", seed) for seed in SEEDS]
+    for o, b in zip(ours, blind, strict=True):
+        # Only the leader gives hints (its control sends follow the last perception).
+        assert set(o.policy_stats["hints"]) == {"leader"} and o.policy_stats["hints"]["leader"]
+        assert not b.policy_stats["hints"]
+        assert o.violation_rate <= b.violation_rate
+    # Knowing when its controls go out, the leader keeps sending closer to them
+    # without making them wait: more bulk data, controls no slower.
+    assert sum(o.bh_bytes for o in ours) > sum(b.bh_bytes for b in blind)
+    assert np.mean([control_latency_p50(o) for o in ours]) <= np.mean(
+        [control_latency_p50(b) for b in blind]
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -48,12 +48,14 @@ class GatedHooks:
     * ``gate``: Algorithm 2 against ``gate.planner``'s windows (local preemption, or
       SchedWiFi's time-aware shaper).
     * ``planner``: learns the robot's own LS send times (COORP's time model).
-    * ``drain_recheck``: a packet denied *ahead* of a window was denied at the depth
-      the NIC had then; as the NIC drains, a packet behind fewer others may still
-      finish before the window. With this on, every bulk completion while paused
-      ahead of a window asks the gate again (:meth:`Gate.admits`) and resumes the
-      bulk queue at once if the shallower queue fits; Algorithm 2 as published
-      (off) keeps the queue paused until the window has passed.
+    * ``drain_recheck``: Algorithm 2 as published pauses the bulk queue until the
+      window it denied for has passed. But the answer can change before that: as
+      the NIC drains, a packet behind fewer others may still finish before the
+      window; once the robot's own LS message went out, its window is consumed;
+      an application hint may move the window. With this on, the gate is asked
+      again (:meth:`Gate.admits`) at each of those events while the queue is
+      paused by a denial, and the queue resumes at once if a packet would now be
+      admitted (``early_resumes`` counts it).
     """
 
     def __init__(
@@ -70,13 +72,13 @@ class GatedHooks:
         self.planner = planner
         self.ls_flows = ls_flows
         self.drain_recheck = drain_recheck
-        # Paused by a denial ahead of a window, until this instant (the window's end).
-        self._paused_ahead_until: int | None = None
-        #: Times a drain re-check ended a pause early.
-        self.drain_resumes = 0
+        # Paused by a gate denial until this instant (re-checks only then).
+        self._paused_until: int | None = None
+        #: Times a re-check ended a gate pause before its resume time.
+        self.early_resumes = 0
 
     def admit_bulk(self, station: DriverView, now_ns: int) -> int | None:
-        self._paused_ahead_until = None
+        self._paused_until = None
         if self.client is not None and not self.client.may_send(now_ns):
             return FOREVER
         if self.gate is not None:
@@ -84,24 +86,32 @@ class GatedHooks:
             if not decision.allow:
                 assert decision.resume_ns is not None
                 resume = max(decision.resume_ns, now_ns + 1)
-                window = self.gate.window(now_ns)
-                if self.drain_recheck and window is not None and now_ns < window.start_ns:
-                    self._paused_ahead_until = resume
+                if self.drain_recheck:
+                    self._paused_until = resume
                 return resume
         return None
 
-    def reconsider(self, station: DriverView, now_ns: int) -> None:
-        """The windows changed (an application hint): a pause ahead of the old window
-        is asked again now, through the driver's timer."""
-        if self._paused_ahead_until is not None and now_ns < self._paused_ahead_until:
-            self._paused_ahead_until = None
+    def _recheck(self, station: DriverView, now_ns: int) -> None:
+        until = self._paused_until
+        if until is None or now_ns >= until or self.gate is None:
+            return
+        if self.gate.admits(now_ns, station.hw_queue_length()):
+            # Resume through the driver's timer (an event at now), not from inside
+            # the caller's processing (a MAC completion, a send).
+            self._paused_until = None
+            self.early_resumes += 1
             station.pause_bulk(now_ns)
+
+    def reconsider(self, station: DriverView, now_ns: int) -> None:
+        """The windows changed (an application hint): a paused queue asks again."""
+        self._recheck(station, now_ns)
 
     def on_ls_send(self, station: DriverView, flow: str, now_ns: int) -> None:
         if self.planner is not None and flow in self.ls_flows:
             self.planner.observe(flow, now_ns)
             if self.gate is not None:
                 self.gate.on_ls_send(now_ns)
+            self._recheck(station, now_ns)
 
     def on_hw_enqueue(
         self, station: DriverView, pid: int, ac: AccessCategory, depth: int, now_ns: int
@@ -117,14 +127,4 @@ class GatedHooks:
                 self.gate.on_complete(pid, now_ns)
             else:
                 self.gate.on_discard(pid)
-            until = self._paused_ahead_until
-            if (
-                until is not None
-                and now_ns < until
-                and self.gate.admits(now_ns, station.hw_queue_length())
-            ):
-                # Resume through the driver's timer (an event at now), not from inside
-                # the MAC's completion processing.
-                self._paused_ahead_until = None
-                self.drain_resumes += 1
-                station.pause_bulk(now_ns)
+            self._recheck(station, now_ns)
