@@ -145,3 +145,42 @@ def test_in_the_lowest_bucket_a_denial_waits_for_the_window_to_pass() -> None:
     window = Interval(40 * MS, 41 * MS)
     d = Gate(FixedWindows([window]), ctt, explore=False).decide(40 * MS - 600_000, 0)
     assert not d.allow and d.resume_ns == window.end_ns + 1
+
+
+# -- ageing --------------------------------------------------------------------------------
+
+
+def test_samples_age_out_and_an_emptied_depth_falls_back_to_its_neighbours() -> None:
+    ctt = CompletionTimeTable(percentile=100.0, max_age_ns=1_000)
+    ctt.record(0, 100, at_ns=0)
+    ctt.record(3, 5_000, at_ns=10)  # a congested moment: depth 3 "too slow"
+    ctt.record(0, 120, at_ns=600)
+    assert ctt.query(3, now_ns=900) == 5_000
+    # At 1_011 the depth-3 sample is over 1 µs old: depth 3 scales CTT[0]'s 120 ns.
+    assert ctt.query(3, now_ns=1_011) == 120 * 4
+    assert ctt.samples(3) == () and ctt.samples(0) == (120,)
+    # Without now_ns nothing expires (and queries stay pure).
+    ctt.record(5, 9, at_ns=2_000)
+    assert ctt.query(5) == 9 and ctt.samples(5) == (9,)
+
+
+def test_ageing_needs_the_recording_time_and_a_positive_age() -> None:
+    ctt = CompletionTimeTable(max_age_ns=10)
+    with pytest.raises(UsageError, match="at_ns"):
+        ctt.record(0, 5)
+    with pytest.raises(UsageError, match="max_age_ns"):
+        CompletionTimeTable(max_age_ns=0)
+
+
+def test_a_gate_over_an_ageing_table_forgets_what_it_no_longer_admits() -> None:
+    ctt = CompletionTimeTable(percentile=100.0, max_age_ns=1_000 * MS)
+    window = Interval(10_000 * MS, 10_001 * MS)
+    gate = Gate(FixedWindows([window]), ctt, explore=False)
+    gate.on_enqueue(1, 0, 4)
+    gate.on_complete(1, 9_000 * MS)  # one awful sample at depth 4
+    assert not gate.admits(9_500 * MS, 4)  # 9.5 s + 9 s would overlap
+    gate.on_enqueue(2, 9_600 * MS, 0)
+    gate.on_complete(2, 9_600 * MS + 100_000)  # depth 0 is quick now
+    # A second later the old sample is gone and depth 4 scales depth 0's 0.1 ms.
+    assert gate.admits(9_998 * MS, 4) is False  # still inside its age
+    assert ctt.query(4, now_ns=10_001 * MS) == 500_000

@@ -55,6 +55,15 @@ class CompletionTimeTable:
     …, ``[e_k, ∞)``), and :meth:`query` with a ``lead_ns`` answers from that bucket's
     sub-table (same depth rules) once it has any sample, and from the whole table
     before. A query or record without a lead uses the whole table only.
+
+    **Ageing** (``max_age_ns``, None by default: the paper's table). The gate only
+    learns at the depths it admits, so a depth whose samples say "too slow" is never
+    admitted again and never re-measured: samples from a congested moment (four
+    senders, say) hold the last sender back long after the others finished. With
+    ``max_age_ns`` every sample is forgotten that long after it was recorded
+    (``record(..., at_ns=)``; a ``query(..., now_ns=)`` drops what expired), and a
+    depth left without samples falls back to the rules above, i.e. to what the
+    depths still measured say.
     """
 
     def __init__(
@@ -65,6 +74,7 @@ class CompletionTimeTable:
         percentile: float = 95.0,
         default_ns: int = DEFAULT_PER_PACKET_NS,
         lead_edges_ns: tuple[int, ...] = (),
+        max_age_ns: int | None = None,
     ) -> None:
         if max_depth < 0:
             raise UsageError(f"max_depth={max_depth}: must be >= 0 (hardware-queue depth)")
@@ -93,12 +103,20 @@ class CompletionTimeTable:
                 f"lead_edges_ns={edges}: must be strictly increasing and > 0 nanoseconds"
             )
         self._edges = edges
+        if max_age_ns is not None and max_age_ns < 1:
+            raise UsageError(f"max_age_ns={max_age_ns}: must be >= 1 nanosecond or None")
+        self._max_age = max_age_ns
+        # Ageing: when each sample of a depth was recorded (in step with its ring), and
+        # every sample's (time, depth) in recording order.
+        self._times: dict[int, deque[int]] = {}
+        self._born: deque[tuple[int, int]] = deque()
         self._by_lead: list[CompletionTimeTable] = [
             CompletionTimeTable(
                 max_depth=max_depth,
                 samples_per_depth=samples_per_depth,
                 percentile=percentile,
                 default_ns=default_ns,
+                max_age_ns=max_age_ns,
             )
             for _ in range(len(edges) + 1 if edges else 0)
         ]
@@ -129,24 +147,43 @@ class CompletionTimeTable:
         ring = self._rings.get(self._clamp(depth))
         return tuple(ring) if ring is not None else ()
 
-    def record(self, depth: int, duration_ns: int, lead_ns: int | None = None) -> None:
+    @property
+    def max_age_ns(self) -> int | None:
+        return self._max_age
+
+    def record(
+        self,
+        depth: int,
+        duration_ns: int,
+        lead_ns: int | None = None,
+        *,
+        at_ns: int | None = None,
+    ) -> None:
         """Add one completion time for a packet enqueued behind ``depth`` others
-        (``lead_ns`` before the next protection window, if one was known)."""
-        bucket = self._bucket(lead_ns)
-        if bucket is not None:
-            bucket.record(depth, duration_ns)
+        (``lead_ns`` before the next protection window, if one was known), recorded
+        at ``at_ns`` (required with ``max_age_ns``)."""
         if duration_ns < 0:
             raise UsageError(f"duration_ns={duration_ns}: completion times must be >= 0")
+        if self._max_age is not None and at_ns is None:
+            raise UsageError("at_ns is required: this table ages its samples (max_age_ns)")
+        bucket = self._bucket(lead_ns)
+        if bucket is not None:
+            bucket.record(depth, duration_ns, at_ns=at_ns)
         d = self._clamp(depth)
         ring = self._rings.get(d)
         if ring is None:
             ring = self._rings[d] = deque(maxlen=self._samples_per_depth)
             self._sorted[d] = []
+            self._times[d] = deque(maxlen=self._samples_per_depth)
         ordered = self._sorted[d]
         if len(ring) == ring.maxlen:
             del ordered[bisect_left(ordered, ring[0])]  # the sample append() evicts
         ring.append(duration_ns)
         insort(ordered, duration_ns)
+        if self._max_age is not None:
+            assert at_ns is not None
+            self._times[d].append(at_ns)
+            self._born.append((at_ns, d))
         # Only this depth's answer and fallback answers (depths with no ring, which
         # borrow from neighbours) can change; sampled depths keep their cache.
         self._cache.pop(d, None)
@@ -155,12 +192,17 @@ class CompletionTimeTable:
                 self._cache.pop(k, None)
             self._fallbacks.clear()
 
-    def query(self, depth: int, lead_ns: int | None = None) -> int:
+    def query(self, depth: int, lead_ns: int | None = None, *, now_ns: int | None = None) -> int:
         """``percentile(CTT[depth], p_prot)`` in ns, rounded up; see the class docstring
-        for depths without samples and for ``lead_ns``."""
+        for depths without samples, ``lead_ns`` and ``now_ns``."""
+        if now_ns is not None and self._max_age is not None:
+            self._expire(now_ns - self._max_age)
         bucket = self._bucket(lead_ns)
-        if bucket is not None and bucket._rings:
-            return bucket.query(depth)
+        if bucket is not None:
+            if now_ns is not None and self._max_age is not None:
+                bucket._expire(now_ns - self._max_age)
+            if bucket._rings:
+                return bucket.query(depth)
         d = self._clamp(depth)
         cached = self._cache.get(d)
         if cached is None:
@@ -168,6 +210,28 @@ class CompletionTimeTable:
             if d not in self._rings:
                 self._fallbacks.add(d)
         return cached
+
+    def _expire(self, before_ns: int) -> None:
+        """Forget every sample recorded before ``before_ns``."""
+        born = self._born
+        while born and born[0][0] < before_ns:
+            t, d = born.popleft()
+            times = self._times.get(d)
+            if not times or times[0] != t:
+                continue  # already pushed out of its ring by newer samples
+            times.popleft()
+            ring = self._rings[d]
+            ordered = self._sorted[d]
+            del ordered[bisect_left(ordered, ring.popleft())]
+            if not ring:
+                del self._rings[d], self._sorted[d], self._times[d]
+                self._cache.clear()  # every fallback may have leaned on this depth
+                self._fallbacks.clear()
+            else:
+                self._cache.pop(d, None)
+                for k in self._fallbacks:
+                    self._cache.pop(k, None)
+                self._fallbacks.clear()
 
     def _compute(self, d: int) -> int:
         ordered = self._sorted.get(d)

@@ -164,7 +164,7 @@ class Gate:
         return decide_against(window, now_ns, self._completion(window, now_ns, queue_depth)).allow
 
     def _completion(self, window: Interval | None, now_ns: int, queue_depth: int) -> int:
-        return self._ctt.query(queue_depth, _lead(window, now_ns))
+        return self._ctt.query(queue_depth, _lead(window, now_ns), now_ns=now_ns)
 
     @property
     def exploring(self) -> bool:
@@ -244,9 +244,9 @@ class Gate:
                 f"({enqueued_ns})"
             )
         if not self._realized or lead is None:
-            self._ctt.record(depth, now_ns - enqueued_ns, lead)
+            self._ctt.record(depth, now_ns - enqueued_ns, lead, at_ns=now_ns)
         elif send_ns is not None:
-            self._ctt.record(depth, max(0, now_ns - send_ns + lead), lead)
+            self._ctt.record(depth, max(0, now_ns - send_ns + lead), lead, at_ns=now_ns)
         else:
             self._awaiting.append((now_ns, depth, lead))
         self._counts["completions"] += 1
@@ -263,7 +263,9 @@ class Gate:
         if not self._realized:
             return
         for completed_ns, done_depth, done_lead in self._awaiting:
-            self._ctt.record(done_depth, max(0, completed_ns - now_ns + done_lead), done_lead)
+            self._ctt.record(
+                done_depth, max(0, completed_ns - now_ns + done_lead), done_lead, at_ns=now_ns
+            )
         self._awaiting.clear()
         pending = self._pending
         for pid, (enq, depth, lead, send) in pending.items():

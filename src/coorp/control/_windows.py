@@ -196,20 +196,17 @@ class ProtectionPlanner:
         at, exact = self._hints[flow]
 
         def predict(after_ns: int) -> Interval | None:
-            iv = model.predict(after_ns) if model is not None else None
-            if iv is None or exact:
-                if at >= after_ns:
-                    return Interval(at, at)
-                if iv is None:
-                    return None
+            if model is None or (iv := model.predict(after_ns)) is None:
+                return Interval(at, at) if at >= after_ns else None
             if not exact:
                 return Interval(max(iv.start_ns, at), max(iv.end_ns, at))
+            if at >= after_ns:
+                return Interval(at, at)
             # Past the announced instant: the model's interval for that same send (the
             # next unobserved one) is not protected a second time.
-            nxt = model.predict(after_ns)
-            if nxt is not None and nxt == model.predict(0):
-                nxt = model.predict(nxt.end_ns + 1)
-            return nxt
+            if iv == model.predict(0):
+                return model.predict(iv.end_ns + 1)
+            return iv
 
         return predict
 

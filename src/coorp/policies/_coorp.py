@@ -53,6 +53,8 @@ class CoorpPolicy(Policy):
     #: The table learns completion relative to the LS send the packet had to clear
     #: (Gate(realized=True)) rather than its bare duration.
     realized_ctt: ClassVar[bool] = True
+    #: How long a completion-time sample counts (None: for ever, the paper's table).
+    ctt_max_age_ns: ClassVar[int | None] = None
     #: Lead buckets of the completion-time table (see CompletionTimeTable).
     ctt_lead_edges_ns: ClassVar[tuple[int, ...]] = tuple(k * NS_PER_MS for k in (1, 2, 4, 8, 16))
 
@@ -84,6 +86,7 @@ class CoorpPolicy(Policy):
                     percentile=opts.ctt_percentile,
                     default_ns=per_packet_estimate_ns(sim, robot),
                     lead_edges_ns=self.ctt_lead_edges_ns,
+                    max_age_ns=self.ctt_max_age_ns,
                 )
                 gate = Gate(planner, ctt, realized=self.realized_ctt)
                 self.gates[robot] = gate

@@ -23,7 +23,11 @@ from coorp.policies._hooks import GatedHooks, per_packet_estimate_ns
 from coorp.policies._registry import register_policy
 from coorp.units import us
 
-__all__ = ["SchedWifiPolicy"]
+__all__ = ["CTT_MAX_AGE_NS", "SchedWifiPolicy"]
+
+#: How long a completion-time sample counts (CompletionTimeTable ``max_age_ns``): 1 s,
+#: thirty MPC periods, long past any one congested moment.
+CTT_MAX_AGE_NS = 1_000_000_000
 
 
 @register_policy
@@ -81,8 +85,12 @@ class SchedWifiPolicy(Policy):
         self.shapers = {}
         self.hooks: dict[str, GatedHooks] = {}
         for robot in team.robots:
+            # Samples age out (CTT_MAX_AGE_NS): depths no longer admitted are not held
+            # back for good by what they took while several robots sent.
             ctt = CompletionTimeTable(
-                percentile=opts.ctt_percentile, default_ns=per_packet_estimate_ns(sim, robot)
+                percentile=opts.ctt_percentile,
+                default_ns=per_packet_estimate_ns(sim, robot),
+                max_age_ns=CTT_MAX_AGE_NS,
             )
             shaper = TimeAwareShaper(self.planner, ctt)
             self.shapers[robot] = shaper
