@@ -169,3 +169,21 @@ def test_seeds_show_means_with_confidence_intervals(
         with pytest.raises(SystemExit) as done:
             main(args)
         assert done.value.code in (0, None) and expected in capsys.readouterr().out
+
+
+def test_format_writes_every_figure_in_every_format(tmp_path: Path) -> None:
+    out = tmp_path / "cmp"
+    proc = _cli("crl-2", "--policies", "edca", "--duration", "0.2", "--format", "png,pdf,svg",
+                "--out", str(out), "--quiet")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    magic = {".png": b"\x89PNG", ".pdf": b"%PDF", ".svg": b"<?xml"}
+    figures = sorted(p.name for p in out.iterdir() if p.suffix in magic)
+    stems = ("reaction_cdf", "utilization_epoch", "ls_queue_depth")
+    assert figures == sorted(f"{s}{x}" for s in stems for x in magic)
+    for name in figures:
+        assert (out / name).read_bytes().startswith(magic[Path(name).suffix]), name
+    assert sorted(json.loads((out / "manifest.json").read_text())["figures"]) == figures
+    proc = _cli("crl-2", "--format", "tiff", "--out", str(tmp_path / "never"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "--format 'tiff': unknown figure format 'tiff'; allowed: png, pdf, svg" in proc.stderr
+    assert not (tmp_path / "never").exists()

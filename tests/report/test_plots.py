@@ -28,7 +28,7 @@ from coorp.report import (
 from coorp.workload import run_crl
 from crl_scenarios import crl_scenario
 
-SHIPPED = ["edca", "schedwifi", "coorp", "coorp-global", "coorp-local"]
+SHIPPED = ["edca", "schedwifi", "coorp", "coorp-global", "coorp-local", "coorp-paper", "oracle"]
 MAGIC = {"png": b"\x89PNG", "pdf": b"%PDF", "svg": b"<?xml"}
 
 

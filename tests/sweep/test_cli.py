@@ -129,3 +129,92 @@ def test_plot_of_a_folder_without_results_says_what_it_needs(tmp_path: Path) -> 
     proc = coorp("plot", str(tmp_path))
     assert proc.returncode == 2
     assert "neither runs.parquet" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_figure_formats_of_sweep_plot_and_multi_seed_compare(
+    tmp_path: Path, tiny: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "s"
+    code, _, stderr = in_process(
+        capsys, "sweep", "--scenarios", str(tiny), "--policies", "edca,coorp", "--seeds", "1-2",
+        "--duration", "0.3", "--format", "pdf,svg", "--out", str(out), "--quiet",
+    )  # fmt: skip
+    assert code == 0, stderr
+    figures = {p.name for p in out.iterdir() if p.suffix in (".png", ".pdf", ".svg")}
+    assert figures == {"miss_vs_utilization.pdf", "miss_vs_utilization.svg"}
+    assert json.loads((out / "manifest.json").read_text())["figures"] == sorted(figures)
+    code, _, stderr = in_process(capsys, "plot", str(out), "--out", str(tmp_path / "p"),
+                                      "--format", "svg")  # fmt: skip
+    assert code == 0, stderr
+    assert {p.name for p in (tmp_path / "p").iterdir()} == {"miss_vs_utilization.svg"}
+    cmp = tmp_path / "c"
+    code, _, stderr = in_process(
+        capsys, "compare", str(tiny), "--policies", "edca", "--seeds", "1-2", "--duration",
+        "0.3", "--format", "png,svg", "--out", str(cmp), "--quiet",
+    )  # fmt: skip
+    assert code == 0, stderr
+    assert {"miss_vs_utilization.png", "miss_vs_utilization.svg"} <= {p.name for p in cmp.iterdir()}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["sweep", "--scenarios", "crl-2"], ["plot", "."], ["compare", "crl-2"],
+     ["compare", "crl-2", "--seeds", "1-2"]],
+)  # fmt: skip
+def test_a_bad_figure_format_exits_2_before_anything_runs(
+    tmp_path: Path, args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "never"
+    code, _, stderr = in_process(capsys, *args, "--format", "png,jpg", "--out", str(out))
+    assert code == 2
+    assert stderr.strip() == (
+        "error: --format 'png,jpg': unknown figure format 'jpg'; allowed: png, pdf, svg "
+        "(comma-separated, e.g. png,pdf)"
+    )
+    assert not out.exists()  # checked before the output folder, let alone a simulation
+
+
+def test_short_runs_and_the_reference_bound_in_sweep_outputs(
+    tmp_path: Path, tiny: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """0.05 s: one MPC loop, no epoch (the first starts at 0.14 s), no bulk data in the
+    BH-only run either: every run warns, and the oracle reads "(not deployable)"."""
+    out = tmp_path / "o"
+    code, stdout, stderr = in_process(
+        capsys, "sweep", "--scenarios", str(tiny), "--policies", "edca,oracle", "--seeds",
+        "1-2", "--duration", "0.05", "--out", str(out), "--jobs", "1",
+    )  # fmt: skip
+    assert code == 0, stderr
+    text = " ".join(stdout.split())
+    assert "oracle (not deployable)" in text and "warnings:" in text
+    assert "oracle: no epoch in 0.05 s: epoch time is null" in text and "(2 of 2 runs)" in text
+    assert "oracle: utilization is null: the bh-only reference delivered no bulk data" in text
+    agg = json.loads((out / "aggregate.json").read_text())
+    texts = {(w["policy"], w["warning"].split(":")[0], w["count"]) for w in agg["warnings"]}
+    assert {("edca", "no epoch in 0.05 s", 2), ("oracle", "no epoch in 0.05 s", 2),
+            ("bh-only", "no epoch in 0.05 s", 2)} <= texts  # fmt: skip
+    assert {r["warned"] for r in agg["rows"]} == {2}
+    flags = {r["policy"]: r["deployable"] for r in agg["rows"]}
+    assert flags == {"edca": True, "oracle": False, "bh-only": None}
+    runs = pq.read_table(out / "runs.parquet").to_pylist()
+    assert all("no epoch in 0.05 s" in r["warnings"] for r in runs)
+
+
+def test_multi_seed_compare_json_has_warnings_and_deployable(
+    tmp_path: Path, tiny: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, stdout, stderr = in_process(
+        capsys, "compare", str(tiny), "--policies", "edca,oracle", "--seeds", "1-2",
+        "--duration", "0.05", "--jobs", "1", "--json", str(tmp_path / "c.json"),
+    )  # fmt: skip
+    assert code == 0, stderr
+    assert "oracle (not deployable)" in stdout and "warnings:" in stdout
+    data = json.loads((tmp_path / "c.json").read_text())
+    oracle = data["policies"]["oracle"]
+    assert oracle["deployable"] is False and data["policies"]["edca"]["deployable"] is True
+    assert any(w.startswith("no epoch in 0.05 s") for w in oracle["warnings"])
+    assert any(w.startswith("oracle: no epoch in 0.05 s") and w.endswith("(2 of 2 runs)")
+               for w in data["warnings"])  # fmt: skip
+    assert data["reference"]["warnings"]
+    per_seed = data["per_seed"]["1"]["oracle"]["warnings"]
+    assert any(w.startswith("no epoch in 0.05 s") for w in per_seed)

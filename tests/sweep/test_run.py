@@ -134,7 +134,7 @@ def test_the_long_table_has_one_row_per_run_and_metric(tiny: Path) -> None:
     assert len(rows) == len(plan.tasks) * len(METRICS)
     first = rows[0]
     assert set(first) == {"scenario", "team_size", "policy", "seed", "overrides", "duration_s",
-                          "code_version", "metric", "value", "infeasible"}  # fmt: skip
+                          "code_version", "metric", "value", "infeasible", "warnings"}  # fmt: skip
     assert (first["scenario"], first["team_size"], first["duration_s"]) == ("tiny-2", 2, 0.6)
     assert first["code_version"] == VERSION
     by = {(r["policy"], r["seed"], r["metric"]): r["value"] for r in rows}

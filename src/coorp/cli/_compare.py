@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -20,9 +21,11 @@ from coorp._errors import UsageError
 from coorp._manifest import build_manifest, write_json
 from coorp._tables import write_table
 from coorp.cli._common import (
+    FormatOption,
     PolicyModuleOption,
     console,
     duration_ns_option,
+    figure_formats,
     load_policy_options,
     require_out_dir,
 )
@@ -40,6 +43,7 @@ from coorp.scenario import Scenario, load_scenario
 from coorp.sweep import (
     RunCache,
     aggregate,
+    aggregate_warnings,
     multi_seed_json,
     parse_seeds,
     parse_sweep_spec,
@@ -62,23 +66,24 @@ def _f(v: float | None, fmt: str) -> str:
 def render_comparison(cmp: Comparison) -> Table:
     data = cmp.to_json()
     t = Table(
-        title=f"{cmp.scenario} · seed {cmp.seed} · {cmp.duration_s:g} s simulated · "
-        f"reaction bound {cmp.deadline_ms:g} ms"
-    )
+        caption_justify="left",
+        title=escape(f"{cmp.scenario} · seed {cmp.seed} · {cmp.duration_s:g} s simulated · "
+                     f"reaction bound {cmp.deadline_ms:g} ms"),
+    )  # fmt: skip
     cols = ("policy", "miss rate", "reaction p50", "p90", "p99 ms", "LS lat p99 ms",
             "BH Mb/s", "util.", "epoch s", "epoch/EDCA")  # fmt: skip
     for c in cols:
         t.add_column(c, justify="left" if c == "policy" else "right")
     notes = []
     for name, m in data["policies"].items():
+        label = escape(policy_label(name))  # a reference bound reads "(not deployable)"
         if m["infeasible"]:
-            t.add_row(name, "infeasible", *["-"] * (len(cols) - 2))
+            t.add_row(label, "infeasible", *["-"] * (len(cols) - 2))
             notes.append(f"{name}: {m['infeasible']}")
             continue
-        name = policy_label(name)  # a reference bound reads "(not deployable)"
         r = m["reaction_ms"]
         t.add_row(
-            name, _f(m["violation_rate"], ".1%"), _f(r["p50"], ".1f"), _f(r["p90"], ".1f"),
+            label, _f(m["violation_rate"], ".1%"), _f(r["p50"], ".1f"), _f(r["p90"], ".1f"),
             _f(r["p99"], ".1f"), _f(m["ls_latency_ms"]["p99"], ".2f"), _f(m["bh_mbps"], ".1f"),
             _f(m["utilization"], ".0%"), _f(m["epoch_s"], ".2f"), _f(m["epoch_vs_edca"], ".2f"),
         )  # fmt: skip
@@ -88,7 +93,9 @@ def render_comparison(cmp: Comparison) -> Table:
         "MPC off, EDCA); miss = reaction > bound or loop abandoned"
     )
     if notes:
-        t.caption += "\n" + "\n".join(notes)
+        t.caption += "\n" + escape("\n".join(notes))
+    if data["warnings"]:
+        t.caption += "\nwarnings:\n" + escape("\n".join(f"  {w}" for w in data["warnings"]))
     return t
 
 
@@ -149,9 +156,11 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--quiet", help="No table, no progress; only errors.")
         ] = False,
         policy_module: PolicyModuleOption = None,
+        fmt: FormatOption = "png",
     ) -> None:
         """Run every policy on the same scenario and seed(s) and compare control vs learning."""
         # Every argument is checked before the first simulation.
+        formats = figure_formats(fmt)
         to_stdout = json_path == "-"
         json_file = _json_target(json_path)
         show = Console(stderr=True, highlight=False, width=console.width) if to_stdout else console
@@ -164,12 +173,13 @@ def register(app: typer.Typer) -> None:
         names = policy_names() if policies is None else [p.strip() for p in policies.split(",")]
         if seed_list is not None and len(seed_list) > 1:
             data = _multi_seed(
-                path, sc, names, seed_list, duration, jobs=jobs, out=d, show=show, quiet=quiet
-            )
+                path, sc, names, seed_list, duration, jobs=jobs, out=d, show=show, quiet=quiet,
+                formats=formats,
+            )  # fmt: skip
         else:
             data = _single_seed(
                 path, sc, names, None if seed_list is None else seed_list[0], duration_ns,
-                jobs=jobs, out=d, show=show, quiet=quiet,
+                jobs=jobs, out=d, show=show, quiet=quiet, formats=formats,
             )  # fmt: skip
         if json_file is not None:
             write_json(json_file, data)
@@ -188,6 +198,7 @@ def _single_seed(
     out: Path | None,
     show: Console,
     quiet: bool,
+    formats: tuple[str, ...] = ("png",),
 ) -> dict[str, Any]:
     t0 = time.perf_counter()
     total = len(names) + 1
@@ -215,7 +226,7 @@ def _single_seed(
         write_json(out / "compare.json", data)
         rows = cmp.rows()
         write_table(out / "compare", {k: [r.get(k) for r in rows] for k in rows[0]})
-        figures = plot_comparison(cmp, out)
+        figures = plot_comparison(cmp, out, formats)
         write_comparison_raw_tables(cmp, out)  # raw/<policy>/loops.csv, ... (coorp.report)
         stats = {n: r.policy_stats for n, r in cmp.runs.items()}
         write_json(out / "policy_stats.json", stats)
@@ -241,6 +252,7 @@ def _multi_seed(
     out: Path | None,
     show: Console,
     quiet: bool,
+    formats: tuple[str, ...] = ("png",),
 ) -> dict[str, Any]:
     if jobs < 1:
         raise UsageError(f"--jobs must be >= 1, got {jobs}")
@@ -262,12 +274,15 @@ def _multi_seed(
         seed_text = f"seeds {lo}-{hi}" if seeds == list(range(lo, hi + 1)) else f"seeds {seeds}"
         title = (f"{sc.name} · {seed_text} · {data['duration_s']:g} s simulated · "
                  f"reaction bound {deadline_ms:g} ms")  # fmt: skip
-        show.print(render_aggregate(aggregate(result.rows()), title=title))
+        rows = result.rows()
+        show.print(
+            render_aggregate(aggregate(rows), title=title, warnings=aggregate_warnings(rows))
+        )
     if out is not None:
         write_json(out / "compare.json", data)
         save_sweep(result, out, sweep_manifest(plan, result, wall_s=wall, extra={
             "command": "compare", "jobs": jobs, "cache": str(out / "cache"),
-        }))  # fmt: skip
+        }), formats=formats)  # fmt: skip
         if not quiet:
             show.print(
                 f"{len(plan.tasks)} runs ({result.cached} from cache); results and figures "

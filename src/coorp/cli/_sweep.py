@@ -20,8 +20,10 @@ from rich.progress import Progress as RichProgress
 from coorp._errors import UsageError
 from coorp._manifest import build_manifest
 from coorp.cli._common import (
+    FormatOption,
     PolicyModuleOption,
     console,
+    figure_formats,
     load_policy_options,
     require_out_dir,
 )
@@ -32,6 +34,7 @@ from coorp.sweep import (
     SweepSpec,
     Task,
     aggregate,
+    aggregate_warnings,
     load_rows,
     load_sweep_spec,
     parse_override,
@@ -182,7 +185,8 @@ def register(app: typer.Typer) -> None:
             int | None, typer.Option(help="Parallel runs (default: every core; Ray: local CPUs).")
         ] = None,
         ray: Annotated[
-            bool, typer.Option("--ray", help="Run the tasks on Ray (pip install 'coorp[ray]').")
+            bool,
+            typer.Option("--ray", help="Run the tasks on Ray (pip install 'coorp\\[ray]')."),
         ] = False,
         ray_address: Annotated[
             str | None,
@@ -199,8 +203,10 @@ def register(app: typer.Typer) -> None:
         ] = False,
         quiet: Annotated[bool, typer.Option("--quiet", help="Print only errors.")] = False,
         policy_module: PolicyModuleOption = None,
+        fmt: FormatOption = "png",
     ) -> None:
         """Run scenarios × policies × seeds × overrides; mean and 95% CI of every metric."""
+        formats = figure_formats(fmt)
         # Policies from --policy-module files and entry points; the pool's processes are
         # forked from this one and inherit them (Ray workers do not: install them there).
         load_policy_options(policy_module)
@@ -233,12 +239,14 @@ def register(app: typer.Typer) -> None:
             "jobs": jobs, "backend": "ray" if use_ray else "processes",
             "ray_address": ray_address, "cache": str(store.root) if store else None,
         })  # fmt: skip
-        paths = save_sweep(result, d, manifest)
+        paths = save_sweep(result, d, manifest, formats)
         if not quiet:
-            agg = aggregate(result.rows())
+            rows = result.rows()
             n = len(spec.seeds)
             title = f"sweep · {n} seed{'s' * (n > 1)} · {result.code_version}"
-            console.print(render_aggregate(agg, title=title))
+            console.print(
+                render_aggregate(aggregate(rows), title=title, warnings=aggregate_warnings(rows))
+            )
             shared = len(plan.tasks) - result.executed - result.cached
             same = f", {shared} identical to another (BH-only under policy options)" * (shared > 0)
             console.print(
@@ -254,10 +262,12 @@ def register(app: typer.Typer) -> None:
         out: Annotated[
             Path | None, typer.Option(help="Write the figures here (default: FOLDER).")
         ] = None,
+        fmt: FormatOption = "png",
     ) -> None:
         """Draw a saved sweep's figures again (from its runs.parquet), without simulating."""
+        formats = figure_formats(fmt)
         rows = load_rows(folder)
         d = require_out_dir(out if out is not None else folder)
-        figures = plot_sweep(aggregate(rows), d)
+        figures = plot_sweep(aggregate(rows), d, formats)
         for f in figures:
             console.print(str(f))

@@ -1,8 +1,9 @@
 """Reports: policy comparisons, their figures, raw tables and plot styles."""
 
-from coorp.report._compare import BH_ONLY, Comparison, PolicyRun, compare
+from coorp.report._compare import BH_ONLY, Comparison, PolicyRun, compare, deployable
 from coorp.report._plots import (
     FIGURE_FORMATS,
+    comparison_figures,
     parse_formats,
     plot_comparison,
     plot_run,
@@ -19,6 +20,8 @@ __all__ = [
     "PolicyRun",
     "PolicyStyle",
     "compare",
+    "comparison_figures",
+    "deployable",
     "parse_formats",
     "plot_comparison",
     "plot_run",

@@ -20,14 +20,24 @@ from typing import Any
 import numpy as np
 
 from coorp._errors import InfeasibleError, UsageError
-from coorp.policies import get_policy
+from coorp.policies import get_policy, policy_names
 from coorp.scenario import Scenario
-from coorp.workload import run_crl
+from coorp.workload import comparison_warnings, run_crl
 
-__all__ = ["BH_ONLY", "Comparison", "PolicyRun", "compare"]
+__all__ = ["BH_ONLY", "Comparison", "PolicyRun", "compare", "deployable"]
 
 #: Name of the reference run in reports.
 BH_ONLY = "bh-only"
+
+
+def deployable(name: str) -> bool | None:
+    """Whether reports may present ``name`` as a policy one can deploy: ``False`` for a
+    reference bound (``Policy.deployable = False``, e.g. ``oracle``; labelled with
+    :func:`coorp.policies.policy_label`), ``True`` for other registered policies,
+    ``None`` for the BH-only reference and names not registered in this process."""
+    if name == BH_ONLY or name not in policy_names():
+        return None
+    return bool(get_policy(name).deployable)
 
 
 @dataclass(frozen=True)
@@ -101,9 +111,18 @@ class Comparison:
         base = self.runs["edca"].metrics["epoch_s"]
         return self.runs[name].metrics["epoch_s"] / base if base > 0 else math.nan
 
+    def warnings(self) -> dict[str, list[str]]:
+        """Short-run warnings per run name (the reference under ``bh-only``): each run's
+        own plus "utilization is null" when the reference delivered no bulk data."""
+        return comparison_warnings(
+            {n: {**r.metrics, "infeasible": r.infeasible} for n, r in self.runs.items()},
+            self.reference.metrics, duration_s=self.duration_s, reference_name=BH_ONLY,
+        )  # fmt: skip
+
     def to_json(self) -> dict[str, Any]:
         """The stable JSON shape other tools read (NaN becomes null)."""
         out: dict[str, Any] = {"scenario": self.scenario, "seed": self.seed, "policies": {}}
+        warnings = self.warnings()
         for name, run in self.runs.items():
             m = run.metrics
             out["policies"][name] = _clean({
@@ -118,11 +137,16 @@ class Comparison:
                 "epochs": m["epochs"],
                 "lag_ms_max": m["lag_ms_max"],
                 "infeasible": run.infeasible,
+                "deployable": deployable(name),
+                "warnings": warnings[name],
             })  # fmt: skip
         out["reference"] = _clean({"name": BH_ONLY, "bh_mbps": self.reference.metrics["bh_mbps"],
-                                   "epoch_s": self.reference.metrics["epoch_s"]})  # fmt: skip
+                                   "epoch_s": self.reference.metrics["epoch_s"],
+                                   "warnings": warnings[BH_ONLY]})  # fmt: skip
         out["duration_s"] = self.duration_s
         out["deadline_ms"] = self.deadline_ms
+        # Every warning once, named by its run: what a reader must know before the numbers.
+        out["warnings"] = [f"{n}: {w}" for n, ws in warnings.items() for w in ws]
         return out
 
     def rows(self) -> list[dict[str, Any]]:
@@ -133,6 +157,8 @@ class Comparison:
             for k, v in block.items():
                 if isinstance(v, dict):
                     row.update({f"{k}_{q}": x for q, x in v.items()})
+                elif isinstance(v, list):  # warnings: one cell
+                    row[k] = " | ".join(map(str, v))
                 else:
                     row[k] = v
             rows.append(row)

@@ -23,6 +23,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from coorp._errors import UsageError
+from coorp.policies import policy_label
 from coorp.report._compare import Comparison
 from coorp.report._style import policy_styles
 
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FIGURE_FORMATS",
+    "comparison_figures",
     "parse_formats",
     "plot_comparison",
     "plot_run",
@@ -76,17 +78,38 @@ def save_figure(fig: Figure, out: Path, stem: str, formats: Sequence[str] = ("pn
     return paths
 
 
+def comparison_figures(cmp: Comparison) -> dict[str, Figure]:
+    """The comparison's figures by file stem (``reaction_cdf``, ``utilization_epoch``,
+    ``ls_queue_depth``). The caller owns them (``plt.close``); :func:`plot_comparison`
+    writes and closes them."""
+    return {
+        "reaction_cdf": _reaction_cdf(cmp),
+        "utilization_epoch": _bandwidth(cmp),
+        "ls_queue_depth": _queue_depth(cmp),
+    }
+
+
 def plot_comparison(cmp: Comparison, out: Path, formats: Sequence[str] = ("png",)) -> list[Path]:
     """Write the comparison's figures into ``out`` in each format; return their paths."""
+    formats = parse_formats(formats)
     out.mkdir(parents=True, exist_ok=True)
-    return [
-        *_reaction_cdf(cmp, out, formats),
-        *_bandwidth(cmp, out, formats),
-        *_queue_depth(cmp, out, formats),
-    ]
+    paths: list[Path] = []
+    for stem, fig in comparison_figures(cmp).items():
+        paths += save_figure(fig, out, stem, formats)
+    return paths
 
 
-def _reaction_cdf(cmp: Comparison, out: Path, formats: Sequence[str]) -> list[Path]:
+def _name(policy: str) -> str:
+    """A policy in a legend: ``oracle (not deployable)`` for a reference bound."""
+    return policy_label(policy)
+
+
+def _tick(policy: str) -> str:
+    """A policy under a bar: the label on two lines if it has a qualifier."""
+    return policy_label(policy).replace(" (", "\n(", 1)
+
+
+def _reaction_cdf(cmp: Comparison) -> Figure:
     fig, ax = plt.subplots(figsize=(7, 4.2))
     upper = cmp.deadline_ms * 3
     styles = policy_styles(cmp.runs)
@@ -94,10 +117,10 @@ def _reaction_cdf(cmp: Comparison, out: Path, formats: Sequence[str]) -> list[Pa
     for name, run in cmp.runs.items():
         r = np.sort(run.reaction_ms)
         if not r.size:
-            missing.append(f"{name}: {_why_no_loops(cmp, name)}")
+            missing.append(f"{_name(name)}: {_why_no_loops(cmp, name)}")
             continue
         y = np.arange(1, r.size + 1) / r.size
-        ax.step(np.minimum(r, upper), y, where="post", label=f"{name} ({r.size} loops)",
+        ax.step(np.minimum(r, upper), y, where="post", label=f"{_name(name)} ({r.size} loops)",
                 linewidth=1.5, **styles[name].line())  # fmt: skip
     ax.axvline(cmp.deadline_ms, color="black", linestyle="--", linewidth=1)
     ax.text(cmp.deadline_ms, 0.02, f" bound {cmp.deadline_ms:g} ms", fontsize=8)
@@ -112,7 +135,7 @@ def _reaction_cdf(cmp: Comparison, out: Path, formats: Sequence[str]) -> list[Pa
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
-    return save_figure(fig, out, "reaction_cdf", formats)
+    return fig
 
 
 def _why_no_loops(cmp: Comparison, name: str) -> str:
@@ -154,11 +177,11 @@ def _bars(ax: Axes, cmp: Comparison, values: list[float], what: str) -> None:
         if what == "epoch":
             n = int(cmp.runs[name].metrics.get("epochs", 0))
             ax.text(x[i], v, f"n={n}", ha="center", va="bottom", fontsize=8)
-    ax.set_xticks(x, names)
+    ax.set_xticks(x, [_tick(n) for n in names])
     ax.set_ylim(0, top * 1.18)
 
 
-def _bandwidth(cmp: Comparison, out: Path, formats: Sequence[str]) -> list[Path]:
+def _bandwidth(cmp: Comparison) -> Figure:
     names = cmp.policies
     util = [cmp.utilization(n) for n in names]
     epoch = [cmp.runs[n].metrics["epoch_s"] for n in names]
@@ -175,10 +198,10 @@ def _bandwidth(cmp: Comparison, out: Path, formats: Sequence[str]) -> list[Path]
     for ax in (a, b):
         ax.tick_params(axis="x", rotation=25)
         ax.grid(axis="y", alpha=0.3)
-    return save_figure(fig, out, "utilization_epoch", formats)
+    return fig
 
 
-def _queue_depth(cmp: Comparison, out: Path, formats: Sequence[str]) -> list[Path]:
+def _queue_depth(cmp: Comparison) -> Figure:
     fig, ax = plt.subplots(figsize=(7, 4.2))
     top = max((int(r.ls_hw_depths.max()) for r in cmp.runs.values() if r.ls_hw_depths.size),
               default=1)  # fmt: skip
@@ -187,7 +210,7 @@ def _queue_depth(cmp: Comparison, out: Path, formats: Sequence[str]) -> list[Pat
     for name, run in cmp.runs.items():
         d = run.ls_hw_depths[run.ls_hw_depths >= 0]
         if d.size:
-            ax.hist(d, bins=bins, histtype="step", density=True, label=name, linewidth=1.4,
+            ax.hist(d, bins=bins, histtype="step", density=True, label=_name(name), linewidth=1.4,
                     **styles[name].line())  # fmt: skip
     ax.set_xlabel("packets ahead in the hardware queue when an LS message entered it")
     ax.set_ylabel("fraction of LS messages")
@@ -196,7 +219,7 @@ def _queue_depth(cmp: Comparison, out: Path, formats: Sequence[str]) -> list[Pat
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    return save_figure(fig, out, "ls_queue_depth", formats)
+    return fig
 
 
 def plot_run(result: CrlResult, out: Path, formats: Sequence[str] = ("png",)) -> list[Path]:
@@ -220,7 +243,9 @@ def plot_run(result: CrlResult, out: Path, formats: Sequence[str] = ("png",)) ->
         axes[1].set_ylabel("ring depth\n(packets, mean)")
         axes[2].set_ylabel("bulk paused\n(share of bin)")
         axes[2].set_xlabel("simulated time (s), 10 ms bins")
-        axes[0].set_title(f"{result.sim.scenario_name} · {result.policy} · seed {result.seed}")
+        axes[0].set_title(
+            f"{result.sim.scenario_name} · {_name(result.policy)} · seed {result.seed}"
+        )
         if len(stations) <= 12:
             axes[0].legend(fontsize=7, ncol=min(6, len(stations)), loc="upper right")
         for ax in axes:
@@ -232,7 +257,7 @@ def plot_run(result: CrlResult, out: Path, formats: Sequence[str] = ("png",)) ->
         fig, ax = plt.subplots(figsize=(7, 4.2))
         upper = deadline * 3
         ax.step(np.minimum(r, upper), np.arange(1, r.size + 1) / r.size, where="post",
-                label=f"{result.policy} ({r.size} loops)",
+                label=f"{_name(result.policy)} ({r.size} loops)",
                 **policy_styles([result.policy])[result.policy].line())  # fmt: skip
         ax.axvline(deadline, color="black", linestyle="--", linewidth=1)
         ax.set_xlim(0, upper)

@@ -40,8 +40,10 @@ _BUILTIN: dict[str, PolicyStyle] = {
     "coorp": PolicyStyle("#009E73", "-", "D", ".."),  # bluish green
     "coorp-global": PolicyStyle("#E69F00", "-.", "^", "\\\\"),  # orange
     "coorp-local": PolicyStyle("#CC79A7", ":", "v", "xx"),  # reddish purple
-    "coorp-paper": PolicyStyle("#56B4E9", (0, (5, 1)), "P", "--"),  # sky blue
-    "oracle": PolicyStyle("#000000", (0, (3, 1, 1, 1)), "*", "++"),  # black
+    # COORP as published: a lighter tint of coorp's green, dotted.
+    "coorp-paper": PolicyStyle("#66C5AB", (0, (1, 2)), "d", "||"),
+    # The reference bound (not deployable): black, long dashes.
+    "oracle": PolicyStyle("#000000", (0, (7, 3)), "*", "++"),
     "bh-only": PolicyStyle("#999999", (0, (1, 1)), "x", "oo"),  # grey
 }
 _USER: dict[str, PolicyStyle] = {}

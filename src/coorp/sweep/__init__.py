@@ -9,10 +9,11 @@ aggregate and the figures.
 from coorp.sweep._compare import multi_seed_json
 from coorp.sweep._overrides import OverrideError, apply_overrides, canonical_key
 from coorp.sweep._plan import SweepPlan, Task, code_version, plan_sweep
-from coorp.sweep._plots import plot_sweep
+from coorp.sweep._plots import plot_sweep, sweep_figures
 from coorp.sweep._results import (
     LONG_COLUMNS,
     aggregate,
+    aggregate_warnings,
     clean_json,
     load_rows,
     render_aggregate,
@@ -21,6 +22,7 @@ from coorp.sweep._results import (
 )
 from coorp.sweep._run import (
     METRICS,
+    WARNING_SEP,
     Outcome,
     Progress,
     RunCache,
@@ -44,6 +46,7 @@ from coorp.sweep._stats import MeanCI, mean_ci, t_quantile_975
 __all__ = [
     "LONG_COLUMNS",
     "METRICS",
+    "WARNING_SEP",
     "MeanCI",
     "Outcome",
     "OverrideError",
@@ -56,6 +59,7 @@ __all__ = [
     "SweepSpecError",
     "Task",
     "aggregate",
+    "aggregate_warnings",
     "apply_overrides",
     "canonical_key",
     "clean_json",
@@ -74,6 +78,7 @@ __all__ = [
     "run_sweep",
     "save_sweep",
     "simulate_task",
+    "sweep_figures",
     "t_quantile_975",
     "write_aggregate",
     "write_rows",

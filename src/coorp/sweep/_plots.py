@@ -1,5 +1,12 @@
 """Sweep figures with 95% confidence intervals: miss rate vs utilization (one panel per
-scenario) and miss rate / utilization / epoch time vs team size (CI bands)."""
+scenario) and miss rate / utilization / epoch time vs team size (CI bands).
+
+Each policy is drawn in its shared style (:func:`coorp.report.policy_styles`: the same
+colour, line and marker as in ``coorp compare``'s figures) and named by
+:func:`coorp.policies.policy_label` (a reference bound reads "oracle (not deployable)").
+Override combinations of one policy differ by marker fill (and, against team size, by
+a lighter band). Figures are written in each of ``formats`` (``png``, ``pdf``, ``svg``).
+"""
 
 from __future__ import annotations
 
@@ -12,23 +19,19 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from coorp.policies import policy_names
+from coorp.policies import policy_label
 from coorp.report._compare import BH_ONLY
+from coorp.report._plots import parse_formats, save_figure
+from coorp.report._style import PolicyStyle, policy_styles
 from coorp.sweep._overrides import split_overrides
 
-__all__ = ["plot_sweep"]
+__all__ = ["plot_sweep", "sweep_figures"]
 
-_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
-_LINES = ("-", "--", ":", "-.")
-
-
-def _color(policy: str) -> Any:
-    """One colour per policy, the same in every figure (registry order)."""
-    known = policy_names()
-    i = known.index(policy) if policy in known else len(known) + sum(map(ord, policy))
-    return plt.get_cmap("tab10")(i % 10)
+#: How override combinations of one policy differ: the marker's fill.
+_FILLS = ("full", "none", "left", "bottom", "right", "top")
 
 
 def _index(agg: Sequence[dict[str, Any]]) -> dict[tuple[str, str, str, str], dict[str, Any]]:
@@ -52,17 +55,40 @@ def _legend(ax: Any) -> None:
         ax.legend(fontsize=7)
 
 
-def plot_sweep(agg: Sequence[dict[str, Any]], out: Path) -> list[Path]:
-    """Write ``miss_vs_utilization.png`` and (with two team sizes or more)
-    ``team_size.png`` into ``out``; return their paths."""
-    out.mkdir(parents=True, exist_ok=True)
+def _label(policy: str, overrides: list[str], ov: str, shown: dict[str, str]) -> str:
+    name = policy_label(policy)
+    return name if len(overrides) == 1 else f"{name} [{shown[ov]}]"
+
+
+def _marker(style: PolicyStyle, oi: int) -> dict[str, Any]:
+    return {"marker": style.marker, "fillstyle": _FILLS[oi % len(_FILLS)],
+            "markeredgecolor": style.color}  # fmt: skip
+
+
+def sweep_figures(agg: Sequence[dict[str, Any]]) -> dict[str, Figure]:
+    """The figures of an aggregate (:func:`coorp.sweep.aggregate`), by file stem:
+    ``miss_vs_utilization`` and, with two team sizes or more, ``team_size``. The caller
+    owns them (``plt.close``); :func:`plot_sweep` writes and closes them."""
     rows = [a for a in agg if a["policy"] != BH_ONLY]
     if not rows:
-        return []
-    figures = [_miss_vs_util(rows, out)]
+        return {}
+    figures = {"miss_vs_utilization": _miss_vs_util(rows)}
     if len({r["team_size"] for r in rows}) > 1:
-        figures.append(_team_size(rows, out))
+        figures["team_size"] = _team_size(rows)
     return figures
+
+
+def plot_sweep(
+    agg: Sequence[dict[str, Any]], out: Path, formats: Sequence[str] = ("png",)
+) -> list[Path]:
+    """Write ``miss_vs_utilization.<fmt>`` and (with two team sizes or more)
+    ``team_size.<fmt>`` into ``out`` for each format; return their paths."""
+    formats = parse_formats(formats)
+    out.mkdir(parents=True, exist_ok=True)
+    paths: list[Path] = []
+    for stem, fig in sweep_figures(agg).items():
+        paths += save_figure(fig, out, stem, formats)
+    return paths
 
 
 def _orders(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[str], list[str]]:
@@ -72,9 +98,10 @@ def _orders(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[str], list[
     return uniq("scenario"), uniq("overrides"), uniq("policy")
 
 
-def _miss_vs_util(rows: Sequence[dict[str, Any]], out: Path) -> Path:
+def _miss_vs_util(rows: Sequence[dict[str, Any]]) -> Figure:
     idx = _index(rows)
     scenarios, overrides, policies = _orders(rows)
+    styles = policy_styles(policies)
     _, shown = split_overrides(overrides)
     cols = min(3, len(scenarios))
     nrows = math.ceil(len(scenarios) / cols)
@@ -89,11 +116,14 @@ def _miss_vs_util(rows: Sequence[dict[str, Any]], out: Path) -> Path:
                 x, y = _val(util, 100), _val(miss, 100)
                 if math.isnan(x) or math.isnan(y):
                     continue
-                lab = policy if len(overrides) == 1 else f"{policy} [{shown[ov]}]"
-                ax.errorbar(
-                    x, y, xerr=_err(util, 100), yerr=_err(miss, 100), fmt=_MARKERS[oi % 8],
-                    color=_color(policy), capsize=3, markersize=6, label=lab,
+                st = styles[policy]
+                bars = ax.errorbar(
+                    x, y, xerr=_err(util, 100), yerr=_err(miss, 100), linestyle="none",
+                    color=st.color, capsize=3, markersize=6,
+                    label=_label(policy, overrides, ov, shown), **_marker(st, oi),
                 )  # fmt: skip
+                for line in bars.lines[2]:  # CI bars in the policy's dash pattern
+                    line.set_linestyle(st.linestyle)
         n = max((a["n"] for a in rows if a["scenario"] == sc), default=0)
         ax.set_title(f"{sc} (n ≤ {n} seeds)", fontsize=10)
         ax.set_xlabel("BH utilization vs BH-only run (%)")
@@ -101,16 +131,13 @@ def _miss_vs_util(rows: Sequence[dict[str, Any]], out: Path) -> Path:
         ax.grid(alpha=0.3)
         _legend(ax)
     fig.suptitle("miss rate vs utilization, mean ± 95% CI over seeds", fontsize=11)
-    fig.tight_layout()
-    path = out / "miss_vs_utilization.png"
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
+    return fig
 
 
-def _team_size(rows: Sequence[dict[str, Any]], out: Path) -> Path:
+def _team_size(rows: Sequence[dict[str, Any]]) -> Figure:
     idx = _index(rows)
     scenarios, overrides, policies = _orders(rows)
+    styles = policy_styles(policies)
     _, shown = split_overrides(overrides)
     size = {r["scenario"]: r["team_size"] for r in rows}
     by_size = sorted(scenarios, key=lambda s: (size[s], scenarios.index(s)))
@@ -127,22 +154,18 @@ def _team_size(rows: Sequence[dict[str, Any]], out: Path) -> Path:
                 pts = [(x, a) for x, a in pts if not math.isnan(_val(a))]
                 if not pts:
                     continue
+                st = styles[policy]
                 xs = [x for x, _ in pts]
                 ys = [_val(a, scale) for _, a in pts]
                 lo = [y - _err(a, scale) for y, (_, a) in zip(ys, pts, strict=True)]
                 hi = [y + _err(a, scale) for y, (_, a) in zip(ys, pts, strict=True)]
-                lab = policy if len(overrides) == 1 else f"{policy} [{shown[ov]}]"
-                ax.plot(xs, ys, _LINES[oi % 4], marker=_MARKERS[oi % 8], color=_color(policy),
-                        label=lab)  # fmt: skip
-                ax.fill_between(xs, lo, hi, color=_color(policy), alpha=0.15, linewidth=0)
+                ax.plot(xs, ys, **st.line(), **_marker(st, oi),
+                        label=_label(policy, overrides, ov, shown))  # fmt: skip
+                ax.fill_between(xs, lo, hi, color=st.color, alpha=0.15 / (1 + oi), linewidth=0)
         ax.set_xlabel("team size (workers)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
     _legend(axes[0])
     fig.suptitle("vs team size, mean with 95% CI band over seeds", fontsize=11)
-    fig.tight_layout()
-    path = out / "team_size.png"
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
+    return fig

@@ -10,19 +10,22 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+from rich.markup import escape
 from rich.table import Table
 
 from coorp._errors import UsageError
 from coorp._tables import write_table
-from coorp.report._compare import BH_ONLY
+from coorp.policies import policy_label
+from coorp.report._compare import BH_ONLY, deployable
 from coorp.scenario import parse_scenario
 from coorp.sweep._overrides import split_overrides
-from coorp.sweep._run import METRICS
+from coorp.sweep._run import METRICS, join_warnings, split_warnings
 from coorp.sweep._stats import mean_ci
 
 __all__ = [
     "LONG_COLUMNS",
     "aggregate",
+    "aggregate_warnings",
     "clean_json",
     "load_rows",
     "render_aggregate",
@@ -30,9 +33,13 @@ __all__ = [
     "write_rows",
 ]
 
-#: Columns of ``runs.parquet`` / ``runs.csv``.
+#: Columns of ``runs.parquet`` / ``runs.csv`` (``warnings``: the run's short-run
+#: warnings, separated by " | "; empty: none).
 LONG_COLUMNS = ("scenario", "team_size", "policy", "seed", "overrides", "duration_s",
-                "code_version", "metric", "value", "infeasible")  # fmt: skip
+                "code_version", "metric", "value", "infeasible", "warnings")  # fmt: skip
+
+#: Columns a table written by an older version may lack, with their value then.
+_OPTIONAL: dict[str, Any] = {"warnings": ""}
 
 #: Group key of the aggregate.
 _GROUP = ("scenario", "team_size", "overrides", "policy", "metric")
@@ -41,7 +48,10 @@ _GROUP = ("scenario", "team_size", "overrides", "policy", "metric")
 def aggregate(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Mean, 95% CI half-width (Student's t), low/high and ``n`` over seeds, per scenario,
     overrides, policy and metric. ``n`` counts the runs where the value exists; ``runs``
-    all runs; infeasible runs count in ``infeasible`` and nowhere else."""
+    all runs; infeasible runs count in ``infeasible`` and nowhere else; ``warned``
+    counts the runs with a short-run warning (:func:`aggregate_warnings` has the texts);
+    ``deployable`` is false for a reference bound (``oracle``), null for the BH-only
+    reference."""
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault(tuple(r[k] for k in _GROUP), []).append(r)
@@ -50,11 +60,32 @@ def aggregate(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         feasible = [r for r in rs if not r["infeasible"]]
         ci = mean_ci(r["value"] for r in feasible)
         reasons = sorted({r["infeasible"] for r in rs if r["infeasible"]})
+        group = dict(zip(_GROUP, key, strict=True))
         out.append({
-            **dict(zip(_GROUP, key, strict=True)), "mean": ci.mean, "ci95": ci.ci95,
-            "low": ci.low, "high": ci.high, "n": ci.n, "runs": len(rs),
+            **group, "deployable": deployable(group["policy"]), "mean": ci.mean,
+            "ci95": ci.ci95, "low": ci.low, "high": ci.high, "n": ci.n, "runs": len(rs),
             "infeasible": len(rs) - len(feasible), "reason": "; ".join(reasons) or None,
+            "warned": sum(1 for r in rs if r.get("warnings")),
         })  # fmt: skip
+    return out
+
+
+def aggregate_warnings(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each distinct short-run warning per scenario, overrides and policy, with how many
+    of its ``runs`` gave it: ``{scenario, overrides, policy, warning, count, runs}``."""
+    seen: dict[tuple[str, str, str], dict[tuple[Any, ...], list[str]]] = {}
+    for r in rows:  # one row per run and metric: each run once
+        run = (r["seed"], r["team_size"])
+        at = (r["scenario"], r["overrides"], r["policy"])
+        seen.setdefault(at, {})[run] = split_warnings(r.get("warnings"))
+    out = []
+    for (sc, ov, policy), runs in seen.items():
+        counts: dict[str, int] = {}
+        for ws in runs.values():
+            for w in dict.fromkeys(ws):
+                counts[w] = counts.get(w, 0) + 1
+        out += [{"scenario": sc, "overrides": ov, "policy": policy, "warning": w,
+                 "count": k, "runs": len(runs)} for w, k in counts.items()]  # fmt: skip
     return out
 
 
@@ -78,10 +109,17 @@ def write_rows(rows: Sequence[dict[str, Any]], out: Path) -> list[Path]:
     return write_table(out / "runs", _columns(rows, LONG_COLUMNS))
 
 
-def write_aggregate(agg: Sequence[dict[str, Any]], out: Path, meta: dict[str, Any]) -> list[Path]:
-    """``aggregate.json`` (``meta`` + rows, NaN as null) and ``aggregate.csv``/``.parquet``."""
+def write_aggregate(
+    agg: Sequence[dict[str, Any]],
+    out: Path,
+    meta: dict[str, Any],
+    warnings: Sequence[dict[str, Any]] = (),
+) -> list[Path]:
+    """``aggregate.json`` (``meta``, the distinct short-run ``warnings`` of
+    :func:`aggregate_warnings` and the rows, NaN as null) and ``aggregate.csv``/``.parquet``."""
     path = out / "aggregate.json"
-    path.write_text(json.dumps(clean_json({**meta, "rows": list(agg)}), indent=2) + "\n")
+    data = {**meta, "warnings": list(warnings), "rows": list(agg)}
+    path.write_text(json.dumps(clean_json(data), indent=2) + "\n")
     names = list(agg[0]) if agg else []
     return [path, *write_table(out / "aggregate", _columns(agg, names))]
 
@@ -94,10 +132,11 @@ def load_rows(folder: Path) -> list[dict[str, Any]]:
     runs = folder / "runs.parquet"
     if runs.is_file():
         table = pq.read_table(runs)
-        missing = sorted(set(LONG_COLUMNS) - set(table.column_names))
+        missing = sorted(set(LONG_COLUMNS) - set(table.column_names) - set(_OPTIONAL))
         if missing:
             raise UsageError(f"{runs} is not a coorp sweep table (missing columns {missing})")
-        return [dict(r) for r in table.select(list(LONG_COLUMNS)).to_pylist()]
+        names = [c for c in LONG_COLUMNS if c in table.column_names]
+        return [{**_OPTIONAL, **r} for r in table.select(names).to_pylist()]
     cmp = folder / "compare.json"
     if cmp.is_file():
         return _rows_from_compare(folder, json.loads(cmp.read_text()))
@@ -120,12 +159,10 @@ def _rows_from_compare(folder: Path, data: dict[str, Any]) -> list[dict[str, Any
     for policy, block in blocks.items():
         flat: dict[str, float] = {}
         for k, v in block.items():
-            if k in ("infeasible", "name"):
-                continue
             if isinstance(v, dict):
                 stem, unit = (k[:-3], "_ms") if k.endswith("_ms") else (k, "")
                 flat.update({f"{stem}_{q}{unit}": _num(x) for q, x in v.items()})
-            else:
+            elif v is None or (isinstance(v, int | float) and not isinstance(v, bool)):
                 flat[k] = _num(v)
         for metric in [m for m in METRICS if m in flat]:
             rows.append({
@@ -133,6 +170,7 @@ def _rows_from_compare(folder: Path, data: dict[str, Any]) -> list[dict[str, Any
                 "seed": data["seed"], "overrides": "", "duration_s": data["duration_s"],
                 "code_version": "", "metric": metric, "value": flat[metric],
                 "infeasible": block.get("infeasible"),
+                "warnings": join_warnings(block.get("warnings") or []),
             })  # fmt: skip
     return rows
 
@@ -154,15 +192,27 @@ def _cell(a: dict[str, Any] | None, fmt: str, *, pct: bool = False) -> str:
     return text
 
 
-def render_aggregate(agg: Sequence[dict[str, Any]], *, title: str) -> Table:
-    """One row per scenario, overrides and policy: mean ± 95% CI half-width over seeds."""
+def render_aggregate(
+    agg: Sequence[dict[str, Any]],
+    *,
+    title: str,
+    warnings: Sequence[dict[str, Any]] = (),
+) -> Table:
+    """One row per scenario, overrides and policy: mean ± 95% CI half-width over seeds.
+    A reference bound is labelled "(not deployable)"; the caption lists infeasible
+    policies and the short-run ``warnings`` (:func:`aggregate_warnings`)."""
     by: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
     for a in agg:
         by.setdefault((a["scenario"], a["overrides"], a["policy"]), {})[a["metric"]] = a
     multi_sc = len({k[0] for k in by}) > 1
     shared, shown = split_overrides(list(dict.fromkeys(k[1] for k in by)))
     multi_ov = len(shown) > 1
-    t = Table(title=title)
+
+    def where(sc: str, ov: str, policy: str) -> str:
+        return " · ".join([*([sc] if multi_sc else []), *([shown[ov]] if multi_ov else []),
+                           policy])  # fmt: skip
+
+    t = Table(title=escape(title), caption_justify="left")
     cols = [*(["scenario"] if multi_sc else []), *(["overrides"] if multi_ov else []), "policy",
             "miss rate", "reaction p99 ms", "BH Mb/s", "util.", "epoch s", "epoch/EDCA",
             "seeds"]  # fmt: skip
@@ -171,15 +221,17 @@ def render_aggregate(agg: Sequence[dict[str, Any]], *, title: str) -> Table:
         t.add_column(c, justify="left" if left else "right")
     notes = []
     for (sc, ov, policy), m in by.items():
-        lead = [*([sc] if multi_sc else []), *([shown[ov]] if multi_ov else []), policy]
+        lead = [*([sc] if multi_sc else []), *([shown[ov]] if multi_ov else [])]
+        lead = [escape(x) for x in [*lead, policy_label(policy)]]
         first = next(iter(m.values()))
         runs, infeasible = first["runs"], first["infeasible"]
         if infeasible == runs:
             t.add_row(*lead, "infeasible", *["-"] * 5, str(runs))
-            notes.append(f"{policy}: {first['reason']}")
+            notes.append(f"{where(sc, ov, policy)}: {first['reason']}")
             continue
         if infeasible:
-            notes.append(f"{policy}: infeasible in {infeasible} of {runs} runs: {first['reason']}")
+            notes.append(f"{where(sc, ov, policy)}: infeasible in {infeasible} of {runs} runs: "
+                         f"{first['reason']}")  # fmt: skip
         if policy == BH_ONLY:
             t.add_row(*lead, "-", "-", _cell(m.get("bh_mbps"), ".1f"), "ref.", _cell(
                 m.get("epoch_s"), ".2f"), "-", str(runs))  # fmt: skip
@@ -195,7 +247,11 @@ def render_aggregate(agg: Sequence[dict[str, Any]], *, title: str) -> Table:
         f"runs only (e.g. no epoch finished); utilization = BH Mb/s / {BH_ONLY} run"
     )
     if shared:
-        t.caption += f"\nevery run: {shared}"
+        t.caption += "\n" + escape(f"every run: {shared}")
     if notes:
-        t.caption += "\n" + "\n".join(notes)
+        t.caption += "\n" + escape("\n".join(notes))
+    if warnings:
+        lines = [f"  {where(w['scenario'], w['overrides'], w['policy'])}: {w['warning']} "
+                 f"({w['count']} of {w['runs']} runs)" for w in warnings]  # fmt: skip
+        t.caption += "\nwarnings:\n" + escape("\n".join(lines))
     return t

@@ -20,9 +20,11 @@ from typing import Any, Protocol
 from coorp._errors import ConfigurationError, UsageError
 from coorp.report._compare import BH_ONLY, _run_one
 from coorp.sweep._plan import SweepPlan, Task, code_version
+from coorp.workload import comparison_warnings
 
 __all__ = [
     "METRICS",
+    "WARNING_SEP",
     "Outcome",
     "Progress",
     "RunCache",
@@ -32,7 +34,8 @@ __all__ = [
     "simulate_task",
 ]
 
-#: A finished run: ``{"metrics": {name: float}, "infeasible": str | None, "wall_s": float}``.
+#: A finished run: ``{"metrics": {name: float}, "infeasible": str | None, "wall_s": float,
+#: "warnings": [str]}``.
 Outcome = dict[str, Any]
 Runner = Callable[[Task], Outcome]
 
@@ -43,6 +46,18 @@ METRICS = (
     "ls_latency_p50_ms", "ls_latency_p99_ms", "bh_mbps", "utilization", "epoch_s",
     "epoch_vs_edca", "loops", "epochs", "lag_ms_max", "events",
 )  # fmt: skip
+
+
+#: Between a run's warnings in one table cell (``runs.csv``'s ``warnings`` column).
+WARNING_SEP = " | "
+
+
+def join_warnings(warnings: Iterable[str]) -> str:
+    return WARNING_SEP.join(warnings)
+
+
+def split_warnings(text: str | None) -> list[str]:
+    return [w for w in (text or "").split(WARNING_SEP) if w]
 
 
 def _flatten(metrics: dict[str, Any]) -> dict[str, float]:
@@ -132,14 +147,28 @@ class SweepResult:
             m["utilization"] = _ratio(m.get("bh_mbps", math.nan), ref.get(at, math.nan))
             m["epoch_vs_edca"] = _ratio(m.get("epoch_s", math.nan), edca.get(at, math.nan))
             names = [k for k in METRICS if k in m] + sorted(set(m) - set(METRICS))
+            warnings = join_warnings(self._warnings(task, out, ref.get(at, math.nan)))
             for name in names:
                 rows.append({
                     "scenario": task.scenario_label, "team_size": task.team_size,
                     "policy": task.policy, "seed": task.seed, "overrides": task.overrides,
                     "duration_s": task.duration_ns / 1e9, "code_version": self.code_version,
                     "metric": name, "value": float(m[name]), "infeasible": out["infeasible"],
+                    "warnings": warnings,
                 })  # fmt: skip
         return rows
+
+    @staticmethod
+    def _warnings(task: Task, out: Outcome, ref_bh_mbps: float) -> list[str]:
+        """The run's short-run warnings (none in cache entries older than them), and
+        "utilization is null" when its BH-only reference delivered no bulk data."""
+        own = {"warnings": out.get("warnings") or [], "infeasible": out["infeasible"]}
+        if task.policy == BH_ONLY:
+            return list(own["warnings"])
+        ref = {"bh_mbps": ref_bh_mbps if math.isfinite(ref_bh_mbps) else None}
+        got = comparison_warnings({task.policy: own}, ref, duration_s=task.duration_ns / 1e9,
+                                  reference_name=BH_ONLY)  # fmt: skip
+        return got[task.policy]
 
 
 def _ratio(a: float, b: float) -> float:
