@@ -103,6 +103,18 @@ def test_simulate_a_workload_under_another_policy(capsys: pytest.CaptureFixture[
     assert code == 2 and "unknown policy 'x'; available: edca" in err
 
 
+def test_simulate_labels_the_reference_bound(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, stdout, err = run_cli(capsys, "simulate", "crl-2", "--duration", "0.05", "--policy",
+                                "oracle", "--json", str(tmp_path / "s.json"))  # fmt: skip
+    assert code == 0, err
+    assert "workload under oracle (not deployable)" in stdout
+    assert "warning: no epoch in 0.05 s" in stdout
+    workload = json.loads((tmp_path / "s.json").read_text())["workload"]
+    assert workload["policy"] == "oracle" and workload["deployable"] is False
+
+
 def test_a_scenario_without_traffic_is_refused(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from coorp._errors import UsageError
@@ -29,6 +30,8 @@ from coorp.cli._common import (
     progress_bar,
     require_out_dir,
 )
+from coorp.policies import policy_label
+from coorp.report import deployable
 from coorp.scenario import Scenario
 from coorp.sim import SimResult, Simulation
 
@@ -73,7 +76,8 @@ def render_result(result: SimResult) -> Table:
 
 def render_workload(metrics: dict[str, Any], policy: str, deadline_ms: float) -> Table:
     """One row: the workload's metrics under ``policy``; warnings in the caption."""
-    t = Table(title=f"workload under {policy} · reaction bound {deadline_ms:g} ms")
+    label = policy_label(policy)  # a reference bound reads "(not deployable)"
+    t = Table(title=escape(f"workload under {label} · reaction bound {deadline_ms:g} ms"))
     cols = ("loops", "miss rate", "reaction p50", "p99 ms", "LS lat p99 ms", "BH Mb/s",
             "epochs", "epoch s")  # fmt: skip
     for c in cols:
@@ -86,7 +90,7 @@ def render_workload(metrics: dict[str, Any], policy: str, deadline_ms: float) ->
         _fmt(metrics["bh_mbps"], 1), str(metrics["epochs"]), _fmt(metrics["epoch_s"]),
     )  # fmt: skip
     if metrics["warnings"]:
-        t.caption = "\n".join(f"warning: {w}" for w in metrics["warnings"])
+        t.caption = escape("\n".join(f"warning: {w}" for w in metrics["warnings"]))
     return t
 
 
@@ -196,7 +200,8 @@ def _simulate_workload(
     metrics = _json_safe(crl.metrics())
     console.print(render_result(result))
     console.print(render_workload(metrics, policy, sc.workload.mpc.deadline_us / 1000))
-    summary = {**result.summary(), "workload": {"policy": policy, **metrics}}
+    workload = {"policy": policy, "deployable": deployable(policy), **metrics}
+    summary = {**result.summary(), "workload": workload}
     if json_path is not None:
         write_json(json_path, summary)
     if out is not None:
