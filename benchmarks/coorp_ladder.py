@@ -1,0 +1,36 @@
+"""COORP's departures from the paper, added one at a time (docs/control.md).
+
+A policy module for ``--policy-module``: each rung is ``coorp-paper`` plus the
+additions above it; the last rung is ``coorp`` itself::
+
+    coorp sweep --policy-module benchmarks/coorp_ladder.py \\
+        --policies coorp-paper,ladder-recheck,ladder-lead,ladder-realized,coorp \\
+        --scenarios crl-10,one-low --seeds 1-5 --duration 20 --out results/ladder
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from coorp.policies import CoorpPaperPolicy, CoorpPolicy, register_policy
+
+
+@register_policy
+class LadderRecheck(CoorpPaperPolicy):
+    name = "ladder-recheck"
+    summary = "coorp-paper + re-asking a paused gate on a drain, an own LS send"
+    drain_recheck = True
+
+
+@register_policy
+class LadderLead(LadderRecheck):
+    name = "ladder-lead"
+    summary = "… + completion times by lead to the window (and re-asking per lead bucket)"
+    ctt_lead_edges_ns: ClassVar[tuple[int, ...]] = CoorpPolicy.ctt_lead_edges_ns
+
+
+@register_policy
+class LadderRealized(LadderLead):
+    name = "ladder-realized"
+    summary = "… + completion measured against the LS send it had to clear"
+    realized_ctt = True
