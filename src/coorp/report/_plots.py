@@ -122,7 +122,7 @@ def _reaction_cdf(cmp: Comparison) -> Figure:
         y = np.arange(1, r.size + 1) / r.size
         ax.step(np.minimum(r, upper), y, where="post", label=f"{_name(name)} ({r.size} loops)",
                 linewidth=1.5, **styles[name].line())  # fmt: skip
-    ax.axvline(cmp.deadline_ms, color="black", linestyle="--", linewidth=1)
+    ax.axvline(cmp.deadline_ms, color="0.5", linestyle="--", linewidth=1)  # not the oracle
     ax.text(cmp.deadline_ms, 0.02, f" bound {cmp.deadline_ms:g} ms", fontsize=8)
     if missing:
         ax.text(0.02, 0.97, "no curve: " + "; ".join(missing), transform=ax.transAxes,
@@ -259,7 +259,7 @@ def plot_run(result: CrlResult, out: Path, formats: Sequence[str] = ("png",)) ->
         ax.step(np.minimum(r, upper), np.arange(1, r.size + 1) / r.size, where="post",
                 label=f"{_name(result.policy)} ({r.size} loops)",
                 **policy_styles([result.policy])[result.policy].line())  # fmt: skip
-        ax.axvline(deadline, color="black", linestyle="--", linewidth=1)
+        ax.axvline(deadline, color="0.5", linestyle="--", linewidth=1)
         ax.set_xlim(0, upper)
         ax.set_ylim(0, 1.01)
         ax.set_xlabel("reaction time (ms; abandoned/slow loops drawn at the right edge)")
