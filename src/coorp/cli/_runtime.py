@@ -19,7 +19,7 @@ from pathlib import Path
 
 import typer
 
-from coorp._errors import UsageError
+from coorp._errors import PeerError, UsageError
 
 __all__ = ["register"]
 
@@ -64,6 +64,32 @@ def _print_counters(title: str, counters: dict[str, int], extra: dict[str, str])
     Console().print(table)
 
 
+def _status_target(override: str | None, listen: str, agent_leader: str | None) -> str:
+    """Where to ask a running leader: ``--listen`` if given; else ``leader.listen``,
+    unless it is a wildcard, then ``agent.leader`` (where the robots reach it), and
+    only without that loopback on the listen port."""
+    from coorp.runtime._sockets import format_address, parse_address
+
+    address = override or listen
+    host, port = parse_address(address, what="leader.listen")
+    if host not in ("0.0.0.0", "::", ""):
+        return address
+    if agent_leader is not None and override is None:
+        return agent_leader
+    return format_address(("127.0.0.1" if host != "::" else "::1", port))
+
+
+def health_line(c: dict[str, int]) -> str:
+    """The leader's accept-loop health in one line, from its counters."""
+    state = "accepting" if c.get("accept_healthy", 1) else "NOT accepting (paused or backing off)"
+    return (
+        f"{state}; {c.get('open_connections', 0)}/{c.get('max_connections', 0)} connections, "
+        f"{c.get('agents', 0)} agents, {c.get('limited_connections', 0)} limited, "
+        f"{c.get('handshake_timeouts', 0)} handshake timeouts, "
+        f"{c.get('fd_exhaustions', 0)} fd exhaustions, {c.get('dropped', 0)} frames dropped"
+    )
+
+
 def leader(
     config: Path = typer.Option(..., "--config", "-c", help="team file (team.toml)"),
     listen: str | None = typer.Option(None, help="override leader.listen (host:port)"),
@@ -86,8 +112,13 @@ def leader(
     address = listen or cfg.leader.listen
     host, port = parse_address(address, what="--listen")
     if status:
-        target = f"127.0.0.1:{port}" if host in ("0.0.0.0", "::", "") else address
-        st = query_leader_stats(target, key)
+        target = _status_target(listen, cfg.leader.listen, cfg.agent.leader)
+        try:
+            st = query_leader_stats(target, key)
+        except (PeerError, OSError) as exc:
+            print(f"coorp leader --status: leader {target} (from {config}): {exc}", file=sys.stderr)
+            raise typer.Exit(1) from None
+        print(f"health: {health_line(st.counters)}", flush=True)
         _print_counters(
             f"leader {target}",
             st.counters,

@@ -12,12 +12,14 @@ from coorp._errors import ConfigurationError, PeerError, UsageError
 __all__ = [
     "AuthenticationError",
     "FrameTooLargeError",
+    "LimitedError",
     "MalformedFrameError",
     "MarkingError",
     "PeerTimeoutError",
     "RefusedError",
     "ReplayError",
     "RuntimeUsageError",
+    "StaleError",
     "TransferError",
     "UnsupportedVersionError",
 ]
@@ -57,6 +59,19 @@ class PeerTimeoutError(PeerError):
     """The peer sent nothing (or not a whole frame) within the read timeout."""
 
     kind = "timeout"
+
+
+class LimitedError(PeerError):
+    """A connection closed unserved: its host has too many handshakes under way."""
+
+    kind = "limited"
+
+
+class StaleError(PeerError):
+    """An authenticated LS datagram outside its freshness window or session (a replay
+    from an older session, a restarted receiver, a datagram delayed too long)."""
+
+    kind = "stale"
 
 
 class RefusedError(PeerError):

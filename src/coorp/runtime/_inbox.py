@@ -218,7 +218,7 @@ class AsyncInbox:
             "dropped": self._core.drops.total(),
         }
         out.update({f"dropped_{k}": v for k, v in self._core.drops.counts.items()})
-        out.update({f"bulk_{k}": v for k, v in self.bulk.counters.items()})
+        out.update({f"bulk_{k}": v for k, v in self.bulk.stats().items()})
         return out
 
     async def close(self) -> None:
@@ -360,7 +360,7 @@ class Inbox:
         out = {"ls_received": self._core.ls_received, "dropped": self._core.drops.total()}
         out.update({f"dropped_{k}": v for k, v in self._core.drops.counts.items()})
         if self.bulk is not None:
-            out.update({f"bulk_{k}": v for k, v in self.bulk.counters.items()})
+            out.update({f"bulk_{k}": v for k, v in self.bulk.stats().items()})
         return out
 
     def drain(self) -> list[Message]:

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from coorp._errors import PeerError
 from coorp.control import GlobalController, PermitUpdate, UnknownRobotError
 
+from ._accept import AcceptLoop
 from ._auth import TeamKey
 from ._counters import DropLog
-from ._errors import MalformedFrameError, RefusedError
+from ._errors import LimitedError, MalformedFrameError, RefusedError
 from ._framing import FramedConnection, PeerClosed, server_handshake
 from ._sockets import Address, format_address, open_tcp_listener, tune_tcp
 from ._wire import (
@@ -56,6 +57,10 @@ class LeaderSettings:
     handshake_timeout_s: float = 2.0
     write_timeout_s: float = 2.0
     max_connections: int = 1024
+    """Open connections at most (bounded further by the fd limit); at the bound the
+    service stops accepting until one closes."""
+    max_preauth_per_source: int = 8
+    """Connections from one host still in their handshake at once; more are closed."""
 
     @property
     def silence_timeout_s(self) -> float:
@@ -88,22 +93,31 @@ class PermitService:
         self._tasks: set[asyncio.Task[None]] = set()
         self._timer: asyncio.TimerHandle | None = None
         self._listener: socket.socket | None = None
-        self._accept_task: asyncio.Task[None] | None = None
+        self._accept: AcceptLoop | None = None
         self._counts = {
-            "connections": 0,
             "joins": 0,
             "frames": 0,
             "max_holders": 0,
-            "refused_connections": 0,
             "disconnect_revocations": 0,
         }
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self, listen: Address) -> Address:
         """Listen on ``listen`` (port 0 picks one); returns the bound address."""
-        self._listener = open_tcp_listener(listen)
+        self._listener = open_tcp_listener(listen, backlog=256)
         bound = self._listener.getsockname()
-        self._accept_task = asyncio.create_task(self._accept_loop(), name="coorp-leader-accept")
+        s = self.settings
+        self._accept = AcceptLoop(
+            self._listener,
+            self._handle,
+            name="permit service",
+            logger=log,
+            max_connections=s.max_connections,
+            max_preauth_per_source=s.max_preauth_per_source,
+            handshake_timeout_s=s.handshake_timeout_s,
+            on_limited=self._limited,
+        )
+        self._accept.start()
         log.info(
             "permit service for %d robots on %s: limit %d, timeslice %.0f ms",
             len(self.team),
@@ -114,25 +128,28 @@ class PermitService:
         return bound[0], bound[1]
 
     async def serve_forever(self) -> None:
-        if self._accept_task is None:
+        if self._accept is None:
             raise RuntimeError("start() first")
-        await self._accept_task
+        await self._accept.wait()
 
     async def close(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        if self._accept_task is not None:
-            self._accept_task.cancel()
-        if self._listener is not None:
-            self._listener.close()
         for conn in list(self._agents.values()):
             conn.close()
         tasks = list(self._tasks)
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if self._accept_task is not None:
-            await asyncio.gather(self._accept_task, return_exceptions=True)
+        if self._accept is not None:
+            await self._accept.close()
+        if self._listener is not None:
+            self._listener.close()
+
+    def health(self) -> str:
+        """One line: is the service accepting, how many connections, what it refused."""
+        accept = self._accept.health() if self._accept is not None else "not started"
+        return f"{accept}; {self.drops.summary()}"
 
     # -- observability ----------------------------------------------------------------------
     def stats(self) -> dict[str, int]:
@@ -152,23 +169,14 @@ class PermitService:
         for kind, n in self.drops.counts.items():
             out[f"dropped_{kind}"] = n
         out["dropped"] = self.drops.total()
+        out["drop_log_lines"] = self.drops.lines
+        if self._accept is not None:
+            out.update(self._accept.stats())
         return out
 
     # -- connections --------------------------------------------------------------------------
-    async def _accept_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        assert self._listener is not None
-        while True:
-            sock, addr = await loop.sock_accept(self._listener)
-            peer = format_address(addr)
-            self._counts["connections"] += 1
-            if len(self._tasks) >= self.settings.max_connections:
-                self._counts["refused_connections"] += 1
-                log.warning("refusing %s: %d connections open", peer, len(self._tasks))
-                sock.close()
-                continue
-            tune_tcp(sock)
-            self._spawn(self._handle(sock, peer), f"coorp-leader-{peer}")
+    def _limited(self, peer: str) -> None:
+        self.drops.drop(peer, LimitedError("too many connections in handshake from this host"))
 
     def _spawn(self, coro: object, name: str) -> None:
         task = asyncio.ensure_future(coro)  # type: ignore[call-overload]
@@ -176,14 +184,16 @@ class PermitService:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _handle(self, sock: socket.socket, peer: str) -> None:
+    async def _handle(self, sock: socket.socket, peer: str, slot: AcceptLoop) -> None:
         s = self.settings
+        tune_tcp(sock)
         conn = FramedConnection(
             sock, peer=peer, read_timeout_s=s.handshake_timeout_s, write_timeout_s=s.write_timeout_s
         )
         robot: str | None = None
         try:
-            join = await server_handshake(conn, self._key, service="leader", epoch=self.epoch)
+            async with slot.handshake_deadline(peer):
+                join = await server_handshake(conn, self._key, service="leader", epoch=self.epoch)
             if join.role == "observer":
                 await self._observer_loop(conn)
                 return

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import mmap
 import os
@@ -28,9 +27,10 @@ import msgspec
 
 from coorp._errors import PeerError
 
+from ._accept import AcceptLoop
 from ._auth import DatagramAuthenticator, TeamKey
 from ._counters import DropLog
-from ._errors import FrameTooLargeError, MalformedFrameError, RefusedError
+from ._errors import FrameTooLargeError, LimitedError, MalformedFrameError, RefusedError
 from ._framing import FramedConnection, PeerClosed, server_handshake
 from ._sockets import format_address, tune_tcp
 from ._wire import (
@@ -118,6 +118,11 @@ class ReceiverLimits:
     max_partial_bytes: int = 2 << 30
     idle_timeout_s: float = 30.0
     handshake_timeout_s: float = 5.0
+    """Deadline for a sender's whole greeting (not per read)."""
+    max_connections: int = 256
+    """Open connections at most (bounded further by the fd limit)."""
+    max_preauth_per_source: int = 8
+    """Connections from one host still in their handshake at once; more are closed."""
     partial_ttl_s: float = 600.0
     remember_completed: int = 4096
 
@@ -165,10 +170,8 @@ class BulkReceiver:
         self._partials: dict[_Key, _Partial] = {}
         self._partial_bytes = 0
         self._completed: OrderedDict[_Key, int] = OrderedDict()
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._accept_task: asyncio.Task[None] | None = None
+        self._accept: AcceptLoop | None = None
         self.counters = {
-            "connections": 0,
             "messages": 0,
             "bytes": 0,
             "resumed": 0,
@@ -177,28 +180,37 @@ class BulkReceiver:
         }
 
     def start(self, listener: socket.socket) -> None:
-        self._accept_task = asyncio.create_task(self._accept_loop(listener))
+        lim = self.limits
+        self._accept = AcceptLoop(
+            listener,
+            self._handle,
+            name=f"inbox {format_address(listener.getsockname())}",
+            logger=log,
+            max_connections=lim.max_connections,
+            max_preauth_per_source=lim.max_preauth_per_source,
+            handshake_timeout_s=lim.handshake_timeout_s,
+            on_limited=lambda peer: self.drops.drop(
+                peer, LimitedError("too many connections in handshake from this host")
+            ),
+        )
+        self._accept.start()
 
     async def close(self) -> None:
-        tasks = list(self._tasks)
-        if self._accept_task is not None:
-            tasks.append(self._accept_task)
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._accept is not None:
+            await self._accept.close()
 
-    async def _accept_loop(self, listener: socket.socket) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            sock, addr = await loop.sock_accept(listener)
-            tune_tcp(sock)
-            self.counters["connections"] += 1
-            task = asyncio.create_task(self._handle(sock, format_address(addr)))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+    def stats(self) -> dict[str, int]:
+        out = dict(self.counters)
+        if self._accept is not None:
+            out.update(self._accept.stats())
+        return out
 
-    async def _handle(self, sock: socket.socket, peer: str) -> None:
+    def health(self) -> str:
+        return self._accept.health() if self._accept is not None else "not started"
+
+    async def _handle(self, sock: socket.socket, peer: str, slot: AcceptLoop) -> None:
         lim = self.limits
+        tune_tcp(sock)
         conn = FramedConnection(
             sock,
             peer=peer,
@@ -206,7 +218,10 @@ class BulkReceiver:
             write_timeout_s=lim.idle_timeout_s,
         )
         try:
-            join = await server_handshake(conn, self._key, service="receiver", epoch=self._epoch)
+            async with slot.handshake_deadline(peer):
+                join = await server_handshake(
+                    conn, self._key, service="receiver", epoch=self._epoch
+                )
             if join.role != "sender":
                 await conn.send(Refused(f"role {join.role!r} is not served by a receiver"))
                 raise RefusedError(f"role {join.role!r} is not served by a receiver")
