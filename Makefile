@@ -5,8 +5,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 EXTRAS ?= dev,transport,ray
 
-.PHONY: demo test lint typecheck bench clean venv
+.PHONY: demo test lint typecheck bench clean venv native
 
+# The install compiles the simulator with mypyc (src/coorp/sim/_build_hook.py, ~40 s);
+# without a C compiler it falls back to plain Python and `native` says so, once.
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
@@ -15,10 +17,16 @@ $(STAMP): pyproject.toml Makefile
 
 venv: $(STAMP)
 
-demo: $(STAMP)
+# Rebuild the compiled simulator if its sources were edited since it was built (an
+# editable install would otherwise fall back to plain Python, with a warning), then
+# print one line: compiled, or plain Python and why.
+native: $(STAMP)
+	@COORP_SIM_PURE=1 $(BIN)/python -m coorp.sim._accel ensure
+
+demo: native
 	$(BIN)/coorp compare scenarios/crl-5.toml --out results/demo
 
-test: $(STAMP)
+test: native
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/ruff format --check src tests benchmarks examples
 	$(BIN)/mypy
@@ -31,7 +39,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-bench: $(STAMP)
+bench: native
 	$(BIN)/python benchmarks/sim_speed.py
 
 clean:

@@ -44,18 +44,9 @@ def version_text() -> str:
     modules run (mypyc-compiled, or plain Python and why; see ``coorp.sim._loader``)."""
     from coorp import __version__
     from coorp.sim import COMPILED
-    from coorp.sim._loader import status
+    from coorp.sim._loader import describe
 
-    if COMPILED:
-        sim = "compiled (mypyc)"
-    else:
-        state = status()
-        sim = {
-            "plain": "plain Python (not compiled; python -m coorp.sim._accel build)",
-            "stale": "plain Python (the compiled build is stale; python -m coorp.sim._accel build)",
-        }.get(state, "plain Python")
-        if state == "compiled":  # built and fresh, but COORP_SIM_PURE=1 or unusable
-            sim = "plain Python (compiled build present but not used)"
+    sim = describe(COMPILED)
     return f"coorp {__version__} (simulator: {sim}; Python {sys.version.split()[0]})"
 
 

@@ -23,7 +23,16 @@ import sys
 import warnings
 from pathlib import Path
 
-__all__ = ["MANIFEST", "MODULES", "NATIVE", "load_modules", "status"]
+__all__ = [
+    "BUILD_ERROR",
+    "MANIFEST",
+    "MODULES",
+    "NATIVE",
+    "build_error",
+    "describe",
+    "load_modules",
+    "status",
+]
 
 #: The compiled modules, in import order (each imports only earlier ones of this list);
 #: keep in step with ``_mypyc_build.MODULES``.
@@ -32,6 +41,8 @@ MODULES = ("events", "timing", "links", "packets", "station", "mac", "engine")
 NATIVE = "_native__mypyc"
 #: Written by the build: the SHA-256 of each source it compiled.
 MANIFEST = "_native_manifest.json"
+#: Written by the install's build hook when compiling failed: the reason, one line.
+BUILD_ERROR = "_native_build_error.txt"
 
 _PKG_DIR = Path(__file__).resolve().parent
 _SRC_DIR = _PKG_DIR.parent.parent  # the directory holding the ``coorp`` package
@@ -62,6 +73,33 @@ def status() -> str:
         name: hashlib.sha256((_PKG_DIR / f"{name}.py").read_bytes()).hexdigest() for name in MODULES
     }
     return "compiled" if built == current else "stale"
+
+
+def build_error() -> str | None:
+    """Why the install could not compile the simulator, if it tried and failed."""
+    try:
+        return (_PKG_DIR / BUILD_ERROR).read_text().strip() or "unknown error"
+    except OSError:
+        return None
+
+
+def describe(compiled: bool) -> str:
+    """Which simulator runs, for ``coorp --version``: ``compiled (mypyc)`` or
+    ``plain Python (why)``."""
+    if compiled:
+        return "compiled (mypyc)"
+    state = status()
+    rebuild = "make or python -m coorp.sim._accel build"
+    if os.environ.get("COORP_SIM_PURE") == "1":
+        return "plain Python (COORP_SIM_PURE=1)"
+    if state == "stale":
+        return f"plain Python (the compiled build is stale: sources edited since; {rebuild})"
+    if state == "compiled":
+        return "plain Python (the compiled build does not load for this interpreter)"
+    error = build_error()
+    if error is not None:
+        return f"plain Python (compiling failed at install: {error})"
+    return f"plain Python (not compiled; {rebuild})"
 
 
 def _load_plain() -> None:
@@ -95,8 +133,8 @@ def load_modules() -> bool:
     if state != "compiled" and not forced:
         warnings.warn(
             f"coorp.sim: the compiled simulator modules are {state}; running the plain "
-            "Python ones (same results, slower). Rebuild with "
-            "'python -m coorp.sim._accel build' or remove them with '... clean'.",
+            "Python ones (same results, slower). Rebuild with 'make' or "
+            "'python -m coorp.sim._accel build', or remove them with '... clean'.",
             RuntimeWarning,
             stacklevel=3,
         )

@@ -3,13 +3,16 @@
 Runs with nothing but the standard library, mypy (which ships mypyc) and setuptools, so
 that a build backend hook can run it before ``coorp``'s own dependencies exist:
 
-    python src/coorp/sim/_mypyc_build.py SRC_DIR     # SRC_DIR holds the coorp package
+    python src/coorp/sim/_mypyc_build.py SRC_DIR [OUT_DIR]   # SRC_DIR holds the coorp package
 
 The build works in a temporary copy of the package and moves each extension in with an
 atomic rename (a running simulator keeps its old files), then writes :data:`MANIFEST`:
 the SHA-256 of every source it compiled. The loader uses the compiled modules only
-while the sources still match it (see ``_loader``). Prints the installed files; exits
-non-zero (installing nothing new) if the build fails.
+while the sources still match it (see ``_loader``). The files go next to the sources
+(``SRC_DIR/coorp/sim``), or under ``OUT_DIR/coorp/sim`` when given (a regular wheel
+build, which must not write into the source tree). A successful build removes
+:data:`BUILD_ERROR`. Prints the installed files; exits non-zero (installing nothing new)
+if the build fails.
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from pathlib import Path
 
@@ -29,6 +34,9 @@ MODULES = ("events", "timing", "links", "packets", "station", "mac", "engine")
 NATIVE_LIB = "coorp.sim._native"
 #: What the build compiled: {"sources": {module: sha256 of its source}}.
 MANIFEST = "_native_manifest.json"
+#: Written by the build hook when compiling failed: why (the loader and ``coorp
+#: --version`` report it); removed by a successful build.
+BUILD_ERROR = "_native_build_error.txt"
 
 _SETUP = """\
 from setuptools import setup
@@ -46,8 +54,11 @@ setup(
 """
 
 
-def build(src_dir: Path) -> list[Path]:
-    pkg_dir = src_dir / "coorp" / "sim"
+def build(src_dir: Path, out_dir: Path | None = None) -> list[Path]:
+    if compiler() is None:  # fail in a second, not after mypyc's code generation
+        raise RuntimeError("no C compiler found ($CC, cc, gcc or clang)")
+    pkg_dir = (out_dir or src_dir) / "coorp" / "sim"
+    pkg_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="coorp-mypyc-") as tmp:
         work = Path(tmp)
         shutil.copytree(
@@ -82,13 +93,33 @@ def build(src_dir: Path) -> list[Path]:
         staged.write_text(json.dumps({"sources": sources}, indent=1, sort_keys=True) + "\n")
         os.replace(staged, manifest)
         installed.append(manifest)
+        (src_dir / "coorp" / "sim" / BUILD_ERROR).unlink(missing_ok=True)
     return installed
+
+
+def compiler() -> str | None:
+    """The C compiler setuptools would run (``$CC`` or Python's build-time one), if found."""
+    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    parts = shlex.split(cc)
+    return shutil.which(parts[0]) if parts else None
+
+
+def reason(stderr: str) -> str:
+    """One line saying why a build failed."""
+    text = stderr.lower()
+    if "no c compiler" in text or ("command '" in text and "no such file" in text):
+        return "no C compiler found (install gcc or clang, then rebuild)"
+    if "no module named" in text:
+        return "mypy or setuptools missing from the build environment"
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    return lines[-1][:200] if lines else "unknown error"
 
 
 if __name__ == "__main__":
     src = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[2]
+    out = Path(sys.argv[2]) if len(sys.argv) > 2 else None
     try:
-        for p in build(src):
+        for p in build(src, out):
             print(p)
     except RuntimeError as exc:
         print(exc, file=sys.stderr)
