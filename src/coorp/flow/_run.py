@@ -268,7 +268,7 @@ def _run_processes(
                 f"reactor classes {local} are defined inside a function; with the {method!r} "
                 f"start method they must be importable (define them at module level)"
             )
-    ctx = mp.get_context(method)
+    ctx: Any = mp.get_context(method)
     run_id = f"{os.getpid()}-{time.monotonic_ns() % 10**9}-{os.urandom(3).hex()}"
     topics = _topics(graph, run_id, max_payload)
     t0 = time.perf_counter()
@@ -360,8 +360,8 @@ def _run_ray(graph: Graph, tags: int) -> FlowResult:
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     order = graph.order()
     t0 = time.perf_counter()
-    host = ray.remote(num_cpus=0)(_RayHost)
-    actors = {n: host.remote(graph, n) for n in graph.nodes}
+    host: Any = ray.remote(num_cpus=0)(_RayHost)
+    actors: dict[str, Any] = {n: host.remote(graph, n) for n in graph.nodes}
     ray.get([a.ready.remote() for a in actors.values()])
     ports = {n: sorted({c.out for c in graph.outgoing(n)}) for n in graph.nodes}
     t1 = time.perf_counter()
