@@ -68,3 +68,10 @@ def test_micro_benchmark_graphs_run_on_processes() -> None:
     assert out.results["source"] == 4  # two gathers of two answers (tags 1 and 2)
     out = run(sampling_graph(2, TINY, SPEC, seed=1), 3, executor="processes", timeout=60.0)
     assert out.results["collector"] == 2 * 2 * TINY.envs * SPEC.robots * SPEC.horizon
+
+
+def test_pettingzoo_parallel_api_test_passes() -> None:
+    pz_test = pytest.importorskip("pettingzoo.test", reason="needs the learn extra")
+    pz_test.parallel_api_test(
+        FormationParallelEnv(FormationSpec(robots=3, horizon=8)), num_cycles=20
+    )

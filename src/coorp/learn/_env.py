@@ -134,6 +134,18 @@ class FormationParallelEnv:
         except ImportError:
             self._obs_space, self._act_space = _Box((OBS_DIM,)), _Discrete(N_ACTIONS)
 
+    @property
+    def unwrapped(self) -> FormationParallelEnv:
+        return self
+
+    @property
+    def num_agents(self) -> int:
+        return len(self.agents)
+
+    @property
+    def max_num_agents(self) -> int:
+        return len(self.possible_agents)
+
     def observation_space(self, agent: str) -> Any:
         return self._obs_space
 
