@@ -82,6 +82,18 @@ class LinkTable:
     def rx_power_dbm(self, src: int, dst: int) -> float:
         return self._rx_dbm[src][dst]
 
+    def set_link(self, src: int, dst: int, mcs: int, rx_power_dbm: float) -> None:
+        """Change one directed link at run time (the co-simulation's moving robots).
+
+        ``mcs`` at the PHY's spatial streams; the MAC reads the table at each exchange,
+        so the next frame on the link uses it (one on the air keeps its own rate). The
+        received power feeds the packet error rate when packet errors are on.
+        """
+        if self._mcs[src][dst] != mcs or self._rx_dbm[src][dst] != rx_power_dbm:
+            self._mcs[src][dst] = mcs
+            self._rx_dbm[src][dst] = rx_power_dbm
+            self._per_cache.clear()
+
     def error_prob(self, src: int, dst: int, mpdu_bytes: int) -> float:
         key = (src, dst, mpdu_bytes)
         p = self._per_cache.get(key)

@@ -1,0 +1,31 @@
+"""Robots that move: MuJoCo physics and the channel simulator on one integer-ns timeline.
+
+:func:`load_cosim` reads a scenario with a ``[cosim]`` section; :func:`run_cosim` runs
+one policy and seed and returns a :class:`CosimResult` (tracking error, separation,
+collisions, completion, reaction times, sync error). See docs/cosim.md.
+"""
+
+from coorp.cosim._config import (
+    CosimConfig,
+    CosimScenario,
+    Coupling,
+    RobotKind,
+    load_cosim,
+    parse_cosim,
+)
+from coorp.cosim._radio import LinkState, Radio
+from coorp.cosim._run import CosimResult, CosimRun, run_cosim
+
+__all__ = [
+    "CosimConfig",
+    "CosimResult",
+    "CosimRun",
+    "CosimScenario",
+    "Coupling",
+    "LinkState",
+    "Radio",
+    "RobotKind",
+    "load_cosim",
+    "parse_cosim",
+    "run_cosim",
+]

@@ -1,0 +1,66 @@
+"""Path loss, rate adaptation and loss of each robot pair from the physics world.
+
+Model: the IEEE 802.11ax task group's evaluation methodology (IEEE 802.11-14/0980r16,
+"TGax simulation scenarios", enterprise scenario SS2)::
+
+    PL(d) = 40.05 + 20 log10(f / 2.4 GHz) + 20 log10(min(d, d_BP))
+            + [d > d_BP] 35 log10(d / d_BP) + 7 W          (dB, d >= 1 m)
+
+with breakpoint d_BP = 10 m and W the number of walls the straight line crosses
+(counted with MuJoCo's ``mj_ray``), plus an optional per-link log-normal shadowing
+draw (σ = 5 dB in the document; 0 by default here so that a link's MCS follows geometry
+alone). The received power picks the highest VHT MCS whose minimum sensitivity
+(IEEE 802.11-2016 Table 21-25, ``coorp.phy``) plus a margin it meets — the rate
+adaptation an ideal Minstrel-like algorithm converges to — and the MPDU error rate at
+that power is ``coorp.phy.packet_error_rate``. Below the MCS 0 sensitivity the link
+stays at MCS 0 and loses most frames (the MAC retries, the transport repairs).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from coorp.cosim._config import RadioConfig
+from coorp.phy import LinkBudget
+
+__all__ = ["LinkState", "Radio"]
+
+
+@dataclass(frozen=True, slots=True)
+class LinkState:
+    distance_m: float
+    walls: int
+    rx_dbm: float
+    #: Highest MCS the power supports (None: below MCS 0's sensitivity; the link uses 0).
+    best_mcs: int | None
+
+    @property
+    def los(self) -> bool:
+        return self.walls == 0
+
+    @property
+    def mcs(self) -> int:
+        return 0 if self.best_mcs is None else self.best_mcs
+
+
+class Radio:
+    def __init__(self, cfg: RadioConfig, *, spatial_streams: int, width_mhz: int) -> None:
+        self.cfg = cfg
+        self.nss = spatial_streams
+        self.width = width_mhz
+        self._budget = LinkBudget(margin_db=cfg.margin_db)
+        self._freq_db = 20.0 * math.log10(cfg.frequency_ghz / 2.4)
+
+    def path_loss_db(self, distance_m: float, walls: int) -> float:
+        c = self.cfg
+        d = max(distance_m, 1.0)
+        bp = c.breakpoint_m
+        pl = 40.05 + self._freq_db + 20.0 * math.log10(min(d, bp))
+        if d > bp:
+            pl += 10.0 * c.exponent_after * math.log10(d / bp)
+        return pl + c.wall_loss_db * walls
+
+    def link(self, distance_m: float, walls: int, shadow_db: float = 0.0) -> LinkState:
+        rx = self.cfg.tx_power_dbm - self.path_loss_db(distance_m, walls) - shadow_db
+        return LinkState(distance_m, walls, rx, self._budget.best_mcs_at(rx, self.nss, self.width))
