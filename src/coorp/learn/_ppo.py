@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from coorp._errors import UsageError
+from coorp.learn._blas import single_thread_blas
 from coorp.learn._env import N_ACTIONS, OBS_DIM, FormationBatch, FormationSpec
 
 __all__ = ["PPO", "Layout", "PPOConfig", "Rollout"]
@@ -124,6 +125,7 @@ class PPO:
     """One worker's PPO: its environments, its Adam state, its random stream."""
 
     def __init__(self, cfg: PPOConfig, spec: FormationSpec, seed: int) -> None:
+        single_thread_blas()  # the workers are the parallelism (see coorp.learn._blas)
         self.cfg = cfg
         self.spec = spec
         self.layout = Layout(cfg.hidden, cfg.layers)

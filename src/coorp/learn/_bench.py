@@ -1,0 +1,170 @@
+"""``coorp bench rl``: the same reactors on coorp.flow (local processes + zero-copy
+transport) and on Ray actors, side by side.
+
+Measured per worker count: PPO iteration time (data-parallel PPO, parameter averaging),
+sampling throughput (env steps per second gathered by a collector), and the thesis's
+broadcast+gather micro-benchmark (one array of 1–100 MB broadcast to N workers, a small
+answer gathered from each). Every contender is timed the same way: from releasing tag 0
+to the driver holding the last tag's results, after its processes or actors are up
+(their setup time is reported apart). All coorp.flow runs go first, then Ray starts and
+runs the same graphs, so Ray's daemons never share the CPU with a flow run.
+Determinism: the PPO run is repeated ``reruns`` times on each executor and the final
+parameters compared byte for byte.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from coorp._errors import UsageError
+from coorp.flow import Graph, run
+from coorp.learn._env import FormationSpec
+from coorp.learn._graphs import broadcast_graph, ppo_graph, sampling_graph
+from coorp.learn._ppo import Layout, PPOConfig
+
+__all__ = ["RlBenchConfig", "run_rl_bench"]
+
+CONTENDERS = ("flow", "ray")
+
+
+@dataclass(frozen=True)
+class RlBenchConfig:
+    workers: tuple[int, ...] = (2, 4)
+    bcast_workers: tuple[int, ...] = (2, 4, 8)
+    bcast_mb: tuple[float, ...] = (1.0, 10.0, 100.0)
+    bcast_tags: int = 20
+    iterations: int = 8
+    sample_tags: int = 8
+    reruns: int = 3
+    hidden: int = 64
+    robots: int = 3
+    horizon: int = 40
+    envs: int = 8
+    seed: int = 1
+    contenders: tuple[str, ...] = CONTENDERS
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if any(w < 1 for w in (*self.workers, *self.bcast_workers)):
+            raise UsageError("worker counts must be >= 1")
+        bad = sorted(set(self.contenders) - set(CONTENDERS))
+        if bad:
+            raise UsageError(f"unknown contender(s) {bad}; choose from {list(CONTENDERS)}")
+        if self.iterations < 2 or self.sample_tags < 2 or self.bcast_tags < 2:
+            raise UsageError("iterations, sample tags and broadcast tags must be >= 2")
+
+
+def _executor(contender: str) -> str:
+    return "processes" if contender == "flow" else "ray"
+
+
+def _measure(
+    cfg: RlBenchConfig, contender: str, progress: Callable[[str], None]
+) -> dict[str, list[dict[str, Any]]]:
+    ex = _executor(contender)
+    ppo_cfg = PPOConfig(hidden=cfg.hidden, envs=cfg.envs)
+    spec = FormationSpec(robots=cfg.robots, horizon=cfg.horizon)
+    out: dict[str, list[dict[str, Any]]] = {"ppo": [], "sampling": [], "broadcast": []}
+
+    def go(g: Graph, tags: int) -> Any:
+        return run(g, tags, executor=ex, max_payload=int(max(cfg.bcast_mb) * 1e6) + (1 << 20))
+
+    for w in cfg.workers:
+        digests, walls, setups = [], [], []
+        for k in range(cfg.reruns):
+            progress(f"{contender}: PPO, {w} workers, run {k + 1}/{cfg.reruns}")
+            r = go(ppo_graph(w, ppo_cfg, spec, cfg.seed), cfg.iterations)
+            digests.append(r.results["server"]["params"].tobytes())
+            walls.append(r.wall_s)
+            setups.append(r.setup_s)
+        out["ppo"].append(
+            {
+                "workers": w,
+                "s_per_iteration": float(np.median(walls)) / cfg.iterations,
+                "setup_s": float(np.median(setups)),
+                "bit_identical_reruns": len(set(digests)) == 1,
+                "reruns": cfg.reruns,
+            }
+        )
+        progress(f"{contender}: sampling, {w} workers")
+        r = go(sampling_graph(w, ppo_cfg, spec, cfg.seed), cfg.sample_tags)
+        out["sampling"].append(
+            {
+                "workers": w,
+                "samples_per_s": r.results["collector"] / r.wall_s,
+                "samples": r.results["collector"],
+            }
+        )
+    for w in cfg.bcast_workers:
+        for mb in cfg.bcast_mb:
+            progress(f"{contender}: broadcast+gather {mb:g} MB to {w} workers")
+            r = go(broadcast_graph(w, int(mb * 1e6)), cfg.bcast_tags)
+            out["broadcast"].append(
+                {"workers": w, "mb": mb, "ms_per_round": 1e3 * r.wall_s / cfg.bcast_tags}
+            )
+    return out
+
+
+def run_rl_bench(
+    cfg: RlBenchConfig, progress: Callable[[str], None] = lambda m: None
+) -> dict[str, Any]:
+    """Run every contender; returns the JSON-ready result with ratios (ray / flow)."""
+    load0 = os.getloadavg()[0]
+    res: dict[str, Any] = {}
+    for c in cfg.contenders:
+        if c == "ray":
+            try:
+                import ray
+            except ImportError:
+                raise UsageError("the ray contender needs Ray: pip install 'coorp[ray]'") from None
+            if not ray.is_initialized():
+                ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+        res[c] = _measure(cfg, c, progress)
+    rows: dict[str, list[dict[str, Any]]] = {"ppo": [], "sampling": [], "broadcast": []}
+    for kind, metric, higher_better in (
+        ("ppo", "s_per_iteration", False),
+        ("sampling", "samples_per_s", True),
+        ("broadcast", "ms_per_round", False),
+    ):
+        first = res[cfg.contenders[0]][kind]
+        for i, row in enumerate(first):
+            merged = {k: v for k, v in row.items() if k in ("workers", "mb")}
+            for c in cfg.contenders:
+                for k, v in res[c][kind][i].items():
+                    if k not in ("workers", "mb"):
+                        merged[f"{c}_{k}"] = v
+            if "flow" in res and "ray" in res:
+                f, r = res["flow"][kind][i][metric], res["ray"][kind][i][metric]
+                # "speedup": how many times better flow is (>1 = flow wins).
+                merged["flow_speedup"] = (f / r) if higher_better else (r / f)
+            rows[kind].append(merged)
+    params = Layout(cfg.hidden, 2).size
+    return {
+        "config": {
+            "workers": list(cfg.workers),
+            "bcast_workers": list(cfg.bcast_workers),
+            "bcast_mb": list(cfg.bcast_mb),
+            "iterations": cfg.iterations,
+            "hidden": cfg.hidden,
+            "params": params,
+            "param_bytes": 4 * params,
+            "robots": cfg.robots,
+            "envs_per_worker": cfg.envs,
+            "horizon": cfg.horizon,
+            "reruns": cfg.reruns,
+        },
+        "machine": {
+            "cores": os.cpu_count(),
+            "load_before": load0,
+            "load_after": os.getloadavg()[0],
+        },
+        "timing": "from releasing tag 0 to the driver holding the last tag's results; setup apart",
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        **rows,
+    }
