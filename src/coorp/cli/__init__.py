@@ -33,7 +33,6 @@ COMMAND_MODULES = (
     "coorp.cli._bench",
     "coorp.cli._runtime",
     "coorp.cli._model",
-    "coorp.cli._cosim",
     "coorp.cli._learn",
 )
 
