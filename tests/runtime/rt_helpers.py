@@ -14,6 +14,7 @@ from typing import Any
 from coorp.runtime import LeaderSettings, PermitService, TeamKey
 from coorp.runtime._auth import (
     CLIENT_TO_SERVER,
+    LEADER,
     SERVER_TO_CLIENT,
     FrameOpener,
     FrameSealer,
@@ -199,8 +200,9 @@ class RawClient:
 
         hello = open_hello(decode_envelope(self.read_frame()))
         nonce = new_nonce()
-        self.sealer = FrameSealer(key, CLIENT_TO_SERVER, hello.nonce)
-        self.opener = FrameOpener(key, SERVER_TO_CLIENT, nonce)
+        mac = key.mac(robot, LEADER)
+        self.sealer = FrameSealer(mac, CLIENT_TO_SERVER, hello.nonce)
+        self.opener = FrameOpener(mac, SERVER_TO_CLIENT, nonce)
         self.send(Join(robot, nonce, role))  # type: ignore[arg-type]
 
     def send(self, msg: Message) -> bytes:

@@ -136,14 +136,15 @@ def forge(args: argparse.Namespace) -> None:
             s.sendall(data)
             with_eof(s)
     # A well-formed Join made with the wrong key.
-    from coorp.runtime._auth import CLIENT_TO_SERVER, FrameSealer, new_nonce, open_hello
+    from coorp.runtime._auth import CLIENT_TO_SERVER, LEADER, FrameSealer, new_nonce, open_hello
     from coorp.runtime._wire import Join, decode_envelope
 
     with socket.create_connection((host, int(port)), timeout=3) as s:
         s.settimeout(3)
         raw = s.recv(4096)
         hello = open_hello(decode_envelope(raw[4:]))
-        sealer = FrameSealer(TeamKey(b"not-the-team-key" * 2), CLIENT_TO_SERVER, hello.nonce)
+        wrong = TeamKey(b"not-the-team-key" * 2).mac("a1", LEADER)
+        sealer = FrameSealer(wrong, CLIENT_TO_SERVER, hello.nonce)
         s.sendall(sealer.seal(Join("a1", new_nonce(), "agent")))
         with_eof(s)
     print("FORGED", flush=True)

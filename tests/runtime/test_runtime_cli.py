@@ -38,6 +38,7 @@ def start(procs: list[Proc], *args: str, logs_to_stdout: bool = False) -> Proc:
 
 def team(tmp_path: Path, extra: str = "") -> Path:
     (tmp_path / "team.key").write_text("a1" * 32)
+    (tmp_path / "team.key").chmod(0o600)
     path = tmp_path / "team.toml"
     path.write_text(
         '[team]\nrobots = ["ld", "r1"]\nkey_file = "team.key"\n'

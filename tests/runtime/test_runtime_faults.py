@@ -3,16 +3,29 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from rt_helpers import KEY, LeaderHandle
+from rt_helpers import KEY, LeaderHandle, RawClient
 
-from coorp.runtime import LeaderSettings, join, query_leader_stats
+from coorp import ScenarioError
+from coorp.runtime import (
+    AuthenticationError,
+    LeaderSettings,
+    PermitService,
+    RuntimeUsageError,
+    StaleError,
+    Team,
+    TeamKey,
+    join,
+    query_leader_stats,
+)
 from coorp.runtime._accept import AcceptLoop
 from coorp.runtime._counters import DropLog, host_of
 from coorp.runtime._errors import MalformedFrameError
@@ -165,3 +178,172 @@ def test_status_line_from_a_running_leader(small_leader: LeaderHandle) -> None:
     st = query_leader_stats(small_leader.address, KEY)
     assert st.counters["accept_healthy"] == 1
     assert st.counters["open_connections"] >= 1  # this query itself
+
+
+class Recorder:
+    """Wraps an LS channel's socket: records every datagram it hands to the kernel."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self.sent: list[bytes] = []
+
+    def send(self, data: bytes) -> int:
+        self.sent.append(bytes(data))
+        return self._sock.send(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+def wait_stat(inbox: Any, key: str, at_least: int, timeout: float = 5.0) -> dict[str, int]:
+    """Read an inbox's counters until ``key`` reaches ``at_least`` (bounded)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    stats: dict[str, int] = inbox.stats()
+    while stats.get(key, 0) < at_least and time.monotonic() < deadline:
+        with contextlib.suppress(TimeoutError):
+            inbox.recv(timeout=0.05)
+        stats = inbox.stats()
+    return stats
+
+
+def test_replayed_cross_robot_and_old_session_ls_datagrams_are_rejected() -> None:
+    teams: list[Team] = []
+    try:
+        leader = join(None, "sink", KEY)
+        r1, r2 = join(None, "r1", KEY), join(None, "r2", KEY)
+        teams += [leader, r1, r2]
+        inbox1, inbox2 = r1.listen("127.0.0.1:0"), r2.listen("127.0.0.1:0")
+        port1 = inbox1.address[1]
+        ch = leader.latency_sensitive("control-r1", f"127.0.0.1:{port1}", deadline_ms=33)
+        rec = Recorder(ch._sock)
+        ch._sock = rec  # type: ignore[assignment]
+        for k in range(10):
+            assert ch.send(b"cmd%d" % k) == "sent"
+        got = [inbox1.recv(timeout=5).payload for _ in range(10)]
+        assert got == [b"cmd%d" % k for k in range(10)]
+        captured = list(rec.sent)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as attacker:
+            for d in captured:  # replayed to r1: same session, old sequence numbers
+                attacker.sendto(d, ("127.0.0.1", port1))
+            for d in captured:  # and to r2: not addressed to it
+                attacker.sendto(d, ("127.0.0.1", inbox2.address[1]))
+            s1 = wait_stat(inbox1, "dropped_replayed", 10)
+            s2 = wait_stat(inbox2, "dropped_unauthenticated", 10)
+            assert s1["dropped_replayed"] == 10 and s1["ls_received"] == 10
+            assert s2["dropped_unauthenticated"] == 10 and s2["ls_received"] == 0
+            # r1's inbox restarts on the same port: the old session is unknown there.
+            inbox1.close()
+            fresh = r1.listen(f"127.0.0.1:{port1}")
+            for d in captured:
+                attacker.sendto(d, ("127.0.0.1", port1))
+            s3 = wait_stat(fresh, "dropped_stale", 10)
+            assert s3["dropped_stale"] == 10 and s3["ls_received"] == 0
+        # The sender notices the restart (its session connection broke), opens a new
+        # session and its messages get through again.
+        deadline_ok = False
+        for _ in range(100):
+            ch.send(b"after restart")
+            with contextlib.suppress(TimeoutError):
+                msg = fresh.recv(timeout=0.1)
+                deadline_ok = msg.payload == b"after restart"
+                break
+        assert deadline_ok
+        assert ch.stats.sessions == 2
+    finally:
+        for t in teams:
+            t.close()
+
+
+def test_ls_freshness_window_rejects_old_datagrams() -> None:
+    from coorp.runtime._receiver import LsDecoder
+    from coorp.runtime._wire import WIRE_VERSION, LsHeader, pack_datagram
+
+    now = [10_000_000_000]
+    dec = LsDecoder(KEY, "sink", clock=lambda: now[0], max_age_ns=2_000_000_000)
+    # The sender's clock reads 5 s when ours reads 10 s: offset 5 s.
+    session = dec.open_session("r1", "ch", 5_000_000_000)
+
+    def dgram(seq: int, sent_ns: int) -> bytes:
+        h = LsHeader(WIRE_VERSION, "r1", "sink", "ch", session, seq, sent_ns, sent_ns, 1)
+        d = pack_datagram(h, b"x")
+        return bytes(d + KEY.mac("r1", "sink").datagram_mac(d))
+
+    now[0] = 11_000_000_000
+    assert dec.decode(dgram(1, 6_000_000_000), "p").seq == 1  # 0 s old
+    now[0] = 20_000_000_000
+    with pytest.raises(StaleError):  # sent at 7 s on its clock = 12 s ours: 8 s old
+        dec.decode(dgram(2, 7_000_000_000), "p")
+    assert dec.decode(dgram(3, 14_500_000_000), "p").seq == 3  # 0.5 s old
+
+
+def test_each_robot_has_its_own_key_and_can_act_only_as_itself(tmp_path: Path) -> None:
+    from coorp.runtime import RobotKey, load_team_config, resolve_team_key, write_team_keys
+    from coorp.runtime._auth import load_key_file
+
+    cfg_path = tmp_path / "team.toml"
+    cfg_path.write_text('[team]\nrobots = ["sink", "r1", "r2"]\nkey_file = "team.key"\n')
+    cfg = load_team_config(cfg_path)
+    team_path, paths = write_team_keys(cfg, cfg_path)
+    for p in [team_path, *paths]:
+        assert p.stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "keys").stat().st_mode & 0o777 == 0o700
+    k1 = resolve_team_key(cfg, cfg_path, robot="r1")
+    assert isinstance(k1, RobotKey) and k1.robot == "r1" and k1.peers == ["r2", "sink"]
+    team_key = resolve_team_key(cfg, cfg_path)
+    assert isinstance(team_key, TeamKey)
+    (tmp_path / "keys" / "r2.key").chmod(0o640)
+    with pytest.raises(ScenarioError, match=r"(?s)invalid team file .*chmod 600"):
+        resolve_team_key(cfg, cfg_path, robot="r2")
+    (tmp_path / "keys" / "r2.key").chmod(0o600)
+    k2 = load_key_file(tmp_path / "keys" / "r2.key")
+
+    handle = LeaderHandleWithKey(["sink", "r1", "r2"], team_key)
+    teams: list[Team] = []
+    try:
+        with pytest.raises(RuntimeUsageError, match="cannot act as 'r2'"):
+            join(handle.address, "r2", k1)
+        # Forging r2's join with r1's key material: the leader cannot verify it.
+        raw = RawClient(handle.address)
+        with pytest.raises(AuthenticationError):
+            raw.handshake("r2", key=_Impersonator(k1))  # type: ignore[arg-type]
+            raw.recv()
+        raw.close()
+        a, b = join(handle.address, "r1", k1), join(handle.address, "r2", k2)
+        teams += [a, b]
+        assert a.mode == b.mode == "coordinated"
+        inbox = b.listen("127.0.0.1:0")
+        a.bulk("data", f"127.0.0.1:{inbox.address[1]}").send(b"z" * 100_000, timeout_s=10)
+        ls = a.latency_sensitive("ls", f"127.0.0.1:{inbox.address[1]}", deadline_ms=50)
+        assert ls.send(b"hi") == "sent"
+        kinds = {inbox.recv(timeout=5).kind for _ in range(2)}
+        assert kinds == {"bulk", "ls"}
+    finally:
+        for t in teams:
+            t.close()
+        handle.close()
+
+
+class _Impersonator:
+    """r1's key material used to claim another name (what a dishonest r1 could do)."""
+
+    def __init__(self, keys: Any) -> None:
+        self._keys = keys
+
+    def mac(self, local: str, peer: str) -> Any:
+        return self._keys.mac("r1", peer)
+
+
+class LeaderHandleWithKey(LeaderHandle):
+    def __init__(self, robots: list[str], key: Any) -> None:
+        self._team_key = key
+        super().__init__(robots, LeaderSettings())
+
+    def start(self) -> None:
+        async def go() -> int:
+            self.service = PermitService(self.robots, self._team_key, self.settings)
+            _, port = await self.service.start(("127.0.0.1", self.port))
+            return port
+
+        self.port = self.run(go())

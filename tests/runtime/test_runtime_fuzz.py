@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from coorp import PeerError
 from coorp.runtime import TeamKey
-from coorp.runtime._auth import CLIENT_TO_SERVER, FrameOpener, FrameSealer, open_hello
+from coorp.runtime._auth import CLIENT_TO_SERVER, LEADER, FrameOpener, FrameSealer, open_hello
 from coorp.runtime._receiver import LsDecoder
 from coorp.runtime._wire import (
     MAX_CONTROL_FRAME_BYTES,
@@ -94,7 +94,7 @@ def test_decode_message(data: bytes) -> None:
 def test_decode_envelope_and_open(data: bytes) -> None:
     env = only_peer_errors(decode_envelope, data)
     if env is not None:
-        only_peer_errors(FrameOpener(KEY, CLIENT_TO_SERVER, NONCE).open, env)
+        only_peer_errors(FrameOpener(KEY.mac("r1", LEADER), CLIENT_TO_SERVER, NONCE).open, env)
         only_peer_errors(open_hello, env)
 
 
@@ -109,7 +109,7 @@ def test_parse_frame_length(prefix: bytes, limit: int) -> None:
 @given(st.binary(max_size=600) | shaped)
 def test_split_datagram_and_ls_decoder(data: bytes) -> None:
     only_peer_errors(split_datagram, data)
-    only_peer_errors(LsDecoder(KEY).decode, data, "fuzz")
+    only_peer_errors(LsDecoder(KEY, "sink").decode, data, "fuzz")
 
 
 @FUZZ
@@ -118,7 +118,7 @@ def test_mutated_valid_frames(data: st.DataObject) -> None:
     """Bit flips, truncation and extension of genuine frames never forge a message:
     whatever still authenticates carries exactly the original counter and body (the
     mutations may happen to rebuild the original bytes)."""
-    sealer = FrameSealer(KEY, CLIENT_TO_SERVER, NONCE)
+    sealer = FrameSealer(KEY.mac("r1", LEADER), CLIENT_TO_SERVER, NONCE)
     msg = data.draw(st.sampled_from([Release(3), Join("r1", NONCE, "agent"), BulkData(1, 0, 100)]))
     frame = bytearray(sealer.seal(msg))
     original = decode_envelope(bytes(frame[4:]))
@@ -126,7 +126,7 @@ def test_mutated_valid_frames(data: st.DataObject) -> None:
     pos = data.draw(st.integers(0, len(body) - 1))
     body[pos] ^= data.draw(st.integers(1, 255))
     body = body[: data.draw(st.integers(0, len(body)))] + data.draw(st.binary(max_size=4))
-    opener = FrameOpener(KEY, CLIENT_TO_SERVER, NONCE)
+    opener = FrameOpener(KEY.mac("r1", LEADER), CLIENT_TO_SERVER, NONCE)
     env = only_peer_errors(decode_envelope, bytes(body))
     if env is not None and only_peer_errors(opener.open, env) is not None:
         assert (env.counter, env.body) == (original.counter, original.body)
@@ -136,12 +136,13 @@ def test_mutated_valid_frames(data: st.DataObject) -> None:
 @FUZZ
 @given(st.data())
 def test_mutated_valid_datagrams(data: st.DataObject) -> None:
-    from coorp.runtime._auth import DatagramAuthenticator
-
     payload = data.draw(st.binary(max_size=64))
-    header = LsHeader(WIRE_VERSION, "r1", "ch", 1, 1, 5, 6, len(payload))
+    header = LsHeader(WIRE_VERSION, "r1", "sink", "ch", 1, 1, 5, 6, len(payload))
     dgram = pack_datagram(header, payload)
-    dgram += DatagramAuthenticator(KEY).sign(dgram)
+    dgram += KEY.mac("r1", "sink").datagram_mac(dgram)
     pos = data.draw(st.integers(0, len(dgram) - 1))
     dgram[pos] ^= data.draw(st.integers(1, 255))
-    assert only_peer_errors(LsDecoder(KEY).decode, bytes(dgram), "fuzz") is None
+    decoder = LsDecoder(KEY, "sink", clock=lambda: 5)
+    decoder.open_session("r1", "ch", 5)
+    decoder._sessions[("r1", "ch")].session = 1
+    assert only_peer_errors(decoder.decode, bytes(dgram), "fuzz") is None

@@ -54,6 +54,7 @@ def topo() -> Iterator[Topology]:
 
 def team_file(tmp_path: Path, *, timeslice_ms: float) -> Path:
     (tmp_path / "team.key").write_text(KEY_HEX + "\n")
+    (tmp_path / "team.key").chmod(0o600)
     path = tmp_path / "team.toml"
     path.write_text(
         '[team]\nname = "netns"\nkey_file = "team.key"\n'

@@ -11,11 +11,10 @@ import pytest
 from coorp import ScenarioError, UsageError
 from coorp.control import CompletionTimeTable, Gate, Interval
 from coorp.runtime import TeamKey, ajoin, join, load_team_config, mark_socket, resolve_team_key
-from coorp.runtime._auth import DatagramAuthenticator
 from coorp.runtime._latency import LatencySensitiveChannel
 from coorp.runtime._marking import Marking
 from coorp.runtime._preempt import DrainTracker
-from coorp.runtime._receiver import LsDecoder
+from coorp.runtime._receiver import LsDecoder, _LsSession
 
 KEY = TeamKey(b"u" * 32)
 
@@ -48,24 +47,30 @@ class FakeSocket:
         pass
 
 
+SESSION = 77
+
+
 def channel(clock: Clock, sock: FakeSocket, armed: list[int]) -> LatencySensitiveChannel:
-    return LatencySensitiveChannel(
+    ch = LatencySensitiveChannel(
         name="perception",
         robot="r1",
         dest=("127.0.0.1", 1),
         sock=sock,  # type: ignore[arg-type]
         marking=Marking("ls", 48, 262, 6),
-        auth=DatagramAuthenticator(KEY),
         period_ns=33_300_000,
         deadline_ns=33_000_000,
         observe=lambda f: 0,
         clock=clock,
         arm_writer=lambda ch, deadline: armed.append(deadline),
     )
+    ch.set_session(SESSION, "sink", KEY.mac("r1", "sink"))
+    armed.clear()
+    return ch
 
 
 def payloads(sock: FakeSocket) -> list[bytes]:
-    dec = LsDecoder(KEY)
+    dec = LsDecoder(KEY, "sink", clock=lambda: 0, max_age_ns=1 << 62)
+    dec._sessions[("r1", "perception")] = _LsSession(SESSION, 0)
     return [bytes(dec.decode(d, "x").payload) for d in sock.sent]
 
 
@@ -179,6 +184,7 @@ def write_team(tmp_path: Path, body: str) -> Path:
 
 def test_team_file_loads_and_key_resolves(tmp_path: Path) -> None:
     (tmp_path / "k.hex").write_text("ab" * 32)
+    (tmp_path / "k.hex").chmod(0o600)
     p = write_team(
         tmp_path,
         '[team]\nrobots = ["a", "b"]\nkey_file = "k.hex"\n'

@@ -16,15 +16,15 @@ from coorp.runtime import (
 )
 from coorp.runtime._auth import (
     CLIENT_TO_SERVER,
+    LEADER,
     SERVER_TO_CLIENT,
-    DatagramAuthenticator,
     FrameOpener,
     FrameSealer,
     new_nonce,
     open_hello,
     seal_hello,
 )
-from coorp.runtime._receiver import LsDecoder
+from coorp.runtime._receiver import LsDecoder, _LsSession
 from coorp.runtime._wire import (
     LENGTH_PREFIX,
     MAX_CONTROL_FRAME_BYTES,
@@ -57,7 +57,10 @@ def body_of(frame: bytes) -> bytes:
 
 def pair(key_a: TeamKey = KEY, key_b: TeamKey = KEY) -> tuple[FrameSealer, FrameOpener]:
     nonce = new_nonce()
-    return FrameSealer(key_a, CLIENT_TO_SERVER, nonce), FrameOpener(key_b, CLIENT_TO_SERVER, nonce)
+    return (
+        FrameSealer(key_a.mac("r1", LEADER), CLIENT_TO_SERVER, nonce),
+        FrameOpener(key_b.mac("r1", LEADER), CLIENT_TO_SERVER, nonce),
+    )
 
 
 def test_messages_round_trip() -> None:
@@ -101,8 +104,8 @@ def test_replay_into_another_connection_is_rejected() -> None:
 
 def test_reflection_to_sender_is_rejected() -> None:
     nonce = new_nonce()
-    sealer = FrameSealer(KEY, CLIENT_TO_SERVER, nonce)
-    reflected = FrameOpener(KEY, SERVER_TO_CLIENT, nonce)
+    sealer = FrameSealer(KEY.mac("r1", LEADER), CLIENT_TO_SERVER, nonce)
+    reflected = FrameOpener(KEY.mac("r1", LEADER), SERVER_TO_CLIENT, nonce)
     with pytest.raises(AuthenticationError):
         reflected.open(decode_envelope(body_of(sealer.seal(Request()))))
 
@@ -154,22 +157,38 @@ def test_out_of_range_fields_are_malformed() -> None:
         decode_message(msgspec.msgpack.encode(["join", "r1", b"short", "agent"]))
 
 
-def datagram(key: TeamKey, seq: int, payload: bytes = b"hello", session: int = 9) -> bytes:
-    header = LsHeader(WIRE_VERSION, "r1", "perception", session, seq, 100, 200, len(payload))
+def datagram(
+    key: TeamKey,
+    seq: int,
+    payload: bytes = b"hello",
+    session: int = 9,
+    *,
+    dest: str = "sink",
+    sent_ns: int = 100,
+) -> bytes:
+    header = LsHeader(
+        WIRE_VERSION, "r1", dest, "perception", session, seq, sent_ns, 200, len(payload)
+    )
     data = pack_datagram(header, payload)
-    data += DatagramAuthenticator(key).sign(data)
+    data += key.mac("r1", dest).datagram_mac(data)
     return bytes(data)
 
 
+def decoder_with_session(clock: int = 150, session: int = 9) -> LsDecoder:
+    decoder = LsDecoder(KEY, "sink", clock=lambda: clock)
+    decoder._sessions[("r1", "perception")] = _LsSession(session, 0)
+    return decoder
+
+
 def test_datagram_round_trip_and_metadata() -> None:
-    decoder = LsDecoder(KEY, clock=lambda: 150)
+    decoder = decoder_with_session()
     msg = decoder.decode(datagram(KEY, 1, b"abc"), "10.0.0.1:5")
     assert (msg.robot, msg.channel, msg.seq, msg.payload) == ("r1", "perception", 1, b"abc")
     assert (msg.sent_ns, msg.deadline_ns, msg.latency_ns) == (100, 200, 50)
 
 
 def test_datagram_forgery_and_replay_are_rejected() -> None:
-    decoder = LsDecoder(KEY)
+    decoder = decoder_with_session()
     with pytest.raises(AuthenticationError):
         decoder.decode(datagram(OTHER, 1), "p")
     good = datagram(KEY, 5)
@@ -185,7 +204,7 @@ def test_datagram_tampering_is_rejected() -> None:
     data = bytearray(datagram(KEY, 1, b"payload"))
     data[-33] ^= 1  # the last payload byte
     with pytest.raises(AuthenticationError):
-        LsDecoder(KEY).decode(bytes(data), "p")
+        decoder_with_session().decode(bytes(data), "p")
 
 
 def test_datagram_structure_errors() -> None:
@@ -207,9 +226,12 @@ def test_team_key_rules(tmp_path: object) -> None:
         TeamKey.from_hex("zz")
     p = Path(str(tmp_path)) / "team.key"
     p.write_text("ab" * 32 + "\n")
+    p.chmod(0o644)
+    with pytest.raises(RuntimeUsageError, match="chmod 600"):  # as ssh: owner-only
+        TeamKey.from_file(p)
+    p.chmod(0o600)
     k = TeamKey.from_file(p)
     assert "ab" not in repr(k)
-    assert k.frame_mac(b"x", b"n", 1, b"b") == TeamKey(bytes.fromhex("ab" * 32)).frame_mac(
-        b"x", b"n", 1, b"b"
-    )
+    same = TeamKey(bytes.fromhex("ab" * 32)).mac("r1", LEADER)
+    assert k.mac("r1", LEADER).frame_mac(b"x", b"n", 1, b"b") == same.frame_mac(b"x", b"n", 1, b"b")
     assert issubclass(AuthenticationError, PeerError)

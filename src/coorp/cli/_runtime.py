@@ -100,6 +100,7 @@ def leader(
     from coorp.runtime import (
         LeaderSettings,
         PermitService,
+        TeamKey,
         load_team_config,
         query_leader_stats,
         resolve_team_key,
@@ -109,6 +110,8 @@ def leader(
     _setup_logging(log_level)
     cfg = load_team_config(config)
     key = resolve_team_key(cfg, config)
+    if not isinstance(key, TeamKey):
+        raise UsageError(f"{config}: the leader needs the team key (team.key_file)")
     address = listen or cfg.leader.listen
     host, port = parse_address(address, what="--listen")
     if status:
@@ -176,7 +179,7 @@ def agent(
             payload = send.read_bytes()
         except OSError as exc:
             raise UsageError(f"--send {send}: {exc.strerror}") from None
-    key = resolve_team_key(cfg, config)
+    key = resolve_team_key(cfg, config, robot=robot)
     a = cfg.agent
     settings = TeamSettings(
         local_preemption=a.local_preemption,
@@ -232,6 +235,24 @@ def agent(
         asyncio.run(run())
 
 
+def keys(
+    config: Path = typer.Option(..., "--config", "-c", help="team file (team.toml)"),
+    force: bool = typer.Option(False, "--force", help="replace an existing team key"),
+) -> None:
+    """Write the team key (team.key_file, if missing) and one key per robot
+    (team.key_dir/<robot>.key), all owner-only (mode 600). The leader keeps the team
+    key; copy each robot only its own file."""
+    from coorp.runtime import load_team_config
+    from coorp.runtime._config import write_team_keys
+
+    cfg = load_team_config(config)
+    team_path, paths = write_team_keys(cfg, config, force=force)
+    print(f"coorp keys: team key {team_path} (leader only)")
+    for p in paths:
+        print(f"coorp keys: {p.stem}: {p}")
+
+
 def register(app: typer.Typer) -> None:
     app.command("leader")(leader)
     app.command("agent")(agent)
+    app.command("keys")(keys)

@@ -14,15 +14,17 @@ The leader runs :class:`PermitService` (``coorp leader``). Decisions come from
 :mod:`coorp.control`, the same code the simulator runs. See ``docs/runtime.md``.
 """
 
-from coorp.runtime._auth import TeamKey
+from coorp.runtime._auth import Keyring, RobotKey, TeamKey
 from coorp.runtime._bulk import AsyncBulkStream, BulkReceipt, BulkSettings
 from coorp.runtime._config import (
     AgentSection,
     LeaderSection,
     TeamConfig,
+    TeamFileError,
     TeamSection,
     load_team_config,
     resolve_team_key,
+    write_team_keys,
 )
 from coorp.runtime._errors import (
     AuthenticationError,
@@ -33,6 +35,7 @@ from coorp.runtime._errors import (
     RefusedError,
     ReplayError,
     RuntimeUsageError,
+    StaleError,
     TransferError,
     UnsupportedVersionError,
 )
@@ -64,6 +67,7 @@ __all__ = [
     "ChannelStats",
     "FrameTooLargeError",
     "Inbox",
+    "Keyring",
     "LatencySensitiveChannel",
     "LeaderSection",
     "LeaderSettings",
@@ -76,9 +80,12 @@ __all__ = [
     "ReceiverLimits",
     "RefusedError",
     "ReplayError",
+    "RobotKey",
     "RuntimeUsageError",
+    "StaleError",
     "Team",
     "TeamConfig",
+    "TeamFileError",
     "TeamKey",
     "TeamSection",
     "TeamSettings",
@@ -92,4 +99,5 @@ __all__ = [
     "probe_marking",
     "query_leader_stats",
     "resolve_team_key",
+    "write_team_keys",
 ]

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from coorp._errors import PeerError
 
-from ._auth import TeamKey
+from ._auth import Keyring
 from ._coordination import Coordinator
 from ._errors import (
     MalformedFrameError,
@@ -143,7 +143,7 @@ class AsyncBulkStream:
         name: str,
         robot: str,
         dest: Address,
-        key: TeamKey,
+        key: Keyring,
         coordinator: Coordinator,
         planner: SharedPlanner | None,
         settings: BulkSettings = BulkSettings(),

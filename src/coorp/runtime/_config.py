@@ -34,11 +34,20 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from coorp._errors import ScenarioError, ScenarioProblem
 from coorp.scenario import load_scenario
 
-from ._auth import KEY_ENV, TeamKey
+from ._auth import KEY_ENV, Keyring, TeamKey, load_key_file
 from ._errors import RuntimeUsageError
 from ._sockets import parse_address
 
-__all__ = ["AgentSection", "LeaderSection", "TeamConfig", "TeamSection", "load_team_config"]
+__all__ = [
+    "AgentSection",
+    "LeaderSection",
+    "TeamConfig",
+    "TeamFileError",
+    "TeamSection",
+    "load_team_config",
+    "resolve_team_key",
+    "write_team_keys",
+]
 
 RobotName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")]
 
@@ -61,6 +70,9 @@ class TeamSection(_Model):
     robots: list[RobotName] = Field(min_length=1, max_length=256)
     key_file: str | None = Field(
         None, description="file holding the team key as hex, relative to this file"
+    )
+    key_dir: str = Field(
+        "keys", description="directory of per-robot keys (<robot>.key), relative to this file"
     )
 
     @field_validator("robots")
@@ -115,21 +127,68 @@ class TeamConfig(_Model):
         return self
 
 
+class TeamFileError(ScenarioError):
+    """A team file is invalid: like :class:`~coorp.ScenarioError`, called what it is."""
+
+    def __init__(self, source: str, problems: list[ScenarioProblem] | tuple[ScenarioProblem, ...]):
+        super().__init__(source, problems)
+        lines = [f"invalid team file {source}:"]
+        lines += [f"  - {p.render()}" for p in self.problems]
+        self.args = ("\n".join(lines),)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 def load_team_config(path: str | Path) -> TeamConfig:
-    """Read and validate a team file (raises :class:`~coorp.ScenarioError`)."""
-    return load_scenario(path, model=TeamConfig)
+    """Read and validate a team file (raises :class:`TeamFileError`, a
+    :class:`~coorp.ScenarioError`, naming the file, field and value)."""
+    try:
+        return load_scenario(path, model=TeamConfig)
+    except ScenarioError as exc:
+        raise TeamFileError(exc.source, exc.problems) from None
 
 
-def resolve_team_key(config: TeamConfig, source: str | Path | None = None) -> TeamKey:
-    """The key named by ``team.key_file`` (relative to the team file), else the
-    ``COORP_TEAM_KEY`` environment variable (hex)."""
+def robot_key_path(config: TeamConfig, source: str | Path | None, robot: str) -> Path:
+    base = Path(source).parent if source is not None else Path.cwd()
+    return base / config.team.key_dir / f"{robot}.key"
+
+
+def team_key_path(config: TeamConfig, source: str | Path | None) -> Path | None:
+    if config.team.key_file is None:
+        return None
+    base = Path(source).parent if source is not None else Path.cwd()
+    return base / config.team.key_file
+
+
+def resolve_team_key(
+    config: TeamConfig, source: str | Path | None = None, *, robot: str | None = None
+) -> Keyring:
+    """The keys to use: for ``robot``, its own key file (``team.key_dir/<robot>.key``)
+    if there is one; else the team key named by ``team.key_file`` (relative to the
+    team file); else the ``COORP_TEAM_KEY`` environment variable (hex). Key files
+    must be owner-only (mode 600)."""
     where = str(source) if source is not None else "<team config>"
-    if config.team.key_file is not None:
-        base = Path(source).parent if source is not None else Path.cwd()
+    if robot is not None:
+        path = robot_key_path(config, source, robot)
+        if path.exists():
+            try:
+                keys = load_key_file(path)
+                if keys.identity != robot:
+                    raise RuntimeUsageError(
+                        f"{path} holds the key of robot {keys.identity!r}, not {robot!r}"
+                    )
+                return keys
+            except RuntimeUsageError as exc:
+                raise TeamFileError(
+                    where, [ScenarioProblem("team.key_dir", config.team.key_dir, str(exc))]
+                ) from None
+    team_path = team_key_path(config, source)
+    if team_path is not None:
         try:
-            return TeamKey.from_file(base / config.team.key_file)
+            return TeamKey.from_file(team_path)
         except RuntimeUsageError as exc:
-            raise ScenarioError(
+            raise TeamFileError(
                 where, [ScenarioProblem("team.key_file", config.team.key_file, str(exc))]
             ) from None
     text = os.environ.get(KEY_ENV)
@@ -138,13 +197,50 @@ def resolve_team_key(config: TeamConfig, source: str | Path | None = None) -> Te
             return TeamKey.from_hex(text)
         except RuntimeUsageError as exc:
             raise RuntimeUsageError(f"{KEY_ENV}: {exc}") from None
-    raise ScenarioError(
+    raise TeamFileError(
         where,
         [
             ScenarioProblem(
                 "team.key_file",
                 ScenarioProblem.NO_VALUE,
-                f"no team key: set team.key_file or the {KEY_ENV} environment variable",
+                f"no team key: set team.key_file or the {KEY_ENV} environment variable "
+                "(coorp keys --config FILE writes the keys)",
             )
         ],
     )
+
+
+def write_team_keys(
+    config: TeamConfig, source: str | Path, *, force: bool = False
+) -> tuple[Path, list[Path]]:
+    """``coorp keys``: the team key (if missing) and one key file per robot, owner-only."""
+    team_path = team_key_path(config, source)
+    if team_path is None:
+        raise TeamFileError(
+            str(source),
+            [ScenarioProblem("team.key_file", ScenarioProblem.NO_VALUE, "name the team key file")],
+        )
+    if team_path.exists() and not force:
+        team = TeamKey.from_file(team_path)
+    else:
+        team = TeamKey(os.urandom(32))
+        _write_private(team_path, team.hex() + "\n")
+    robots = list(config.team.robots)
+    paths = []
+    for robot in robots:
+        path = robot_key_path(config, source, robot)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _write_private(path, team.robot_key(robot, robots).to_text())
+        paths.append(path)
+    return team_path, paths
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` created with mode 600 (never readable by others, not
+    even for a moment)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)

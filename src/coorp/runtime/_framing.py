@@ -21,10 +21,11 @@ from typing import TypeVar
 
 from ._auth import (
     CLIENT_TO_SERVER,
+    LEADER,
     SERVER_TO_CLIENT,
     FrameOpener,
     FrameSealer,
-    TeamKey,
+    Keyring,
     new_nonce,
     open_hello,
     seal_hello,
@@ -49,6 +50,7 @@ __all__ = [
     "FramedConnection",
     "PeerClosed",
     "client_handshake",
+    "connect_framed",
     "recv_first_reply",
     "server_handshake",
 ]
@@ -155,15 +157,25 @@ class FramedConnection:
 
 
 async def server_handshake(
-    conn: FramedConnection, key: TeamKey, *, service: str, epoch: int
+    conn: FramedConnection, keys: Keyring, *, service: str, epoch: int, local: str = LEADER
 ) -> Join:
-    """Greet, then verify the client's :class:`Join`. Raises a PeerError on failure."""
+    """Greet, then verify the client's :class:`Join` with the key of the pair
+    (``local``, the robot it names). Raises a PeerError on failure."""
     nonce = new_nonce()
+    name = "" if local == LEADER else local
     async with conn._write_lock:
-        await conn.write_raw(seal_hello(Hello(nonce, service, epoch)))  # type: ignore[arg-type]
-    conn.opener = FrameOpener(key, CLIENT_TO_SERVER, nonce)
+        await conn.write_raw(seal_hello(Hello(nonce, service, epoch, name)))  # type: ignore[arg-type]
     try:
-        join = await conn.recv_expect(Join)
+        env = await conn.read_envelope()
+        # The Join names who the client claims to be; only then do we know which key
+        # must have made its MAC. Parsing it first is safe: the decoder is bounded.
+        claimed = decode_message(env.body)
+        if not isinstance(claimed, Join):
+            raise MalformedFrameError(f"expected Join, got {type(claimed).__name__}")
+        key = keys.mac(local, claimed.robot)
+        conn.opener = FrameOpener(key, CLIENT_TO_SERVER, nonce)
+        join = conn.opener.open(env)
+        assert isinstance(join, Join)
     except AuthenticationError:
         # Tell an honest client with the wrong key why, unauthenticated (we cannot MAC
         # for it). A forged notice can only make a client give up, which an attacker
@@ -177,12 +189,20 @@ async def server_handshake(
 
 
 async def client_handshake(
-    conn: FramedConnection, key: TeamKey, *, robot: str, role: str, service: str
+    conn: FramedConnection, keys: Keyring, *, robot: str, role: str, service: str
 ) -> Hello:
     """Read the greeting, answer with an authenticated :class:`Join`."""
+    keys.check_identity(robot)
     hello = open_hello(await conn.read_envelope())
     if hello.service != service:
         raise MalformedFrameError(f"{conn.peer} is a {hello.service}, expected a {service}")
+    peer = LEADER if service == "leader" else hello.robot
+    if not peer:
+        raise MalformedFrameError(f"{conn.peer}: the receiver did not say whose inbox it is")
+    try:
+        key = keys.mac(robot, peer)
+    except AuthenticationError as exc:
+        raise RefusedError(f"{conn.peer} is robot {peer!r}: {exc}") from None
     nonce = new_nonce()
     conn.sealer = FrameSealer(key, CLIENT_TO_SERVER, hello.nonce)
     conn.opener = FrameOpener(key, SERVER_TO_CLIENT, nonce)
@@ -203,7 +223,26 @@ async def recv_first_reply(conn: FramedConnection, timeout_s: float | None = Non
     try:
         msg = conn.opener.open(env)
     except AuthenticationError:
-        raise AuthenticationError("server's reply does not verify: wrong team key?") from None
+        raise AuthenticationError("server's reply does not verify: wrong key?") from None
     if isinstance(msg, Refused):
         raise RefusedError(msg.reason)
     return msg
+
+
+async def connect_framed(addr: tuple[str, int], *, timeout_s: float) -> FramedConnection:
+    """A TCP connection to ``addr`` (connect bounded by ``timeout_s``), framed."""
+    from ._sockets import format_address, resolve, tune_tcp
+
+    family, sockaddr = resolve(addr, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    try:
+        async with asyncio.timeout(timeout_s):
+            await asyncio.get_running_loop().sock_connect(sock, sockaddr)
+        tune_tcp(sock)
+    except BaseException:
+        sock.close()
+        raise
+    return FramedConnection(
+        sock, peer=format_address(addr), read_timeout_s=timeout_s, write_timeout_s=timeout_s
+    )

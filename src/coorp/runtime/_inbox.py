@@ -28,7 +28,7 @@ from typing import Any
 
 from coorp._errors import PeerError
 
-from ._auth import TeamKey
+from ._auth import Keyring
 from ._counters import DropLog
 from ._errors import RuntimeUsageError
 from ._receiver import BulkReceiver, LsDecoder, Message, ReceiverLimits
@@ -69,10 +69,16 @@ class _InboxCore:
     """What both flavours share: decoding, counters."""
 
     def __init__(
-        self, udp: socket.socket, key: TeamKey, clock: Callable[[], int], drops: DropLog
+        self,
+        udp: socket.socket,
+        key: Keyring,
+        robot: str,
+        clock: Callable[[], int],
+        drops: DropLog,
+        limits: ReceiverLimits,
     ) -> None:
         self.udp = udp
-        self.decoder = LsDecoder(key, clock)
+        self.decoder = LsDecoder(key, robot, clock, max_age_ns=round(limits.ls_max_age_s * 1e9))
         self.drops = drops
         self.ls_received = 0
 
@@ -166,25 +172,35 @@ class AsyncInbox:
         listener: socket.socket,
         udp: socket.socket,
         address: Address,
-        key: TeamKey,
+        key: Keyring,
         *,
+        robot: str,
         clock: Callable[[], int] = time.monotonic_ns,
         maxsize: int = 1024,
         limits: ReceiverLimits = ReceiverLimits(),
     ) -> None:
         self.address = address
+        self.robot = robot
         self._loop = asyncio.get_running_loop()
         self._box = _Mailbox(maxsize)
         drops = DropLog(log, clock)
-        self._core = _InboxCore(udp, key, clock, drops)
-        self.bulk = BulkReceiver(key, self._box.put_bulk, limits=limits, clock=clock, drops=drops)
+        self._core = _InboxCore(udp, key, robot, clock, drops, limits)
+        self.bulk = BulkReceiver(
+            key,
+            self._box.put_bulk,
+            limits=limits,
+            clock=clock,
+            drops=drops,
+            robot=robot,
+            ls=self._core.decoder,
+        )
         self.bulk.start(listener)
         self._listener = listener
         self._closed = False
         self._loop.add_reader(udp.fileno(), self._on_readable)
 
     @classmethod
-    async def open(cls, address: Address, key: TeamKey, **kwargs: object) -> AsyncInbox:
+    async def open(cls, address: Address, key: Keyring, **kwargs: object) -> AsyncInbox:
         listener, udp, bound = bind_endpoints(address)
         return cls(listener, udp, bound, key, **kwargs)  # type: ignore[arg-type]
 
@@ -215,6 +231,7 @@ class AsyncInbox:
         out = {
             "ls_received": self._core.ls_received,
             "ls_overflow": self._box.ls_overflow,
+            "ls_sessions": self._core.decoder.sessions,
             "dropped": self._core.drops.total(),
         }
         out.update({f"dropped_{k}": v for k, v in self._core.drops.counts.items()})
@@ -256,17 +273,19 @@ class Inbox:
         listener: socket.socket,
         udp: socket.socket,
         address: Address,
-        key: TeamKey,
+        key: Keyring,
         loop: asyncio.AbstractEventLoop,
         *,
+        robot: str,
         clock: Callable[[], int] = time.monotonic_ns,
         maxsize: int = 1024,
         limits: ReceiverLimits = ReceiverLimits(),
     ) -> None:
         self.address = address
+        self.robot = robot
         self._loop = loop
         self._bulk_q: queue.Queue[Message] = queue.Queue(maxsize)
-        self._core = _InboxCore(udp, key, clock, DropLog(log, clock))
+        self._core = _InboxCore(udp, key, robot, clock, DropLog(log, clock), limits)
         self._udp = udp
         udp.settimeout(_WAIT_ROUND_S)
         self._timeout = _WAIT_ROUND_S
@@ -286,7 +305,13 @@ class Inbox:
 
         async def start() -> BulkReceiver:
             receiver = BulkReceiver(
-                key, self._deliver_bulk, limits=limits, clock=clock, drops=self._core.drops
+                key,
+                self._deliver_bulk,
+                limits=limits,
+                clock=clock,
+                drops=self._core.drops,
+                robot=robot,
+                ls=self._core.decoder,
             )
             receiver.start(listener)
             return receiver
@@ -357,7 +382,11 @@ class Inbox:
             yield self.recv()
 
     def stats(self) -> dict[str, int]:
-        out = {"ls_received": self._core.ls_received, "dropped": self._core.drops.total()}
+        out = {
+            "ls_received": self._core.ls_received,
+            "ls_sessions": self._core.decoder.sessions,
+            "dropped": self._core.drops.total(),
+        }
         out.update({f"dropped_{k}": v for k, v in self._core.drops.counts.items()})
         if self.bulk is not None:
             out.update({f"bulk_{k}": v for k, v in self.bulk.stats().items()})

@@ -9,18 +9,22 @@ is it parked in a one-slot mailbox and sent when the socket turns writable, and
 
 Each send is reported to the robot's protection planner, so BH streams on this robot
 learn when LS traffic is due and get out of its way.
+
+Datagrams are bound to a **session** the receiver hands out over an authenticated
+connection (the team keeps it open, re-opens it when it breaks, see
+:mod:`._team`). Until the first session is open a message is parked like under
+back-pressure (keep-last, deadline), and goes out when the session arrives.
 """
 
 from __future__ import annotations
 
-import os
 import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from ._auth import DatagramAuthenticator
+from ._auth import MacKey
 from ._errors import RuntimeUsageError
 from ._marking import Marking
 from ._wire import MAX_LS_PAYLOAD_BYTES, WIRE_VERSION, LsHeader, pack_datagram
@@ -41,6 +45,9 @@ class ChannelStats:
     failed: int
     """Sends the kernel refused (unreachable, refused, too big)."""
     last_error: str | None
+    sessions: int = 0
+    """Sessions the receiver opened for this channel (1 + re-opens after it restarted
+    or the session connection broke)."""
 
 
 class LatencySensitiveChannel:
@@ -59,7 +66,6 @@ class LatencySensitiveChannel:
         dest: tuple[str, int],
         sock: socket.socket,
         marking: Marking,
-        auth: DatagramAuthenticator,
         period_ns: int | None,
         deadline_ns: int,
         observe: Callable[[str], int],
@@ -75,17 +81,25 @@ class LatencySensitiveChannel:
         self.period_ns = period_ns
         self.deadline_ns = deadline_ns
         self._sock = sock
-        self._auth = auth
         self._observe = observe
         self._clock = clock
         self._arm_writer = arm_writer
-        self._session = int.from_bytes(os.urandom(8), "big") >> 1
+        # (session id, receiving robot, its MAC key); None until the receiver answered.
+        self._session: tuple[int, str, MacKey] | None = None
+        self._sessions = 0
+        self.ready = threading.Event()
         self._seq = 0
         self._lock = threading.Lock()
-        self._parked: tuple[bytearray, int] | None = None  # (datagram, deadline_ns)
+        # (seq, sent_ns, deadline_ns, payload) of the message waiting for the socket
+        # or for a session.
+        self._parked: tuple[int, int, int, bytes] | None = None
         self._closed = False
         self._sent = self._superseded = self._expired = self._failed = 0
         self._last_error: str | None = None
+
+    @property
+    def has_session(self) -> bool:
+        return self._session is not None
 
     @property
     def fileno(self) -> int:
@@ -95,8 +109,35 @@ class LatencySensitiveChannel:
     def stats(self) -> ChannelStats:
         with self._lock:
             return ChannelStats(
-                self._sent, self._superseded, self._expired, self._failed, self._last_error
+                self._sent,
+                self._superseded,
+                self._expired,
+                self._failed,
+                self._last_error,
+                self._sessions,
             )
+
+    def set_session(self, session: int, dest_robot: str, key: MacKey) -> None:
+        """The receiver opened ``session`` for this channel (called by the team)."""
+        with self._lock:
+            self._session = (session, dest_robot, key)
+            self._sessions += 1
+            parked = self._parked is not None
+        self.ready.set()
+        if parked:
+            self._arm_writer(self, 0)
+
+    def _datagram(
+        self, seq: int, sent_ns: int, deadline: int, payload: bytes | bytearray | memoryview
+    ) -> bytearray:
+        assert self._session is not None
+        session, dest, key = self._session
+        header = LsHeader(
+            WIRE_VERSION, self.robot, dest, self.name, session, seq, sent_ns, deadline, len(payload)
+        )
+        data = pack_datagram(header, payload)
+        data += key.datagram_mac(data)
+        return data
 
     def send(self, payload: bytes | bytearray | memoryview) -> SendOutcome:
         """Send one message now; see the module docstring for what happens under
@@ -112,22 +153,17 @@ class LatencySensitiveChannel:
                 raise RuntimeUsageError(f"LS channel {self.name!r} is closed")
             now = self._clock()
             self._seq += 1
-            header = LsHeader(
-                WIRE_VERSION,
-                self.robot,
-                self.name,
-                self._session,
-                self._seq,
-                now,
-                now + self.deadline_ns,
-                size,
-            )
-            data = pack_datagram(header, payload)
-            data += self._auth.sign(data)
+            deadline = now + self.deadline_ns
             if self._parked is not None:
                 self._parked = None
                 self._superseded += 1
-            outcome = self._try_send(data, now + self.deadline_ns)
+            if self._session is None:
+                self._parked = (self._seq, now, deadline, bytes(payload))
+                self._arm_writer(self, deadline)
+                outcome: SendOutcome = "parked"
+            else:
+                data = self._datagram(self._seq, now, deadline, payload)
+                outcome = self._try_send(data, self._seq, now, deadline, payload)
         # After the datagram left: the planner's bookkeeping must not delay it.
         self._observe(self.name)
         return outcome
@@ -138,13 +174,16 @@ class LatencySensitiveChannel:
             parked = self._parked
             if parked is None:
                 return True
-            data, deadline = parked
+            seq, sent_ns, deadline, payload = parked
             if self._clock() > deadline:
                 self._parked = None
                 self._expired += 1
                 return True
+            if self._session is None:
+                return False  # still waiting for the receiver: the deadline timer decides
             self._parked = None
-            return self._try_send(data, deadline) != "parked"
+            data = self._datagram(seq, sent_ns, deadline, payload)
+            return self._try_send(data, seq, sent_ns, deadline, payload) != "parked"
 
     def close(self) -> None:
         with self._lock:
@@ -154,11 +193,18 @@ class LatencySensitiveChannel:
                 self._expired += 1
         self._sock.close()
 
-    def _try_send(self, data: bytearray, deadline: int) -> SendOutcome:
+    def _try_send(
+        self,
+        data: bytearray,
+        seq: int,
+        sent_ns: int,
+        deadline: int,
+        payload: bytes | bytearray | memoryview,
+    ) -> SendOutcome:
         try:
             self._sock.send(data)
         except BlockingIOError:
-            self._parked = (data, deadline)
+            self._parked = (seq, sent_ns, deadline, bytes(payload))
             self._arm_writer(self, deadline)
             return "parked"
         except OSError as exc:

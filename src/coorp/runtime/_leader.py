@@ -28,7 +28,7 @@ from coorp.control import GlobalController, PermitUpdate, UnknownRobotError
 from ._accept import AcceptLoop
 from ._auth import TeamKey
 from ._counters import DropLog
-from ._errors import LimitedError, MalformedFrameError, RefusedError
+from ._errors import LimitedError, MalformedFrameError, RefusedError, RuntimeUsageError
 from ._framing import FramedConnection, PeerClosed, server_handshake
 from ._sockets import Address, format_address, open_tcp_listener, tune_tcp
 from ._wire import (
@@ -79,6 +79,11 @@ class PermitService:
         *,
         clock: Callable[[], int] = time.monotonic_ns,
     ) -> None:
+        if not isinstance(key, TeamKey):
+            raise RuntimeUsageError(
+                f"the permit service needs the team key, got {key!r} (a robot's key "
+                "cannot authenticate the other robots)"
+            )
         self._key = key
         self.settings = settings
         self._clock = clock

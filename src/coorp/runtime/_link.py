@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 from coorp._errors import PeerError
 
-from ._auth import TeamKey
+from ._auth import Keyring
 from ._errors import MalformedFrameError, RefusedError
 from ._framing import FramedConnection, PeerClosed, client_handshake, recv_first_reply
 from ._sockets import Address, format_address, resolve, tune_tcp
@@ -51,7 +51,7 @@ class ControlLink:
         self,
         leader: Address,
         robot: str,
-        key: TeamKey,
+        key: Keyring,
         *,
         on_message: Callable[[Message], None],
         on_state: Callable[[LinkState, Welcome | None], None],

@@ -10,7 +10,7 @@ import asyncio
 import socket
 from dataclasses import dataclass
 
-from ._auth import TeamKey
+from ._auth import Keyring, TeamKey
 from ._errors import MalformedFrameError, PeerTimeoutError
 from ._framing import FramedConnection, client_handshake, recv_first_reply
 from ._sockets import format_address, parse_address, resolve, tune_tcp
@@ -27,7 +27,7 @@ class LeaderStats:
 
 
 async def aquery_leader_stats(
-    leader: str, key: TeamKey | bytes | str, *, timeout_s: float = 2.0, name: str = "observer"
+    leader: str, key: Keyring | bytes | str, *, timeout_s: float = 2.0, name: str = "observer"
 ) -> LeaderStats:
     addr = parse_address(leader, what="leader")
     family, sockaddr = resolve(addr, socket.SOCK_STREAM)
@@ -47,9 +47,10 @@ async def aquery_leader_stats(
     conn = FramedConnection(
         sock, peer=format_address(addr), read_timeout_s=timeout_s, write_timeout_s=timeout_s
     )
+    keys = TeamKey.coerce(key)
     try:
         await client_handshake(
-            conn, TeamKey.coerce(key), robot=name, role="observer", service="leader"
+            conn, keys, robot=keys.identity or name, role="observer", service="leader"
         )
         await conn.send(StatsQuery())
         reply = await recv_first_reply(conn)
@@ -61,7 +62,7 @@ async def aquery_leader_stats(
 
 
 def query_leader_stats(
-    leader: str, key: TeamKey | bytes | str, *, timeout_s: float = 2.0
+    leader: str, key: Keyring | bytes | str, *, timeout_s: float = 2.0
 ) -> LeaderStats:
     """The leader's counters (grants, drops, ``max_holders``...), from any thread."""
     return asyncio.run(aquery_leader_stats(leader, key, timeout_s=timeout_s))

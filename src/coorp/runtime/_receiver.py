@@ -13,10 +13,12 @@
 
 from __future__ import annotations
 
+import hmac
 import logging
 import mmap
 import os
 import socket
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -28,9 +30,17 @@ import msgspec
 from coorp._errors import PeerError
 
 from ._accept import AcceptLoop
-from ._auth import DatagramAuthenticator, TeamKey
+from ._auth import Keyring
 from ._counters import DropLog
-from ._errors import FrameTooLargeError, LimitedError, MalformedFrameError, RefusedError
+from ._errors import (
+    AuthenticationError,
+    FrameTooLargeError,
+    LimitedError,
+    MalformedFrameError,
+    RefusedError,
+    ReplayError,
+    StaleError,
+)
 from ._framing import FramedConnection, PeerClosed, server_handshake
 from ._sockets import format_address, tune_tcp
 from ._wire import (
@@ -40,6 +50,8 @@ from ._wire import (
     BulkDone,
     BulkOpen,
     BulkReject,
+    LsAccept,
+    LsOpen,
     Ping,
     Pong,
     Refused,
@@ -82,22 +94,101 @@ class Message(msgspec.Struct, frozen=True):
         return self.received_ns - self.sent_ns
 
 
-class LsDecoder:
-    """Datagram -> :class:`Message`, or a :class:`~coorp.PeerError` saying why not."""
+@dataclass(slots=True)
+class _LsSession:
+    session: int
+    offset_ns: int
+    """receiver clock − sender clock, an upper bound (refreshed by keep-alives and
+    lowered by every datagram: a datagram never arrives before it was sent)."""
+    last_seq: int = 0
 
-    def __init__(self, key: TeamKey, clock: Callable[[], int] = time.monotonic_ns) -> None:
-        self._auth = DatagramAuthenticator(key)
+
+class LsDecoder:
+    """Datagram -> :class:`Message`, or a :class:`~coorp.PeerError` saying why not.
+
+    A datagram is accepted only if it is addressed to this receiver's robot
+    (``dest``), its MAC verifies under the key of the pair (sender, receiver), it
+    carries the session this receiver opened for (sender, channel) — sessions are
+    handed out over an authenticated connection (:meth:`open_session`) and live only
+    as long as this decoder, so a restarted receiver rejects every old session —,
+    its sequence number is above the last one accepted, and it is fresh: sent at
+    most ``max_age_ns`` before now, on the sender's clock mapped to ours.
+    """
+
+    def __init__(
+        self,
+        keys: Keyring,
+        robot: str,
+        clock: Callable[[], int] = time.monotonic_ns,
+        *,
+        max_age_ns: int = 2_000_000_000,
+        max_sessions: int = 4096,
+    ) -> None:
+        self._keys = keys
+        self.robot = robot
         self._clock = clock
+        self.max_age_ns = max_age_ns
+        self._max_sessions = max_sessions
+        self._sessions: OrderedDict[tuple[str, str], _LsSession] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def open_session(self, robot: str, channel: str, sender_now_ns: int) -> int:
+        """A new session for ``robot``'s ``channel`` (replacing an older one)."""
+        session = int.from_bytes(os.urandom(8), "big") >> 1
+        with self._lock:
+            self._sessions[(robot, channel)] = _LsSession(session, self._clock() - sender_now_ns)
+            self._sessions.move_to_end((robot, channel))
+            while len(self._sessions) > self._max_sessions:
+                self._sessions.popitem(last=False)
+        return session
+
+    def refresh(self, robot: str, channel: str, session: int, sender_now_ns: int) -> None:
+        """A keep-alive of the session: re-measure the clock offset (drift)."""
+        with self._lock:
+            s = self._sessions.get((robot, channel))
+            if s is not None and s.session == session:
+                s.offset_ns = self._clock() - sender_now_ns
+
+    @property
+    def sessions(self) -> int:
+        return len(self._sessions)
 
     def decode(self, data: bytes | bytearray | memoryview, peer: str) -> Message:
         now = self._clock()
         if len(data) <= MAC_BYTES:
             raise MalformedFrameError(f"datagram of {len(data)} bytes is too short")
-        # The MAC first: nothing unauthenticated is parsed beyond its length.
-        view = memoryview(data)
-        self._auth.verify(view[:-MAC_BYTES], view[-MAC_BYTES:])
-        header, payload, _, _ = split_datagram(view)
-        self._auth.accept_sequence(header.robot, header.channel, header.session, header.seq)
+        # Structure first (bounded; nothing is trusted yet): the header names the
+        # sender, whose pair key must have made the MAC.
+        header, payload, signed, mac = split_datagram(data)
+        if header.dest != self.robot:
+            raise AuthenticationError(
+                f"datagram for robot {header.dest!r} reached {self.robot!r} (misdirected "
+                "or replayed from another robot)"
+            )
+        key = self._keys.mac(self.robot, header.robot)
+        if not hmac.compare_digest(key.datagram_mac(signed), mac):
+            raise AuthenticationError(f"datagram MAC does not verify for {header.robot!r}")
+        with self._lock:
+            s = self._sessions.get((header.robot, header.channel))
+            if s is None or s.session != header.session:
+                raise StaleError(
+                    f"{header.robot}/{header.channel}: session {header.session} is not open "
+                    "here (an old session, or this receiver restarted)"
+                )
+            if header.seq <= s.last_seq:
+                raise ReplayError(
+                    f"{header.robot}/{header.channel}: sequence {header.seq} not newer than "
+                    f"{s.last_seq}"
+                )
+            age = now - (header.sent_ns + s.offset_ns)
+            if age > self.max_age_ns:
+                raise StaleError(
+                    f"{header.robot}/{header.channel}: datagram {header.seq} is "
+                    f"{age / 1e9:.1f} s old (limit {self.max_age_ns / 1e9:g} s)"
+                )
+            s.last_seq = header.seq
+            if age < 0:
+                s.offset_ns += age  # it came sooner than the offset allowed: tighten
         return Message(
             "ls",
             header.robot,
@@ -125,6 +216,8 @@ class ReceiverLimits:
     """Connections from one host still in their handshake at once; more are closed."""
     partial_ttl_s: float = 600.0
     remember_completed: int = 4096
+    ls_max_age_s: float = 2.0
+    """LS freshness window: a datagram sent longer ago than this is rejected."""
 
 
 def _new_buffer(nbytes: int) -> bytearray | mmap.mmap:
@@ -154,14 +247,18 @@ class BulkReceiver:
 
     def __init__(
         self,
-        key: TeamKey,
+        key: Keyring,
         deliver: Callable[[Message], Awaitable[None]],
         *,
         limits: ReceiverLimits = ReceiverLimits(),
         clock: Callable[[], int] = time.monotonic_ns,
         drops: DropLog | None = None,
+        robot: str,
+        ls: LsDecoder | None = None,
     ) -> None:
         self._key = key
+        self.robot = robot
+        self.ls = ls
         self._deliver = deliver
         self.limits = limits
         self._clock = clock
@@ -177,6 +274,7 @@ class BulkReceiver:
             "resumed": 0,
             "duplicates_suppressed": 0,
             "expired_partials": 0,
+            "ls_sessions": 0,
         }
 
     def start(self, listener: socket.socket) -> None:
@@ -220,8 +318,12 @@ class BulkReceiver:
         try:
             async with slot.handshake_deadline(peer):
                 join = await server_handshake(
-                    conn, self._key, service="receiver", epoch=self._epoch
+                    conn, self._key, service="receiver", epoch=self._epoch, local=self.robot
                 )
+            if join.role == "ls" and self.ls is not None:
+                conn.read_timeout_s = lim.idle_timeout_s
+                await self._serve_ls(conn, join.robot, self.ls)
+                return
             if join.role != "sender":
                 await conn.send(Refused(f"role {join.role!r} is not served by a receiver"))
                 raise RefusedError(f"role {join.role!r} is not served by a receiver")
@@ -235,6 +337,21 @@ class BulkReceiver:
             log.debug("bulk connection %s failed: %s", peer, exc)
         finally:
             conn.close()
+
+    async def _serve_ls(self, conn: FramedConnection, robot: str, ls: LsDecoder) -> None:
+        """An LS sender's session: open it, then keep-alives until the sender goes."""
+        first = await conn.recv()
+        if not isinstance(first, LsOpen):
+            raise MalformedFrameError(f"expected LsOpen, got {type(first).__name__}")
+        session = ls.open_session(robot, first.channel, first.sent_ns)
+        self.counters["ls_sessions"] += 1
+        await conn.send(LsAccept(session))
+        while True:
+            msg = await conn.recv()
+            if not isinstance(msg, Ping):
+                raise MalformedFrameError(f"unexpected {type(msg).__name__} on an LS session")
+            ls.refresh(robot, first.channel, session, msg.token)
+            await conn.send(Pong(msg.token))
 
     async def _serve(self, conn: FramedConnection, robot: str) -> None:
         current: tuple[_Key, _Partial] | None = None

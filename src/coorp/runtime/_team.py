@@ -23,24 +23,35 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from coorp._errors import PeerError
 from coorp.control import ProtectionPlanner
 
-from ._auth import DatagramAuthenticator, TeamKey
+from ._auth import Keyring, TeamKey
 from ._bulk import AsyncBulkStream, BulkReceipt, BulkSettings
 from ._config import TeamConfig, load_team_config, resolve_team_key
 from ._coordination import Coordinator
-from ._errors import RefusedError, RuntimeUsageError
+from ._errors import MalformedFrameError, RefusedError, RuntimeUsageError
+from ._framing import (
+    FramedConnection,
+    PeerClosed,
+    client_handshake,
+    connect_framed,
+    recv_first_reply,
+)
 from ._inbox import AsyncInbox, Inbox, bind_endpoints
 from ._latency import LatencySensitiveChannel
 from ._link import ControlLink, LinkState
 from ._marking import Marking, mark_socket, probe_marking
 from ._preempt import SharedPlanner
 from ._receiver import ReceiverLimits
-from ._sockets import Address, parse_address, resolve
+from ._sockets import Address, format_address, parse_address, resolve
+from ._wire import LsAccept, LsOpen, Ping, Pong
 
 __all__ = ["AsyncTeam", "BulkStream", "Team", "TeamSettings", "ajoin", "join", "join_config"]
 
 log = logging.getLogger("coorp.runtime.agent")
+_LS_MIN_BACKOFF_S = 0.05
+_LS_MAX_BACKOFF_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +65,12 @@ class TeamSettings:
     """Leader silent this long: BH goes uncoordinated (must stay under 1 s)."""
     join_timeout_s: float = 2.0
     """How long :func:`join` waits for the leader before going on uncoordinated."""
+    ls_keepalive_s: float = 1.0
+    """Keep-alive period of an LS channel's session with its receiver (also how often
+    the receiver re-measures the clock offset for its freshness check)."""
+    ls_session_wait_s: float = 1.0
+    """How long the threaded ``Team.latency_sensitive`` waits for the receiver to open
+    the channel's session (sends before that are parked, keep-last)."""
     bulk: BulkSettings = field(default_factory=BulkSettings)
     receiver: ReceiverLimits = field(default_factory=ReceiverLimits)
 
@@ -64,19 +81,21 @@ class AsyncTeam:
     def __init__(
         self,
         robot: str,
-        key: TeamKey,
+        key: Keyring,
         *,
         leader: Address | None,
         settings: TeamSettings,
         clock: Callable[[], int] = time.monotonic_ns,
     ) -> None:
+        key.check_identity(robot)
         self.robot = robot
         self.leader = leader
         self.settings = settings
         self._key = key
         self._clock = clock
         self._loop = asyncio.get_running_loop()
-        self._dgram_auth = DatagramAuthenticator(key)
+        self._ls_tasks: dict[str, asyncio.Task[None]] = {}
+        self._ls_ready: dict[str, asyncio.Event] = {}
         self.planner = SharedPlanner(
             ProtectionPlanner(margin_ns=settings.protection_margin_ns), clock
         )
@@ -177,7 +196,6 @@ class AsyncTeam:
             dest=addr,
             sock=sock,
             marking=marking,
-            auth=self._dgram_auth,
             period_ns=None if period_ms is None else round(period_ms * 1e6),
             deadline_ns=round(deadline_ms * 1e6),
             observe=observe,
@@ -185,7 +203,84 @@ class AsyncTeam:
             arm_writer=self._arm_writer,
         )
         self._ls[name] = ch
+        self._ls_ready[name] = asyncio.Event()
+        self._ls_tasks[name] = self._loop.create_task(
+            self._ls_session(ch), name=f"coorp-ls-session-{name}"
+        )
         return ch
+
+    async def ls_ready(self, name: str, timeout_s: float) -> bool:
+        """Wait (at most ``timeout_s``) until the receiver of LS channel ``name`` opened
+        its session; messages sent before are parked (keep-last) until then."""
+        ev = self._ls_ready.get(name)
+        if ev is None:
+            raise RuntimeUsageError(f"no LS channel {name!r}")
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await ev.wait()
+        return ev.is_set()
+
+    async def _ls_session(self, ch: LatencySensitiveChannel) -> None:
+        """Keep an LS session with the channel's receiver: open it, keep it alive,
+        re-open it when the connection breaks (a restarted receiver)."""
+        backoff = _LS_MIN_BACKOFF_S
+        peer = format_address(ch.dest)
+        warned = False
+        for _ in iter(int, 1):  # until the channel closes (cancelled)
+            try:
+                async with contextlib.AsyncExitStack() as stack:
+                    conn = await connect_framed(ch.dest, timeout_s=self.settings.ls_keepalive_s)
+                    stack.callback(conn.close)
+                    hello = await client_handshake(
+                        conn, self._key, robot=self.robot, role="ls", service="receiver"
+                    )
+                    await conn.send(LsOpen(ch.name, self._clock()))
+                    reply = await recv_first_reply(conn)
+                    if not isinstance(reply, LsAccept):
+                        raise MalformedFrameError(f"expected LsAccept, got {type(reply).__name__}")
+                    ch.set_session(
+                        reply.session, hello.robot, self._key.mac(self.robot, hello.robot)
+                    )
+                    self._ls_ready[ch.name].set()
+                    backoff = _LS_MIN_BACKOFF_S
+                    warned = False
+                    await self._ls_keepalive(conn)
+            except asyncio.CancelledError:
+                raise
+            except RefusedError as exc:
+                if not warned:
+                    log.error("LS channel %s: receiver %s refused: %s", ch.name, peer, exc)
+                    warned = True
+                backoff = _LS_MAX_BACKOFF_S
+            except (PeerError, PeerClosed, OSError, TimeoutError) as exc:
+                log.debug("LS channel %s: session with %s: %s", ch.name, peer, exc)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, _LS_MAX_BACKOFF_S)
+
+    async def _ls_keepalive(self, conn: FramedConnection) -> None:
+        period = self.settings.ls_keepalive_s
+        conn.read_timeout_s = 3 * period
+
+        async def pings() -> None:
+            while True:
+                await asyncio.sleep(period)
+                await conn.send(Ping(self._clock()))
+
+        async def pongs() -> None:
+            while True:
+                msg = await conn.recv()
+                if not isinstance(msg, Pong):
+                    raise MalformedFrameError(f"unexpected {type(msg).__name__} on an LS session")
+
+        tasks = [asyncio.create_task(pings()), asyncio.create_task(pongs())]
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                t.result()
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     def bulk(self, name: str, dest: str, *, chunk_bytes: int | None = None) -> AsyncBulkStream:
         """A BH stream to the inbox at ``dest`` ("host:port")."""
@@ -212,6 +307,7 @@ class AsyncTeam:
         inbox = await AsyncInbox.open(
             parse_address(address, what="listen"),
             self._key,
+            robot=self.robot,
             clock=self._clock,
             maxsize=maxsize,
             limits=self.settings.receiver,
@@ -220,6 +316,9 @@ class AsyncTeam:
         return inbox
 
     async def close(self) -> None:
+        for task in self._ls_tasks.values():
+            task.cancel()
+        await asyncio.gather(*self._ls_tasks.values(), return_exceptions=True)
         for ch in self._ls.values():
             self._disarm(ch)
             ch.close()
@@ -253,7 +352,9 @@ class AsyncTeam:
         self._loop.call_later(delay + 1e-4, self._flush, ch)
 
     def _flush(self, ch: LatencySensitiveChannel) -> None:
-        if ch.flush():
+        # Without a session the socket's writability is no news: only the session's
+        # arrival (which arms again) or the deadline timer may flush.
+        if ch.flush() or not ch.has_session:
             self._disarm(ch)
 
     def _disarm(self, ch: LatencySensitiveChannel) -> None:
@@ -268,7 +369,7 @@ def _no_observe(flow: str) -> int:
 async def ajoin(
     leader: str | None,
     robot: str,
-    key: TeamKey | bytes | str,
+    key: Keyring | bytes | str,
     *,
     settings: TeamSettings | None = None,
     clock: Callable[[], int] = time.monotonic_ns,
@@ -391,6 +492,8 @@ class Team:
                 name, dest, deadline_ms=deadline_ms, period_ms=period_ms
             )
         )
+        # Bounded: if the receiver is not up yet, messages park until it is.
+        ch.ready.wait(self._team.settings.ls_session_wait_s)
         return ch
 
     def bulk(self, name: str, dest: str, *, chunk_bytes: int | None = None) -> BulkStream:
@@ -407,6 +510,7 @@ class Team:
             bound,
             self._team._key,
             self._runner.loop,
+            robot=self._team.robot,
             clock=self._team._clock,
             maxsize=maxsize,
             limits=self._team.settings.receiver,
@@ -440,7 +544,7 @@ class Team:
 def join(
     leader: str | None,
     robot: str,
-    key: TeamKey | bytes | str,
+    key: Keyring | bytes | str,
     *,
     settings: TeamSettings | None = None,
     clock: Callable[[], int] = time.monotonic_ns,
@@ -462,7 +566,7 @@ def join(
 
 
 def join_config(
-    config: TeamConfig | str | Path, robot: str, *, key: TeamKey | bytes | str | None = None
+    config: TeamConfig | str | Path, robot: str, *, key: Keyring | bytes | str | None = None
 ) -> Team:
     """:func:`join` with the leader address and timings from a team file."""
     source: str | Path | None = None
@@ -471,7 +575,7 @@ def join_config(
         config = load_team_config(config)
     if robot not in config.team.robots:
         raise RuntimeUsageError(f"robot {robot!r} is not in team.robots of the team file")
-    k = TeamKey.coerce(key) if key is not None else resolve_team_key(config, source)
+    k = TeamKey.coerce(key) if key is not None else resolve_team_key(config, source, robot=robot)
     a = config.agent
     settings = TeamSettings(
         local_preemption=a.local_preemption,

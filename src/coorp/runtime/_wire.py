@@ -44,7 +44,9 @@ __all__ = [
     "Granted",
     "Hello",
     "Join",
+    "LsAccept",
     "LsHeader",
+    "LsOpen",
     "Message",
     "Ping",
     "Pong",
@@ -64,7 +66,7 @@ __all__ = [
     "split_datagram",
 ]
 
-WIRE_VERSION: Final = 1
+WIRE_VERSION: Final = 2
 NONCE_BYTES: Final = 16
 MAC_BYTES: Final = 32
 LENGTH_PREFIX: Final = struct.Struct(">I")
@@ -110,6 +112,9 @@ class Hello(_Msg, tag="hello"):
     nonce: Nonce
     service: Literal["leader", "receiver"]
     epoch: U64
+    robot: Annotated[str, Meta(max_length=64, pattern=r"^[A-Za-z0-9_.:-]*$")] = ""
+    """The server's robot (an inbox's owner): whose pair key the client must use.
+    Empty for the permit service."""
 
 
 class Join(_Msg, tag="join"):
@@ -117,7 +122,7 @@ class Join(_Msg, tag="join"):
 
     robot: Name
     nonce: Nonce
-    role: Literal["agent", "observer", "sender"]
+    role: Literal["agent", "observer", "sender", "ls"]
 
 
 class Welcome(_Msg, tag="welcome"):
@@ -214,6 +219,20 @@ class BulkReject(_Msg, tag="breject"):
     reason: Reason
 
 
+class LsOpen(_Msg, tag="lsopen"):
+    """LS sender -> receiver (role ``ls``): open a session for ``channel``; ``sent_ns``
+    is the sender's clock now (the receiver learns the clock offset from it)."""
+
+    channel: Name
+    sent_ns: U64
+
+
+class LsAccept(_Msg, tag="lsaccept"):
+    """Receiver -> LS sender: datagrams of this channel must carry ``session``."""
+
+    session: U64
+
+
 Message = (
     Hello
     | Join
@@ -232,6 +251,8 @@ Message = (
     | BulkAccept
     | BulkDone
     | BulkReject
+    | LsOpen
+    | LsAccept
 )
 
 
@@ -240,8 +261,12 @@ class LsHeader(Struct, array_like=True, frozen=True):
 
     v: int
     robot: Name
+    """The sender."""
+    dest: Name
+    """The receiving robot (the MAC is made with the key of this pair)."""
     channel: Name
     session: U64
+    """Handed out by the receiver for this (sender, channel); see LsOpen."""
     seq: U64
     sent_ns: U64
     deadline_ns: U64
