@@ -72,3 +72,8 @@ def test_stations_must_match_robots() -> None:
     d = tiny()
     d["stations"] = [{"name": "leader"}, {"name": "other"}]
     assert "[[cosim.robots]]" in _error(d)
+
+
+def test_reference_speed_below_max_speed() -> None:
+    d = tiny(task={"speed_m_s": 2.0})
+    assert "max_speed_m_s" in _error(d) and "r1" in _error(d)

@@ -33,6 +33,7 @@ COMMAND_MODULES = (
     "coorp.cli._bench",
     "coorp.cli._runtime",
     "coorp.cli._model",
+    "coorp.cli._cosim",
     "coorp.cli._learn",
 )
 

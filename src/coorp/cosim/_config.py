@@ -85,7 +85,7 @@ class RobotConfig(_Model):
     start_m: tuple[float, float]
     heading_deg: float = Field(0.0, ge=-360, le=360)
     radius_m: float = Field(0.2, gt=0, le=5)
-    max_speed_m_s: float = Field(1.0, gt=0, le=50)
+    max_speed_m_s: float = Field(1.5, gt=0, le=50)
     max_turn_deg_s: float = Field(180.0, gt=0, le=3600)
     altitude_m: float = Field(0.1, ge=0, le=500, description="height of the body's centre")
     #: Patrol route after the start point (the route closes back to its first waypoint
@@ -145,6 +145,14 @@ class CosimConfig(_Model):
                 raise ValueError(
                     f"robot {r.name!r} ({r.kind.value}) has no waypoints_m; give its patrol "
                     "route or make it kind = 'static'"
+                )
+        for r in self.robots:
+            speed = r.speed_m_s or self.task.speed_m_s
+            if r.kind is not RobotKind.STATIC and speed >= r.max_speed_m_s:
+                raise ValueError(
+                    f"robot {r.name!r}: its reference speed {speed} m/s must be below its "
+                    f"max_speed_m_s = {r.max_speed_m_s} (a robot that falls behind must be "
+                    "able to catch up)"
                 )
         step_ns = round(self.physics_step_ms * 1e6)
         if step_ns <= 0 or abs(step_ns - self.physics_step_ms * 1e6) > 1e-3:

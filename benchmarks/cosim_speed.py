@@ -1,0 +1,175 @@
+"""Co-simulation speed and synchronization: the targets of issue 13.
+
+1. Wall time per simulated second, 5 robots (scenarios/cosim-5.toml) and 20 robots (a
+   generated warehouse: a static leader and 19 ground robots in 4 aisles), physics at
+   500 Hz, the full CRL workload (30 Hz MPC loop + BSP DRLC, 40 MB model) under EDCA,
+   exact coupling. Targets: <= 0.2 s (5 robots) and <= 1 s (20 robots) per simulated
+   second on 2 cores. The seed's Gazebo + ns-3 middleware runs at or below real time
+   (>= 1 s per simulated second). Each run is split into physics (MuJoCo steps), links
+   (ray casts + path loss) and the rest (channel simulator, workload, controller).
+2. Coupling: exact event coupling vs the seed's fixed window (1 ms) and velocity-aware
+   window (w_a = w + |V_p - V_s| / 1000) on cosim-5: sync error of the data crossing the
+   two simulators (a pose carried by a perception; a delivered command), the quantization
+   of command application to the physics step, wall time, and how far the trajectories
+   drift from the exact run's.
+
+    python benchmarks/cosim_speed.py                       # 5 s simulated per run
+    python benchmarks/cosim_speed.py --duration 2 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from coorp.cosim import CosimRun, Coupling, parse_cosim
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cosim_5() -> dict[str, Any]:
+    return tomllib.loads((ROOT / "scenarios" / "cosim-5.toml").read_text())
+
+
+def cosim_20() -> dict[str, Any]:
+    """cosim-5's world and network with 19 workers: 4-5 per aisle, staggered."""
+    d = cosim_5()
+    d["name"] = "cosim-20"
+    robots = [d["cosim"]["robots"][0]]
+    aisles = (-5.0, 0.0, 5.0, -6.8)
+    for k in range(19):
+        y = aisles[k % 4] + (0.4 if k % 8 >= 4 else -0.4) * (k % 4 != 3)
+        x0 = -9.0 + 1.6 * (k // 4)
+        robots.append({"name": f"r{k + 1}", "start_m": [x0, y],
+                       "waypoints_m": [[x0 + 10.0, y], [x0 + 10.0, y + 0.3]]})  # fmt: skip
+    d["cosim"]["robots"] = robots
+    return d
+
+
+class _Timed(CosimRun):
+    """Counts the wall time spent in the physics steps and in the link updates."""
+
+    physics_s = 0.0
+    links_s = 0.0
+
+    def _update_links(self) -> None:
+        t = time.perf_counter()
+        super()._update_links()
+        self.links_s += time.perf_counter() - t
+
+
+def _timed_world_step(run: _Timed) -> None:
+    world = run.world
+    step = world.step
+
+    def timed(v: np.ndarray, w: np.ndarray) -> list[tuple[int, int]]:
+        t = time.perf_counter()
+        out = step(v, w)
+        run.physics_s += time.perf_counter() - t
+        return out
+
+    world.step = timed  # type: ignore[method-assign]
+
+
+def speed(data: dict[str, Any], duration_s: float, policy: str) -> dict[str, Any]:
+    cs = parse_cosim(copy.deepcopy(data), source=data["name"])
+    # Warm-up (imports, MuJoCo's model compilation, SciPy's Riccati solver, caches): a
+    # first short run, not timed.
+    CosimRun(cs, policy).run(200_000_000)
+    run = _Timed(cs, policy)
+    _timed_world_step(run)
+    t0 = time.perf_counter()
+    r = run.run(round(duration_s * 1e9))
+    wall = time.perf_counter() - t0
+    return {
+        "scenario": data["name"], "robots": len(cs.cosim.robots), "policy": policy,
+        "simulated_s": duration_s, "wall_s": wall, "wall_per_sim_s": wall / duration_s,
+        "physics_s": run.physics_s, "links_s": run.links_s,
+        "rest_s": wall - run.physics_s - run.links_s, "steps": run.world.steps,
+        "loops": int(r.reaction_ns.size), "bh_mbps": r.summary()["bh_mbps"],
+    }  # fmt: skip
+
+
+def coupling(data: dict[str, Any], duration_s: float, policy: str) -> list[dict[str, Any]]:
+    cs = parse_cosim(copy.deepcopy(data), source=data["name"])
+    rows = []
+    exact_poses = None
+    for mode in (Coupling.EXACT, Coupling.FIXED_WINDOW, Coupling.VELOCITY_WINDOW):
+        t0 = time.perf_counter()
+        r = CosimRun(cs, policy, coupling=mode).run(round(duration_s * 1e9))
+        wall = time.perf_counter() - t0
+        if exact_poses is None:
+            exact_poses = r.poses
+        drift = np.hypot(*(r.poses[..., :2] - exact_poses[..., :2]).transpose(2, 0, 1))
+        s = r.summary()
+        rows.append({
+            "coupling": mode.value, "window_ms": cs.cosim.window_ms if mode is not
+            Coupling.EXACT else None,
+            "inject_mean_us": s["sync_error_ns"]["inject_mean"] / 1e3,
+            "inject_max_us": s["sync_error_ns"]["inject_max"] / 1e3,
+            "apply_mean_us": s["sync_error_ns"]["apply_mean"] / 1e3,
+            "apply_max_us": s["sync_error_ns"]["apply_max"] / 1e3,
+            "quantization_mean_us": s["quantization_ns"]["mean"] / 1e3,
+            "quantization_max_us": s["quantization_ns"]["max"] / 1e3,
+            "drift_vs_exact_max_m": float(drift.max()),
+            "tracking_mean_m": s["tracking_error_m"]["mean"],
+            "wall_s": wall, "wall_per_sim_s": wall / duration_s,
+        })  # fmt: skip
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--duration", type=float, default=5.0, help="simulated s per run")
+    ap.add_argument("--policy", default="edca")
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--skip-20", action="store_true", help="only the 5-robot speed run")
+    args = ap.parse_args()
+    con = Console(highlight=False, width=160)
+    runs = [speed(cosim_5(), args.duration, args.policy)]
+    if not args.skip_20:
+        runs.append(speed(cosim_20(), args.duration, args.policy))
+    t = Table(title=f"co-simulation speed · {args.policy} · full CRL workload · 500 Hz physics")
+    for c in ("robots", "sim s", "wall s", "wall / sim s", "target", "physics s", "links s",
+              "channel+rest s", "steps", "loops", "BH Mb/s"):  # fmt: skip
+        t.add_column(c, justify="right")
+    for r in runs:
+        target = 0.2 if r["robots"] <= 5 else 1.0
+        ok = "ok" if r["wall_per_sim_s"] <= target else "MISSED"
+        t.add_row(str(r["robots"]), f"{r['simulated_s']:g}", f"{r['wall_s']:.2f}",
+                  f"{r['wall_per_sim_s']:.3f}", f"<= {target:g} {ok}", f"{r['physics_s']:.2f}",
+                  f"{r['links_s']:.2f}", f"{r['rest_s']:.2f}", str(r["steps"]), str(r["loops"]),
+                  f"{r['bh_mbps']:.1f}")  # fmt: skip
+    t.caption = "seed's Gazebo + ns-3 middleware: >= 1 s wall per simulated second"
+    con.print(t)
+    rows = coupling(cosim_5(), args.duration, args.policy)
+    t = Table(title="coupling: sync error, quantization and wall time (cosim-5)")
+    for c in ("coupling", "inject mean/max µs", "apply mean/max µs", "quant mean/max µs",
+              "drift vs exact m", "track err m", "wall / sim s"):  # fmt: skip
+        t.add_column(c, justify="right")
+    for r in rows:
+        t.add_row(r["coupling"], f"{r['inject_mean_us']:.0f} / {r['inject_max_us']:.0f}",
+                  f"{r['apply_mean_us']:.0f} / {r['apply_max_us']:.0f}",
+                  f"{r['quantization_mean_us']:.0f} / {r['quantization_max_us']:.0f}",
+                  f"{r['drift_vs_exact_max_m']:.4f}", f"{r['tracking_mean_m']:.4f}",
+                  f"{r['wall_per_sim_s']:.3f}")  # fmt: skip
+    t.caption = (
+        "inject: perception instant - instant of the pose it carries; apply: command "
+        "released - delivered; quant: applied at the physics step - released"
+    )
+    con.print(t)
+    if args.json is not None:
+        args.json.write_text(json.dumps({"speed": runs, "coupling": rows}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
