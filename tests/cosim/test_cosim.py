@@ -142,3 +142,18 @@ def test_trace_is_readable_mcap(tmp_path) -> None:
     assert topics["/scene"] == "foxglove.SceneUpdate"
     assert topics["/robots/r1/pose"] == "foxglove.PoseInFrame"
     assert topics["/network/messages"] == "coorp.NetworkMessage"
+
+
+def test_an_aerial_robot_sees_over_the_wall_a_ground_robot_does_not() -> None:
+    d = tiny(world={"obstacles": [WALL]})
+    d["cosim"]["robots"][0]["altitude_m"] = 3.0  # the leader's antenna on a pole
+    d["cosim"]["robots"].append({"name": "drone", "kind": "aerial", "start_m": [2.0, 0.5],
+                                 "altitude_m": 6.0, "max_speed_m_s": 4.0, "heading_deg": 90,
+                                 "speed_m_s": 2.0, "waypoints_m": [[2.0, 6.0]]})  # fmt: skip
+    world = World(parse_cosim(d).cosim)
+    assert world.walls_between(0, 1)[1] == 1  # ground robot behind the wall
+    assert world.walls_between(0, 2)[1] == 0  # the drone flies above it
+    r = run_cosim(parse_cosim(d), "edca", duration_ns=SEC // 2)
+    drone = r.robots.index("drone")
+    # Twice the ground robot's reference speed: it got further along its route.
+    assert r.poses[-1, drone, 1] - 0.5 > 1.5 * (r.poses[-1, 1, 1] - 0.0)
