@@ -10,6 +10,9 @@ bulk data and has some waiting (it holds a permit, or the policy has no permits)
                     away (what a better gate could win back);
 * ``in window %``   inside one of its protection windows (the price of protection);
 * ``windows/period`` distinct protection windows per MPC period held;
+* ``late %``        bulk packets still in the NIC when the robot's next LS message
+                    came (the gate's CTT percentile aims at 100 − ``ctt_percentile``,
+                    5%; this is what happened);
 * ``LS p99 ms``     latency of the robot's own LS messages (what the gate protects).
 
 The probe only reads state (results are those of the plain policy, bit for bit)::
@@ -37,7 +40,52 @@ from coorp.units import us
 from coorp.workload import run_crl
 
 COLUMNS = ("holding s", "gate %", "idle NIC %", "in window %", "windows/period",
-           "LS p99 ms")  # fmt: skip
+           "late %", "LS p99 ms")  # fmt: skip
+
+
+class Recorder:
+    """Wraps a robot's driver hooks: records bulk enqueues/completions and LS sends."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.per_packet = bool(getattr(inner, "per_packet", True))
+        self.enqueued: dict[int, int] = {}
+        self.done: list[tuple[int, int]] = []  # (enqueued, completed)
+        self.sends: list[int] = []
+
+    def __getattr__(self, name: str) -> Any:  # e.g. the oracle's max_bulk_airtime_ns
+        return getattr(self.inner, name)
+
+    def admit_bulk(self, station: Any, now_ns: int) -> int | None:
+        return self.inner.admit_bulk(station, now_ns)
+
+    def on_ls_send(self, station: Any, flow: str, now_ns: int) -> None:
+        if flow in getattr(self.inner, "ls_flows", ()):
+            self.sends.append(now_ns)
+        self.inner.on_ls_send(station, flow, now_ns)
+
+    def on_hw_enqueue(self, station: Any, pid: int, ac: Any, depth: int, now_ns: int) -> None:
+        if ac is AccessCategory.BE:
+            self.enqueued[pid] = now_ns
+        self.inner.on_hw_enqueue(station, pid, ac, depth, now_ns)
+
+    def on_hw_complete(self, station: Any, pid: int, ac: Any, now_ns: int, delivered: bool) -> None:
+        t = self.enqueued.pop(pid, None) if ac is AccessCategory.BE else None
+        if t is not None and delivered:
+            self.done.append((t, now_ns))
+        self.inner.on_hw_complete(station, pid, ac, now_ns, delivered)
+
+    def late_share(self) -> float:
+        """Completed bulk packets that were still in the NIC at the next LS send."""
+        if not self.done or not self.sends:
+            return float("nan")
+        sends = np.asarray(self.sends, dtype=np.int64)
+        enq, comp = np.asarray(self.done, dtype=np.int64).T
+        idx = np.searchsorted(sends, enq)
+        has_send = idx < sends.size
+        nxt = sends[np.minimum(idx, sends.size - 1)]
+        late = has_send & (comp > nxt)
+        return float(late.sum() / max(1, has_send.sum()))
 
 
 def probe_class(
@@ -45,6 +93,7 @@ def probe_class(
     sample_ns: int,
     out: dict[str, Counter[str]],
     windows: dict[str, set[int]],
+    recorders: dict[str, Recorder],
 ) -> type[CoorpPolicy]:
     """``base`` plus a read-only sampler of every robot's driver state."""
 
@@ -54,6 +103,9 @@ def probe_class(
         def install(self) -> None:
             super().install()
             sim = self.team.sim
+            for robot in self.team.robots:
+                recorders[robot] = Recorder(sim.station(robot).hooks)
+                sim.set_hooks(robot, recorders[robot])
 
             def sample() -> None:
                 now = sim.now_ns
@@ -95,7 +147,8 @@ def anatomy(
         raise SystemExit(f"{policy}: not built on coorp's permits (nothing to dissect)")
     counts: dict[str, Counter[str]] = {s.name: Counter() for s in sc.stations}
     windows: dict[str, set[int]] = {s.name: set() for s in sc.stations}
-    cls = probe_class(base, us(sample_us), counts, windows)
+    recorders: dict[str, Recorder] = {}
+    cls = probe_class(base, us(sample_us), counts, windows, recorders)
     _registry._REGISTRY[cls.name] = cls
     try:
         result = run_crl(sc, cls.name, seed=seed, duration_ns=round(duration_s * 1e9))
@@ -118,6 +171,7 @@ def anatomy(
             "idle NIC %": 100 * c["idle"] / held if held else float("nan"),
             "in window %": 100 * c["window"] / held if held else float("nan"),
             "windows/period": len(windows[robot]) / held_periods if held else float("nan"),
+            "late %": 100 * recorders[robot].late_share(),
             "LS p99 ms": float(np.percentile(lat, 99)) / 1e6 if lat.size else float("nan"),
         }
     return {

@@ -31,3 +31,4 @@ def test_the_probe_changes_nothing_and_accounts_for_every_robot() -> None:
     for r in held:
         assert 0 <= r["idle NIC %"] <= r["gate %"] <= 100
         assert r["windows/period"] > 0
+        assert 0 <= r["late %"] <= 100
