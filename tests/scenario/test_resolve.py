@@ -47,7 +47,7 @@ def test_unknown_name_lists_the_builtin_names(tmp_path: Path) -> None:
         resolve_scenario("crl-11")
     msg = str(info.value)
     assert msg.startswith("scenario 'crl-11': no such file and no built-in scenario")
-    assert "built-in scenarios: all-low, crl-10, crl-2" in msg
+    assert "built-in scenarios: all-low, " in msg and "crl-10, crl-2, crl-20" in msg
     # A path in another directory is never taken for a built-in name.
     with pytest.raises(UsageError, match="no such file"):
         resolve_scenario(tmp_path / "crl-5.toml")
