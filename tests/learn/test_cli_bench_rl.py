@@ -37,3 +37,25 @@ def test_bench_rl_flow_only_writes_json(capsys: pytest.CaptureFixture[str], tmp_
 def test_bench_rl_refuses_an_unknown_contender(capsys: pytest.CaptureFixture[str]) -> None:
     code, out = _cli(capsys, "bench", "rl", "--contenders", "flow,dask")
     assert code == 2 and "unknown contender(s) ['dask']" in out
+
+
+def test_learn_prints_table_and_writes_figure_and_json(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, out = _cli(
+        capsys, "learn", "crl-2", "--policies", "edca,coorp", "--seeds", "1-2",
+        "--duration", "3", "--hidden", "8", "--envs", "2", "--out", str(tmp_path),
+    )  # fmt: skip
+    assert code == 0, out
+    assert "learning over the air: crl-2, BSP" in out and "time to target" in out
+    res = json.loads((tmp_path / "learn.json").read_text())
+    assert set(res["policies"]) == {"edca", "coorp"}
+    assert res["policies"]["edca"]["seeds"] == [1, 2]
+    assert (tmp_path / "reward.png").stat().st_size > 0
+
+
+def test_learn_refuses_bad_options(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = _cli(capsys, "learn", "crl-2", "--sync", "bulk")
+    assert code == 2 and "--sync must be bsp, ssp or asp" in out
+    code, out = _cli(capsys, "learn", "crl-2", "--seeds", "3-1")
+    assert code == 2 and "is empty" in out
