@@ -124,7 +124,10 @@ class RadioConfig(_Model):
 class CosimConfig(_Model):
     physics_step_ms: float = Field(2.0, gt=0, le=100)
     staleness_limit_ms: float = Field(
-        200.0, gt=0, description="a robot stops when its last command is older than this"
+        200.0,
+        gt=0,
+        description="a robot stops when its last command (counted from its "
+        "creation by the leader) is older than this",
     )
     coupling: Coupling = Coupling.EXACT
     window_ms: float = Field(1.0, gt=0, le=1000, description="window of the window couplings")

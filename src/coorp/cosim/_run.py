@@ -242,7 +242,6 @@ class CosimRun:
         self._v = np.zeros(n_mov)
         self._w = np.zeros(n_mov)
         self._cmd: dict[int, _Command] = {}
-        self._applied_at: dict[int, int] = {}
         self._pending: list[tuple[int, int, _Command]] = []  # (release ns, robot, command)
         self._held: list[tuple[int, int, _Command]] = []  # delivered, awaiting a boundary
         self._belief: dict[int, tuple[tuple[float, float, float], int]] = {}
@@ -342,7 +341,6 @@ class CosimRun:
             if old is not None and c.created_ns < old.created_ns:
                 continue  # an older command overtaken by a newer one: ignored
             self._cmd[i] = c
-            self._applied_at[i] = now
             self._age.append(now - c.state_ns)
         self._pending = keep
 
@@ -399,7 +397,9 @@ class CosimRun:
                 continue
             self._worker_steps += 1
             c = self._cmd.get(i)
-            if c is None or now - self._applied_at[i] > self.stale_ns:
+            # The command's age counts from its creation (its message is stamped by the
+            # leader): one that arrives older than the limit stops the robot at once.
+            if c is None or now - c.created_ns > self.stale_ns:
                 self._v[j] = 0.0
                 self._w[j] = 0.0
                 if c is not None:
