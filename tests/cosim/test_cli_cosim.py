@@ -53,7 +53,11 @@ def test_cosim_table_json_figures_and_traces(
     )  # fmt: skip
     assert code == 0, err
     assert "track err m" in text and "± " in text and "coorp" in text
-    data = json.loads((out / "summary.json").read_text())
+
+    def strict(name: str) -> None:
+        raise AssertionError(f"{name} in summary.json: not JSON")
+
+    data = json.loads((out / "summary.json").read_text(), parse_constant=strict)
     assert data["seeds"] == [1, 2] and set(data["policies"]) == {"edca", "coorp"}
     m = data["policies"]["edca"]["metrics"]["tracking_mean_m"]
     assert m["n"] == 2 and m["mean"] > 0

@@ -68,6 +68,17 @@ def render_cosim(agg: dict[str, Any], title: str) -> Table:
     return t
 
 
+def _json_safe(value: Any) -> Any:
+    """NaN and infinities become null (JSON has neither)."""
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
 def _seed_list(text: str | None, default: int) -> list[int]:
     if text is None:
         return [default]
@@ -192,6 +203,7 @@ def register(app: typer.Typer) -> None:
                 extra={"policies": names, "seeds": seed_list},
             ),
         }  # fmt: skip
+        data = _json_safe(data)
         if json_path is not None:
             write_json(json_path, data)
         if out_dir is not None:
