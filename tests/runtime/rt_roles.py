@@ -89,6 +89,8 @@ def worker(args: argparse.Namespace) -> None:
     if args.start_msg:
         team.bulk("start", args.dest).send(b"s", timeout_s=args.timeout)
         print("STARTED", flush=True)
+    if args.announce_bulk:
+        print("BULK-START", flush=True)
     receipt = team.bulk("params", args.dest).send(data, timeout_s=args.timeout)
     stop.set()
     lt.join(timeout=5)
@@ -108,8 +110,45 @@ def worker(args: argparse.Namespace) -> None:
         "ls_sent": sent[0],
         "ls": dataclasses.asdict(ls.stats),
         "bulk": team.stats()["bulk"]["params"],
+        "link": team.stats().get("link", {}),
+        "permits": team.stats()["permits"],
+        "intervals": team.asyncio_team.coordinator.intervals,
+        "reconnects": receipt.reconnects,
     }
     print("RESULT " + json.dumps(result), flush=True)
+    team.close()
+
+
+def flood(args: argparse.Namespace) -> None:
+    """Open ``--count`` TCP connections to the leader and hold them (never speak)."""
+    import resource
+
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    host, port = args.leader.rsplit(":", 1)
+    socks = []
+    for _ in range(args.count):
+        s = socket.socket()
+        s.setblocking(False)
+        try:
+            s.connect((host, int(port)))
+        except BlockingIOError:
+            pass
+        except OSError:
+            s.close()
+            continue
+        socks.append(s)
+    print(f"FLOODED {len(socks)}", flush=True)
+    time.sleep(args.timeout)  # hold them until killed (the test kills this process)
+
+
+def joinprobe(args: argparse.Namespace) -> None:
+    """Join as ``--robot`` and print how long it took (ms) and the mode."""
+    t0 = time.monotonic()
+    settings = TeamSettings(join_timeout_s=args.timeout)
+    team = join(args.leader, args.robot, TeamKey.from_hex(args.key_hex), settings=settings)
+    ms = (time.monotonic() - t0) * 1e3
+    print(f"JOINED {team.mode} {ms:.1f}", flush=True)
     team.close()
 
 
@@ -178,15 +217,24 @@ def main() -> None:
     w.add_argument("--grid-ns", type=int, required=True)
     w.add_argument("--warmup", type=int, default=8)
     w.add_argument("--start-msg", action="store_true")
+    w.add_argument("--announce-bulk", action="store_true")
+    fl = sub.add_parser("flood")
+    fl.add_argument("--leader", required=True)
+    fl.add_argument("--count", type=int, default=2000)
+    jp = sub.add_parser("joinprobe")
+    jp.add_argument("--leader", required=True)
+    jp.add_argument("--robot", required=True)
     st = sub.add_parser("stats")
     st.add_argument("--leader", required=True)
     f = sub.add_parser("forge")
     f.add_argument("--leader", required=True)
-    for q in (s, w, st, f):
+    for q in (s, w, st, f, fl, jp):
         q.add_argument("--key-hex", default="")
         q.add_argument("--timeout", type=float, default=60)
     args = p.parse_args()
-    {"sink": sink, "worker": worker, "stats": stats, "forge": forge}[args.role](args)
+    roles = {"sink": sink, "worker": worker, "stats": stats, "forge": forge}
+    roles |= {"flood": flood, "joinprobe": joinprobe}
+    roles[args.role](args)
 
 
 if __name__ == "__main__":

@@ -347,3 +347,50 @@ class LeaderHandleWithKey(LeaderHandle):
             return port
 
         self.port = self.run(go())
+
+
+def _gate_after_contention(max_age_ns: int | None) -> tuple[Any, Any, int]:
+    """A robot's gate whose table learned 40 ms completions while four robots sent
+    (an uncoordinated stretch); its LS flow runs every 33.3 ms."""
+    from coorp.control import ProtectionPlanner
+    from coorp.runtime._preempt import SharedPlanner, new_gate
+
+    now = [0]
+    shared = SharedPlanner(ProtectionPlanner(margin_ns=2_000_000), lambda: now[0])
+    gate = new_gate(shared, default_ns=2_000_000, max_age_ns=max_age_ns)
+    period = 33_300_000
+    for k in range(40):  # 1.3 s of LS sends, contention samples all along
+        now[0] = k * period
+        shared.observe_now("perception")
+        for depth in range(4):
+            gate.ctt.record(depth, 40_000_000, at_ns=now[0])
+    return gate, shared, period
+
+
+def _admits_just_after_a_send(gate: Any, shared: Any, period: int, t0: int) -> bool:
+    """Feed sends from ``t0`` on for 0.2 s, then ask just after the last one (the next
+    window opens ~30 ms later: a gap a 2 ms chunk fits and a 40 ms one does not)."""
+    t = t0
+    for _ in range(6):
+        t += period
+        shared._clock = lambda t=t: t
+        shared.observe_now("perception")
+    window = shared.next_window(t + 1_000_000)
+    assert window is not None and window.start_ns - (t + 1_000_000) > 20_000_000
+    ok: bool = gate.admits(t + 1_000_000, 0)
+    return ok
+
+
+def test_why_bulk_stayed_slow_after_an_uncoordinated_stretch() -> None:
+    """The cause: the gate learns only at depths it admits, so completion times
+    measured under contention keep it denying (the paper's table never forgets):
+    bulk then moves only through the starvation guard. Ageing the samples (2 s in the
+    runtime) — plus a fresh table on every switch into or out of uncoordinated mode —
+    gives the gate back its uncontended estimate within one timeslice (5 s)."""
+    end = 40 * 33_300_000
+    paper, shared, period = _gate_after_contention(None)
+    assert not _admits_just_after_a_send(paper, shared, period, end + 2_500_000_000)
+    aged, shared, period = _gate_after_contention(2_000_000_000)
+    assert not _admits_just_after_a_send(aged, shared, period, end)  # still fresh
+    aged, shared, period = _gate_after_contention(2_000_000_000)
+    assert _admits_just_after_a_send(aged, shared, period, end + 2_500_000_000)

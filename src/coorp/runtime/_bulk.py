@@ -166,6 +166,7 @@ class AsyncBulkStream:
         self._tracker: DrainTracker | None = None
         self._poller: select.poll | None = None
         self._paced: bool | None = None
+        self._regime = coordinator.regime
         self._first_reply = True
         self._lock = asyncio.Lock()
         self._closed = False
@@ -178,6 +179,7 @@ class AsyncBulkStream:
             "revocation_pauses": 0,
             "probes": 0,
             "explorations": 0,
+            "ctt_resets": 0,
         }
 
     # -- public -----------------------------------------------------------------------------
@@ -292,6 +294,11 @@ class AsyncBulkStream:
                 continue
             await self._writable(conn)
             now = self._clock()
+            if not self._coord.permitted(now):
+                continue  # the wait may have outlasted the permit (or a stall)
+            if self._coord.regime != self._regime:
+                self._new_regime()
+                gate = self.gate
             depth: int | None = None
             n = min(s.unpaced_chunk_bytes, total - off)
             if (
@@ -322,7 +329,7 @@ class AsyncBulkStream:
                         self.counters["probes"] += 1
                     paused_since = None
                     ends = self._coord.permit_ends_ns()
-                    if ends is not None and now + gate.ctt.query(depth) >= ends:
+                    if ends is not None and now + gate.ctt.query(depth, now_ns=now) >= ends:
                         # Whatever we write now would still be in flight when the next
                         # holder starts: let it drain and wait for the permit to end.
                         self.counters["revocation_pauses"] += 1
@@ -332,9 +339,21 @@ class AsyncBulkStream:
                 self._pace(conn, False)
             if prog.first_write_ns is None:
                 prog.first_write_ns = self._clock()
+            t_write = self._clock()
             await self._write_segment(conn, msg_id, off, view[off : off + n], depth)
+            self._coord.note_write(t_write, self._clock())
             off += n
             prog.last_progress_ns = self._clock()
+
+    def _new_regime(self) -> None:
+        """The robot went into or out of uncoordinated mode: completion times learned
+        before describe another contention; start a fresh table."""
+        self._regime = self._coord.regime
+        if self.gate is not None and self._planner is not None:
+            self.gate = new_gate(self._planner, default_ns=self.settings.ctt_default_ns)
+            self.counters["ctt_resets"] += 1
+            if self._tracker is not None:
+                self._tracker.rebind(self.gate)
 
     async def _wait_for_permit(self, conn: FramedConnection, prog: _Progress) -> None:
         t0 = self._clock()

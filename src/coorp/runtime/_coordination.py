@@ -11,6 +11,18 @@ epoch, and a request sent on a dead connection must be asked again.
 Modes: with no leader configured every send is permitted (marking and local
 preemption only); while joined, only with a valid permit; while the link is
 reconnecting, nothing (the grace period before fallback); after fallback, everything.
+
+**After a stall** (this process did not run for more than a heartbeat: SIGSTOP, CPU
+starvation) a permit held before it is *unconfirmed*: the leader may have revoked it
+and granted the next robot meanwhile. No BH byte goes out until one round trip to
+the leader has come back (frames are handled in order, so any revocation sent
+before has arrived by then) or the link has rejoined with a fresh client. The stall
+is noticed by whichever comes first: :meth:`Coordinator.permitted` itself (called
+before every chunk) or a ticker every quarter heartbeat.
+
+For tests and chaos runs, :attr:`Coordinator.intervals` records when this robot
+wrote BH data: ``[first_ns, last_ns, grant_id]`` per stretch (grant -1: without a
+permit, uncoordinated or no leader).
 """
 
 from __future__ import annotations
@@ -18,7 +30,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from coorp.control import BulkClient, ForeignGrantError, Grant
 
@@ -42,7 +55,22 @@ class Coordinator:
         self._active = 0
         self._changed = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
-        self.counters = {"grants": 0, "revocations": 0, "releases": 0, "requests": 0}
+        self.counters = {
+            "grants": 0,
+            "revocations": 0,
+            "releases": 0,
+            "requests": 0,
+            "stalls": 0,
+            "confirmations": 0,
+        }
+        self.stall_ns = 200_000_000
+        self._awake_ns = clock()
+        self._unconfirmed = False
+        self._ticker: asyncio.TimerHandle | None = None
+        #: Incremented on every switch into or out of uncoordinated mode: what a BH
+        #: socket learned about the path before does not hold any more.
+        self.regime = 0
+        self.intervals: list[list[int]] = []
 
     def attach(self, link: ControlLink) -> None:
         self.link = link
@@ -50,12 +78,70 @@ class Coordinator:
 
     # -- link callbacks --------------------------------------------------------------------
     def on_state(self, state: LinkState, welcome: Welcome | None) -> None:
+        if (state is LinkState.UNCOORDINATED) != (self.state is LinkState.UNCOORDINATED):
+            self.regime += 1
         self.state = state
         if state is LinkState.JOINED:
             self._client = BulkClient(self.robot)
+            self._unconfirmed = False
+            if welcome is not None:
+                self.stall_ns = welcome.heartbeat_ns
+            self._start_ticker()
             if self._active:
                 self._request()
         self._notify()
+
+    def on_stall(self, stalled_ns: int) -> None:
+        """The link's watchdog saw this process stall."""
+        self._check_awake(self._clock())
+
+    # -- stalls ----------------------------------------------------------------------------
+    def _start_ticker(self) -> None:
+        if self._ticker is None:
+            self._awake_ns = self._clock()
+            self._tick()
+
+    def _tick(self) -> None:
+        self._check_awake(self._clock())
+        self._ticker = asyncio.get_running_loop().call_later(self.stall_ns / 4e9, self._tick)
+
+    def _check_awake(self, now: int) -> None:
+        gap = now - self._awake_ns
+        self._awake_ns = max(self._awake_ns, now)
+        if gap > self.stall_ns and self.state is LinkState.JOINED and not self._unconfirmed:
+            self._unconfirmed = True
+            self.counters["stalls"] += 1
+            log.info(
+                "%s: stalled %.0f ms; confirming the permit with the leader before sending",
+                self.robot,
+                gap / 1e6,
+            )
+            self._spawn(self._confirm())
+
+    async def _confirm(self) -> None:
+        link = self.link
+        confirmed = link is not None and await link.round_trip(3 * self.stall_ns / 1e9)
+        if confirmed and self._unconfirmed:
+            self._unconfirmed = False
+            self.counters["confirmations"] += 1
+            self._notify()
+
+    def close(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            self._ticker = None
+
+    def note_write(self, start_ns: int, end_ns: int) -> None:
+        """BH bytes were written between ``start_ns`` and ``end_ns``."""
+        gid = -1
+        grant = self._client.grant
+        if self.state is LinkState.JOINED and grant is not None:
+            gid = grant.grant_id
+        last = self.intervals[-1] if self.intervals else None
+        if last is not None and last[2] == gid and start_ns - last[1] < 50_000_000:
+            last[1] = end_ns
+        elif len(self.intervals) < 10_000:
+            self.intervals.append([start_ns, end_ns, gid])
 
     def on_message(self, msg: Message) -> None:
         now = self._clock()
@@ -85,6 +171,9 @@ class Coordinator:
         if self.state is None or self.state is LinkState.UNCOORDINATED:
             return True
         if self.state is LinkState.PENDING:
+            return False
+        self._check_awake(now_ns)
+        if self._unconfirmed:
             return False
         return self._client.may_send(now_ns)
 
@@ -183,6 +272,9 @@ class Coordinator:
             if not await link.send(msg) and on_fail is not None:
                 on_fail()
 
-        task = asyncio.get_running_loop().create_task(go())
+        self._spawn(go())
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

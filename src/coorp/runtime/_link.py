@@ -6,13 +6,19 @@ States (:class:`LinkState`):
 * ``PENDING`` — not (yet) joined, but the leader was heard from recently: BH waits,
   the link is reconnecting.
 * ``UNCOORDINATED`` — the leader has not been heard from for ``fallback_ns``
-  (default 0.9 s): BH sends without permits. Logged once per outage; when the
+  (default 0.9 s) **and** at least ``min_failed_attempts`` (2) reconnection attempts
+  since then failed: BH sends without permits. Logged once per outage; when the
   leader answers again the link rejoins (logged once) and permits apply again.
 
-Every read has a timeout (three heartbeats), so a leader that vanishes silently is
-noticed as quickly as one whose connection closes; the fallback clock runs from the
-last frame heard, so the switch to uncoordinated mode always happens within
-``fallback_ns`` of the leader becoming unreachable.
+Reconnect first: losing the connection starts reconnecting at once (back-off 50 ms
+doubling to 0.5 s); only a leader that stays unreachable through those attempts is
+"gone". A leader that vanishes silently is noticed after three heartbeats without a
+frame — counted in time this process actually ran: a **stall** (the process was
+stopped, e.g. SIGSTOP, or starved of CPU for more than a heartbeat) is detected by a
+watchdog that ticks every quarter heartbeat, and gives the connection two more
+heartbeats to deliver what the leader sent meanwhile instead of declaring it gone.
+Stalls are reported (``on_stall``) so that a permit held before one is confirmed
+with the leader before more BH is sent (see :mod:`._coordination`).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from collections.abc import Callable
 from coorp._errors import PeerError
 
 from ._auth import Keyring
-from ._errors import MalformedFrameError, RefusedError
+from ._errors import MalformedFrameError, PeerTimeoutError, RefusedError
 from ._framing import FramedConnection, PeerClosed, client_handshake, recv_first_reply
 from ._sockets import Address, format_address, resolve, tune_tcp
 from ._wire import Message, Ping, Pong, Welcome
@@ -59,6 +65,8 @@ class ControlLink:
         fallback_ns: int = 900_000_000,
         connect_timeout_s: float = 0.5,
         max_backoff_s: float = 0.5,
+        min_failed_attempts: int = 2,
+        on_stall: Callable[[int], None] | None = None,
     ) -> None:
         self.leader = leader
         self.robot = robot
@@ -69,6 +77,10 @@ class ControlLink:
         self.fallback_ns = fallback_ns
         self._connect_timeout_s = connect_timeout_s
         self._max_backoff_s = max_backoff_s
+        self.min_failed_attempts = min_failed_attempts
+        self._on_stall = on_stall
+        self._failed_attempts = 0
+        self._fallback_due = False
         self.state = LinkState.PENDING
         self.welcome: Welcome | None = None
         self.refused: str | None = None
@@ -84,7 +96,14 @@ class ControlLink:
         # Round trips in flight: Ping token -> future set by the matching Pong.
         self._round_trips: dict[int, asyncio.Future[None]] = {}
         self._next_token = 1 << 40  # apart from the heartbeat tokens (1, 2, ...)
-        self.counters = {"joins": 0, "disconnects": 0, "fallbacks": 0, "refusals": 0}
+        self.counters = {
+            "joins": 0,
+            "disconnects": 0,
+            "fallbacks": 0,
+            "refusals": 0,
+            "failed_attempts": 0,
+            "stalls": 0,
+        }
 
     # -- public ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -146,9 +165,11 @@ class ControlLink:
         backoff = 0.05
         peer = format_address(self.leader)
         while True:
+            joined = False
             try:
                 conn, welcome = await self._connect()
                 backoff = 0.05
+                joined = True
                 await self._serve(conn, welcome)
             except RefusedError as exc:
                 self.counters["refusals"] += 1
@@ -160,6 +181,11 @@ class ControlLink:
                 log.debug("link to %s: %s", peer, exc)
             finally:
                 self._lost()
+            if not joined:
+                self._failed_attempts += 1
+                self.counters["failed_attempts"] += 1
+                if self._fallback_due and self._failed_attempts >= self.min_failed_attempts:
+                    self._fall_back()
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, self._max_backoff_s)
 
@@ -190,21 +216,60 @@ class ControlLink:
 
     async def _serve(self, conn: FramedConnection, welcome: Welcome) -> None:
         self._joined(welcome)
-        conn.read_timeout_s = 3 * welcome.heartbeat_ns / 1e9
-        beat = asyncio.create_task(self._heartbeat(conn, welcome.heartbeat_ns / 1e9))
+        # Silence is judged by the watchdog (stall-aware), not by a read timeout.
+        conn.read_timeout_s = 3600.0
+        period_s = welcome.heartbeat_ns / 1e9
+        tasks = [
+            asyncio.create_task(self._read_loop(conn)),
+            asyncio.create_task(self._heartbeat(conn, period_s)),
+            asyncio.create_task(self._watchdog(welcome.heartbeat_ns)),
+        ]
         try:
-            while True:
-                msg = await conn.recv()
-                self._last_heard_ns = self._clock()
-                if isinstance(msg, Pong):
-                    fut = self._round_trips.get(msg.token)
-                    if fut is not None and not fut.done():
-                        fut.set_result(None)
-                else:
-                    self._on_message(msg)
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                t.result()  # the reader's or the watchdog's error ends the connection
         finally:
-            beat.cancel()
-            await asyncio.gather(beat, return_exceptions=True)
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _read_loop(self, conn: FramedConnection) -> None:
+        while True:
+            msg = await conn.recv()
+            self._last_heard_ns = self._clock()
+            if isinstance(msg, Pong):
+                fut = self._round_trips.get(msg.token)
+                if fut is not None and not fut.done():
+                    fut.set_result(None)
+            else:
+                self._on_message(msg)
+
+    async def _watchdog(self, heartbeat_ns: int) -> None:
+        """Raise :class:`PeerTimeoutError` after three heartbeats of silence, counted
+        in time this process ran (a stall gives the leader two more heartbeats)."""
+        tick_ns = max(heartbeat_ns // 4, 1_000_000)
+        silence_ns = 3 * heartbeat_ns
+        last = self._clock()
+        while True:
+            await asyncio.sleep(tick_ns / 1e9)
+            now = self._clock()
+            if now - last > heartbeat_ns:
+                self.counters["stalls"] += 1
+                log.info(
+                    "%s: this process did not run for %.0f ms (stopped or starved); "
+                    "waiting for the leader before judging it",
+                    self.robot,
+                    (now - last) / 1e6,
+                )
+                self._last_heard_ns = max(self._last_heard_ns, now - heartbeat_ns)
+                if self._on_stall is not None:
+                    self._on_stall(now - last)
+            last = now
+            if now - self._last_heard_ns > silence_ns:
+                raise PeerTimeoutError(
+                    f"leader {format_address(self.leader)} silent for "
+                    f"{(now - self._last_heard_ns) / 1e6:.0f} ms"
+                )
 
     async def _heartbeat(self, conn: FramedConnection, period_s: float) -> None:
         token = 0
@@ -220,6 +285,8 @@ class ControlLink:
     # -- state changes ---------------------------------------------------------------------
     def _joined(self, welcome: Welcome) -> None:
         self._last_heard_ns = self._clock()
+        self._failed_attempts = 0
+        self._fallback_due = False
         if self._fallback_timer is not None:
             self._fallback_timer.cancel()
             self._fallback_timer = None
@@ -269,6 +336,11 @@ class ControlLink:
         self._fallback_timer = None
         if self.state is not LinkState.PENDING:
             return
+        if self._failed_attempts < self.min_failed_attempts:
+            # Reconnect first: the leader is gone only once attempts have failed.
+            self._fallback_due = True
+            return
+        self._fallback_due = False
         self.state = LinkState.UNCOORDINATED
         self.counters["fallbacks"] += 1
         self.fell_back_after_ns = self._clock() - self._last_heard_ns

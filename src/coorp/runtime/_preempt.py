@@ -67,10 +67,27 @@ class SharedPlanner:
             return self._planner.next_window(now_ns)
 
 
-def new_gate(planner: SharedPlanner, *, default_ns: int, max_depth: int = 256) -> Gate:
+#: Completion-time samples are forgotten this long after they were measured.
+CTT_MAX_AGE_NS = 2_000_000_000
+
+
+def new_gate(
+    planner: SharedPlanner,
+    *,
+    default_ns: int,
+    max_depth: int = 256,
+    max_age_ns: int | None = CTT_MAX_AGE_NS,
+) -> Gate:
     """A gate with its own completion-time table (one per BH socket: each has its own
-    path and queue) over the robot's shared planner."""
-    ctt = CompletionTimeTable(max_depth=max_depth, default_ns=default_ns)
+    path and queue) over the robot's shared planner.
+
+    The table ages its samples (``max_age_ns``, 2 s): the gate learns only at the
+    depths it admits, so samples measured while other robots sent at the same time
+    (an uncoordinated stretch, a leader outage) would otherwise keep it denying — and
+    bulk crawling at the starvation guard's one chunk per 100 ms — long after the
+    contention ended. Streams also start a fresh table whenever the robot switches
+    into or out of uncoordinated mode (:attr:`Coordinator.regime`)."""
+    ctt = CompletionTimeTable(max_depth=max_depth, default_ns=default_ns, max_age_ns=max_age_ns)
     return Gate(planner, ctt)
 
 
@@ -119,6 +136,12 @@ class DrainTracker:
         while self._pending and self._pending[0][1] <= acked:
             pid, _ = self._pending.popleft()
             self.gate.on_complete(pid, now_ns)
+
+    def rebind(self, gate: Gate) -> None:
+        """Report to ``gate`` from now on; chunks in flight are no longer sampled
+        (they were written under the old regime)."""
+        self.gate = gate
+        self._pending.clear()
 
     @property
     def tracking(self) -> int:

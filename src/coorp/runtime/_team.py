@@ -124,6 +124,7 @@ class AsyncTeam:
             on_state=self.coordinator.on_state,
             clock=self._clock,
             fallback_ns=self.settings.fallback_ns,
+            on_stall=self.coordinator.on_stall,
         )
         self.link = link
         self.coordinator.attach(link)
@@ -331,6 +332,7 @@ class AsyncTeam:
             # leader hands the permit on at once instead of noticing a disconnect.
             await self.coordinator.flush(1.0)
             await self.link.close()
+        self.coordinator.close()
 
     async def __aenter__(self) -> Self:
         return self
