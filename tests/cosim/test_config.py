@@ -77,3 +77,15 @@ def test_stations_must_match_robots() -> None:
 def test_reference_speed_below_max_speed() -> None:
     d = tiny(task={"speed_m_s": 2.0})
     assert "max_speed_m_s" in _error(d) and "r1" in _error(d)
+
+
+def test_formation_robots_follow_the_shared_route_shifted() -> None:
+    d = tiny(task={"kind": "formation", "route_m": [[0.0, 4.0], [0.0, 8.0]], "speed_m_s": 0.5})
+    d["cosim"]["robots"][1]["waypoints_m"] = []
+    d["cosim"]["robots"][1]["offset_m"] = [2.0, 0.0]
+    cs = parse_cosim(d)
+    assert cs.cosim.waypoints(cs.cosim.robots[1]) == [(2.0, 4.0), (2.0, 8.0)]
+    d["cosim"]["robots"][1]["offset_m"] = None
+    assert "offset_m" in _error(d)
+    d["cosim"]["task"]["route_m"] = []
+    assert "route_m" in _error(d)

@@ -157,3 +157,18 @@ def test_an_aerial_robot_sees_over_the_wall_a_ground_robot_does_not() -> None:
     drone = r.robots.index("drone")
     # Twice the ground robot's reference speed: it got further along its route.
     assert r.poses[-1, drone, 1] - 0.5 > 1.5 * (r.poses[-1, 1, 1] - 0.0)
+
+
+def test_a_formation_keeps_its_spacing() -> None:
+    d = tiny(task={"kind": "formation", "route_m": [[0.0, 6.0]], "speed_m_s": 0.8,
+                   "start_ms": 20.0})  # fmt: skip
+    d["cosim"]["robots"][1].update(start_m=[1.0, 0.0], waypoints_m=[], offset_m=[1.0, 0.0])
+    d["cosim"]["robots"].append({"name": "r2", "start_m": [-1.0, 0.0], "heading_deg": 90,
+                                 "offset_m": [-1.0, 0.0]})  # fmt: skip
+    r = run_cosim(parse_cosim(d), "edca", duration_ns=SEC)
+    both = r.poses[:, 1:, :2]
+    assert both[-1, :, 1].min() > 0.4  # both moved north
+    gap = np.hypot(*(both[:, 0] - both[:, 1]).T)
+    assert abs(gap - 2.0).max() < 0.1  # side by side, 2 m apart
+    # The smallest surface gap of any pair (the leader's pole is nearer at the start).
+    assert 0.0 < r.min_separation_m <= gap.min() - 0.4 + 1e-9

@@ -94,10 +94,17 @@ class RobotConfig(_Model):
     speed_m_s: float | None = Field(
         None, gt=0, le=50, description="reference speed along the route (default task.speed_m_s)"
     )
+    #: Formation task: this robot's place relative to the formation's route (x, y).
+    offset_m: tuple[float, float] | None = None
 
 
 class TaskConfig(_Model):
-    kind: Literal["patrol"] = "patrol"
+    #: ``patrol``: each robot follows its own ``waypoints_m``; ``formation``: every robot
+    #: follows ``route_m`` shifted by its ``offset_m`` (a translating formation).
+    kind: Literal["patrol", "formation"] = "patrol"
+    route_m: list[tuple[float, float]] = Field(
+        default_factory=list, description="formation: the route the formation's origin follows"
+    )
     speed_m_s: float = Field(0.5, gt=0, le=50, description="reference speed along routes")
     start_ms: float = Field(100.0, ge=0, description="when the references start moving")
     laps: int = Field(1, ge=1, le=1000)
@@ -143,8 +150,18 @@ class CosimConfig(_Model):
         dupes = sorted(n for n, c in Counter(names).items() if c > 1)
         if dupes:
             raise ValueError(f"robot names must be unique; repeated: {dupes}")
+        formation = self.task.kind == "formation"
+        if formation and not self.task.route_m:
+            raise ValueError("task.kind = 'formation' needs task.route_m (the formation's route)")
         for r in self.robots:
-            if r.kind is not RobotKind.STATIC and not r.waypoints_m:
+            if r.kind is RobotKind.STATIC:
+                continue
+            if formation and (r.offset_m is None or r.waypoints_m):
+                raise ValueError(
+                    f"robot {r.name!r}: a formation robot has an offset_m (its place in the "
+                    "formation) and no waypoints_m (task.route_m is the route)"
+                )
+            if not formation and not r.waypoints_m:
                 raise ValueError(
                     f"robot {r.name!r} ({r.kind.value}) has no waypoints_m; give its patrol "
                     "route or make it kind = 'static'"
@@ -165,6 +182,13 @@ class CosimConfig(_Model):
     @property
     def step_ns(self) -> int:
         return round(self.physics_step_ms * 1e6)
+
+    def waypoints(self, r: RobotConfig) -> list[tuple[float, float]]:
+        """The robot's route after its start: its own (patrol) or the formation's, shifted."""
+        if self.task.kind == "formation" and r.offset_m is not None:
+            ox, oy = r.offset_m
+            return [(x + ox, y + oy) for x, y in self.task.route_m]
+        return list(r.waypoints_m)
 
     def robot(self, name: str) -> RobotConfig:
         for r in self.robots:
@@ -246,7 +270,7 @@ def parse_cosim(data: dict[str, Any], *, source: str = "<data>") -> CosimScenari
                 )])  # fmt: skip
     half = (cosim.world.size_m[0] / 2, cosim.world.size_m[1] / 2)
     for r in cosim.robots:
-        for p in (r.start_m, *r.waypoints_m):
+        for p in (r.start_m, *cosim.waypoints(r)):
             if abs(p[0]) > half[0] or abs(p[1]) > half[1] or not all(map(math.isfinite, p)):
                 raise ScenarioError(source, [ScenarioProblem(
                     f"cosim.robots.{r.name}", list(p),

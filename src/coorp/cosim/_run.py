@@ -206,8 +206,8 @@ class CosimRun:
         self.trackers: dict[int, LqrTracker] = {}
         for i in self._wi:
             rc = cfg.robots[i]
-            self.routes[i] = Route(rc.start_m, rc.waypoints_m, rc.speed_m_s or cfg.task.speed_m_s,
-                                   start_s, cfg.task.laps)  # fmt: skip
+            speed = rc.speed_m_s or cfg.task.speed_m_s
+            self.routes[i] = Route(rc.start_m, cfg.waypoints(rc), speed, start_s, cfg.task.laps)
             self.trackers[i] = LqrTracker(period_s, rc.max_speed_m_s,
                                           math.radians(rc.max_turn_deg_s))  # fmt: skip
         # Per-link shadowing: one draw per unordered pair, keyed by the seed.
