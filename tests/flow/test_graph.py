@@ -167,3 +167,22 @@ def test_a_failing_reactor_is_reported_with_its_tag() -> None:
     g.connect("src.x", "boom.x")
     with pytest.raises(FlowError, match=r"reactor 'boom' failed at tag 2: ValueError: kaput"):
         run(g, 4, executor="processes", timeout=30.0)
+
+
+@pytest.mark.skipif(not iceoryx2_available(), reason="needs the transport extra (iceoryx2)")
+def test_an_early_failure_downstream_is_reported_at_once() -> None:
+    """The failing reactor is last in order and its upstream would block for the whole
+    timeout: the error must still arrive first (the parent waits on every reactor)."""
+
+    class Fail(Reactor):
+        inputs = ("x",)
+
+        def react(self, tag: int, inputs: Mapping[str, Any]) -> None:
+            raise RuntimeError("first tag")
+
+    g = Graph()
+    g.add("src", Source)
+    g.add("fail", Fail)
+    g.connect("src.x", "fail.x")
+    with pytest.raises(FlowError, match=r"'fail' failed at tag 0: RuntimeError: first tag"):
+        run(g, 50, executor="processes", timeout=600.0)

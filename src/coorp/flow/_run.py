@@ -286,14 +286,11 @@ def _run_processes(
             p.start()
             child.close()
             procs[name], pipes[name] = p, parent
-        for name in graph.nodes:
-            _expect(pipes[name], procs[name], name, "ready", timeout)
+        _gather(pipes, procs, "ready", timeout)
         t1 = time.perf_counter()
         for pipe in pipes.values():
             pipe.send("go")
-        results: dict[str, Any] = {}
-        for name in graph.nodes:
-            results[name] = _expect(pipes[name], procs[name], name, "done", timeout * 2)
+        results = _gather(pipes, procs, "done", timeout * 2)
         t2 = time.perf_counter()
         for pipe in pipes.values():
             pipe.send("exit")
@@ -307,20 +304,37 @@ def _run_processes(
                 p.join(5)
 
 
-def _expect(pipe: Any, proc: Any, name: str, what: str, timeout: float) -> Any:
-    if not pipe.poll(timeout):
-        raise FlowError(f"reactor {name!r} did not report {what!r} within {timeout} s")
-    try:
-        kind, _, payload = pipe.recv()
-    except EOFError:
-        raise FlowError(
-            f"reactor {name!r} exited (code {proc.exitcode}) before reporting {what!r}"
-        ) from None
-    if kind == "error":
-        raise FlowError(f"reactor {name!r} failed at {payload}")
-    if kind != what:
-        raise FlowError(f"reactor {name!r} reported {kind!r}, expected {what!r}")
-    return payload
+def _gather(
+    pipes: dict[str, Any], procs: dict[str, Any], what: str, timeout: float
+) -> dict[str, Any]:
+    """Wait for every reactor's ``what`` report, whichever comes first; the first error
+    (or a process that exits without reporting) stops the run at once."""
+    from multiprocessing.connection import wait
+
+    waiting = {pipe: name for name, pipe in pipes.items()}
+    got: dict[str, Any] = {}
+    end = time.monotonic() + timeout
+    while waiting:
+        ready = wait(list(waiting), timeout=max(0.0, end - time.monotonic()))
+        if not ready:
+            late = sorted(waiting.values())
+            raise FlowError(f"reactor(s) {late} did not report {what!r} within {timeout} s")
+        for pipe in ready:
+            conn: Any = pipe
+            name = waiting.pop(conn)
+            try:
+                kind, _, payload = conn.recv()
+            except EOFError:
+                raise FlowError(
+                    f"reactor {name!r} exited (code {procs[name].exitcode}) before "
+                    f"reporting {what!r}"
+                ) from None
+            if kind == "error":
+                raise FlowError(f"reactor {name!r} failed at {payload}")
+            if kind != what:
+                raise FlowError(f"reactor {name!r} reported {kind!r}, expected {what!r}")
+            got[name] = payload
+    return {n: got[n] for n in pipes}
 
 
 # -- Ray actors ------------------------------------------------------------------------------
