@@ -3,14 +3,39 @@ workers on :mod:`coorp.flow` or Ray, and learning whose parameter syncs ride the
 simulated channel (``coorp learn``). See ``docs/learn.md``."""
 
 from coorp.learn._env import FormationBatch, FormationParallelEnv, FormationSpec
+from coorp.learn._graphs import (
+    Collector,
+    Echo,
+    ParamServer,
+    PPOWorker,
+    Sampler,
+    Source,
+    broadcast_graph,
+    ppo_graph,
+    sampling_graph,
+)
+from coorp.learn._network import LearnCurve, LearnSpec, learn_on_channel, summarize
 from coorp.learn._ppo import PPO, Layout, PPOConfig, Rollout
 
 __all__ = [
     "PPO",
+    "Collector",
+    "Echo",
     "FormationBatch",
     "FormationParallelEnv",
     "FormationSpec",
     "Layout",
+    "LearnCurve",
+    "LearnSpec",
     "PPOConfig",
+    "PPOWorker",
+    "ParamServer",
     "Rollout",
+    "Sampler",
+    "Source",
+    "broadcast_graph",
+    "learn_on_channel",
+    "ppo_graph",
+    "sampling_graph",
+    "summarize",
 ]
