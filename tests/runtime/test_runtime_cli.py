@@ -133,3 +133,51 @@ def test_leader_and_agents_send_a_file(tmp_path: Path, procs: list[Proc]) -> Non
     rx.popen.wait(timeout=20)
     saved = list((tmp_path / "got").glob("r1-file-1-*.bin"))
     assert len(saved) == 1 and saved[0].read_bytes() == src.read_bytes()
+
+
+def test_send_hands_the_file_to_the_running_agent_and_ls_reports_round_trips(
+    tmp_path: Path, procs: list[Proc]
+) -> None:
+    cfg = team(tmp_path)
+    leader = start(procs, "leader", "--config", str(cfg))
+    addr = leader.expect("coorp leader: serving", 30).rsplit(" ", 1)[1]
+    common = ["--config", str(cfg), "--leader", addr, "--listen", "127.0.0.1:0"]
+    rx = start(procs, "agent", *common, "--robot", "ld", "--save-dir", str(tmp_path / "got"),
+               "--control", str(tmp_path / "ld.sock"), logs_to_stdout=True)  # fmt: skip
+    inbox = rx.expect("coorp agent: ld (coordinated) receiving on", 30).rsplit(" ", 1)[1]
+    r1 = start(procs, "agent", *common, "--robot", "r1", "--control", str(tmp_path / "r1.sock"),
+               "--ls", f"50:2000:{inbox}", "--duration", "3", logs_to_stdout=True)  # fmt: skip
+    r1.expect("coorp agent: r1 (coordinated) receiving on", 30)
+    src = tmp_path / "params.bin"
+    src.write_bytes(bytes(range(256)) * 4_000)
+    r = subprocess.run(
+        [*COORP, "send", str(src), "--to", inbox, "--config", str(cfg), "--robot", "r1",
+         "--control", str(tmp_path / "r1.sock")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "coorp send: sent 1024000 bytes" in r.stdout
+    rx.expect("bulk r1/send-0 #1: 1024000 bytes", 30, anywhere=True)
+    total = r1.expect("coorp ls: total:", 30)
+    echoes = int(total.split("total: ")[1].split()[0])
+    assert echoes >= 1 and "round trip p50" in total
+    # The leader's health line, asked at the configured address.
+    status = subprocess.run(
+        [*COORP, "leader", "--config", str(cfg), "--listen", addr, "--status"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert status.stdout.startswith("health: accepting"), status.stdout
+
+
+def test_bad_team_file_is_called_a_team_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from coorp.cli import main
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[team]\nrobots = ["a"]\n[leader]\nlimit = 2\n')
+    with pytest.raises(SystemExit):
+        main(["leader", "--config", str(bad)])
+    err = capsys.readouterr().err
+    assert f"invalid team file {bad}" in err and "leader.limit" in err
+    logging.getLogger("coorp").handlers.clear()

@@ -228,7 +228,11 @@ def test_asyncio_api_end_to_end() -> None:
         try:
             inbox = await rx.listen("127.0.0.1:0")
             dest = f"127.0.0.1:{inbox.address[1]}"
-            tx.latency_sensitive("cmd", dest, deadline_ms=10).send(b"go")
+            ch = tx.latency_sensitive("cmd", dest, deadline_ms=10)
+            # A 10 ms deadline is shorter than opening the session may take on a loaded
+            # machine (a message parked longer is dropped): wait for it first.
+            assert await tx.ls_ready("cmd", 5)
+            ch.send(b"go")
             msg = await inbox.recv(timeout_s=5)
             assert (msg.kind, msg.channel, msg.payload) == ("ls", "cmd", b"go")
             receipt = await tx.bulk("params", dest).send(b"z" * 3_000_000, timeout_s=10)

@@ -161,18 +161,47 @@ def agent(
     save_dir: Path | None = typer.Option(None, help="write received bulk messages here"),
     send: Path | None = typer.Option(None, help="send this file as one bulk message"),
     to: str | None = typer.Option(None, help="inbox address for --send (host:port)"),
+    ls: str | None = typer.Option(
+        None,
+        "--ls",
+        help="generate LS traffic HZ:BYTES[:HOST:PORT] and report round trips (default "
+        "destination: the leader host's inbox)",
+    ),
+    duration: float = typer.Option(10.0, help="seconds of --ls traffic"),
+    control: Path | None = typer.Option(
+        None, help="control socket for `coorp send` (default: per team and robot)"
+    ),
     log_level: str = typer.Option("info", help="debug, info, warning or error"),
 ) -> None:
-    """Join a team as one robot: receive messages, optionally send a file."""
+    """Join a team as one robot: receive messages (and serve `coorp send`), optionally
+    send a file (handed to the running agent if there is one) or generate LS traffic."""
+    from coorp.cli._agent_tools import (
+        LsGenerator,
+        PingEcho,
+        control_socket_path,
+        parse_ls_spec,
+        send_via_agent,
+        serve_control,
+    )
     from coorp.runtime import Message, TeamSettings, ajoin, load_team_config, resolve_team_key
     from coorp.runtime._bulk import BulkSettings
+    from coorp.runtime._sockets import parse_address
 
     _setup_logging(log_level)
     cfg = load_team_config(config)
     if robot not in cfg.team.robots:
-        raise UsageError(f"--robot {robot!r} is not in team.robots ({', '.join(cfg.team.robots)})")
+        raise UsageError(
+            f"--robot {robot!r} is not in team.robots of {config} ({', '.join(cfg.team.robots)})"
+        )
     if (send is None) != (to is None):
         raise UsageError("--send and --to go together")
+    ls_spec = parse_ls_spec(ls) if ls is not None else None
+    control_path = control or control_socket_path(cfg.team.name, robot)
+    if send is not None and to is not None and control_path.exists():
+        # A daemon of this robot is running: hand the file over instead of joining as
+        # the same robot a second time.
+        _print_send_reply(send_via_agent(control_path, send, to, timeout_s=3600))
+        return
     payload = None
     if send is not None:
         try:
@@ -210,7 +239,36 @@ def agent(
             if save_dir is not None:
                 save_dir.mkdir(parents=True, exist_ok=True)
 
+            async def send_file(path: Path, dest: str) -> dict[str, object]:
+                data = await asyncio.to_thread(path.read_bytes)
+                receipt = await team.bulk(f"send-{len(streams)}", dest).send(data)
+                streams.append(dest)
+                return {
+                    "ok": True,
+                    "nbytes": receipt.nbytes,
+                    "seconds": receipt.duration_ns / 1e9,
+                    "permit_wait_s": receipt.permit_wait_ns / 1e9,
+                }
+
+            streams: list[str] = []
+            server = await serve_control(control_path, send_file)
+            echo = PingEcho(team)
+            gen: LsGenerator | None = None
+            gen_task: asyncio.Task[None] | None = None
+            if ls_spec is not None:
+                hz, nbytes, dest = ls_spec
+                if dest is None:
+                    if a.leader is None:
+                        raise UsageError("--ls needs HOST:PORT: no agent.leader configured")
+                    dest = f"{parse_address(a.leader)[0]}:{parse_address(a.listen)[1]}"
+                gen = LsGenerator(team, hz, nbytes, dest, inbox.address[1])
+                gen_task = asyncio.create_task(
+                    gen.run(duration, lambda line: print(line, flush=True))
+                )
+
             def handle(msg: Message) -> None:
+                if echo.handle(msg) or (gen is not None and gen.handle(msg)):
+                    return
                 if msg.kind != "bulk":
                     return
                 log.info("bulk %s/%s #%d: %d bytes", msg.robot, msg.channel, msg.seq,
@@ -220,10 +278,16 @@ def agent(
                     (save_dir / name).write_bytes(msg.payload)
 
             stop = asyncio.create_task(_until_signalled())
-            while not stop.done():
+            while not stop.done() and not (gen_task is not None and gen_task.done()):
                 with contextlib.suppress(TimeoutError):
                     handle(await inbox.recv(timeout_s=0.5))
             stop.cancel()
+            if gen_task is not None:
+                gen_task.cancel()
+                await asyncio.gather(gen_task, return_exceptions=True)
+            server.close()
+            with contextlib.suppress(FileNotFoundError):
+                control_path.unlink()
             # Senders already hold a confirmation for what is still queued: keep it.
             await inbox.close()
             for msg in inbox.drain():
@@ -233,6 +297,40 @@ def agent(
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run())
+
+
+def _print_send_reply(reply: dict[str, object]) -> None:
+    if not reply.get("ok"):
+        raise UsageError(f"the agent could not send: {reply.get('error')}")
+    print(
+        f"coorp send: sent {reply['nbytes']} bytes in {float(str(reply['seconds'])):.2f} s "
+        f"(waited {float(str(reply['permit_wait_s'])):.2f} s for permits)",
+        flush=True,
+    )
+
+
+def send_cmd(
+    file: Path = typer.Argument(..., help="the file to send as one bulk message"),
+    to: str = typer.Option(..., "--to", help="inbox address (host:port)"),
+    config: Path = typer.Option(..., "--config", "-c", help="team file (team.toml)"),
+    robot: str = typer.Option(..., "--robot", "-r", help="the robot whose agent sends it"),
+    control: Path | None = typer.Option(None, help="the agent's control socket"),
+    timeout: float = typer.Option(3600.0, help="give up after this many seconds"),
+) -> None:
+    """Hand a file to this robot's running `coorp agent`, which sends it as a
+    coordinated bulk message (as itself: no second join under the robot's name)."""
+    from coorp.cli._agent_tools import control_socket_path, send_via_agent
+    from coorp.runtime import load_team_config
+    from coorp.runtime._sockets import parse_address
+
+    cfg = load_team_config(config)
+    if robot not in cfg.team.robots:
+        raise UsageError(f"--robot {robot!r} is not in team.robots of {config}")
+    parse_address(to, what="--to")
+    if not file.is_file():
+        raise UsageError(f"{file}: no such file")
+    path = control or control_socket_path(cfg.team.name, robot)
+    _print_send_reply(send_via_agent(path, file, to, timeout))
 
 
 def keys(
@@ -256,3 +354,4 @@ def register(app: typer.Typer) -> None:
     app.command("leader")(leader)
     app.command("agent")(agent)
     app.command("keys")(keys)
+    app.command("send")(send_cmd)
