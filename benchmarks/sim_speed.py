@@ -11,6 +11,11 @@ start-up (import, topology, association, warm-up) is reported separately. The ra
 column is ns-3 wall time / coorp wall time (> 1: coorp is faster).
 
     python benchmarks/sim_speed.py --duration 10 --json results/sim_speed.json
+    python benchmarks/sim_speed.py --vs-ns3      # ns-3 required: fails if it is missing
+
+``--vs-ns3`` makes ns-3 mandatory (exit status 2 with the install hint when its bindings
+do not import) and prints each ratio as a sentence too. The header says whether the
+compiled (mypyc) simulator ran (``coorp --version``).
 """
 
 from __future__ import annotations
@@ -46,13 +51,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=10.0, help="simulated seconds per run")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--no-ns3", action="store_true", help="skip ns-3 even if importable")
+    ap.add_argument(
+        "--vs-ns3", action="store_true", help="require ns-3 side by side (fail if missing)"
+    )
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args(argv)
     console = Console()
     if not console.is_terminal:
         console = Console(width=120)
 
+    if args.vs_ns3 and args.no_ns3:
+        ap.error("--vs-ns3 and --no-ns3 contradict each other")
+    from coorp.sim import COMPILED
+    from coorp.sim._loader import describe
+
+    console.print(f"coorp simulator: {describe(COMPILED)}")
     ns, import_s, why = (None, 0.0, "--no-ns3") if args.no_ns3 else import_ns3()
+    if ns is None and args.vs_ns3:
+        console.print(escape(INSTALL_HINT), style="red")
+        console.print(escape(f"({why})"), style="dim")
+        return 2
     if ns is None and not args.no_ns3:
         hint = INSTALL_HINT.replace("Showing coorp and Bianchi only", "Timing coorp only")
         console.print(escape(hint), style="yellow")
@@ -110,10 +128,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     if ns is not None:
         console.print(f"ns-3 {ns3_version()}: import of the bindings took {import_s:.1f} s.")
+        for r in rows:
+            console.print(
+                f"{r['n']} stations: coorp is {r['ns3_over_coorp']:.0f}x faster than ns-3 per "
+                f"simulated second ({r['coorp_wall_per_sim_s'] * 1e3:.2f} vs "
+                f"{r['ns3_wall_per_sim_s'] * 1e3:.0f} ms); ns-3 start-up (topology, "
+                f"association, warm-up) {r['ns3_startup_s']:.1f} s, not counted."
+            )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         doc = {
             "command": " ".join(["python benchmarks/sim_speed.py", *sys.argv[1:]]),
+            "coorp_simulator": describe(COMPILED),
             "ns3_version": ns3_version() if ns is not None else None,
             "ns3_import_s": import_s if ns is not None else None,
             "load_average_before": load_before,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -10,6 +11,10 @@ from typing import Annotated
 import typer
 
 __all__ = ["register"]
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def register(app: typer.Typer) -> None:
@@ -31,6 +36,13 @@ def register(app: typer.Typer) -> None:
         max_seconds: Annotated[
             float, typer.Option(help="Stop a size early after this long (at least 3 messages).")
         ] = 20.0,
+        consume: Annotated[
+            str,
+            typer.Option(
+                help="What subscribers do with each message: 'view' (hold a usable array), "
+                "'checksum' (read and checksum every byte, verified); comma-separated."
+            ),
+        ] = "view,checksum",
         json_path: Annotated[Path | None, typer.Option("--json", help="Write JSON here.")] = None,
         plot_path: Annotated[Path, typer.Option("--plot", help="Write the plot here.")] = Path(
             "results/bench/broadcast.png"
@@ -57,11 +69,17 @@ def register(app: typer.Typer) -> None:
             iterations=iterations,
             rtt_iterations=rtt_iterations,
             max_seconds=max_seconds,
+            consume=[m.strip() for m in consume.split(",") if m.strip()],
         )
         console = Console(stderr=False)
         err = Console(stderr=True, quiet=not sys.stderr.isatty())
         load_before = os.getloadavg()[0]
-        result = run(cfg, progress=lambda m: err.log(m))
+        # SIGTERM ends the run through the harness's cleanup (no files left behind).
+        previous = signal.signal(signal.SIGTERM, _terminate)
+        try:
+            result = run(cfg, progress=lambda m: err.log(m))
+        finally:
+            signal.signal(signal.SIGTERM, previous)
         render_tables(result, console)
         # Other work on the machine shows up in the tails; say how busy it was.
         console.print(

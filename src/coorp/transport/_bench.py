@@ -1,13 +1,23 @@
 """The broadcast and round-trip benchmark behind ``coorp bench broadcast``.
 
-Broadcast: one publisher, N subscriber processes; latency is from just before the send
-call until the *last* subscriber holds a usable numpy array, measured on
-``CLOCK_MONOTONIC`` (one clock for all processes of a machine). The next message is sent
-only after every subscriber acknowledged the previous one, so queues never build up.
-Round trip: a ping to an echo process and back, per message size. Every implementation
-runs in the same process tree, one after the other; ``memcpy`` (one copy of the payload,
-two for a round trip) is the physical reference. An implementation that cannot be
+Broadcast: one publisher, N subscriber processes, in two *consume* modes:
+
+* ``view`` -- latency until the *last* subscriber holds a usable numpy array;
+* ``checksum`` -- until the last subscriber has read every byte and computed a checksum
+  (:func:`checksum`), which the harness verifies against the payload's.
+
+Every implementation is timed from the same instant, before any producer work (filling
+the loan, serializing, copying into a segment), on ``CLOCK_MONOTONIC`` (one clock for all
+processes of a machine); the producer's own cost (until its send call returns) is
+reported beside it. The next message is sent only after every subscriber acknowledged
+the previous one, so queues never build up; the two modes alternate message by message.
+References: ``memcpy`` (one copy of the payload), ``memcpy_x4`` (four copies, one per
+subscriber, in one process) and, in ``checksum`` mode, ``private_copy`` (each subscriber
+checksums its own in-memory copy: the physical limit of reading the bytes). Round trip:
+a ping to an echo process and back, per message size. An implementation that cannot be
 imported or fails is reported as such and left out of the results, never estimated.
+
+Socket files go to a private directory (``run_dir``) removed on every exit path.
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ import contextlib
 import multiprocessing as mp
 import os
 import re
+import shutil
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -25,9 +36,19 @@ from typing import Any
 import numpy as np
 
 from coorp._errors import UsageError
-from coorp.transport._bench_impls import IMPLS, make_receiver, make_sender, unavailable
+from coorp.transport._bench_impls import (
+    IMPLS,
+    bench_payload,
+    make_receiver,
+    make_sender,
+    run_dir,
+    unavailable,
+)
 
-__all__ = ["PUBLISHED", "BenchConfig", "BenchResult", "parse_sizes", "run"]
+__all__ = ["CONSUME", "PUBLISHED", "BenchConfig", "BenchResult", "checksum", "parse_sizes", "run"]
+
+#: The consume modes, in the order they are reported.
+CONSUME = ("view", "checksum")
 
 #: Mean broadcast latency to 4 nodes published in the HPRM thesis (§2.5, Fig. 2.4), ms.
 PUBLISHED = {
@@ -61,27 +82,41 @@ class BenchConfig:
     rtt_iterations: int = 300
     max_seconds: float = 20.0
     min_iterations: int = 3
+    consume: Sequence[str] = CONSUME
+
+
+def _stats(xs: list[float], unit: str) -> dict[str, float]:
+    xs = sorted(xs)
+    p99 = xs[min(len(xs) - 1, round(0.99 * (len(xs) - 1)))]
+    return {f"median_{unit}": round(statistics.median(xs), 4), f"p99_{unit}": round(p99, 4)}
 
 
 @dataclass
 class BenchResult:
-    broadcast: dict[str, dict[int, list[float]]] = field(default_factory=dict)  # ms
+    #: mode -> impl -> size -> latencies (ms)
+    broadcast: dict[str, dict[str, dict[int, list[float]]]] = field(default_factory=dict)
+    #: mode -> impl -> size -> producer cost (ms): from the common instant until send returns
+    producer: dict[str, dict[str, dict[int, list[float]]]] = field(default_factory=dict)
     rtt: dict[str, dict[int, list[float]]] = field(default_factory=dict)  # us
     skipped: dict[str, str] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
-        def stats(xs: list[float], unit: str) -> dict[str, float]:
-            xs = sorted(xs)
-            p99 = xs[min(len(xs) - 1, round(0.99 * (len(xs) - 1)))]
-            return {f"median_{unit}": round(statistics.median(xs), 4), f"p99_{unit}": round(p99, 4)}
+        def row(mode: str, impl: str, by: dict[int, list[float]]) -> dict[str, Any]:
+            out: dict[str, Any] = {}
+            for n, v in by.items():
+                out[str(n)] = _stats(v, "ms")
+                prod = self.producer.get(mode, {}).get(impl, {}).get(n)
+                if prod:
+                    out[str(n)]["producer_median_ms"] = round(statistics.median(prod), 4)
+            return out
 
         return {
             "broadcast": {
-                impl: {str(n): stats(v, "ms") for n, v in by.items()}
-                for impl, by in self.broadcast.items()
+                mode: {impl: row(mode, impl, by) for impl, by in impls.items()}
+                for mode, impls in self.broadcast.items()
             },
             "rtt": {
-                impl: {str(n): stats(v, "us") for n, v in by.items()}
+                impl: {str(n): _stats(v, "us") for n, v in by.items()}
                 for impl, by in self.rtt.items()
             },
         }
@@ -98,11 +133,16 @@ def _receiver_main(
             arr = rx.recv(0.2)
             if arr is None:
                 continue
-            t = time.monotonic_ns()
             if tx is not None:
                 tx.send(arr)
             else:
-                conn.send((int(arr.reshape(-1)[0]), int(arr.reshape(-1)[-1]), t))
+                flat = arr.reshape(-1)
+                first, last = int(flat[0]), int(flat[-1])
+                # Odd marks ask for every byte to be read (see _mark).
+                total = checksum(arr) if first % 2 else None
+                t = time.monotonic_ns()
+                conn.send((first, last, t, total))
+                del flat
             del arr
     finally:
         rx.close()
@@ -138,33 +178,55 @@ class _Procs:
                 p.join(timeout=5)
 
 
-def _marked(payload: np.ndarray, k: int) -> int:
-    mark = k % 251
+def checksum(arr: np.ndarray) -> int:
+    """A checksum that reads every byte: the wrapping sum of the little-endian 64-bit
+    words, plus the trailing bytes."""
+    b = arr.reshape(-1).view(np.uint8)
+    whole = b.nbytes // 8 * 8
+    total = int(b[:whole].view("<u8").sum(dtype=np.uint64)) if whole else 0
+    return (total + int(b[whole:].sum(dtype=np.uint64))) % (1 << 64)
+
+
+def _marked(payload: np.ndarray, k: int, mode: str = "view") -> int:
+    """Mark message ``k`` in its first and last byte; odd marks mean ``checksum``."""
+    mark = 2 * (k % 125) + (1 if mode == "checksum" else 0)
     payload[0] = payload[-1] = mark
     return mark
 
 
-def _memcpy(cfg: BenchConfig) -> dict[int, list[float]]:
+def _memcpy(cfg: BenchConfig, copies: int) -> dict[int, list[float]]:
+    """``copies`` copies of the payload into as many destinations (one per subscriber)."""
     results: dict[int, list[float]] = {}
     for n in cfg.sizes:
-        src, dst = np.ones(n, np.uint8), np.zeros(n, np.uint8)
-        np.copyto(dst, src)
-        copies = []
+        src = np.ones(n, np.uint8)
+        dsts = [np.zeros(n, np.uint8) for _ in range(copies)]
+        for dst in dsts:
+            np.copyto(dst, src)
+        times = []
         for _ in range(cfg.iterations):
             t0 = time.monotonic_ns()
-            np.copyto(dst, src)
-            copies.append((time.monotonic_ns() - t0) / 1e6)
-        results[n] = copies
+            for dst in dsts:
+                np.copyto(dst, src)
+            times.append((time.monotonic_ns() - t0) / 1e6)
+        results[n] = times
+        del dsts
     return results
+
+
+Series = dict[str, dict[str, dict[int, list[float]]]]  # mode -> impl -> size -> ms
 
 
 def _broadcast(
     impls: list[str], cfg: BenchConfig, run_id: str, progress: Callable[[str], None]
-) -> dict[str, dict[int, list[float]]]:
-    """Measure ``impls`` that share one receiver implementation, message by message in
-    turn, so that load from elsewhere on the machine hits them alike."""
+) -> tuple[Series, Series]:
+    """Measure ``impls`` that share one receiver implementation in every consume mode,
+    message by message in turn, so that load from elsewhere on the machine hits them
+    alike. Returns (latencies, producer costs)."""
     max_bytes = max(cfg.sizes)
-    results: dict[str, dict[int, list[float]]] = {impl: {} for impl in impls}
+    modes = list(cfg.consume)
+    combos = [(impl, mode) for impl in impls for mode in modes]
+    lat_out: Series = {mode: {impl: {} for impl in impls} for mode in modes}
+    prod_out: Series = {mode: {impl: {} for impl in impls} for mode in modes}
     procs = _Procs()
     senders: dict[str, Any] = {}
     try:
@@ -176,56 +238,70 @@ def _broadcast(
         procs.wait_ready(60)
         k = 0
         for index, n in enumerate(cfg.sizes):
-            payload = np.random.default_rng(n).integers(0, 255, n, dtype=np.uint8)
+            payload = bench_payload(n)
             # Connections and discovery settle on the first size; later ones only need
             # their first message (new buffer sizes, page faults) kept out of the stats.
-            warm_rounds = (3 if index == 0 else 1) * len(impls)
+            warm_rounds = (3 if index == 0 else 1) * len(combos)
             timeout = 30.0 + 2.0 * n / 1e6
-            lats: dict[str, list[float]] = {impl: [] for impl in impls}
+            lats: dict[tuple[str, str], list[float]] = {c: [] for c in combos}
+            prods: dict[tuple[str, str], list[float]] = {c: [] for c in combos}
             warm = attempts = 0
             start = time.monotonic()
-            while min(len(v) for v in lats.values()) < cfg.iterations:
+            for _ in range(100 * (cfg.iterations + warm_rounds) * len(combos)):  # bounded
+                if min(len(v) for v in lats.values()) >= cfg.iterations:
+                    break
                 k += 1
-                impl = impls[k % len(impls)]
-                mark = _marked(payload, k)
-                t0 = senders[impl].send(payload)
+                impl, mode = combos[k % len(combos)]
+                mark = _marked(payload, k, mode)
+                t0, t_done = senders[impl].send(payload)
                 # Warm-up rounds may lose messages (PUB/SUB joins late, DDS discovers
                 # late): patience starts short and doubles, so slow transports still pass.
                 limit = min(timeout, 2.0 * 2**attempts) if warm < warm_rounds else timeout
-                times = []
+                times: list[int | None] = []
+                sums: list[int | None] = []
                 for conn in conns:
-                    got = None
+                    got = total = None
                     end = time.monotonic() + limit
                     while time.monotonic() < end and conn.poll(max(0.0, end - time.monotonic())):
-                        first, last, t = conn.recv()
+                        first, last, t, cs = conn.recv()
                         if first == mark and last == mark:
-                            got = t
+                            got, total = t, cs
                             break
                     times.append(got)
+                    sums.append(total)
                 if warm < warm_rounds:
                     warm += 1 if None not in times else 0
                     attempts += 1
-                    if attempts > 8 * len(impls):
+                    if attempts > 8 * len(combos):
                         raise RuntimeError("receivers never got a complete warm-up round")
                     continue
                 if None in times:
                     raise RuntimeError(f"a receiver missed message {k} ({n} bytes)")
-                lats[impl].append((max(t for t in times if t is not None) - t0) / 1e6)
+                if mode == "checksum":
+                    want = checksum(payload)
+                    if any(cs != want for cs in sums):
+                        raise RuntimeError(f"{impl}: a subscriber's checksum of {n} B is wrong")
+                lats[impl, mode].append((max(t for t in times if t is not None) - t0) / 1e6)
+                prods[impl, mode].append((t_done - t0) / 1e6)
                 if (
                     time.monotonic() - start > cfg.max_seconds
                     and min(len(v) for v in lats.values()) >= cfg.min_iterations
                 ):
                     break
-            for impl, lat in lats.items():
-                results[impl][n] = lat
+            for (impl, mode), lat in lats.items():
+                if not lat:
+                    raise RuntimeError(f"{impl} {mode}: no message measured at {n} B")
+                lat_out[mode][impl][n] = lat
+                prod_out[mode][impl][n] = prods[impl, mode]
                 progress(
-                    f"{impl} {n} B: {len(lat)} messages, median {statistics.median(lat):.3f} ms"
+                    f"{impl} {mode} {n} B: {len(lat)} messages, "
+                    f"median {statistics.median(lat):.3f} ms"
                 )
     finally:
         procs.stop()
         for tx in senders.values():
             tx.close()
-    return results
+    return lat_out, prod_out
 
 
 def _rtt(
@@ -260,7 +336,7 @@ def _rtt(
             while len(lat) < cfg.rtt_iterations + 5:
                 k += 1
                 mark = _marked(payload, k)
-                t0 = tx.send(payload)
+                t0, _ = tx.send(payload)
                 end = time.monotonic() + (1.0 if len(lat) < 5 else 30.0)
                 got = None
                 while got is None and time.monotonic() < end:
@@ -287,10 +363,32 @@ def _rtt(
 
 
 def run(cfg: BenchConfig, progress: Callable[[str], None] = lambda _m: None) -> BenchResult:
-    """Run every implementation in ``cfg.impls`` plus ``memcpy``; skip what cannot run."""
+    """Run every implementation in ``cfg.impls`` plus the references; skip what cannot run.
+
+    Socket files live in a private directory that is removed on every exit path
+    (exceptions and ``KeyboardInterrupt`` included; the CLI turns SIGTERM into one)."""
+    unknown = sorted(set(cfg.consume) - set(CONSUME))
+    if unknown or not cfg.consume:
+        raise UsageError(f"--consume must be some of {list(CONSUME)}, not {list(cfg.consume)}")
     result = BenchResult()
-    run_id = f"{os.getpid()}"
-    result.broadcast["memcpy"] = _memcpy(cfg)
+    # Short: socket paths must stay under the 107-byte limit of AF_UNIX addresses.
+    run_id = f"{os.getpid()}-{os.urandom(3).hex()}"
+    directory = run_dir(run_id)
+    os.makedirs(directory, mode=0o700)
+    try:
+        _run(cfg, run_id, result, progress)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    return result
+
+
+def _run(
+    cfg: BenchConfig, run_id: str, result: BenchResult, progress: Callable[[str], None]
+) -> None:
+    once, four = _memcpy(cfg, 1), _memcpy(cfg, 4)
+    for mode in cfg.consume:
+        result.broadcast[mode] = {"memcpy": once, "memcpy_x4": four}
+        result.producer[mode] = {}
     if cfg.rtt_sizes:
         result.rtt["memcpy"] = _rtt("memcpy", cfg, run_id, progress)
     # coorp and coorp_copy share their receivers and are measured interleaved.
@@ -302,6 +400,8 @@ def run(cfg: BenchConfig, progress: Callable[[str], None] = lambda _m: None) -> 
             groups[groups.index(["coorp_copy"])].insert(0, impl)
         else:
             groups.append([impl])
+    if "checksum" in cfg.consume:
+        groups.append(["private_copy"])  # the physical limit of reading the bytes
     for group in groups:
         reason = unavailable(group[0])
         if reason is not None:
@@ -310,11 +410,19 @@ def run(cfg: BenchConfig, progress: Callable[[str], None] = lambda _m: None) -> 
             progress(f"{', '.join(group)}: skipped ({reason})")
             continue
         try:
-            result.broadcast.update(_broadcast(group, cfg, run_id, progress))
+            lats, prods = _broadcast(group, cfg, run_id, progress)
         except Exception as exc:  # a baseline failing must not sink the whole run
             for impl in group:
                 result.skipped[impl] = f"failed: {type(exc).__name__}: {exc}"
             progress(f"{', '.join(group)}: failed ({exc})")
+            continue
+        for mode in cfg.consume:
+            for impl in group:
+                if impl == "private_copy" and mode != "checksum":
+                    continue  # a trigger alone says nothing in view mode
+                result.broadcast[mode][impl] = lats[mode][impl]
+                result.producer[mode][impl] = prods[mode][impl]
+        if group == ["private_copy"]:
             continue
         rtt_impl = "coorp" if group[0] == "coorp_copy" else group[0]
         if cfg.rtt_sizes and rtt_impl not in result.rtt:
@@ -323,4 +431,3 @@ def run(cfg: BenchConfig, progress: Callable[[str], None] = lambda _m: None) -> 
             except Exception as exc:
                 result.skipped[f"{rtt_impl} (rtt)"] = f"failed: {type(exc).__name__}: {exc}"
                 progress(f"{rtt_impl} rtt: failed ({exc})")
-    return result

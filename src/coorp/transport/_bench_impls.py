@@ -10,7 +10,17 @@ before ``send`` until the last receiver holds its array. Baselines:
 * ``pickle5_socket`` -- pickle protocol 5, buffers out-of-band, over Unix sockets,
 * ``pyzmq`` -- ZeroMQ PUB/SUB over ``ipc://``, zero-copy frames,
 * ``cyclonedds`` -- a DDS topic of ``sequence<uint8>`` through the cyclonedds Python
-  binding, as rclpy carries ``uint8[]`` over Cyclone DDS.
+  binding, as rclpy carries ``uint8[]`` over Cyclone DDS,
+* ``private_copy`` -- a reference, not a transport: a 16-byte trigger over a Unix socket,
+  and each receiver returns its own private in-memory copy of the payload (built in
+  advance from the same seed), so ``checksum`` mode measures the physical limit of
+  reading the bytes.
+
+Every sender's ``send`` returns ``(t0, t_done)``: ``t0`` is taken before any producer
+work (filling a loan, serializing, copying into a segment), the same instant for every
+implementation; ``t_done`` when ``send`` returns (the producer's cost is the difference).
+Socket files live in the run's private directory (:func:`run_dir`), which the harness
+removes on every exit path.
 """
 
 from __future__ import annotations
@@ -25,10 +35,31 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["IMPLS", "make_receiver", "make_sender", "unavailable"]
+__all__ = [
+    "IMPLS",
+    "REFERENCES",
+    "bench_payload",
+    "make_receiver",
+    "make_sender",
+    "run_dir",
+    "unavailable",
+]
 
 IMPLS = ("coorp", "coorp_copy", "shm_segment", "pickle5_socket", "pyzmq", "cyclonedds")
+#: References measured beside the implementations (not transports).
+REFERENCES = ("private_copy",)
 _LEN = struct.Struct("<QQ")
+
+
+def run_dir(run: str) -> str:
+    """The private directory of a benchmark run (socket files); the harness creates and
+    removes it."""
+    return os.path.join(tempfile.gettempdir(), f"coorp-bench-{run}")
+
+
+def bench_payload(n: int) -> np.ndarray:
+    """The payload of size ``n`` (the same bytes in every process)."""
+    return np.random.default_rng(n).integers(0, 255, n, dtype=np.uint8)
 
 
 def unavailable(impl: str) -> str | None:
@@ -50,7 +81,7 @@ def unavailable(impl: str) -> str | None:
 
 
 def _sock_path(run: str, channel: str) -> str:
-    return os.path.join(tempfile.gettempdir(), f"coorp-bench-{run}-{channel}.sock")
+    return os.path.join(run_dir(run), f"{channel}.sock")
 
 
 def _recv_exact(sock: socket.socket, buf: memoryview) -> bool:
@@ -87,17 +118,17 @@ class _CoorpSender:
         self.pub = self.bus.publisher(self.topic)
         self.loan = loan
 
-    def send(self, payload: np.ndarray) -> int:
-        if self.loan:
-            loan = self.pub.loan_array(payload.shape, payload.dtype)
-            # The producer fills the loaned sample in place (e.g. a camera DMA): untimed.
-            np.copyto(loan.array, payload)
-            t0 = time.monotonic_ns()
-            loan.send()
-            return t0
+    def send(self, payload: np.ndarray) -> tuple[int, int]:
         t0 = time.monotonic_ns()
-        self.pub.publish(payload)
-        return t0
+        if self.loan:
+            # The producer writes the payload into the loaned sample (timed, like every
+            # other implementation's serialization).
+            loan = self.pub.loan_array(payload.shape, payload.dtype)
+            np.copyto(loan.array, payload)
+            loan.send()
+        else:
+            self.pub.publish(payload)
+        return t0, time.monotonic_ns()
 
     def close(self) -> None:
         self.bus.close()
@@ -146,15 +177,18 @@ class _SocketSender:
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
             self.conns.append(conn)
 
-    def send(self, payload: np.ndarray) -> int:
+    def send(self, payload: np.ndarray) -> tuple[int, int]:
         if len(self.conns) < self.peers:
             self._accept()
         t0 = time.monotonic_ns()
-        if self.mode == "pickle5":
+        if self.mode == "trigger":  # private_copy: only which payload, and its marks
+            meta = pickle.dumps((payload.nbytes, int(payload[0]), int(payload[-1])))
+            parts: list[bytes | memoryview] = [_LEN.pack(len(meta), 0), meta]
+        elif self.mode == "pickle5":
             bufs: list[pickle.PickleBuffer] = []
             meta = pickle.dumps(payload, protocol=5, buffer_callback=bufs.append)
             raw = bufs[0].raw() if bufs else memoryview(b"")
-            parts: list[bytes | memoryview] = [_LEN.pack(len(meta), raw.nbytes), meta, raw]
+            parts = [_LEN.pack(len(meta), raw.nbytes), meta, raw]
         else:  # a new shared-memory segment per message, its name over the socket
             from multiprocessing import shared_memory
 
@@ -169,7 +203,7 @@ class _SocketSender:
         for conn in self.conns:
             for part in parts:
                 conn.sendall(part)
-        return t0
+        return t0, time.monotonic_ns()
 
     def close(self) -> None:
         for seg in self.segments:
@@ -199,6 +233,7 @@ class _SocketReceiver:
         self.mode = mode
         self.head = bytearray(_LEN.size)
         self.seg: Any = None
+        self.private: dict[int, np.ndarray] = {}
 
     def recv(self, timeout: float) -> np.ndarray | None:
         self.sock.settimeout(timeout)
@@ -211,6 +246,13 @@ class _SocketReceiver:
         meta_len, buf_len = _LEN.unpack(self.head)
         meta = bytearray(meta_len)
         _recv_exact(self.sock, memoryview(meta))
+        if self.mode == "trigger":
+            n, first, last = pickle.loads(meta)
+            arr = self.private.get(n)
+            if arr is None:
+                arr = self.private[n] = bench_payload(n)
+            arr[0], arr[-1] = first, last
+            return arr
         if self.mode == "pickle5":
             buf = bytearray(buf_len)
             _recv_exact(self.sock, memoryview(buf))
@@ -239,11 +281,11 @@ class _ZmqSender:
         self.sock = self.ctx.socket(zmq.PUB)
         self.sock.bind(f"ipc://{_sock_path(run, channel)}.zmq")
 
-    def send(self, payload: np.ndarray) -> int:
+    def send(self, payload: np.ndarray) -> tuple[int, int]:
         t0 = time.monotonic_ns()
         meta = pickle.dumps((payload.shape, payload.dtype.str))
         self.sock.send_multipart([meta, payload.data], copy=False)
-        return t0
+        return t0, time.monotonic_ns()
 
     def close(self) -> None:
         self.sock.close(linger=0)
@@ -310,10 +352,10 @@ class _DdsSender(_Dds):
 
         self.writer = DataWriter(self.dp, self.topic, qos=self.qos)
 
-    def send(self, payload: np.ndarray) -> int:
+    def send(self, payload: np.ndarray) -> tuple[int, int]:
         t0 = time.monotonic_ns()
         self.writer.write(self.blob(payload.tobytes()))
-        return t0
+        return t0, time.monotonic_ns()
 
     def close(self) -> None:
         del self.writer
@@ -353,6 +395,8 @@ def make_sender(impl: str, run: str, channel: str, peers: int, max_bytes: int) -
         return _SocketSender(run, channel, peers, "segment")
     if impl == "pickle5_socket":
         return _SocketSender(run, channel, peers, "pickle5")
+    if impl == "private_copy":
+        return _SocketSender(run, channel, peers, "trigger")
     if impl == "pyzmq":
         return _ZmqSender(run, channel)
     if impl == "cyclonedds":
@@ -368,6 +412,8 @@ def make_receiver(impl: str, run: str, channel: str, max_bytes: int) -> Any:
         return _SocketReceiver(run, channel, "segment")
     if impl == "pickle5_socket":
         return _SocketReceiver(run, channel, "pickle5")
+    if impl == "private_copy":
+        return _SocketReceiver(run, channel, "trigger")
     if impl == "pyzmq":
         return _ZmqReceiver(run, channel)
     if impl == "cyclonedds":

@@ -18,30 +18,41 @@ def format_size(n: int) -> str:
     return f"{n} B"
 
 
+_TITLES = {
+    "view": "publish -> last subscriber holds a usable array",
+    "checksum": "publish -> last subscriber has read and checksummed every byte (verified)",
+}
+
+
 def render_tables(result: BenchResult, console: Any) -> None:
     from rich.table import Table
 
     summary = result.summary()
-    sizes = sorted({int(n) for by in summary["broadcast"].values() for n in by})
-    table = Table(
-        title="Broadcast: publish -> last subscriber holds a usable array (ms, median / p99)"
-    )
-    table.add_column("impl")
-    for n in sizes:
-        table.add_column(format_size(n), justify="right")
-    for impl, by in summary["broadcast"].items():
-        table.add_row(
-            impl,
-            *(
-                f"{by[str(n)]['median_ms']:.3f} / {by[str(n)]['p99_ms']:.3f}"
-                if str(n) in by
-                else "-"
-                for n in sizes
-            ),
+    for mode, impls in summary["broadcast"].items():
+        sizes = sorted({int(n) for by in impls.values() for n in by})
+        table = Table(
+            title=f"Broadcast, consume={mode}: {_TITLES.get(mode, mode)}; ms, median / p99 "
+            "[producer median: from the common start until send returns]"
         )
-    for label, pts in PUBLISHED.items():
-        table.add_row(label, *(f"{pts[n]:g} (mean)" if n in pts else "-" for n in sizes))
-    console.print(table)
+        table.add_column("impl")
+        for n in sizes:
+            table.add_column(format_size(n), justify="right")
+        for impl, by in impls.items():
+            cells = []
+            for n in sizes:
+                cell = by.get(str(n))
+                if cell is None:
+                    cells.append("-")
+                    continue
+                text = f"{cell['median_ms']:.3f} / {cell['p99_ms']:.3f}"
+                if "producer_median_ms" in cell:
+                    text += f" [{cell['producer_median_ms']:.3f}]"
+                cells.append(text)
+            table.add_row(impl, *cells)
+        if mode == "view":
+            for label, pts in PUBLISHED.items():
+                table.add_row(label, *(f"{pts[n]:g} (mean)" if n in pts else "-" for n in sizes))
+        console.print(table)
     rtt_sizes = sorted({int(n) for by in summary["rtt"].values() for n in by})
     if rtt_sizes:
         rt = Table(title="Round trip (us, median / p99)")
@@ -78,15 +89,18 @@ def plot(result: BenchResult, path: Path, subscribers: int) -> None:
 
     summary = result.summary()["broadcast"]
     fig, ax = plt.subplots(figsize=(9.5, 4.8))
-    for impl, by in summary.items():
-        xs = sorted(int(n) for n in by)
-        ax.plot(
-            [x / 1e6 for x in xs],
-            [by[str(x)]["median_ms"] for x in xs],
-            marker="o",
-            label=impl,
-            linestyle=":" if impl == "memcpy" else "-",
-        )
+    for mode, impls in summary.items():
+        for impl, by in impls.items():
+            if impl.startswith("memcpy") and mode != next(iter(summary)):
+                continue  # the references are the same in every mode
+            xs = sorted(int(n) for n in by)
+            ax.plot(
+                [x / 1e6 for x in xs],
+                [by[str(x)]["median_ms"] for x in xs],
+                marker="o" if mode == "view" else "s",
+                label=impl if impl.startswith("memcpy") else f"{impl} ({mode})",
+                linestyle=":" if impl.startswith("memcpy") else "-" if mode == "view" else "--",
+            )
     for label, pts in PUBLISHED.items():
         xs = sorted(pts)
         ax.plot(
