@@ -67,6 +67,8 @@ _tags = st.sampled_from(
         "baccept",
         "bdone",
         "breject",
+        "lsopen",
+        "lsaccept",
         "nope",
     ]
 )
@@ -146,3 +148,66 @@ def test_mutated_valid_datagrams(data: st.DataObject) -> None:
     decoder.open_session("r1", "ch", 5)
     decoder._sessions[("r1", "ch")].session = 1
     assert only_peer_errors(decoder.decode, bytes(dgram), "fuzz") is None
+
+
+# Team files: TOML-shaped text built from the schema's own keys reaches the validators.
+_keys = st.sampled_from(
+    ["name", "robots", "key_file", "key_dir", "listen", "limit", "timeslice_ms",
+     "heartbeat_ms", "leader", "fallback_ms", "local_preemption", "chunk_bytes", "bogus"]
+)  # fmt: skip
+_values = st.sampled_from(
+    ['"x"', '"0.0.0.0:7400"', '"host:99999"', "1", "-1", "0", "1e309", "true",
+     '["a", "b"]', '["a", "a"]', "[]", '"../k"', '"\\u0000"', "{}", "nan"]
+)  # fmt: skip
+_tables = st.sampled_from(["[team]", "[leader]", "[agent]", "[other]", ""])
+team_texts = st.lists(
+    st.tuples(_tables, _keys, _values).map(lambda t: f"{t[0]}\n{t[1]} = {t[2]}\n"), max_size=8
+).map("".join) | st.text(max_size=200)
+
+
+@FUZZ
+@given(team_texts)
+def test_team_files_load_or_name_the_problem(text: str) -> None:
+    """Any team file loads or raises a ScenarioError (exit 2 in the CLI), never
+    anything else."""
+    import tempfile
+    from pathlib import Path
+
+    from coorp import ScenarioError
+    from coorp.runtime import load_team_config
+
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "team.toml"
+        p.write_text(text)
+        try:
+            load_team_config(p)
+        except ScenarioError as exc:
+            assert str(exc).startswith(f"invalid team file {p}")
+
+
+@FUZZ
+@given(st.text(max_size=300) | st.lists(
+    st.sampled_from(["robot r1", "link " + "ab" * 32, "peer r2 " + "cd" * 32, "link zz",
+                     "peer", "# c", "robot", "x y z"]), max_size=6).map("\n".join))  # fmt: skip
+def test_robot_key_files_parse_or_raise_a_usage_error(text: str) -> None:
+    from coorp.runtime import RobotKey, RuntimeUsageError
+
+    try:
+        key = RobotKey.from_text(text, "fuzz.key")
+    except RuntimeUsageError:
+        return
+    assert key.identity
+
+
+@FUZZ
+@given(blobs, st.sampled_from(["agent", "sender", "ls", "observer"]))
+def test_server_handshake_join_decoding(body: bytes, role: str) -> None:
+    """What a server parses before it knows the key (the claimed Join): garbage gives
+    a PeerError; a well-formed Join for an unknown robot is an AuthenticationError."""
+    from coorp.runtime import RobotKey
+
+    msg = only_peer_errors(decode_message, body)
+    if isinstance(msg, Join):
+        keys = RobotKey("sink", b"l" * 32, {"r1": b"p" * 32})
+        only_peer_errors(keys.mac, "sink", msg.robot)
+    only_peer_errors(decode_message, msgspec.msgpack.encode(["join", "r1", NONCE, role]))

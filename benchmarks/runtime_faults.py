@@ -1,0 +1,342 @@
+"""Runtime under faults: floods, replays, random-phase LS under bulk, leader restarts.
+
+Measures the targets of issue 11 (numbers go to docs/runtime.md, "Faults: measured"):
+
+1. **flood** (netns): a leader under ``ulimit -n 1024`` gets 2,000 connections held
+   open from one host; how long a legitimate join from another host takes
+   (target ≤ 1 s).
+2. **replay** (loopback): captured LS datagrams replayed to their receiver, to another
+   robot, and to the receiver after it restarted; how many are accepted (target 0).
+3. **phases** (netns, 50 Mbit/s tbf bottleneck): three robots with random LS phases
+   (30 Hz, 4 kB) and a bulk transfer each; LS one-way latency while bulk flows
+   (target p99 ≤ 10 ms, none > 33 ms), coordinated vs marking only.
+4. **restart** (netns): one robot sends 20 MB; undisturbed vs with the leader killed
+   (SIGKILL) and restarted once the transfer runs (target ≤ 1.5× the undisturbed
+   time, 0 bytes lost).
+5. **overhead** (loopback): LS one-way p50, Coorp vs raw UDP, in 5 interleaved runs
+   (target ≤ 50 µs more in every run); uses ``runtime_latency.py``'s measurement.
+
+Needs root and iproute2 for 1, 3, 4 (skipped otherwise, with the reason).
+
+Usage::
+
+    python benchmarks/runtime_faults.py [--only flood,replay,phases,restart,overhead]
+        [--runs 3] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+TESTS = HERE.parent / "tests" / "runtime"
+sys.path[:0] = [str(HERE), str(TESTS)]
+
+from rt_netns import Proc, Topology, netns_unavailable  # noqa: E402
+
+KEY_HEX = "6b" * 32
+ROLES = [sys.executable, str(TESTS / "rt_roles.py")]
+_coorp = Path(sys.executable).with_name("coorp")
+COORP = [str(_coorp)] if _coorp.exists() else [sys.executable, "-m", "coorp.cli"]
+LEADER_PORT, SINK_PORT = 7400, 7500
+RATE_MBIT, QUEUE_MS = 50, 100
+PERIOD_MS = 33.3
+
+
+def team_file(d: Path, timeslice_ms: float = 5000) -> Path:
+    (d / "team.key").write_text(KEY_HEX + "\n")
+    (d / "team.key").chmod(0o600)
+    p = d / "team.toml"
+    p.write_text(
+        '[team]\nname = "bench"\nkey_file = "team.key"\nrobots = ["ld", "a1", "a2", "a3"]\n'
+        f'[leader]\nlisten = "0.0.0.0:{LEADER_PORT}"\nlimit = 1\ntimeslice_ms = {timeslice_ms}\n'
+    )
+    return p
+
+
+def result(proc: Proc, timeout: float) -> Any:
+    return json.loads(proc.expect("RESULT ", timeout).removeprefix("RESULT "))
+
+
+def stats(topo: Topology) -> dict[str, Any]:
+    out = topo.run(
+        "ld",
+        [*ROLES, "stats", "--leader", f"{topo.addr('ld')}:{LEADER_PORT}", "--key-hex", KEY_HEX],
+    )
+    parsed: dict[str, Any] = json.loads(out)
+    return parsed
+
+
+def wait_leader(topo: Topology, pred: Any, what: str, attempts: int = 60) -> None:
+    for _ in range(attempts):
+        with contextlib.suppress(RuntimeError):
+            if pred(stats(topo)):
+                return
+    raise RuntimeError(f"leader never reached: {what}")
+
+
+def start_leader(topo: Topology, cfg: Path, *, nofile: int | None = None) -> Proc:
+    pre = ["prlimit", f"--nofile={nofile}:{nofile}"] if nofile else []
+    p = topo.start("ld", [*pre, *COORP, "leader", "--config", str(cfg), "--log-level", "error"])
+    p.expect("coorp leader: serving", 30)
+    return p
+
+
+def start_sink(topo: Topology, expect: int) -> Proc:
+    p = topo.start(
+        "ld",
+        [*ROLES, "sink", "--listen", f"{topo.addr('ld')}:{SINK_PORT}", "--expect-bulk",
+         str(expect), "--key-hex", KEY_HEX, "--timeout", "180"],
+        name="sink",
+    )  # fmt: skip
+    p.expect("READY", 30)
+    return p
+
+
+def start_worker(
+    topo: Topology, host: str, nbytes: int, grid_ns: int, *, coordinated: bool, extra: list[str]
+) -> Proc:
+    argv = [*ROLES, "worker", "--robot", host, "--dest", f"{topo.addr('ld')}:{SINK_PORT}",
+            "--bh-bytes", str(nbytes), "--seed", host[1:], "--grid-ns", str(grid_ns),
+            "--key-hex", KEY_HEX, "--timeout", "180", *extra]  # fmt: skip
+    argv += ["--leader", f"{topo.addr('ld')}:{LEADER_PORT}"] if coordinated else ["--no-local"]
+    return topo.start(host, argv, name=host)
+
+
+class Net:
+    def __init__(self, rate_mbit: float = RATE_MBIT) -> None:
+        self.topo = Topology(agents=3)
+        self.rate = rate_mbit
+
+    def __enter__(self) -> Topology:
+        self.topo.create(rate_mbit=self.rate, queue_ms=QUEUE_MS)
+        return self.topo
+
+    def __exit__(self, *exc: object) -> None:
+        self.topo.destroy()
+
+
+# -- 1. flood -----------------------------------------------------------------------------------
+def flood(tmp: Path) -> dict[str, Any]:
+    with Net() as topo:
+        start_leader(topo, team_file(tmp), nofile=1024)
+        addr = f"{topo.addr('ld')}:{LEADER_PORT}"
+        fl = topo.start("a3", [*ROLES, "flood", "--leader", addr, "--count", "2000"])
+        held = int(fl.expect("FLOODED", 60).split()[1])
+        probe = topo.start(
+            "a1", [*ROLES, "joinprobe", "--leader", addr, "--robot", "a1", "--key-hex", KEY_HEX]
+        )
+        line = probe.expect("JOINED", 60).split()
+        c = stats(topo)["counters"]
+        return {
+            "connections_held": held,
+            "join_mode": line[1],
+            "join_ms": float(line[2]),
+            "limited": c["limited_connections"],
+            "handshake_timeouts": c["handshake_timeouts"],
+            "fd_exhaustions": c["fd_exhaustions"],
+            "accept_healthy": c["accept_healthy"],
+            "max_connections": c["max_connections"],
+        }
+
+
+# -- 2. replay ----------------------------------------------------------------------------------
+def replay(n: int = 200) -> dict[str, Any]:
+    from coorp.runtime import TeamKey, join
+
+    class Rec:
+        def __init__(self, s: socket.socket) -> None:
+            self.s, self.sent = s, []
+
+        def send(self, d: bytes) -> int:
+            self.sent.append(bytes(d))
+            return self.s.send(d)
+
+        def __getattr__(self, k: str) -> Any:
+            return getattr(self.s, k)
+
+    key = TeamKey(os.urandom(32))
+    lead, r1, r2 = join(None, "ld", key), join(None, "r1", key), join(None, "r2", key)
+    try:
+        in1, in2 = r1.listen("127.0.0.1:0"), r2.listen("127.0.0.1:0")
+        ch = lead.latency_sensitive("control", f"127.0.0.1:{in1.address[1]}", deadline_ms=33)
+        rec = Rec(ch._sock)
+        ch._sock = rec  # type: ignore[assignment]
+        for k in range(n):
+            ch.send(b"cmd %d" % k)
+        genuine = sum(1 for _ in range(n) if in1.recv(timeout=5))
+
+        def blast(port: int) -> None:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as a:
+                for d in rec.sent:
+                    a.sendto(d, ("127.0.0.1", port))
+
+        def accepted(inbox: Any, drop_key: str) -> int:
+            got = 0
+            for _ in range(n * 4):
+                with contextlib.suppress(TimeoutError):
+                    inbox.recv(timeout=0.05)
+                    got += 1
+                if inbox.stats().get(drop_key, 0) + got >= n:
+                    break
+            return got
+
+        blast(in1.address[1])
+        same = accepted(in1, "dropped_replayed")
+        blast(in2.address[1])
+        cross = accepted(in2, "dropped_unauthenticated")
+        port = in1.address[1]
+        in1.close()
+        fresh = r1.listen(f"127.0.0.1:{port}")
+        blast(port)
+        restarted = accepted(fresh, "dropped_stale")
+        return {
+            "genuine_delivered": genuine,
+            "replayed": n,
+            "accepted_same_receiver": same,
+            "accepted_other_robot": cross,
+            "accepted_after_restart": restarted,
+        }
+    finally:
+        for t in (lead, r1, r2):
+            t.close()
+
+
+# -- 3. random phases ----------------------------------------------------------------
+def phases(tmp: Path, *, coordinated: bool, seed: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    with Net() as topo:
+        if coordinated:
+            start_leader(topo, team_file(tmp))
+        else:
+            team_file(tmp)
+        sink = start_sink(topo, 3)
+        base = time.monotonic_ns()
+        offsets = {h: rng.randrange(round(PERIOD_MS * 1e6)) for h in ("a1", "a2", "a3")}
+        ws = [
+            start_worker(topo, h, 4_000_000, base + off, coordinated=coordinated, extra=[])
+            for h, off in offsets.items()
+        ]
+        for w in ws:
+            result(w, 180)
+        got = result(sink, 60)
+    start = min(b["first_ns"] for b in got["bulk"])
+    end = max(b["done_ns"] for b in got["bulk"])
+    lat = np.array([(r - s) / 1e6 for _, _, s, r in got["ls"] if start <= r <= end])
+    return {
+        "coordinated": coordinated,
+        "phases_ms": {h: round(o / 1e6, 1) for h, o in offsets.items()},
+        "n": len(lat),
+        "p50_ms": float(np.percentile(lat, 50)),
+        "p99_ms": float(np.percentile(lat, 99)),
+        "max_ms": float(lat.max()),
+        "over_33ms": int((lat > 33).sum()),
+        "bulk_s": (end - start) / 1e9,
+    }
+
+
+# -- 4. leader restart ----------------------------------------------------------------
+def restart(tmp: Path, *, kill: bool) -> dict[str, Any]:
+    nbytes = 20_000_000
+    with Net() as topo:
+        cfg = team_file(tmp, timeslice_ms=600_000)
+        leader = start_leader(topo, cfg)
+        sink = start_sink(topo, 2)
+        w = start_worker(
+            topo, "a1", nbytes, time.monotonic_ns(), coordinated=True, extra=["--start-msg"]
+        )
+        w.expect("STARTED", 60)
+        wait_leader(topo, lambda s: s["holders"] == ["a1"], "a1 holds the permit")
+        killed_ns = None
+        if kill:
+            killed_ns = time.monotonic_ns()
+            os.kill(leader.popen.pid, signal.SIGKILL)
+            leader.kill()
+            start_leader(topo, cfg)
+        r = result(w, 180)
+        got = result(sink, 60)
+    params = [b for b in got["bulk"] if b["channel"] == "params"]
+    intact = len(params) == 1 and params[0]["sha"] == r["sha"] and params[0]["nbytes"] == nbytes
+    return {
+        "killed": kill,
+        "seconds": (r["finished_ns"] - r["started_ns"]) / 1e9,
+        "intact": intact,
+        "bytes_received": got["stats"]["bulk_bytes"] - 1,  # minus the start message's byte
+        "bytes_lost": nbytes - (params[0]["nbytes"] if params else 0),
+        "link": r["link"],
+        "leader_down_to_done_s": None
+        if killed_ns is None
+        else (r["finished_ns"] - killed_ns) / 1e9,
+    }
+
+
+# -- 5. LS overhead -----------------------------------------------------------------------------
+def overhead(runs: int, count: int) -> list[dict[str, float]]:
+    from runtime_latency import ls_latency
+
+    out = []
+    for _ in range(runs):  # interleaved: raw, coorp, raw, coorp...
+        raw = float(np.percentile(ls_latency("raw", count, 1000, 0.0005), 50)) / 1e3
+        coorp = float(np.percentile(ls_latency("coorp", count, 1000, 0.0005), 50)) / 1e3
+        out.append({"raw_p50_us": raw, "coorp_p50_us": coorp, "overhead_us": coorp - raw})
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--only", default="flood,replay,phases,restart,overhead")
+    p.add_argument("--runs", type=int, default=3, help="runs of the netns measurements")
+    p.add_argument("--ls-count", type=int, default=2000)
+    p.add_argument("--json", type=Path)
+    args = p.parse_args()
+    todo = set(args.only.split(","))
+    res: dict[str, Any] = {"load_before": os.getloadavg()[0]}
+    why = netns_unavailable()
+    import tempfile
+
+    def tmpdir() -> Path:
+        return Path(tempfile.mkdtemp(prefix="coorp-faults-"))
+
+    if "replay" in todo:
+        res["replay"] = replay()
+        print("replay", json.dumps(res["replay"]), flush=True)
+    if "overhead" in todo:
+        res["overhead"] = overhead(5, args.ls_count)
+        print("overhead", json.dumps(res["overhead"]), flush=True)
+    if why is not None:
+        print(f"netns measurements skipped: {why}")
+    else:
+        if "flood" in todo:
+            res["flood"] = [flood(tmpdir()) for _ in range(args.runs)]
+            print("flood", json.dumps(res["flood"]), flush=True)
+        if "phases" in todo:
+            res["phases"] = [
+                phases(tmpdir(), coordinated=c, seed=s)
+                for s in range(args.runs)
+                for c in (False, True)
+            ]
+            print("phases", json.dumps(res["phases"]), flush=True)
+        if "restart" in todo:
+            res["restart"] = [
+                restart(tmpdir(), kill=k) for _ in range(args.runs) for k in (False, True)
+            ]
+            print("restart", json.dumps(res["restart"]), flush=True)
+    res["load_after"] = os.getloadavg()[0]
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=2))
+
+
+if __name__ == "__main__":
+    main()
