@@ -114,7 +114,8 @@ def register(app: typer.Typer) -> None:
             float | None, typer.Option(help="Simulated seconds (default: the scenario's).")
         ] = None,
         hidden: Annotated[int, typer.Option(help="Hidden units per layer (2 layers).")] = 32,
-        envs: Annotated[int, typer.Option(help="Formation-task copies per worker.")] = 4,
+        envs: Annotated[int, typer.Option(help="Formation-task copies per worker.")] = 8,
+        lr: Annotated[float, typer.Option(help="Adam learning rate of the workers.")] = 1e-2,
         target: Annotated[
             float | None,
             typer.Option(help="Target return (default: half-way from initial to best final)."),
@@ -144,7 +145,7 @@ def register(app: typer.Typer) -> None:
             raise UsageError("--air-params must be positive")
         formats = figure_formats(fmt)
         spec = LearnSpec(
-            ppo=PPOConfig(hidden=hidden, envs=envs),
+            ppo=PPOConfig(hidden=hidden, envs=envs, lr=lr),
             air_params=air_params,
             sync=mode,
             duration_s=duration,
@@ -162,7 +163,7 @@ def register(app: typer.Typer) -> None:
         c0 = curves[0]
         summary["config"] = {
             "scenario": str(path), "sync": c0.sync, "params": c0.params,
-            "air_bytes": c0.air_bytes, "duration_s": dur, "hidden": hidden, "envs": envs,
+            "air_bytes": c0.air_bytes, "duration_s": dur, "hidden": hidden, "envs": envs, "lr": lr,
         }  # fmt: skip
         title = (
             f"learning over the air: {sc.name}, {c0.sync.upper()}, {c0.params} params, "

@@ -23,8 +23,10 @@ then replayed in that order on the real tensors:
 Staleness of an update = the model versions the leader made between the one the worker
 trained on and the one the update is applied to; it is measured per update from the
 trace and reported, and shows in the curves. A point of a learning curve is (the
-simulated time the model of an epoch was in place, the mean episode return the workers
-collected in that epoch).
+simulated time a model version was in place at the leader, its score): the mean return
+of the greedy policy over ``eval_episodes`` episodes from fixed start states, the same
+for every version, seed and policy (common random numbers: the curves compare models,
+not the luck of the training episodes, which are kept as ``train_returns``).
 """
 
 from __future__ import annotations
@@ -46,12 +48,14 @@ __all__ = ["LearnCurve", "LearnSpec", "learn_on_channel", "summarize"]
 
 @dataclass(frozen=True)
 class LearnSpec:
-    ppo: PPOConfig = field(default_factory=lambda: PPOConfig(hidden=32, envs=4))
+    ppo: PPOConfig = field(default_factory=lambda: PPOConfig(hidden=32, envs=8, lr=1e-2))
     task: FormationSpec = field(default_factory=lambda: FormationSpec(robots=3, horizon=30))
     #: Parameters counted on the air (None: the real model's). 10_000_000 = the paper.
     air_params: int | None = None
     sync: SyncMode | None = None  # None: the scenario's
     duration_s: float | None = None
+    #: Greedy episodes from fixed start states that score each model version.
+    eval_episodes: int = 32
 
     def air_bytes(self) -> int:
         n = (
@@ -70,6 +74,8 @@ class LearnCurve:
     times_s: list[float]
     returns: list[float]
     staleness: list[int]
+    #: Mean episode return the workers collected while training each update.
+    train_returns: list[float]
     violation_rate: float
     epochs: int
     initial_return: float
@@ -132,11 +138,11 @@ def learn_on_channel(
     layout = Layout(spec.ppo.hidden, spec.ppo.layers)
     ppos = [PPO(spec.ppo, spec.task, seed * 1000 + i + 1) for i in range(len(workers))]
     versions = [layout.init(seed)]  # versions[v]: the model after v leader updates
-    init_return = float(np.mean([p.rollout(versions[0]).episode_return for p in ppos[:1]]))
-    # The rollout above used worker 0's generator: rebuild so the replay starts fresh.
-    ppos = [PPO(spec.ppo, spec.task, seed * 1000 + i + 1) for i in range(len(workers))]
+    judge = ppos[0]
+    init_return = judge.evaluate(versions[0], spec.eval_episodes)
     times: list[float] = []
     rets: list[float] = []
+    train: list[float] = []
     stale: list[int] = []
     if sync is SyncMode.ASP:
         have = dict.fromkeys(workers, 0)  # model version each worker holds
@@ -152,7 +158,8 @@ def learn_on_channel(
             versions.append(nxt)
             have[w] = len(versions) - 1
             times.append(rec.end_ns / 1e9)
-            rets.append(ro.episode_return)
+            rets.append(judge.evaluate(nxt, spec.eval_episodes))
+            train.append(ro.episode_return)
     else:
         ends = sorted(r.end_ns for r in res.epochs)
         for rec in sorted(res.epochs, key=lambda r: r.index):
@@ -169,7 +176,8 @@ def learn_on_channel(
             versions.append((versions[-1] + acc / np.float32(len(ppos))).astype(np.float32))
             stale.append(len(versions) - 2 - v)
             times.append(rec.end_ns / 1e9)
-            rets.append(float(np.mean(epoch_rets)))
+            rets.append(judge.evaluate(versions[-1], spec.eval_episodes))
+            train.append(float(np.mean(epoch_rets)))
     return LearnCurve(
         policy=policy,
         seed=seed,
@@ -177,6 +185,7 @@ def learn_on_channel(
         times_s=times,
         returns=rets,
         staleness=stale,
+        train_returns=train,
         violation_rate=res.violation_rate,
         epochs=len(res.epochs),
         initial_return=init_return,
@@ -225,7 +234,13 @@ def summarize(
             "staleness_mean": float(np.mean(st)) if st else 0.0,
             "staleness_max": int(max(st)) if st else 0,
             "curves": [
-                {"seed": c.seed, "t_s": c.times_s, "reward": c.returns, "staleness": c.staleness}
+                {
+                    "seed": c.seed,
+                    "t_s": c.times_s,
+                    "reward": c.returns,
+                    "train_return": c.train_returns,
+                    "staleness": c.staleness,
+                }
                 for c in mine
             ],
         }

@@ -186,6 +186,21 @@ class PPO:
             samples=rew_a.size,
         )
 
+    def evaluate(self, p: np.ndarray, episodes: int = 16, seed: int = 2**31 - 1) -> float:
+        """Mean episode return of the greedy policy on ``episodes`` fixed start states
+        (the same for every call with this ``seed``: common random numbers, so curves
+        compare models, not luck). Leaves this worker's random stream alone."""
+        env = FormationBatch(self.spec, episodes)
+        obs = env.reset(np.random.default_rng(seed))
+        total = np.zeros(obs.shape[:2], np.float64)
+        done = False
+        while not done:
+            logits = _forward(self.layout, p, "pi", obs.reshape(-1, OBS_DIM))[-1]
+            act = logits.argmax(-1).reshape(obs.shape[:2])
+            obs, rew, done = env.step(act)
+            total += rew
+        return float(total.mean())
+
     # -- learning -------------------------------------------------------------------------
     def grad(self, p: np.ndarray, ro: Rollout, idx: np.ndarray) -> np.ndarray:
         """Gradient of the PPO loss (clipped surrogate + value + entropy) on ``idx``."""
