@@ -250,7 +250,12 @@ def _run_processes(
     max_payload: int = 128 << 20,
     timeout: float = 120.0,
     start_method: str | None = None,
+    own_session: bool = True,
 ) -> FlowResult:
+    """``own_session``: the reactors run in a new session (``setsid``). With Linux's
+    autogroup scheduling (on by default on desktops and many servers) the CPU is shared
+    fairly between *sessions*: Ray starts its workers in a session of their own, and so
+    does this executor, so that on a busy machine neither gets a smaller share."""
     from coorp.transport import iceoryx2_available
 
     if not iceoryx2_available():
@@ -272,41 +277,75 @@ def _run_processes(
     run_id = f"{os.getpid()}-{time.monotonic_ns() % 10**9}-{os.urandom(3).hex()}"
     topics = _topics(graph, run_id, max_payload)
     t0 = time.perf_counter()
-    procs: dict[str, Any] = {}
     pipes: dict[str, Any] = {}
+    ends: dict[str, Any] = {}
+    for name in graph.nodes:
+        pipes[name], ends[name] = ctx.Pipe()
+    launcher = ctx.Process(
+        target=_launch,
+        args=(graph, tags, topics, ends, timeout, method, own_session),
+        name="coorp-flow-launcher",
+    )
     try:
-        for name in graph.nodes:
-            parent, child = ctx.Pipe()
-            p = ctx.Process(
-                target=_child,
-                args=(graph, name, tags, topics, child, timeout),
-                name=f"coorp-flow-{name}",
-                daemon=True,
-            )
-            p.start()
-            child.close()
-            procs[name], pipes[name] = p, parent
-        _gather(pipes, procs, "ready", timeout)
+        launcher.start()
+        for end in ends.values():
+            end.close()
+        _gather(pipes, "ready", timeout)
         t1 = time.perf_counter()
         for pipe in pipes.values():
             pipe.send("go")
-        results = _gather(pipes, procs, "done", timeout * 2)
+        results = _gather(pipes, "done", timeout * 2)
         t2 = time.perf_counter()
         for pipe in pipes.values():
             pipe.send("exit")
-        for p in procs.values():
-            p.join(timeout)
+        launcher.join(timeout)
         return FlowResult("processes", tags, results, t2 - t1, t1 - t0)
     finally:
-        for p in procs.values():
+        if launcher.is_alive():
+            launcher.terminate()  # its handler stops the reactors it started
+            launcher.join(10)
+
+
+def _launch(
+    graph: Graph,
+    tags: int,
+    topics: dict[tuple[str, str], Any],
+    ends: dict[str, Any],
+    timeout: float,
+    method: str,
+    own_session: bool,
+) -> None:
+    """Start one process per reactor, in a session of their own (see ``own_session``)."""
+    import signal
+
+    if own_session:
+        with contextlib.suppress(OSError):
+            os.setsid()
+    ctx: Any = mp.get_context(method)
+    procs: list[Any] = []
+
+    def stop(*_: Any) -> None:
+        for p in procs:
             if p.is_alive():
                 p.terminate()
-                p.join(5)
+        os._exit(1)
+
+    signal.signal(signal.SIGTERM, stop)
+    for name in graph.nodes:
+        p = ctx.Process(
+            target=_child,
+            args=(graph, name, tags, topics, ends[name], timeout),
+            name=f"coorp-flow-{name}",
+            daemon=True,
+        )
+        p.start()
+        procs.append(p)
+        ends[name].close()  # only the reactor keeps its end: its exit is an EOF
+    for p in procs:
+        p.join()
 
 
-def _gather(
-    pipes: dict[str, Any], procs: dict[str, Any], what: str, timeout: float
-) -> dict[str, Any]:
+def _gather(pipes: dict[str, Any], what: str, timeout: float) -> dict[str, Any]:
     """Wait for every reactor's ``what`` report, whichever comes first; the first error
     (or a process that exits without reporting) stops the run at once."""
     from multiprocessing.connection import wait
@@ -326,8 +365,7 @@ def _gather(
                 kind, _, payload = conn.recv()
             except EOFError:
                 raise FlowError(
-                    f"reactor {name!r} exited (code {procs[name].exitcode}) before "
-                    f"reporting {what!r}"
+                    f"reactor {name!r} exited before reporting {what!r} (killed, or out of memory?)"
                 ) from None
             if kind == "error":
                 raise FlowError(f"reactor {name!r} failed at {payload}")
