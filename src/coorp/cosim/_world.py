@@ -170,6 +170,9 @@ class World:
         self._groups = np.zeros(6, np.uint8)
         self._groups[_OBSTACLE_GROUP] = 1
         self._gid = np.zeros(1, np.int32)
+        self._ray_origin = np.zeros(3)
+        self._ray_dir = np.zeros(3)
+        self._ray_cache: dict[tuple[int, int], tuple[tuple[float, ...], tuple[float, int]]] = {}
         self._touching: set[tuple[int, int]] = set()
         self.steps = 0
 
@@ -232,30 +235,41 @@ class World:
     # -- radio geometry ----------------------------------------------------------------
     def walls_between(self, i: int, j: int) -> tuple[float, int]:
         """Distance (m, 3-D) between robots ``i`` and ``j`` and the number of obstacles the
-        straight line between them crosses (``mj_ray``, obstacles only)."""
-        a = self.position3(i)
-        b = self.position3(j)
-        vec = b - a
-        dist = float(np.linalg.norm(vec))
-        if dist == 0.0:
-            return 0.0, 0
-        u = vec / dist
+        straight line between them crosses (``mj_ray``, obstacles only). A pair whose two
+        positions have not changed since its last query is answered from a cache."""
+        ax, ay, _ = self.pose(i)
+        bx, by, _ = self.pose(j)
+        az, bz = self.robots[i].altitude_m, self.robots[j].altitude_m
+        where = (ax, ay, az, bx, by, bz)
+        cached = self._ray_cache.get((i, j))
+        if cached is not None and cached[0] == where:
+            return cached[1]
+        dx, dy, dz = bx - ax, by - ay, bz - az
+        dist = math.sqrt(dx * dx + dy * dy + dz * dz)
         walls = 0
-        travelled = 0.0
-        last = -1
-        origin = a
-        mj_ray = self._mj.mj_ray
-        for _ in range(64):
-            hit = mj_ray(self.model, self.data, origin, u, self._groups, 1, -1, self._gid)
-            if hit < 0 or travelled + hit >= dist:
-                break
-            g = int(self._gid[0])
-            # A ray from inside a box reports its exit: entry and exit count once.
-            if g != last:
-                walls += 1
-                last = g
-            else:
-                last = -1
-            travelled += hit + 1e-6
-            origin = a + u * travelled
-        return dist, walls
+        if dist > 0.0:
+            ux, uy, uz = dx / dist, dy / dist, dz / dist
+            u = self._ray_dir
+            u[0], u[1], u[2] = ux, uy, uz
+            origin = self._ray_origin
+            travelled = 0.0
+            last = -1
+            mj_ray = self._mj.mj_ray
+            for _ in range(64):
+                origin[0], origin[1], origin[2] = (
+                    ax + ux * travelled, ay + uy * travelled, az + uz * travelled,
+                )  # fmt: skip
+                hit = mj_ray(self.model, self.data, origin, u, self._groups, 1, -1, self._gid)
+                if hit < 0 or travelled + hit >= dist:
+                    break
+                g = int(self._gid[0])
+                # A ray from inside a box reports its exit: entry and exit count once.
+                if g != last:
+                    walls += 1
+                    last = g
+                else:
+                    last = -1
+                travelled += hit + 1e-6
+        out = (dist, walls)
+        self._ray_cache[(i, j)] = (where, out)
+        return out
