@@ -248,6 +248,8 @@ def register(app: typer.Typer) -> None:
             if kind == "ppo":
                 for c in cfg.contenders:
                     t.add_column(f"{c} bit-identical", justify="center")
+                for c in cfg.contenders:
+                    t.add_column(f"{c} worker CPU s/iter", justify="right")
             if len(cfg.contenders) == 2:
                 t.add_column("flow speedup", justify="right")
             for row in res[kind]:
@@ -256,6 +258,9 @@ def register(app: typer.Typer) -> None:
                 if kind == "ppo":
                     cells += [
                         "yes" if row[f"{c}_bit_identical_reruns"] else "NO" for c in cfg.contenders
+                    ]
+                    cells += [
+                        f"{row[f'{c}_worker_cpu_s_per_iteration']:.3g}" for c in cfg.contenders
                     ]
                 if "flow_speedup" in row:
                     cells.append(f"{row['flow_speedup']:.2f}x")

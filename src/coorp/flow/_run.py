@@ -65,7 +65,37 @@ class FlowResult:
     #: Seconds from releasing tag 0 to the end of the last tag (setup excluded).
     wall_s: float
     setup_s: float
+    #: ``react_s`` / ``react_cpu_s``: per reactor, wall and CPU seconds inside ``react``.
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+class _Meter:
+    """Seconds a reactor spent in ``react``: wall and this thread's CPU (what the work
+    cost apart from waiting for inputs or for a core)."""
+
+    __slots__ = ("cpu", "wall")
+
+    def __init__(self) -> None:
+        self.wall = 0.0
+        self.cpu = 0.0
+
+    def react(self, reactor: Any, tag: int, inputs: Mapping[str, Any]) -> Any:
+        w, c = time.perf_counter(), time.thread_time()
+        out = reactor.react(tag, inputs)
+        self.wall += time.perf_counter() - w
+        self.cpu += time.thread_time() - c
+        return out
+
+    def stats(self) -> tuple[float, float]:
+        return (self.wall, self.cpu)
+
+
+def _split_stats(got: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    results = {n: v[0] for n, v in got.items()}
+    return results, {
+        "react_s": {n: v[1][0] for n, v in got.items()},
+        "react_cpu_s": {n: v[1][1] for n, v in got.items()},
+    }
 
 
 def _readonly(v: Any) -> Any:
@@ -132,6 +162,7 @@ def _run_inline(graph: Graph, tags: int) -> FlowResult:
     conns = graph.connections
     pending: list[dict[int, Any]] = [{} for _ in conns]
     index = {id(c): i for i, c in enumerate(conns)}
+    meters = {n: _Meter() for n in reactors}
     t1 = time.perf_counter()
     for t in range(tags):
         for name in order:
@@ -139,12 +170,14 @@ def _run_inline(graph: Graph, tags: int) -> FlowResult:
                 pending[index[id(c)]].pop(t - c.delay, ABSENT) if t >= c.delay else ABSENT
                 for c in graph.incoming(name)
             ]
-            out = _outputs(graph, name, reactors[name].react(t, _assemble(graph, name, vals)), t)
+            got = meters[name].react(reactors[name], t, _assemble(graph, name, vals))
+            out = _outputs(graph, name, got, t)
             for c in graph.outgoing(name):
                 v = out.get(c.out, ABSENT)
                 pending[index[id(c)]][t] = ABSENT if _is_absent(v) else _readonly(v)
-    results = {n: r.result() for n, r in reactors.items()}
-    return FlowResult("inline", tags, results, time.perf_counter() - t1, t1 - t0)
+    t2 = time.perf_counter()
+    results, extra = _split_stats({n: (r.result(), meters[n].stats()) for n, r in reactors.items()})
+    return FlowResult("inline", tags, results, t2 - t1, t1 - t0, extra)
 
 
 # -- local processes over coorp.transport ---------------------------------------------------
@@ -195,6 +228,7 @@ def _child(
         pubs = {p: bus.publisher(topics[(name, p)]) for p in ports}
         node = graph.nodes[name]
         reactor = node.cls(**node.kwargs)
+        meter = _Meter()
         conn.send(("ready", name, None))
         if conn.recv() != "go":
             return
@@ -217,14 +251,15 @@ def _child(
                     raise FlowError(f"{c}: expected tag {t - c.delay}, got {got['t']}")
                 vals.append(got.get("v", ABSENT))
                 msgs.append(msg)
-            out = _outputs(graph, name, reactor.react(t, _assemble(graph, name, vals)), t)
+            got = meter.react(reactor, t, _assemble(graph, name, vals))
+            out = _outputs(graph, name, got, t)
             for p, pub in pubs.items():
                 v = out.get(p)
                 pub.publish({"t": t} if _is_absent(v) else {"t": t, "v": v}, timeout=timeout)
             del vals, out
             for m in msgs:
                 m.release()
-        conn.send(("done", name, reactor.result()))
+        conn.send(("done", name, (reactor.result(), meter.stats())))
         # Subscribers may still be reading our last samples: wait for the parent's word.
         conn.recv()
         bus.close()
@@ -294,12 +329,12 @@ def _run_processes(
         t1 = time.perf_counter()
         for pipe in pipes.values():
             pipe.send("go")
-        results = _gather(pipes, "done", timeout * 2)
+        results, extra = _split_stats(_gather(pipes, "done", timeout * 2))
         t2 = time.perf_counter()
         for pipe in pipes.values():
             pipe.send("exit")
         launcher.join(timeout)
-        return FlowResult("processes", tags, results, t2 - t1, t1 - t0)
+        return FlowResult("processes", tags, results, t2 - t1, t1 - t0, extra)
     finally:
         if launcher.is_alive():
             launcher.terminate()  # its handler stops the reactors it started
@@ -385,6 +420,7 @@ class _RayHost:
         node = graph.nodes[name]
         self.reactor = node.cls(**node.kwargs)
         self.ports = sorted({c.out for c in graph.outgoing(name)})
+        self.meter = _Meter()
 
     def ready(self) -> bool:
         return True
@@ -393,14 +429,14 @@ class _RayHost:
         out = _outputs(
             self.graph,
             self.name,
-            self.reactor.react(tag, _assemble(self.graph, self.name, list(vals))),
+            self.meter.react(self.reactor, tag, _assemble(self.graph, self.name, list(vals))),
             tag,
         )
         res = tuple(ABSENT if _is_absent(out.get(p)) else out[p] for p in self.ports)
         return res[0] if len(res) == 1 else res
 
     def result(self) -> Any:
-        return self.reactor.result()
+        return (self.reactor.result(), self.meter.stats())
 
 
 def _run_ray(graph: Graph, tags: int) -> FlowResult:
@@ -437,8 +473,9 @@ def _run_ray(graph: Graph, tags: int) -> FlowResult:
             del refs[key]
         last = last[-len(order) :]
     ray.get(last)
-    results = dict(zip(actors, ray.get([a.result.remote() for a in actors.values()]), strict=True))
+    got = dict(zip(actors, ray.get([a.result.remote() for a in actors.values()]), strict=True))
     t2 = time.perf_counter()
+    results, extra = _split_stats(got)
     for a in actors.values():
         ray.kill(a)
-    return FlowResult("ray", tags, results, t2 - t1, t1 - t0)
+    return FlowResult("ray", tags, results, t2 - t1, t1 - t0, extra)

@@ -76,18 +76,22 @@ def _measure(
         return run(g, tags, executor=ex, max_payload=int(max(cfg.bcast_mb) * 1e6) + (1 << 20))
 
     for w in cfg.workers:
-        digests, walls, setups = [], [], []
+        digests, walls, setups, cpus = [], [], [], []
         for k in range(cfg.reruns):
             progress(f"{contender}: PPO, {w} workers, run {k + 1}/{cfg.reruns}")
             r = go(ppo_graph(w, ppo_cfg, spec, cfg.seed), cfg.iterations)
             digests.append(r.results["server"]["params"].tobytes())
             walls.append(r.wall_s)
             setups.append(r.setup_s)
+            cpus.append(_worker_cpu(r.extra, "w") / cfg.iterations)
         out["ppo"].append(
             {
                 "workers": w,
                 "s_per_iteration": float(np.median(walls)) / cfg.iterations,
                 "setup_s": float(np.median(setups)),
+                # CPU seconds one worker spent computing per iteration (mean over workers):
+                # the work itself, apart from waiting for inputs or for a free core.
+                "worker_cpu_s_per_iteration": float(np.median(cpus)),
                 "bit_identical_reruns": len(set(digests)) == 1,
                 "reruns": cfg.reruns,
             }
@@ -99,6 +103,7 @@ def _measure(
                 "workers": w,
                 "samples_per_s": r.results["collector"] / r.wall_s,
                 "samples": r.results["collector"],
+                "worker_cpu_s_per_tag": _worker_cpu(r.extra, "s") / cfg.sample_tags,
             }
         )
     for w in cfg.bcast_workers:
@@ -109,6 +114,11 @@ def _measure(
                 {"workers": w, "mb": mb, "ms_per_round": 1e3 * r.wall_s / cfg.bcast_tags}
             )
     return out
+
+
+def _worker_cpu(extra: dict[str, Any], prefix: str) -> float:
+    cpu = [v for n, v in extra.get("react_cpu_s", {}).items() if n.startswith(prefix)]
+    return float(np.mean(cpu)) if cpu else float("nan")
 
 
 def run_rl_bench(
