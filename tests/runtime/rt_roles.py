@@ -26,16 +26,19 @@ from coorp.runtime import TeamKey, TeamSettings, join, query_leader_stats
 
 
 def sink(args: argparse.Namespace) -> None:
-    team = join(None, "ld", TeamKey.from_hex(args.key_hex))
+    team = join(None, args.robot, TeamKey.from_hex(args.key_hex))
     inbox = team.listen(args.listen)
     print("READY", flush=True)
     bulk, ls = [], []
     deadline = time.monotonic() + args.timeout
-    while len(bulk) < args.expect_bulk and time.monotonic() < deadline:
+    while (len(bulk) < args.expect_bulk or inbox.stats()["dropped"] < args.expect_drops) and (
+        time.monotonic() < deadline
+    ):
         try:
-            msg = inbox.recv(timeout=max(deadline - time.monotonic(), 0.01))
+            # Short rounds: the loop condition also watches the drop counter.
+            msg = inbox.recv(timeout=min(max(deadline - time.monotonic(), 0.01), 0.2))
         except TimeoutError:
-            break
+            continue
         if msg.kind == "ls":
             ls.append([msg.robot, msg.seq, msg.sent_ns, msg.received_ns])
         else:
@@ -152,6 +155,36 @@ def joinprobe(args: argparse.Namespace) -> None:
     team.close()
 
 
+def sniff(args: argparse.Namespace) -> None:
+    """Capture ``--count`` UDP datagrams to ``--port`` on ``--ifname`` (AF_PACKET; an
+    on-path attacker's view) and print them as hex."""
+    raw = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.ntohs(0x0003))
+    raw.bind((args.ifname, 0))
+    raw.settimeout(args.timeout)
+    got: list[str] = []
+    print("SNIFFING", flush=True)
+    deadline = time.monotonic() + args.timeout
+    while len(got) < args.count and time.monotonic() < deadline:
+        frame = raw.recv(65535)
+        if len(frame) < 42 or frame[12:14] != b"\x08\x00" or frame[23] != 17:
+            continue  # not IPv4/UDP
+        ihl = (frame[14] & 0x0F) * 4
+        udp = 14 + ihl
+        if int.from_bytes(frame[udp + 2 : udp + 4], "big") == args.port:
+            got.append(frame[udp + 8 :].hex())
+    print("CAPTURED " + ",".join(got), flush=True)
+
+
+def replay(args: argparse.Namespace) -> None:
+    """Send captured datagrams (hex, comma-separated) to every ``--to`` address."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for dest in args.to:
+            host, port = dest.rsplit(":", 1)
+            for h in args.hex.split(","):
+                s.sendto(bytes.fromhex(h), (host, int(port)))
+    print("REPLAYED", flush=True)
+
+
 def stats(args: argparse.Namespace) -> None:
     st = query_leader_stats(args.leader, TeamKey.from_hex(args.key_hex), timeout_s=3)
     print(
@@ -205,6 +238,15 @@ def main() -> None:
     s = sub.add_parser("sink")
     s.add_argument("--listen", required=True)
     s.add_argument("--expect-bulk", type=int, required=True)
+    s.add_argument("--expect-drops", type=int, default=0)
+    s.add_argument("--robot", default="ld")
+    sn = sub.add_parser("sniff")
+    sn.add_argument("--ifname", required=True)
+    sn.add_argument("--port", type=int, required=True)
+    sn.add_argument("--count", type=int, default=20)
+    rp = sub.add_parser("replay")
+    rp.add_argument("--to", action="append", required=True)
+    rp.add_argument("--hex", required=True)
     w = sub.add_parser("worker")
     w.add_argument("--robot", required=True)
     w.add_argument("--dest", required=True)
@@ -228,12 +270,12 @@ def main() -> None:
     st.add_argument("--leader", required=True)
     f = sub.add_parser("forge")
     f.add_argument("--leader", required=True)
-    for q in (s, w, st, f, fl, jp):
+    for q in (s, w, st, f, fl, jp, sn, rp):
         q.add_argument("--key-hex", default="")
         q.add_argument("--timeout", type=float, default=60)
     args = p.parse_args()
     roles = {"sink": sink, "worker": worker, "stats": stats, "forge": forge}
-    roles |= {"flood": flood, "joinprobe": joinprobe}
+    roles |= {"flood": flood, "joinprobe": joinprobe, "sniff": sniff, "replay": replay}
     roles[args.role](args)
 
 

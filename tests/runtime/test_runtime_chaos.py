@@ -145,3 +145,83 @@ def test_leader_killed_and_restarted_mid_transfer_delivers_every_byte_once(
     assert result["link"]["joins"] >= 2  # it rejoined the restarted leader
     print(f"NETNS RESTART a1 link {result['link']} reconnects {result['reconnects']}")
     restarted.kill()
+
+
+def test_captured_ls_datagrams_replayed_and_sent_to_another_robot_are_rejected(
+    topo: Topology,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    n = 20
+    sink = start_sink(topo, expect_bulk=1, expect_drops=n)
+    other = topo.start(
+        "a2",
+        [*ROLES, "sink", "--robot", "a2", "--listen", f"{topo.addr('a2')}:7500",
+         "--expect-bulk", "0", "--expect-drops", str(n), "--key-hex", KEY_HEX,
+         "--timeout", "60"],
+        name="a2-inbox",
+    )  # fmt: skip
+    other.expect("READY", 20)
+    # An on-path attacker: a packet socket on a1's port of the bridge.
+    sniffer = topo.start("sw", [*ROLES, "sniff", "--ifname", "p1", "--port", "7500",
+                                "--count", str(n), "--timeout", "60"])  # fmt: skip
+    sniffer.expect("SNIFFING", 20)
+    worker = start_worker(
+        topo, "a1", bh_bytes=50_000, grid_ns=time.monotonic_ns(), coordinated=False,
+        extra=("--warmup", "40", "--ls-bytes", "1000"),  # one datagram, no IP fragments
+    )  # fmt: skip
+    captured = sniffer.expect("CAPTURED ", 60).removeprefix("CAPTURED ")
+    assert len(captured.split(",")) == n
+    topo.run("a3", [*ROLES, "replay", "--to", f"{topo.addr('ld')}:7500",
+                    "--to", f"{topo.addr('a2')}:7500", "--hex", captured])  # fmt: skip
+    result_of(worker, 60)
+    got, got_other = result_of(sink, 60), result_of(other, 60)
+    seqs = [seq for robot, seq, _, _ in got["ls"] if robot == "a1"]
+    assert len(seqs) == len(set(seqs))  # no datagram accepted twice
+    assert got["stats"]["dropped_replayed"] >= n - 1  # (one may still be in flight)
+    assert got_other["stats"]["dropped_unauthenticated"] == n  # not addressed to a2
+    assert got_other["stats"]["ls_received"] == 0
+
+
+def test_random_phase_ls_with_bulk_load_keeps_data_intact_and_one_sender(
+    topo: Topology,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Robots whose LS flows are not aligned (random phases): every bulk byte arrives,
+    one sender at a time, and LS keeps flowing; its latency is printed (the
+    benchmark measures it against the targets)."""
+    import random
+
+    import numpy as np
+
+    config = team_file(tmp_path, timeslice_ms=5000)
+    start_leader(topo, config)
+    sink = start_sink(topo, expect_bulk=3)
+    rng = random.Random(7)
+    base = time.monotonic_ns()
+    workers = {
+        h: start_worker(
+            topo,
+            h,
+            bh_bytes=2_000_000,
+            grid_ns=base + rng.randrange(33_300_000),
+            coordinated=True,
+        )
+        for h in ("a1", "a2", "a3")
+    }
+    results = {h: result_of(w, 120) for h, w in workers.items()}
+    got = result_of(sink, 60)
+    shas = {b["robot"]: b["sha"] for b in got["bulk"]}
+    assert shas == {h: r["sha"] for h, r in results.items()}
+    assert leader_stats(topo)["counters"]["max_holders"] == 1
+    for h, r in results.items():
+        for g, other in results.items():
+            if g != h:
+                assert not overlaps(r["intervals"], other["intervals"])
+    start = min(b["first_ns"] for b in got["bulk"])
+    end = max(b["done_ns"] for b in got["bulk"])
+    lat = np.array([(r - s) / 1e6 for _, _, s, r in got["ls"] if start <= r <= end])
+    assert len(lat) >= 20
+    print(
+        f"NETNS PHASES LS under bulk: n={len(lat)} p50={np.percentile(lat, 50):.2f} ms "
+        f"p99={np.percentile(lat, 99):.2f} ms max={lat.max():.2f} ms"
+    )

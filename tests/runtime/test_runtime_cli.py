@@ -146,8 +146,8 @@ def test_send_hands_the_file_to_the_running_agent_and_ls_reports_round_trips(
                "--control", str(tmp_path / "ld.sock"), logs_to_stdout=True)  # fmt: skip
     inbox = rx.expect("coorp agent: ld (coordinated) receiving on", 30).rsplit(" ", 1)[1]
     r1 = start(procs, "agent", *common, "--robot", "r1", "--control", str(tmp_path / "r1.sock"),
-               "--ls", f"50:2000:{inbox}", "--duration", "3", logs_to_stdout=True)  # fmt: skip
-    r1.expect("coorp agent: r1 (coordinated) receiving on", 30)
+               "--ls", f"50:2000:{inbox}", "--duration", "6", logs_to_stdout=True)  # fmt: skip
+    r1.expect("coorp agent: control socket", 30, anywhere=True)
     src = tmp_path / "params.bin"
     src.write_bytes(bytes(range(256)) * 4_000)
     r = subprocess.run(

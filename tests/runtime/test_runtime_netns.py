@@ -97,7 +97,7 @@ def start_leader(topo: Topology, config: Path) -> Proc:
     return proc
 
 
-def start_sink(topo: Topology, expect_bulk: int) -> Proc:
+def start_sink(topo: Topology, expect_bulk: int, expect_drops: int = 0) -> Proc:
     proc = topo.start(
         "ld",
         [
@@ -107,6 +107,8 @@ def start_sink(topo: Topology, expect_bulk: int) -> Proc:
             f"{topo.addr('ld')}:{SINK_PORT}",
             "--expect-bulk",
             str(expect_bulk),
+            "--expect-drops",
+            str(expect_drops),
             "--key-hex",
             KEY_HEX,
             "--timeout",

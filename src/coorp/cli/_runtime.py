@@ -252,6 +252,7 @@ def agent(
 
             streams: list[str] = []
             server = await serve_control(control_path, send_file)
+            print(f"coorp agent: control socket {control_path}", flush=True)
             echo = PingEcho(team)
             gen: LsGenerator | None = None
             gen_task: asyncio.Task[None] | None = None

@@ -55,7 +55,7 @@ class DropLog:
         self.counts: Counter[str] = Counter()
         self.lines = 0
 
-    def drop(self, peer: str, error: PeerError) -> None:
+    def drop(self, peer: str, error: PeerError, what: str = "frame") -> None:
         kind = str(getattr(error, "kind", "invalid"))
         self.counts[kind] += 1
         host = host_of(peer)
@@ -83,7 +83,7 @@ class DropLog:
         if more:
             kinds = ", ".join(f"{k} {n}" for k, n in more.most_common())
             suffix = f" (+{sum(more.values())} more from {host} since its last line: {kinds})"
-        self._write(logging.WARNING, "dropped %s frame from %s: %s%s", kind, peer, error, suffix)
+        self._write(logging.WARNING, "dropped %s %s from %s: %s%s", kind, what, peer, error, suffix)
 
     def _roll_window(self, now: int) -> None:
         if now - self._window_start < self._min_interval_ns:

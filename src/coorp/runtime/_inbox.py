@@ -104,7 +104,7 @@ class _InboxCore:
         try:
             msg = self.decoder.decode(data, format_address(addr))
         except PeerError as exc:
-            self.drops.drop(format_address(addr), exc)
+            self.drops.drop(format_address(addr), exc, "datagram")
             return None
         self.ls_received += 1
         return msg

@@ -30,7 +30,7 @@ import msgspec
 from coorp._errors import PeerError
 
 from ._accept import AcceptLoop
-from ._auth import Keyring
+from ._auth import Keyring, MacKey
 from ._counters import DropLog
 from ._errors import (
     AuthenticationError,
@@ -130,6 +130,7 @@ class LsDecoder:
         self.max_age_ns = max_age_ns
         self._max_sessions = max_sessions
         self._sessions: OrderedDict[tuple[str, str], _LsSession] = OrderedDict()
+        self._macs: dict[str, MacKey] = {}
         self._lock = threading.Lock()
 
     def open_session(self, robot: str, channel: str, sender_now_ns: int) -> int:
@@ -165,7 +166,11 @@ class LsDecoder:
                 f"datagram for robot {header.dest!r} reached {self.robot!r} (misdirected "
                 "or replayed from another robot)"
             )
-        key = self._keys.mac(self.robot, header.robot)
+        key = self._macs.get(header.robot)
+        if key is None:
+            key = self._keys.mac(self.robot, header.robot)
+            if len(self._macs) < 4096:
+                self._macs[header.robot] = key
         if not hmac.compare_digest(key.datagram_mac(signed), mac):
             raise AuthenticationError(f"datagram MAC does not verify for {header.robot!r}")
         with self._lock:
