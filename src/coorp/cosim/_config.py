@@ -236,8 +236,8 @@ def parse_cosim(data: dict[str, Any], *, source: str = "<data>") -> CosimScenari
                 f"robots become the stations); robots: {sorted(r.name for r in cosim.robots)}",
             )])  # fmt: skip
         data["stations"] = robots
-    # Links come from the physics world at run time; the channel starts from fixed MCS 0
-    # links and every link that carries traffic is set before the first frame.
+    # Links come from the physics world: the co-simulation sets every leader-worker link
+    # from the initial geometry before the policy is installed, then at every step.
     links = dict(data.get("links", {}))
     if links.get("mode", "fixed") != "fixed" or links.get("overrides"):
         raise ScenarioError(source, [ScenarioProblem(

@@ -214,6 +214,11 @@ class CosimRun:
         rng = sim.rng("cosim:shadowing")
         self._shadow = {i: float(rng.normal(0.0, cfg.radio.shadowing_db)) if
                         cfg.radio.shadowing_db else 0.0 for i in self._wi}  # fmt: skip
+        # Links from the initial geometry before the policy is installed: a policy that
+        # plans from link rates (SchedWiFi's windows, the bulk-cost prior) sees the
+        # robots' real starting links, as a deployment would when it is set up.
+        self._links: dict[int, LinkState] = {}
+        self._update_links()
         # Workload and policy, assembled as coorp.workload.run_crl does.
         self.mpc = MpcLoop(sim, wl.mpc, wl.leader, self.workers)
         team = Team(
@@ -247,7 +252,6 @@ class CosimRun:
         self._belief: dict[int, tuple[tuple[float, float, float], int]] = {}
         self._exported: tuple[np.ndarray, int] = (w.poses(), 0)
         self._poses = w.poses()
-        self._links: dict[int, LinkState] = {}
         self.tracer = tracer
         # Outcome records.
         self._times: list[int] = []
@@ -437,7 +441,6 @@ class CosimRun:
         until = s(sc.duration_s) if duration_ns is None else duration_ns
         if until <= 0:
             raise UsageError(f"duration must be > 0 ns, got {until}")
-        self._update_links()
         if self.coupling is not Coupling.EXACT:
             self.sim.call_control_at(0, self._boundary, 0)
         self.sim.call_control_at(0, self._step, 0)
