@@ -76,7 +76,7 @@ def _plot(
     assert isinstance(target, float)
     ax.axhline(target, color="#999999", linestyle=":", linewidth=1, label="target")
     ax.set_xlabel("simulated time (s)")
-    ax.set_ylabel("mean episode return")
+    ax.set_ylabel("return of the model in place\n(greedy, fixed start states)")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()

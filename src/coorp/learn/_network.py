@@ -56,6 +56,8 @@ class LearnSpec:
     duration_s: float | None = None
     #: Greedy episodes from fixed start states that score each model version.
     eval_episodes: int = 32
+    #: Seed of the initial model, shared by every run.
+    init_seed: int = 0
 
     def air_bytes(self) -> int:
         n = (
@@ -137,7 +139,9 @@ def learn_on_channel(
     workers = list(sc.workers)
     layout = Layout(spec.ppo.hidden, spec.ppo.layers)
     ppos = [PPO(spec.ppo, spec.task, seed * 1000 + i + 1) for i in range(len(workers))]
-    versions = [layout.init(seed)]  # versions[v]: the model after v leader updates
+    # versions[v]: the model after v leader updates; every seed starts from the same one
+    # (the seed varies the channel and the workers' episodes), so curves start together.
+    versions = [layout.init(spec.init_seed)]
     judge = ppos[0]
     init_return = judge.evaluate(versions[0], spec.eval_episodes)
     times: list[float] = []
