@@ -6,7 +6,8 @@
    exact coupling. Targets: <= 0.2 s (5 robots) and <= 1 s (20 robots) per simulated
    second on 2 cores. The seed's Gazebo + ns-3 middleware runs at or below real time
    (>= 1 s per simulated second). Each run is split into physics (MuJoCo steps), links
-   (ray casts + path loss) and the rest (channel simulator, workload, controller).
+   (ray casts + path loss) and the rest (channel simulator, workload, controller), and
+   compared with the same channel, workload and policy without physics (links frozen).
 2. Coupling: exact event coupling vs the seed's fixed window (1 ms) and velocity-aware
    window (w_a = w + |V_p - V_s| / 1000) on cosim-5: sync error of the data crossing the
    two simulators (a pose carried by a perception; a delivered command), the quantization
@@ -71,6 +72,17 @@ class _Timed(CosimRun):
         self.links_s += time.perf_counter() - t
 
 
+class _Still(CosimRun):
+    """No physics: links set once from the initial geometry, never again."""
+
+    _links_set = False
+
+    def _update_links(self) -> None:
+        if not self._links_set:
+            super()._update_links()
+            self._links_set = True
+
+
 def _timed_world_step(run: _Timed) -> None:
     world = run.world
     step = world.step
@@ -94,12 +106,20 @@ def speed(data: dict[str, Any], duration_s: float, policy: str) -> dict[str, Any
     t0 = time.perf_counter()
     r = run.run(round(duration_s * 1e9))
     wall = time.perf_counter() - t0
+    # The same channel, workload and policy without physics (links frozen at their
+    # initial state, no physics steps): what the co-simulation adds to the channel.
+    still = _Still(cs, policy)
+    still.mpc.begin()
+    t0 = time.perf_counter()
+    still.sim.run(round(duration_s * 1e9))
+    channel_only = time.perf_counter() - t0
     return {
         "scenario": data["name"], "robots": len(cs.cosim.robots), "policy": policy,
         "simulated_s": duration_s, "wall_s": wall, "wall_per_sim_s": wall / duration_s,
         "physics_s": run.physics_s, "links_s": run.links_s,
         "rest_s": wall - run.physics_s - run.links_s, "steps": run.world.steps,
         "loops": int(r.reaction_ns.size), "bh_mbps": r.summary()["bh_mbps"],
+        "channel_only_wall_s": channel_only,
     }  # fmt: skip
 
 
@@ -165,24 +185,29 @@ def los_table() -> list[dict[str, Any]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--duration", type=float, default=5.0, help="simulated s per run")
-    ap.add_argument("--policy", default="edca")
+    ap.add_argument("--policy", default="edca", help="policy of the coupling comparison")
+    ap.add_argument("--speed-policies", default="edca,coorp", help="policies of the speed runs")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--skip-20", action="store_true", help="only the 5-robot speed run")
     args = ap.parse_args()
     con = Console(highlight=False, width=160)
-    runs = [speed(cosim_5(), args.duration, args.policy)]
-    if not args.skip_20:
-        runs.append(speed(cosim_20(), args.duration, args.policy))
-    t = Table(title=f"co-simulation speed · {args.policy} · full CRL workload · 500 Hz physics")
-    for c in ("robots", "sim s", "wall s", "wall / sim s", "target", "physics s", "links s",
-              "channel+rest s", "steps", "loops", "BH Mb/s"):  # fmt: skip
+    runs = []
+    for policy in args.speed_policies.split(","):
+        runs.append(speed(cosim_5(), args.duration, policy))
+        if not args.skip_20:
+            runs.append(speed(cosim_20(), args.duration, policy))
+    t = Table(title="co-simulation speed · full CRL workload · 500 Hz physics")
+    for c in ("policy", "robots", "sim s", "wall s", "wall / sim s", "target", "physics s",
+              "links s", "channel+rest s", "channel alone s", "steps", "loops",
+              "BH Mb/s"):  # fmt: skip
         t.add_column(c, justify="right")
     for r in runs:
         target = 0.2 if r["robots"] <= 5 else 1.0
         ok = "ok" if r["wall_per_sim_s"] <= target else "MISSED"
-        t.add_row(str(r["robots"]), f"{r['simulated_s']:g}", f"{r['wall_s']:.2f}",
+        t.add_row(r["policy"], str(r["robots"]), f"{r['simulated_s']:g}", f"{r['wall_s']:.2f}",
                   f"{r['wall_per_sim_s']:.3f}", f"<= {target:g} {ok}", f"{r['physics_s']:.2f}",
-                  f"{r['links_s']:.2f}", f"{r['rest_s']:.2f}", str(r["steps"]), str(r["loops"]),
+                  f"{r['links_s']:.2f}", f"{r['rest_s']:.2f}", f"{r['channel_only_wall_s']:.2f}",
+                  str(r["steps"]), str(r["loops"]),
                   f"{r['bh_mbps']:.1f}")  # fmt: skip
     t.caption = "seed's Gazebo + ns-3 middleware: >= 1 s wall per simulated second"
     con.print(t)

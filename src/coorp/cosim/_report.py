@@ -140,11 +140,14 @@ def plot_cosim(
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     for name in names:
         err = np.sort(np.concatenate([r.tracking_error_m.ravel() for r in results[name]]))
+        # Log axis: errors below 1 mm count as 1 mm.
+        err = np.maximum(err, 1e-3)
         if err.size == 0:
             continue
         y = np.arange(1, err.size + 1) / err.size
         ax.step(err, y, where="post", label=policy_label(name), **styles[name].line())
-    ax.set_xlabel("tracking error (m)")
+    ax.set_xscale("log")
+    ax.set_xlabel("tracking error (m, log scale; < 1 mm shown at 1 mm)")
     ax.set_ylabel("fraction of samples")
     ax.set_ylim(0, 1.0)
     ax.grid(alpha=0.3)
