@@ -172,3 +172,36 @@ def test_a_formation_keeps_its_spacing() -> None:
     assert abs(gap - 2.0).max() < 0.1  # side by side, 2 m apart
     # The smallest surface gap of any pair (the leader's pole is nearer at the start).
     assert 0.0 < r.min_separation_m <= gap.min() - 0.4 + 1e-9
+
+
+def test_outcomes_are_identical_across_processes(tmp_path) -> None:
+    """Two interpreters with different hash seeds: the same digest of poses, reaction
+    times and the MCAP trace (no set or dict order leaks into the results)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import hashlib, json, sys\n"
+        "from coorp.cosim import parse_cosim, run_cosim\n"
+        "from coorp.cosim._trace import Tracer\n"
+        "d = json.loads(sys.argv[1])\n"
+        "tr = Tracer(sys.argv[2])\n"
+        "r = run_cosim(parse_cosim(d), 'coorp', duration_ns=300_000_000, tracer=tr)\n"
+        "tr.close()\n"
+        "h = hashlib.sha256(r.poses.tobytes() + r.reaction_ns.tobytes())\n"
+        "h.update(open(sys.argv[2], 'rb').read())\n"
+        "print(h.hexdigest())\n"
+    )
+    data = json.dumps(tiny(world={"obstacles": [WALL]}))
+    digests = []
+    for k, hash_seed in enumerate(("1", "2")):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONWARNINGS": "ignore"}
+        out = subprocess.run(
+            [sys.executable, str(script), data, str(tmp_path / f"{k}.mcap")],
+            capture_output=True, text=True, env=env, timeout=120, check=True,
+        )  # fmt: skip
+        digests.append(out.stdout.strip().splitlines()[-1])
+    assert digests[0] == digests[1]
