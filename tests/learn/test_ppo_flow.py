@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -75,3 +79,26 @@ def test_pettingzoo_parallel_api_test_passes() -> None:
     pz_test.parallel_api_test(
         FormationParallelEnv(FormationSpec(robots=3, horizon=8)), num_cycles=20
     )
+
+
+_RAY_SCRIPT = """
+import hashlib
+from coorp.flow import run
+from coorp.learn import FormationSpec, PPOConfig, ppo_graph
+cfg = PPOConfig(hidden=16, envs=4, epochs=2, minibatches=2)
+out = run(ppo_graph(2, cfg, FormationSpec(robots=2, horizon=20), 7), 3, executor="ray")
+print("digest", hashlib.sha256(out.results["server"]["params"].tobytes()).hexdigest())
+"""
+
+
+def test_the_same_graph_on_ray_actors_gives_the_same_parameters() -> None:
+    """Ray runs in a child interpreter: its threads and daemons never share this
+    process with the tests that fork."""
+    pytest.importorskip("ray", reason="needs the ray extra")
+    ref = run(ppo_graph(2, TINY, SPEC, seed=7), 3, executor="inline").results["server"]
+    want = hashlib.sha256(ref["params"].tobytes()).hexdigest()
+    done = subprocess.run(
+        [sys.executable, "-c", _RAY_SCRIPT], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"digest {want}" in done.stdout
