@@ -50,6 +50,13 @@ _PRIM = {
     "type": "object",
     "properties": {"pose": _POSE, "size": _VEC3, "color": _COLOR},
 }
+_CYL = {
+    "type": "object",
+    "properties": {
+        "pose": _POSE, "size": _VEC3, "color": _COLOR,
+        "bottom_scale": {"type": "number"}, "top_scale": {"type": "number"},
+    },
+}  # fmt: skip
 _SCHEMAS: dict[str, dict[str, Any]] = {
     "foxglove.PoseInFrame": {
         "title": "foxglove.PoseInFrame",
@@ -76,7 +83,7 @@ _SCHEMAS: dict[str, dict[str, Any]] = {
                         "lifetime": _TIME,
                         "frame_locked": {"type": "boolean"},
                         "cubes": {"type": "array", "items": _PRIM},
-                        "cylinders": {"type": "array", "items": _PRIM},
+                        "cylinders": {"type": "array", "items": _CYL},
                         "spheres": {"type": "array", "items": _PRIM},
                     },
                 },
@@ -187,6 +194,7 @@ class Tracer:
             robots.append({
                 "pose": _pose(x, y, r.altitude_m, yaw),
                 "size": {"x": 2 * r.radius_m, "y": 2 * r.radius_m, "z": 0.2},
+                "bottom_scale": 1.0, "top_scale": 1.0,
                 "color": _LEADER_COLOR if r.name == self._leader else _ROBOT_COLOR,
             })  # fmt: skip
             self._write(f"/robots/{r.name}/pose", "foxglove.PoseInFrame", t_ns, {
@@ -200,15 +208,18 @@ class Tracer:
             }
             for x, y in refs
         ]
-        entity = {"timestamp": stamp, "frame_id": "world", "lifetime": _time(0),
-                  "frame_locked": False}  # fmt: skip
+        # Every field of foxglove.SceneEntity, the unused primitive lists empty.
+        entity: dict[str, Any] = {
+            "timestamp": stamp, "frame_id": "world", "lifetime": _time(0),
+            "frame_locked": False, "metadata": [], "arrows": [], "cubes": [], "spheres": [],
+            "cylinders": [], "lines": [], "triangles": [], "texts": [], "models": [],
+        }  # fmt: skip
         self._write("/scene", "foxglove.SceneUpdate", t_ns, {
             "deletions": [],
             "entities": [
-                {**entity, "id": "obstacles", "cubes": self._obstacles, "cylinders": [],
-                 "spheres": []},
-                {**entity, "id": "robots", "cubes": [], "cylinders": robots, "spheres": []},
-                {**entity, "id": "references", "cubes": [], "cylinders": [], "spheres": spheres},
+                {**entity, "id": "obstacles", "cubes": self._obstacles},
+                {**entity, "id": "robots", "cylinders": robots},
+                {**entity, "id": "references", "spheres": spheres},
             ],
         })  # fmt: skip
         self._write("/network/links", "coorp.Links", t_ns, {
