@@ -1,9 +1,9 @@
 """Co-simulation speed and synchronization: the targets of issue 13.
 
-1. Wall time per simulated second, 5 robots (scenarios/cosim-5.toml) and 20 robots (a
-   generated warehouse: a static leader and 19 ground robots in 4 aisles), physics at
-   500 Hz, the full CRL workload (30 Hz MPC loop + BSP DRLC, 40 MB model) under EDCA,
-   exact coupling. Targets: <= 0.2 s (5 robots) and <= 1 s (20 robots) per simulated
+1. Wall time per simulated second, 5 robots (scenarios/cosim-5.toml) and 20 robots
+   (scenarios/cosim-20.toml: a static leader and 19 ground robots in 4 aisles), physics at
+   500 Hz, the full CRL workload (30 Hz MPC loop + BSP DRLC, 40 MB model), exact
+   coupling. Targets: <= 0.2 s (5 robots) and <= 1 s (20 robots) per simulated
    second on 2 cores. The seed's Gazebo + ns-3 middleware runs at or below real time
    (>= 1 s per simulated second). Each run is split into physics (MuJoCo steps), links
    (ray casts + path loss) and the rest (channel simulator, workload, controller), and
@@ -46,18 +46,8 @@ def cosim_5() -> dict[str, Any]:
 
 
 def cosim_20() -> dict[str, Any]:
-    """cosim-5's world and network with 19 workers: 4-5 per aisle, staggered."""
-    d = cosim_5()
-    d["name"] = "cosim-20"
-    robots = [d["cosim"]["robots"][0]]
-    aisles = (-5.0, 0.0, 5.0, -6.8)
-    for k in range(19):
-        y = aisles[k % 4] + (0.4 if k % 8 >= 4 else -0.4) * (k % 4 != 3)
-        x0 = -9.0 + 1.6 * (k // 4)
-        robots.append({"name": f"r{k + 1}", "start_m": [x0, y],
-                       "waypoints_m": [[x0 + 10.0, y], [x0 + 10.0, y + 0.3]]})  # fmt: skip
-    d["cosim"]["robots"] = robots
-    return d
+    """scenarios/cosim-20.toml: cosim-5's world and network with 19 workers."""
+    return tomllib.loads((ROOT / "scenarios" / "cosim-20.toml").read_text())
 
 
 class _Timed(CosimRun):

@@ -20,6 +20,11 @@ def test_shipped_scenario_loads() -> None:
     assert cs.scenario.links.packet_errors  # loss follows the link budget
 
 
+def test_twenty_robot_scenario_loads() -> None:
+    cs = load_cosim(ROOT / "scenarios" / "cosim-20.toml")
+    assert len(cs.cosim.robots) == 20 and len(cs.scenario.workers) == 19
+
+
 def test_robots_become_stations_at_their_start() -> None:
     cs = parse_cosim(tiny())
     assert [(s.name, s.position_m) for s in cs.scenario.stations] == [
