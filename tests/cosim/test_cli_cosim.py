@@ -63,6 +63,7 @@ def test_cosim_table_json_figures_and_traces(
     assert m["n"] == 2 and m["mean"] > 0
     assert (out / "trajectories.png").stat().st_size > 0
     assert (out / "tracking_cdf.png").stat().st_size > 0
+    assert (out / "reaction_cdf.png").stat().st_size > 0
     for p in ("edca", "coorp"):
         for s in (1, 2):
             assert (tmp_path / f"t-{p}-seed{s}.mcap").stat().st_size > 0

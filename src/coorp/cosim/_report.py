@@ -4,7 +4,7 @@ Each run's outcome is reduced to scalars (:data:`METRICS`); over seeds each beco
 mean and the half-width of its Student-t 95% confidence interval
 (:func:`coorp.sweep.mean_ci`, the same statistics as ``coorp sweep``). Figures:
 trajectories per policy side by side (the first seed), and the CDF of the tracking
-error per policy (all seeds pooled).
+error and of the MPC reaction time per policy (all seeds pooled).
 """
 
 from __future__ import annotations
@@ -94,7 +94,8 @@ def plot_cosim(
     out: Path,
     formats: Sequence[str] = ("png",),
 ) -> list[Path]:
-    """``trajectories`` (one panel per policy, first seed) and ``tracking_cdf``."""
+    """``trajectories`` (one panel per policy, first seed), ``tracking_cdf`` and
+    ``reaction_cdf`` (all seeds pooled)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -155,4 +156,24 @@ def plot_cosim(
     seeds = sorted({r.seed for runs in results.values() for r in runs})
     ax.set_title(f"tracking error, all workers, seeds {seeds}", fontsize=9)
     paths += save_figure(fig, out, "tracking_cdf", formats)
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    deadline_ms = next(iter(results.values()))[0].deadline_ns / 1e6
+    for name in names:
+        rt = np.sort(np.concatenate([r.reaction_ns for r in results[name]])) / 1e6
+        if rt.size == 0:
+            continue
+        # Abandoned loops (inf) stay off the axis: the curve ends below 1.
+        y = np.arange(1, rt.size + 1) / rt.size
+        ok = np.isfinite(rt)
+        ax.step(rt[ok], y[ok], where="post", label=policy_label(name), **styles[name].line())
+    ax.axvline(deadline_ms, color="0.5", ls="--", lw=1, label=f"bound {deadline_ms:g} ms")
+    ax.set_xscale("log")
+    ax.set_xlabel("MPC reaction time (ms, log scale)")
+    ax.set_ylabel("fraction of loops")
+    ax.set_ylim(0, 1.0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(f"reaction time, seeds {seeds}", fontsize=9)
+    paths += save_figure(fig, out, "reaction_cdf", formats)
     return paths
