@@ -59,3 +59,15 @@ def test_learn_refuses_bad_options(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2 and "--sync must be bsp, ssp or asp" in out
     code, out = _cli(capsys, "learn", "crl-2", "--seeds", "3-1")
     assert code == 2 and "is empty" in out
+
+
+def test_learn_asp_reports_staleness(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, out = _cli(
+        capsys, "learn", "crl-5", "--policies", "edca", "--seeds", "1", "--sync", "asp",
+        "--duration", "3", "--hidden", "8", "--envs", "2", "--out", str(tmp_path),
+    )  # fmt: skip
+    assert code == 0, out
+    row = json.loads((tmp_path / "learn.json").read_text())["policies"]["edca"]
+    assert row["sync"] == "asp" and row["staleness_max"] >= 1
+    assert len(row["curves"][0]["staleness"]) == len(row["curves"][0]["t_s"])
+    assert (tmp_path / "reward.png").stat().st_size > 0

@@ -62,9 +62,17 @@ def _plot(
     from coorp.report._style import policy_style
 
     grid = np.asarray(summary["grid_s"])
-    fig, ax = plt.subplots(figsize=(7, 4))
     pols = summary["policies"]
     assert isinstance(pols, dict)
+    stale = any(
+        max(cur["staleness"], default=0) > 0 for row in pols.values() for cur in row["curves"]
+    )
+    if stale:  # SSP/ASP: each update's measured staleness under the curves
+        fig, (ax, ax_s) = plt.subplots(
+            2, 1, figsize=(7, 5.2), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
+        )
+    else:
+        fig, ax = plt.subplots(figsize=(7, 4))
     for pol, row in pols.items():
         st = policy_style(pol)
         mean = np.asarray(row["reward_mean"])
@@ -75,10 +83,25 @@ def _plot(
     target = summary["target"]
     assert isinstance(target, float)
     ax.axhline(target, color="#999999", linestyle=":", linewidth=1, label="target")
-    ax.set_xlabel("simulated time (s)")
+    # Few seeds make wide bands (t = 12.7 with two): keep the means readable.
+    means = np.concatenate([np.asarray(row["reward_mean"]) for row in pols.values()])
+    lo, hi = float(np.nanmin(means)), float(np.nanmax(means))
+    pad = max(2.0, 0.6 * (hi - lo))
+    ax.set_ylim(min(lo - pad, target - 1), max(hi + pad, target + 1))
     ax.set_ylabel("return of the model in place\n(greedy, fixed start states)")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8)
+    if stale:
+        for k, (pol, row) in enumerate(pols.items()):
+            st = policy_style(pol)
+            t = [x for cur in row["curves"] for x in cur["t_s"]]
+            v = [x for cur in row["curves"] for x in cur["staleness"]]
+            off = 0.12 * (k - (len(pols) - 1) / 2)  # side by side, not on top
+            ax_s.scatter(t, np.asarray(v) + off, s=8, color=st.color, marker=st.marker)
+        ax_s.set_ylabel("staleness\n(versions)")
+        ax_s.set_xlabel("simulated time (s)")
+    else:
+        ax.set_xlabel("simulated time (s)")
     fig.tight_layout()
     out = []
     for fmt in formats:
