@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -115,7 +115,6 @@ class CosimResult:
     link_walls: np.ndarray
     bh_bytes: int
     wall_s: float
-    messages: list[dict[str, Any]] = field(default_factory=list, repr=False)
 
     def summary(self) -> dict[str, Any]:
         te = self.tracking_error_m.ravel()
@@ -268,7 +267,6 @@ class CosimRun:
         self._stopped = 0
         self._worker_steps = 0
         self._done_at: dict[int, int] = {}
-        self.messages: list[dict[str, Any]] = []
         sim.on_message = self._on_message
 
     # -- network crossings ------------------------------------------------------------
