@@ -205,3 +205,12 @@ def test_outcomes_are_identical_across_processes(tmp_path) -> None:
         )  # fmt: skip
         digests.append(out.stdout.strip().splitlines()[-1])
     assert digests[0] == digests[1]
+
+
+def test_leader_prediction_compensates_late_poses() -> None:
+    slow = tiny()
+    slow["workload"]["mpc"]["inference_us"] = 60_000.0  # every command from a 60 ms old pose
+    plain = run_cosim(parse_cosim(slow), "edca", duration_ns=2 * SEC)
+    slow["cosim"]["leader_prediction"] = True
+    predicted = run_cosim(parse_cosim(slow), "edca", duration_ns=2 * SEC)
+    assert predicted.tracking_error_m.mean() < 0.7 * plain.tracking_error_m.mean()

@@ -137,6 +137,9 @@ class CosimConfig(_Model):
         "creation by the leader) is older than this",
     )
     coupling: Coupling = Coupling.EXACT
+    #: The leader predicts each robot's pose from the perception's sample instant to the
+    #: command's creation with the commands it sent in between (delay compensation).
+    leader_prediction: bool = False
     window_ms: float = Field(1.0, gt=0, le=1000, description="window of the window couplings")
     record_period_ms: float = Field(10.0, gt=0, le=1000, description="outcome/trace sampling")
     world: WorldConfig = Field(default_factory=WorldConfig)

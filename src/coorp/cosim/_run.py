@@ -249,6 +249,8 @@ class CosimRun:
         self._pending: list[tuple[int, int, _Command]] = []  # (release ns, robot, command)
         self._held: list[tuple[int, int, _Command]] = []  # delivered, awaiting a boundary
         self._belief: dict[int, tuple[tuple[float, float, float], int]] = {}
+        #: Commands the leader sent to each robot, oldest first (for its prediction).
+        self._sent: dict[int, list[_Command]] = {}
         self._exported: tuple[np.ndarray, int] = (w.poses(), 0)
         self._poses = w.poses()
         self.tracer = tracer
@@ -295,9 +297,12 @@ class CosimRun:
             belief = self._belief.get(i)
             if belief is not None:
                 pose, stamp = belief
+                if self.cfg.leader_prediction:
+                    pose = self._predict(i, pose, stamp, now)
                 ref = self.routes[i].at(now / _NS)
                 v, w = self.trackers[i].command(pose, ref)
                 payload = _Command(v, w, now, stamp)
+                self._sent.setdefault(i, []).append(payload)
         else:
             return on_delivered
         created = now
@@ -308,6 +313,38 @@ class CosimRun:
                 on_delivered(m)
 
         return delivered
+
+    def _predict(
+        self, i: int, pose: tuple[float, float, float], stamp: int, now: int
+    ) -> tuple[float, float, float]:
+        """The leader's estimate of robot ``i``'s pose at ``now`` from its pose at
+        ``stamp``: the unicycle integrated exactly with the commands the leader sent,
+        each taken to act from its creation (the leader does not see when they arrive);
+        standing still before the first."""
+        sent = self._sent.get(i, [])
+        # Commands that ended before the pose was sampled are no longer needed.
+        while len(sent) > 1 and sent[1].created_ns <= stamp:
+            sent.pop(0)
+        x, y, th = pose
+        t = stamp
+        for k, c in enumerate(sent):
+            end = sent[k + 1].created_ns if k + 1 < len(sent) else now
+            start = max(t, c.created_ns)
+            if end <= start:
+                continue
+            dt = (min(end, now) - start) / _NS
+            if dt <= 0.0:
+                break
+            if abs(c.w) < 1e-9:
+                x += c.v * math.cos(th) * dt
+                y += c.v * math.sin(th) * dt
+            else:
+                th2 = th + c.w * dt
+                x += c.v / c.w * (math.sin(th2) - math.sin(th))
+                y -= c.v / c.w * (math.cos(th2) - math.cos(th))
+                th = th2
+            t = min(end, now)
+        return x, y, th
 
     def _arrived(self, flow: FlowState, payload: Any, created: int, m: Message) -> None:
         now = self.sim.now_ns
