@@ -319,8 +319,8 @@ class CosimRun:
     ) -> tuple[float, float, float]:
         """The leader's estimate of robot ``i``'s pose at ``now`` from its pose at
         ``stamp``: the unicycle integrated exactly with the commands the leader sent,
-        each taken to act from its creation (the leader does not see when they arrive);
-        standing still before the first."""
+        each taken to act from its creation (the leader does not see when they arrive)
+        until the next one or the staleness limit; standing still otherwise."""
         sent = self._sent.get(i, [])
         # Commands that ended before the pose was sampled are no longer needed.
         while len(sent) > 1 and sent[1].created_ns <= stamp:
@@ -329,6 +329,8 @@ class CosimRun:
         t = stamp
         for k, c in enumerate(sent):
             end = sent[k + 1].created_ns if k + 1 < len(sent) else now
+            # The robot's staleness rule: a command acts for at most the limit.
+            end = min(end, c.created_ns + self.stale_ns)
             start = max(t, c.created_ns)
             if end <= start:
                 continue
