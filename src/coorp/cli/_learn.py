@@ -231,6 +231,10 @@ def register(app: typer.Typer) -> None:
         reruns: Annotated[int, typer.Option(help="PPO reruns (bit-identity check).")] = 3,
         hidden: Annotated[int, typer.Option(help="Hidden units per layer (2 layers).")] = 64,
         contenders: Annotated[str, typer.Option(help="flow,ray (or one of them).")] = "flow,ray",
+        ray_idiom: Annotated[
+            bool,
+            typer.Option(help="Also time PPO as Ray code is usually written (ray.wait)."),
+        ] = True,
         json_path: Annotated[Path | None, typer.Option("--json", help="Write JSON here.")] = None,
     ) -> None:
         """The same PPO workload on coorp.flow and on Ray actors, plus broadcast+gather
@@ -252,6 +256,7 @@ def register(app: typer.Typer) -> None:
             reruns=reruns,
             hidden=hidden,
             contenders=tuple(c.strip() for c in contenders.split(",") if c.strip()),
+            ray_idiom=ray_idiom,
         )
         console = Console(highlight=False)
         err = Console(stderr=True, quiet=not sys.stderr.isatty())
@@ -288,6 +293,20 @@ def register(app: typer.Typer) -> None:
                 if "flow_speedup" in row:
                     cells.append(f"{row['flow_speedup']:.2f}x")
                 t.add_row(*cells)
+            console.print(t)
+        if res["ray_idiom_ppo"]:
+            t = Table(title="PPO as Ray code is usually written (driver loop, ray.wait gathers)")
+            for col in ("workers", "s per iteration", "bit-identical reruns", "flow speedup"):
+                t.add_column(col, justify="right")
+            for row, flow_row in zip(res["ray_idiom_ppo"], res["ppo"], strict=True):
+                flow_s = flow_row.get("flow_s_per_iteration")
+                vs = "-" if flow_s is None else f"{row['s_per_iteration'] / flow_s:.2f}x"
+                same = (
+                    "yes"
+                    if row["bit_identical_reruns"]
+                    else (f"NO ({row['distinct_results']} results in {row['reruns']} runs)")
+                )
+                t.add_row(str(row["workers"]), f"{row['s_per_iteration']:.4g}", same, vs)
             console.print(t)
         conf = res["config"]
         m = res["machine"]

@@ -73,11 +73,13 @@ class _Meter:
     """Seconds a reactor spent in ``react``: wall and this thread's CPU (what the work
     cost apart from waiting for inputs or for a core)."""
 
-    __slots__ = ("cpu", "wall")
+    __slots__ = ("cpu", "send", "wait", "wall")
 
     def __init__(self) -> None:
         self.wall = 0.0
         self.cpu = 0.0
+        self.wait = 0.0  # processes: waiting for inputs
+        self.send = 0.0  # processes: publishing outputs
 
     def react(self, reactor: Any, tag: int, inputs: Mapping[str, Any]) -> Any:
         w, c = time.perf_counter(), time.thread_time()
@@ -86,8 +88,8 @@ class _Meter:
         self.cpu += time.thread_time() - c
         return out
 
-    def stats(self) -> tuple[float, float]:
-        return (self.wall, self.cpu)
+    def stats(self) -> tuple[float, float, float, float]:
+        return (self.wall, self.cpu, self.wait, self.send)
 
 
 def _split_stats(got: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -95,6 +97,8 @@ def _split_stats(got: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     return results, {
         "react_s": {n: v[1][0] for n, v in got.items()},
         "react_cpu_s": {n: v[1][1] for n, v in got.items()},
+        "wait_s": {n: v[1][2] for n, v in got.items()},
+        "send_s": {n: v[1][3] for n, v in got.items()},
     }
 
 
@@ -240,7 +244,9 @@ def _child(
                 if t < c.delay:
                     vals.append(ABSENT)
                     continue
+                w0 = time.perf_counter()
                 msg = sub.receive(timeout=timeout)
+                meter.wait += time.perf_counter() - w0
                 if msg is None:
                     raise FlowError(
                         f"no message on {c} for tag {t - c.delay} within {timeout} s "
@@ -255,7 +261,9 @@ def _child(
             out = _outputs(graph, name, got, t)
             for p, pub in pubs.items():
                 v = out.get(p)
+                p0 = time.perf_counter()
                 pub.publish({"t": t} if _is_absent(v) else {"t": t, "v": v}, timeout=timeout)
+                meter.send += time.perf_counter() - p0
             del vals, out
             for m in msgs:
                 m.release()

@@ -26,7 +26,7 @@ from coorp._errors import UsageError
 from coorp.flow import Graph, run
 from coorp.learn._env import FormationSpec
 from coorp.learn._graphs import broadcast_graph, ppo_graph, sampling_graph
-from coorp.learn._ppo import Layout, PPOConfig
+from coorp.learn._ppo import PPO, Layout, PPOConfig
 
 __all__ = ["RlBenchConfig", "run_rl_bench"]
 
@@ -48,6 +48,8 @@ class RlBenchConfig:
     envs: int = 8
     seed: int = 1
     contenders: tuple[str, ...] = CONTENDERS
+    #: Also time PPO as Ray code is usually written (driver loop, ray.wait gathers).
+    ray_idiom: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -116,6 +118,57 @@ def _measure(
     return out
 
 
+class _IdiomWorker:
+    """A Ray actor body for the idiomatic Ray PPO loop (see :func:`_ray_idiom`)."""
+
+    def __init__(self, cfg: PPOConfig, spec: FormationSpec, seed: int) -> None:
+        self.ppo = PPO(cfg, spec, seed)
+
+    def ready(self) -> bool:
+        return True
+
+    def step(self, params: np.ndarray) -> np.ndarray:
+        return self.ppo.local_update(params)[0]
+
+
+def _ray_idiom(cfg: RlBenchConfig, workers: int, progress: Callable[[str], None]) -> dict[str, Any]:
+    """The same data-parallel PPO as Ray code is usually written: a driver loop that
+    ``ray.put``s the parameters, calls every worker, and sums the answers as they
+    complete (``ray.wait``). Float sums depend on their order, so the result may change
+    from run to run; reported, not hidden."""
+    import ray
+
+    ppo_cfg = PPOConfig(hidden=cfg.hidden, envs=cfg.envs)
+    spec = FormationSpec(robots=cfg.robots, horizon=cfg.horizon)
+    actor: Any = ray.remote(num_cpus=0)(_IdiomWorker)
+    digests, walls = [], []
+    for k in range(cfg.reruns):
+        progress(f"ray (driver loop, ray.wait): PPO, {workers} workers, run {k + 1}/{cfg.reruns}")
+        pool = [actor.remote(ppo_cfg, spec, cfg.seed * 1000 + i + 1) for i in range(workers)]
+        params = Layout(cfg.hidden, ppo_cfg.layers).init(cfg.seed)
+        ray.get([a.ready.remote() for a in pool])  # actors up: setup is not timed
+        t0 = time.perf_counter()
+        for _ in range(cfg.iterations):
+            ref = ray.put(params)
+            pending = [a.step.remote(ref) for a in pool]
+            acc = np.zeros_like(params)
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                acc += ray.get(done[0])
+            params = (acc / np.float32(workers)).astype(np.float32)
+        walls.append(time.perf_counter() - t0)
+        digests.append(params.tobytes())
+        for a in pool:
+            ray.kill(a)
+    return {
+        "workers": workers,
+        "s_per_iteration": float(np.median(walls)) / cfg.iterations,
+        "bit_identical_reruns": len(set(digests)) == 1,
+        "distinct_results": len(set(digests)),
+        "reruns": cfg.reruns,
+    }
+
+
 def _worker_cpu(extra: dict[str, Any], prefix: str) -> float:
     cpu = [v for n, v in extra.get("react_cpu_s", {}).items() if n.startswith(prefix)]
     return float(np.mean(cpu)) if cpu else float("nan")
@@ -136,6 +189,10 @@ def run_rl_bench(
             if not ray.is_initialized():
                 ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
         res[c] = _measure(cfg, c, progress)
+        if c == "ray" and cfg.ray_idiom:
+            idiom = [_ray_idiom(cfg, w, progress) for w in cfg.workers]
+    if "ray" not in cfg.contenders or not cfg.ray_idiom:
+        idiom = []
     rows: dict[str, list[dict[str, Any]]] = {"ppo": [], "sampling": [], "broadcast": []}
     for kind, metric, higher_better in (
         ("ppo", "s_per_iteration", False),
@@ -177,4 +234,5 @@ def run_rl_bench(
         "timing": "from releasing tag 0 to the driver holding the last tag's results; setup apart",
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
         **rows,
+        "ray_idiom_ppo": idiom,
     }
