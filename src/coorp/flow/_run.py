@@ -65,7 +65,9 @@ class FlowResult:
     #: Seconds from releasing tag 0 to the end of the last tag (setup excluded).
     wall_s: float
     setup_s: float
-    #: ``react_s`` / ``react_cpu_s``: per reactor, wall and CPU seconds inside ``react``.
+    #: Per reactor: ``react_s`` / ``react_cpu_s`` (wall and CPU seconds inside ``react``),
+    #: ``wait_s`` / ``send_s`` (processes: waiting for inputs, publishing) and
+    #: ``react_starts_s`` (when each reaction began, from the first).
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -73,9 +75,10 @@ class _Meter:
     """Seconds a reactor spent in ``react``: wall and this thread's CPU (what the work
     cost apart from waiting for inputs or for a core)."""
 
-    __slots__ = ("cpu", "send", "wait", "wall")
+    __slots__ = ("cpu", "send", "starts", "wait", "wall")
 
     def __init__(self) -> None:
+        self.starts: list[float] = []  # perf_counter at each react (differences only)
         self.wall = 0.0
         self.cpu = 0.0
         self.wait = 0.0  # processes: waiting for inputs
@@ -83,13 +86,14 @@ class _Meter:
 
     def react(self, reactor: Any, tag: int, inputs: Mapping[str, Any]) -> Any:
         w, c = time.perf_counter(), time.thread_time()
+        self.starts.append(w)
         out = reactor.react(tag, inputs)
         self.wall += time.perf_counter() - w
         self.cpu += time.thread_time() - c
         return out
 
-    def stats(self) -> tuple[float, float, float, float]:
-        return (self.wall, self.cpu, self.wait, self.send)
+    def stats(self) -> tuple[float, float, float, float, list[float]]:
+        return (self.wall, self.cpu, self.wait, self.send, self.starts)
 
 
 def _split_stats(got: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -99,6 +103,9 @@ def _split_stats(got: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         "react_cpu_s": {n: v[1][1] for n, v in got.items()},
         "wait_s": {n: v[1][2] for n, v in got.items()},
         "send_s": {n: v[1][3] for n, v in got.items()},
+        # Seconds from each reactor's first reaction to each of its reactions: the
+        # spacing of a sink's reactions is the steady-state time per tag.
+        "react_starts_s": {n: [x - v[1][4][0] for x in v[1][4]] for n, v in got.items()},
     }
 
 

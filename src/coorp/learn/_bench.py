@@ -4,10 +4,13 @@ transport) and on Ray actors, side by side.
 Measured per worker count: PPO iteration time (data-parallel PPO, parameter averaging),
 sampling throughput (env steps per second gathered by a collector), and the thesis's
 broadcast+gather micro-benchmark (one array of 1–100 MB broadcast to N workers, a small
-answer gathered from each). Every contender is timed the same way: from releasing tag 0
-to the driver holding the last tag's results, after its processes or actors are up
-(their setup time is reported apart). All coorp.flow runs go first, then Ray starts and
-runs the same graphs, so Ray's daemons never share the CPU with a flow run.
+answer gathered from each). Every contender is timed the same way, on the same clock
+reading inside the graph's sink (the server, collector or source): the spacing of its
+reactions from the one at tag 1 (when the first round is complete, with its one-time
+costs: first shared-memory loans, first object-store puts) to the last one. Processes or
+actors are up before tag 0 is released; their setup time and the first round are
+reported apart. All coorp.flow runs go first, then Ray starts and runs the same graphs,
+so Ray's daemons never share the CPU with a flow run.
 Determinism: the PPO run is repeated ``reruns`` times on each executor and the final
 parameters compared byte for byte.
 """
@@ -78,18 +81,26 @@ def _measure(
         return run(g, tags, executor=ex, max_payload=int(max(cfg.bcast_mb) * 1e6) + (1 << 20))
 
     for w in cfg.workers:
-        digests, walls, setups, cpus = [], [], [], []
+        digests, walls, setups, cpus, firsts, e2e = [], [], [], [], [], []
         for k in range(cfg.reruns):
             progress(f"{contender}: PPO, {w} workers, run {k + 1}/{cfg.reruns}")
             r = go(ppo_graph(w, ppo_cfg, spec, cfg.seed), cfg.iterations)
             digests.append(r.results["server"]["params"].tobytes())
-            walls.append(r.wall_s)
+            walls.append(_steady(r.extra, "server", r.wall_s, cfg.iterations))
+            firsts.append(_first(r.extra, "server"))
+            e2e.append(r.wall_s / cfg.iterations)
             setups.append(r.setup_s)
             cpus.append(_worker_cpu(r.extra, "w") / cfg.iterations)
         out["ppo"].append(
             {
                 "workers": w,
-                "s_per_iteration": float(np.median(walls)) / cfg.iterations,
+                # Steady state: the spacing of the server's reactions after the first
+                # full round (tag 0 pays one-time costs on every executor); see
+                # first_round_s.
+                "s_per_iteration": float(np.median(walls)),
+                "first_round_s": float(np.median(firsts)),
+                # From releasing tag 0 to the driver holding every result, per iteration.
+                "end_to_end_s_per_iteration": float(np.median(e2e)),
                 "setup_s": float(np.median(setups)),
                 # CPU seconds one worker spent computing per iteration (mean over workers):
                 # the work itself, apart from waiting for inputs or for a free core.
@@ -103,8 +114,10 @@ def _measure(
         out["sampling"].append(
             {
                 "workers": w,
-                "samples_per_s": r.results["collector"] / r.wall_s,
+                # Samples gathered after the first round, over the time they took.
+                "samples_per_s": _steady_rate(r, cfg.sample_tags),
                 "samples": r.results["collector"],
+                "end_to_end_samples_per_s": r.results["collector"] / r.wall_s,
                 "worker_cpu_s_per_tag": _worker_cpu(r.extra, "s") / cfg.sample_tags,
             }
         )
@@ -113,7 +126,12 @@ def _measure(
             progress(f"{contender}: broadcast+gather {mb:g} MB to {w} workers")
             r = go(broadcast_graph(w, int(mb * 1e6)), cfg.bcast_tags)
             out["broadcast"].append(
-                {"workers": w, "mb": mb, "ms_per_round": 1e3 * r.wall_s / cfg.bcast_tags}
+                {
+                    "workers": w,
+                    "mb": mb,
+                    "ms_per_round": 1e3 * _steady(r.extra, "source", r.wall_s, cfg.bcast_tags),
+                    "end_to_end_ms_per_round": 1e3 * r.wall_s / cfg.bcast_tags,
+                }
             )
     return out
 
@@ -148,7 +166,9 @@ def _ray_idiom(cfg: RlBenchConfig, workers: int, progress: Callable[[str], None]
         params = Layout(cfg.hidden, ppo_cfg.layers).init(cfg.seed)
         ray.get([a.ready.remote() for a in pool])  # actors up: setup is not timed
         t0 = time.perf_counter()
-        for _ in range(cfg.iterations):
+        for it in range(cfg.iterations):
+            if it == 1:
+                t0 = time.perf_counter()  # as for the graphs: after the first round
             ref = ray.put(params)
             pending = [a.step.remote(ref) for a in pool]
             acc = np.zeros_like(params)
@@ -162,11 +182,32 @@ def _ray_idiom(cfg: RlBenchConfig, workers: int, progress: Callable[[str], None]
             ray.kill(a)
     return {
         "workers": workers,
-        "s_per_iteration": float(np.median(walls)) / cfg.iterations,
+        "s_per_iteration": float(np.median(walls)) / (cfg.iterations - 1),
         "bit_identical_reruns": len(set(digests)) == 1,
         "distinct_results": len(set(digests)),
         "reruns": cfg.reruns,
     }
+
+
+def _steady(extra: dict[str, Any], sink: str, wall_s: float, tags: int) -> float:
+    """Seconds per tag from the sink's reaction at tag 1 to its last one (its input of
+    tag 0 has arrived by then: the first round, with its one-time costs, is over)."""
+    starts = extra.get("react_starts_s", {}).get(sink, [])
+    if len(starts) >= 3:
+        return float(starts[-1] - starts[1]) / (len(starts) - 2)
+    return wall_s / tags
+
+
+def _first(extra: dict[str, Any], sink: str) -> float:
+    starts = extra.get("react_starts_s", {}).get(sink, [])
+    return float(starts[1] - starts[0]) if len(starts) >= 2 else float("nan")
+
+
+def _steady_rate(r: Any, tags: int) -> float:
+    """Samples per second in the steady state: the collector's gathers at tags 2..N-1
+    (batches of tags 1..N-2) over the time between its reactions at tags 1 and N-1."""
+    per_tag = r.results["collector"] / (tags - 1)  # every gather brings the same count
+    return per_tag / _steady(r.extra, "collector", r.wall_s, tags)
 
 
 def _worker_cpu(extra: dict[str, Any], prefix: str) -> float:
@@ -231,7 +272,8 @@ def run_rl_bench(
             "load_before": load0,
             "load_after": os.getloadavg()[0],
         },
-        "timing": "from releasing tag 0 to the driver holding the last tag's results; setup apart",
+        "timing": "steady state: spacing of the sink's reactions from tag 1 to the last; "
+        "setup and first round apart",
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
         **rows,
         "ray_idiom_ppo": idiom,
