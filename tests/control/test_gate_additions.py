@@ -184,3 +184,23 @@ def test_a_gate_over_an_ageing_table_forgets_what_it_no_longer_admits() -> None:
     # A second later the old sample is gone and depth 4 scales depth 0's 0.1 ms.
     assert gate.admits(9_998 * MS, 4) is False  # still inside its age
     assert ctt.query(4, now_ns=10_001 * MS) == 500_000
+
+
+def test_a_bucket_crossing_with_an_idle_nic_may_probe_that_bucket() -> None:
+    # Stale samples in a near bucket (learned while others sent) would deny it for good:
+    # the first decision at a crossing, with nothing in the NIC, sends one probe.
+    ctt = CompletionTimeTable(percentile=100.0, lead_edges_ns=EDGES)
+    ctt.record(0, 30 * MS, lead_ns=10 * MS)  # [8, 16): stale, far too slow
+    ctt.record(0, 30 * MS, lead_ns=5 * MS)  # [4, 8): stale too
+    window = Interval(40 * MS, 41 * MS)
+    gate = Gate(FixedWindows([window]), ctt)
+    first = gate.decide(30 * MS, 1)  # a packet in the NIC: no probe, resume at the crossing
+    assert not first.allow and first.resume_ns == 32 * MS + 1
+    probe = gate.decide(first.resume_ns, 0)
+    assert probe.allow and probe.explore and gate.stats.explored == 1
+    # Without the crossing (no lead buckets) the same state waits for the window's end.
+    plain = CompletionTimeTable(percentile=100.0)
+    plain.record(0, 30 * MS)
+    plain_gate = Gate(FixedWindows([window]), plain)
+    d = plain_gate.decide(30 * MS, 1)
+    assert d.resume_ns == window.end_ns + 1

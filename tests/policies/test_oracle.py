@@ -215,3 +215,31 @@ def test_on_crl5_it_moves_at_least_as_much_bulk_data_as_coorp() -> None:
     stats: dict[str, Any] = oracle.policy_stats
     assert set(stats["oracle"]) == {st.name for st in sc.stations}
     assert stats["permits"]["grants"] > 0
+
+
+def test_a_sliding_bound_never_holds_a_frame_an_ls_message_waits_behind() -> None:
+    # In a late loop a worker's next send is an earliest-possible bound that slides with
+    # time. Held up to it again and again, the bulk frame at the head of a shared ring
+    # (a FIFO) kept the robot's own perception stuck behind it for seconds (crl-5,
+    # seed 4). Once a budget's send did not come, an LS message waiting behind the
+    # frame lets it go.
+    from types import SimpleNamespace
+
+    from coorp.policies import OracleHooks
+    from coorp.scenario import AccessCategory
+
+    bound = [5_000_000]
+    ring: list[Any] = [SimpleNamespace(message=None)]
+    station = SimpleNamespace(shared=True, rings={AccessCategory.BE: ring})
+    hooks = OracleHooks(
+        robot="r1", station=station, channel=None,  # type: ignore[arg-type]
+        schedule=lambda _r, now: max(bound[0], now + 300_000),
+        permits=None, ls_flows=frozenset(),  # type: ignore[arg-type]
+    )  # fmt: skip
+    assert hooks.max_bulk_airtime_ns(station, 1_000_000) == 4_000_000  # up to the send
+    ring.append(SimpleNamespace(message=object()))  # a perception queues behind it
+    # 5 ms passed, no send: the bound slid to now + 0.3 ms. Do not hold again.
+    assert hooks.max_bulk_airtime_ns(station, 5_000_001) is None
+    # Without an LS message behind, holding costs nothing and stays.
+    ring.pop()
+    assert hooks.max_bulk_airtime_ns(station, 5_400_000) == 300_000

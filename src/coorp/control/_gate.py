@@ -129,6 +129,9 @@ class Gate:
         self._max_backoff = max_explore_backoff
         # First instant of the next gap: the resume time of the last denial.
         self._gap_start_ns: int | None = None
+        # Lead buckets: the instant a denial asked to be asked again (a bucket crossing);
+        # the first decision from then on may probe that bucket.
+        self._crossing_ns: int | None = None
         self._probe_armed: Interval | None = None  # probe decided, not yet enqueued
         self._probe: tuple[int, Interval] | None = None  # (packet id, its window)
         self._backoff = 0  # gaps skipped after the last late probe
@@ -180,6 +183,9 @@ class Gate:
             self._probe_late()
         decision = decide_against(window, now_ns, self._completion(window, now_ns, queue_depth))
         gap_start = self._gap_start_ns is not None and now_ns >= self._gap_start_ns
+        if self._crossing_ns is not None and now_ns >= self._crossing_ns:
+            gap_start = True  # the lead entered a new bucket: its samples may be stale
+        self._crossing_ns = None
         if decision.allow:
             self._gap_start_ns = None
             self._counts["allowed"] += 1
@@ -206,6 +212,7 @@ class Gate:
                 crossing = window.start_ns - edges[below] + 1
                 assert decision.resume_ns is not None
                 if now_ns < crossing < decision.resume_ns:
+                    self._crossing_ns = crossing
                     return GateDecision(False, crossing)
         return decision
 

@@ -86,6 +86,8 @@ class OracleHooks:
         self._model: RingDrain | None = None
         self._model_now = -1
         self._trial: RingDrain | None = None
+        #: The protected send the last airtime budget was sized for.
+        self._budget_for: int | None = None
 
     def next_protected_ns(self, now_ns: int) -> int | None:
         """The next protected send: ``now_ns`` itself while a send at this instant is
@@ -133,10 +135,27 @@ class OracleHooks:
         t = self.next_protected_ns(now_ns)
         if t is None:
             return None
-        if t > now_ns:
-            return t - now_ns
         if self._last_send_ns == now_ns:
             return 0  # hold until the LS message is in the NIC
+        st = self.station
+        target, self._budget_for = self._budget_for, t
+        if (
+            st.shared
+            and target is not None
+            and target < now_ns
+            and self._last_send_ns < target
+            and any(p.message is not None for p in st.rings[AccessCategory.BE])
+        ):
+            # The last budget's send never came at its instant: ``t`` is a sliding
+            # earliest-possible bound (a late loop), not a send. An LS message already
+            # waits behind the held bulk frame in the shared ring, and holding that
+            # frame again only delays it (repeated, it kept a robot's own perception
+            # stuck behind its bulk frame for seconds on crl-5 seed 4).
+            return None
+        if t > now_ns:
+            return t - now_ns
+        if st.shared:
+            return None  # an earliest-possible instant already due: it queues behind
         return SLOT_NS  # an earliest-possible instant already due: hold a slot
 
     def on_ls_send(self, station: DriverView, flow: str, now_ns: int) -> None:
