@@ -71,3 +71,12 @@ def test_learn_asp_reports_staleness(capsys: pytest.CaptureFixture[str], tmp_pat
     assert row["sync"] == "asp" and row["staleness_max"] >= 1
     assert len(row["curves"][0]["staleness"]) == len(row["curves"][0]["t_s"])
     assert (tmp_path / "reward.png").stat().st_size > 0
+
+
+def test_steady_state_timing_reads_the_sinks_reaction_spacing() -> None:
+    from coorp.learn._bench import _first, _steady
+
+    extra = {"react_starts_s": {"server": [0.0, 0.5, 0.6, 0.7, 0.8]}}
+    assert _steady(extra, "server", 9.9, 5) == pytest.approx(0.1)  # tags 1..4
+    assert _first(extra, "server") == pytest.approx(0.5)
+    assert _steady({}, "server", 1.0, 4) == 0.25  # no reaction times: end to end
