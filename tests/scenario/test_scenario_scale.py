@@ -102,7 +102,9 @@ def test_link_tables_cost_what_the_limit_assumes() -> None:
         tracemalloc.stop()
     assert table.mcs(0, 1) >= 0
     per_pair = used / n**2
-    assert LINK_TABLE_BYTES_PER_PAIR - 2 < per_pair < LINK_TABLE_BYTES_PER_PAIR + 2
+    # The bound holds for the build in use (plain Python ~28 B, compiled ~40.4 B) and
+    # is not loose by more than the plain build's share.
+    assert 26 < per_pair <= LINK_TABLE_BYTES_PER_PAIR
     assert MAX_STATIONS**2 * LINK_TABLE_BYTES_PER_PAIR <= 512 * 2**20
 
 
@@ -114,5 +116,8 @@ def test_too_many_stations_are_refused_naming_the_limit() -> None:
     with pytest.raises(ScenarioError) as info:
         parse_scenario(data, source="huge.toml")
     msg = str(info.value)
-    assert msg.startswith("invalid scenario huge.toml:\n  - stations: 4097 stations is more")
-    assert f"at most {MAX_STATIONS}" in msg and "28 bytes per ordered pair" in msg
+    assert msg.startswith(
+        f"invalid scenario huge.toml:\n  - stations: {MAX_STATIONS + 1} stations is more"
+    )
+    assert f"at most {MAX_STATIONS}" in msg
+    assert f"{LINK_TABLE_BYTES_PER_PAIR} bytes per ordered pair" in msg

@@ -279,14 +279,15 @@ class BulkFlow(_Model):
 Flow = Annotated[DatagramFlow | BulkFlow, Field(discriminator="kind")]
 
 
-#: What the simulator's per-link tables cost per ordered pair of stations: the MCS (a
-#: pointer to a shared small int) and the received power (a pointer to a float shared by
-#: both directions), measured with tracemalloc at 28 bytes (``coorp.sim.links.LinkTable``;
-#: tests/scenario/test_scenario_scale.py checks it).
-LINK_TABLE_BYTES_PER_PAIR: Final = 28
-#: The most stations a scenario may have: n² ordered pairs at 28 bytes each stay within
-#: 512 MiB (4096 stations: 470 MB of link tables). Larger teams are refused when loading.
-MAX_STATIONS: Final = 4096
+#: What the simulator's per-link tables cost per ordered pair of stations at most: the
+#: MCS (a pointer to a shared small int) and the received power (a float), measured with
+#: tracemalloc at 28 bytes in the plain Python simulator (one float shared by both
+#: directions) and 40.4 in the compiled one (mypyc stores each direction's float)
+#: (``coorp.sim.links.LinkTable``; tests/scenario/test_scenario_scale.py checks it).
+LINK_TABLE_BYTES_PER_PAIR: Final = 41
+#: The most stations a scenario may have: n² ordered pairs at 41 bytes each stay within
+#: 512 MiB (3584 stations: 527 MB of link tables). Larger teams are refused when loading.
+MAX_STATIONS: Final = 3584
 
 
 class Scenario(_Model):
