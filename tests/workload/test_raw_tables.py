@@ -128,8 +128,10 @@ def test_a_run_too_short_for_an_epoch_says_so() -> None:
 
 def test_few_epochs_are_flagged_and_enough_are_not(coorp_run: CrlResult) -> None:
     few = run_crl(crl_scenario(2), "coorp", seed=4, duration_ns=500_000_000)
-    assert few.metrics()["epochs"] == 2
-    assert few.metrics()["warnings"] == ["epoch time from 2 epochs only in 0.5 s"]
+    n = few.metrics()["epochs"]
+    assert 1 <= n < 3  # some epochs, but fewer than the warning's threshold
+    noun = "epoch" if n == 1 else "epochs"
+    assert few.metrics()["warnings"] == [f"epoch time from {n} {noun} only in 0.5 s"]
     assert coorp_run.metrics()["epochs"] >= 3 and coorp_run.warnings() == []
 
 
