@@ -24,7 +24,7 @@ native: $(STAMP)
 	@COORP_SIM_PURE=1 $(BIN)/python -m coorp.sim._accel ensure
 
 demo: native
-	$(BIN)/coorp compare scenarios/crl-5.toml --out results/demo
+	$(BIN)/coorp compare scenarios/crl-5.toml --seeds 1-5 --out results/demo
 
 test: native
 	$(BIN)/ruff check src tests benchmarks examples

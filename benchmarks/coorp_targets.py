@@ -34,6 +34,14 @@ POLICIES = ("edca", "schedwifi", "coorp", "coorp-paper", "oracle")
 LABEL = {"oracle": "oracle (not deployable)"}
 
 
+#: The issue's scenarios in the order of the table; any others follow by name.
+ORDER = ("crl-2", "crl-5", "crl-10", "crl-20", "one-low", "all-low")
+
+
+def _rank(scenario: str) -> int:
+    return ORDER.index(scenario) if scenario in ORDER else len(ORDER)
+
+
 def pct(m: MeanCI) -> str:
     if m.n == 0 or math.isnan(m.mean):
         return "–"
@@ -60,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markdown", action="store_true", help="print a Markdown table")
     args = ap.parse_args(argv)
     data = load(args.sweep_dir)
-    groups = sorted({(s, o) for s, o, _, _ in data}, key=lambda g: (g[0], g[1]))
+    groups = sorted({(s, o) for s, o, _, _ in data}, key=lambda g: (_rank(g[0]), g[0], g[1]))
     lines = []
     verdicts = []
     header = "| scenario | phases | " + " | ".join(LABEL.get(p, p) for p in POLICIES)
