@@ -12,7 +12,8 @@ import pytest
 CORE = ["coorp", "coorp.sim", "coorp.scenario"]
 OPTIONAL = [
     "coorp.control", "coorp.runtime", "coorp.transport", "coorp.analysis",
-    "coorp.policies", "coorp.workload", "coorp.testing", "coorp.sweep",
+    "coorp.policies", "coorp.workload", "coorp.testing", "coorp.sweep", "coorp.cosim",
+    "coorp.flow", "coorp.learn", "coorp.report",
 ]  # fmt: skip
 
 
