@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import platform
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-__all__ = ["build_manifest", "git_commit", "write_json"]
+__all__ = ["build_manifest", "git_commit", "json_safe", "write_json"]
 
 _PACKAGES = ("coorp", "numpy", "pydantic", "msgspec", "pyarrow", "matplotlib", "typer", "rich")
 
@@ -73,6 +74,18 @@ def build_manifest(
         "wall_s": round(wall_s, 6),
         **(dict(extra) if extra else {}),
     }
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every NaN and infinity (nested in dicts, lists, tuples) as None:
+    JSON has neither."""
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 def write_json(path: Path, data: Any) -> None:

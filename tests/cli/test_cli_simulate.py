@@ -12,21 +12,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from coorp.cli import main
+from cli_run import run_cli
 from coorp.scenario import Scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 SAT5 = ROOT / "scenarios" / "saturation-5.toml"
 COORP = Path(sys.executable).with_name("coorp")
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """Run ``coorp <args>`` in-process through the real entry point."""
-    with pytest.raises(SystemExit) as info:
-        main(list(args))
-    out, err = capsys.readouterr()
-    code = info.value.code
-    return (0 if code is None else int(code)), out, err
 
 
 def run_script(*args: str) -> subprocess.CompletedProcess[str]:

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import typer
 
+from cli_run import run_cli
 from coorp import __version__
-from coorp.cli import app, main
+from coorp.cli import app
 from coorp.policies import _plugins, _registry
 from coorp.sim import COMPILED
 
@@ -27,14 +28,6 @@ class CliPolicy(EdcaPolicy):
     name = "cli-test-policy"
     summary = "EDCA under a test name"
 """
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        main(list(args))
-    out, err = capsys.readouterr()
-    code = info.value.code
-    return (0 if code is None else int(code)), out, err
 
 
 @pytest.fixture

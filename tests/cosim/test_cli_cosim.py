@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from conftest import TINY
 
-from coorp.cli import main
+from cli_run import run_cli
 
 
 def _toml(d: dict, prefix: str = "") -> str:
@@ -26,14 +26,6 @@ def _toml(d: dict, prefix: str = "") -> str:
             out += f"\n[[{name}]]\n" if many else f"\n[{name}]\n"
             out += _toml(item, f"{name}.")
     return out
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        main(list(args))
-    out, err = capsys.readouterr()
-    code = info.value.code
-    return (0 if code is None else int(code)), out, err
 
 
 @pytest.fixture

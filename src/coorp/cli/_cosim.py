@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from coorp._errors import UsageError
-from coorp._manifest import build_manifest, write_json
+from coorp._manifest import build_manifest, json_safe, write_json
 from coorp.cli._common import (
     FormatOption,
     PolicyModuleOption,
@@ -66,17 +66,6 @@ def render_cosim(agg: dict[str, Any], title: str) -> Table:
         + ("".join(f"\nnote: {n}" for n in notes))
     )
     return t
-
-
-def _json_safe(value: Any) -> Any:
-    """NaN and infinities become null (JSON has neither)."""
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def _seed_list(text: str | None, default: int) -> list[int]:
@@ -203,7 +192,7 @@ def register(app: typer.Typer) -> None:
                 extra={"policies": names, "seeds": seed_list},
             ),
         }  # fmt: skip
-        data = _json_safe(data)
+        data = json_safe(data)
         if json_path is not None:
             write_json(json_path, data)
         if out_dir is not None:

@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from coorp._errors import UsageError
-from coorp._manifest import build_manifest, write_json
+from coorp._manifest import build_manifest, json_safe, write_json
 from coorp._tables import write_table
 from coorp.cli._common import (
     FormatOption,
@@ -92,17 +92,6 @@ def render_workload(metrics: dict[str, Any], policy: str, deadline_ms: float) ->
     if metrics["warnings"]:
         t.caption = escape("\n".join(f"warning: {w}" for w in metrics["warnings"]))
     return t
-
-
-def _json_safe(value: Any) -> Any:
-    """NaN and infinities become null (JSON has neither)."""
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def register(app: typer.Typer) -> None:
@@ -197,7 +186,7 @@ def _simulate_workload(
         crl = run_crl(sc, policy, seed=seed, duration_ns=total_ns, on_progress=update,
                       source=str(path))  # fmt: skip
     result = crl.sim
-    metrics = _json_safe(crl.metrics())
+    metrics = json_safe(crl.metrics())
     console.print(render_result(result))
     console.print(render_workload(metrics, policy, sc.workload.mpc.deadline_us / 1000))
     workload = {"policy": policy, "deployable": deployable(policy), **metrics}

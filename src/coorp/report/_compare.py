@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from coorp._errors import InfeasibleError, UsageError
+from coorp._manifest import json_safe
 from coorp.policies import get_policy, policy_names
 from coorp.scenario import Scenario
 from coorp.workload import comparison_warnings, run_crl
@@ -125,7 +126,7 @@ class Comparison:
         warnings = self.warnings()
         for name, run in self.runs.items():
             m = run.metrics
-            out["policies"][name] = _clean({
+            out["policies"][name] = json_safe({
                 "violation_rate": m["violation_rate"],
                 "reaction_ms": m["reaction_ms"],
                 "ls_latency_ms": m["ls_latency_ms"],
@@ -140,7 +141,7 @@ class Comparison:
                 "deployable": deployable(name),
                 "warnings": warnings[name],
             })  # fmt: skip
-        out["reference"] = _clean({"name": BH_ONLY, "bh_mbps": self.reference.metrics["bh_mbps"],
+        out["reference"] = json_safe({"name": BH_ONLY, "bh_mbps": self.reference.metrics["bh_mbps"],
                                    "epoch_s": self.reference.metrics["epoch_s"],
                                    "warnings": warnings[BH_ONLY]})  # fmt: skip
         out["duration_s"] = self.duration_s
@@ -163,14 +164,6 @@ class Comparison:
                     row[k] = v
             rows.append(row)
         return rows
-
-
-def _clean(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def compare(
