@@ -99,6 +99,17 @@ class Gate:
     is sent per gap, and while they keep running into windows they become
     exponentially rarer; when gaps are long enough for one packet, every gap admits
     at least one, and the table converges to what packets really take.
+
+    With a lead-conditioned table (``CompletionTimeTable(lead_edges_ns=...)``) a
+    denial ahead of a window resumes when the lead enters the next bucket, and the
+    first decision there counts as a gap start for the rule above (one probe per
+    bucket and gap at most), so a bucket holding stale samples is re-measured too.
+
+    ``realized=True``: each sample is the packet's completion measured against the
+    LS send it had to clear (``completion − send + lead``, at least 0; the driver
+    reports sends through :meth:`on_ls_send`) instead of its bare duration, so the
+    table's percentile bounds channel delay and prediction slack together
+    (docs/control.md, "Beyond the paper").
     """
 
     def __init__(
