@@ -38,6 +38,7 @@ import numpy as np
 from coorp._errors import UsageError
 from coorp.transport._bench_impls import (
     IMPLS,
+    REFERENCES,
     bench_payload,
     make_receiver,
     make_sender,
@@ -123,31 +124,51 @@ class BenchResult:
 
 
 def _receiver_main(
-    impl: str, run_id: str, channel: str, max_bytes: int, echo: str | None, conn: Any
+    impls: list[str], run_id: str, channel: str, max_bytes: int, echo: str | None, conn: Any
 ) -> None:
-    tx = make_sender(impl, run_id, echo, 1, max_bytes) if echo else None
-    rx = make_receiver(impl, run_id, channel, max_bytes)
-    conn.send("ready")
+    """One subscriber (or echo) process holding an endpoint of every implementation of
+    the run. The harness *arms* one implementation before each message (or block of
+    round trips), so every implementation meets the same machine load, message by
+    message, and the process waits on that implementation alone when the clock starts."""
+    rxs: dict[str, Any] = {}
+    txs: dict[str, Any] = {}
+    failed: dict[str, str] = {}
+    for impl in impls:
+        try:
+            if echo:
+                txs[impl] = make_sender(impl, run_id, f"{echo}-{impl}", 1, max_bytes)
+            rxs[impl] = make_receiver(impl, run_id, f"{channel}-{impl}", max_bytes)
+        except Exception as exc:  # reported to the harness, which leaves the impl out
+            failed[impl] = f"{type(exc).__name__}: {exc}"
+    conn.send(("ready", failed))
     try:
-        while not conn.poll():
-            arr = rx.recv(0.2)
-            if arr is None:
-                continue
-            if tx is not None:
-                tx.send(arr)
-            else:
-                flat = arr.reshape(-1)
-                first, last = int(flat[0]), int(flat[-1])
-                # Odd marks ask for every byte to be read (see _mark).
-                total = checksum(arr) if first % 2 else None
-                t = time.monotonic_ns()
-                conn.send((first, last, t, total))
-                del flat
-            del arr
+        while True:
+            command = conn.recv()
+            if command == "stop":
+                return
+            impl, count = command
+            rx, tx = rxs[impl], txs.get(impl)
+            conn.send("armed")
+            while count > 0 and not conn.poll():
+                arr = rx.recv(0.2)
+                if arr is None:
+                    continue
+                count -= 1
+                if tx is not None:
+                    tx.send(arr)
+                else:
+                    flat = arr.reshape(-1)
+                    first, last = int(flat[0]), int(flat[-1])
+                    # Odd marks ask for every byte to be read (see _mark).
+                    total = checksum(arr) if first % 2 else None
+                    t = time.monotonic_ns()
+                    conn.send((first, last, t, total))
+                    del flat
+                del arr
     finally:
-        rx.close()
-        if tx is not None:
-            tx.close()
+        for endpoint in (*rxs.values(), *txs.values()):
+            with contextlib.suppress(Exception):
+                endpoint.close()
 
 
 class _Procs:
@@ -162,10 +183,30 @@ class _Procs:
         self.items.append((p, parent))
         return parent
 
-    def wait_ready(self, timeout: float) -> None:
+    def wait_ready(self, timeout: float) -> dict[str, str]:
+        """Wait for every process; returns the implementations that failed to start."""
+        failed: dict[str, str] = {}
         for p, conn in self.items:
-            if not conn.poll(timeout) or conn.recv() != "ready":
+            if not conn.poll(timeout):
                 raise RuntimeError(f"receiver process {p.pid} did not start")
+            tag, errors = conn.recv()
+            if tag != "ready":
+                raise RuntimeError(f"receiver process {p.pid} did not start")
+            failed.update(errors)
+        return failed
+
+    def arm(self, impl: str, count: int = 1, timeout: float = 30.0) -> None:
+        """Make every process wait on ``impl`` for the next ``count`` messages (returns
+        once all are waiting; a new command ends the wait early)."""
+        for _, conn in self.items:
+            conn.send((impl, count))
+        for p, conn in self.items:
+            end = time.monotonic() + timeout
+            while True:
+                if not conn.poll(max(0.0, end - time.monotonic())):
+                    raise RuntimeError(f"receiver process {p.pid} did not arm {impl}")
+                if conn.recv() == "armed":  # late acknowledgements of earlier messages
+                    break
 
     def stop(self) -> None:
         for _, conn in self.items:
@@ -194,72 +235,111 @@ def _marked(payload: np.ndarray, k: int, mode: str = "view") -> int:
     return mark
 
 
-def _memcpy(cfg: BenchConfig, copies: int) -> dict[int, list[float]]:
+#: In-process references, measured in the harness between the transports' messages.
+_COPIES = {"memcpy": 1, "memcpy_x4": 4}
+
+
+class _Copies:
     """``copies`` copies of the payload into as many destinations (one per subscriber)."""
-    results: dict[int, list[float]] = {}
-    for n in cfg.sizes:
-        src = np.ones(n, np.uint8)
-        dsts = [np.zeros(n, np.uint8) for _ in range(copies)]
-        for dst in dsts:
-            np.copyto(dst, src)
-        times = []
-        for _ in range(cfg.iterations):
-            t0 = time.monotonic_ns()
-            for dst in dsts:
-                np.copyto(dst, src)
-            times.append((time.monotonic_ns() - t0) / 1e6)
-        results[n] = times
-        del dsts
-    return results
+
+    def __init__(self, n: int, copies: int) -> None:
+        self.dsts = [np.zeros(n, np.uint8) for _ in range(copies)]
+
+    def send(self, payload: np.ndarray) -> tuple[int, int]:
+        t0 = time.monotonic_ns()
+        for dst in self.dsts:
+            np.copyto(dst, payload)
+        return t0, time.monotonic_ns()
 
 
 Series = dict[str, dict[str, dict[int, list[float]]]]  # mode -> impl -> size -> ms
 
 
+def _endpoints(
+    impls: list[str], make: Callable[[str], Any], result: BenchResult, what: str
+) -> dict[str, Any]:
+    """Build one endpoint per implementation; one that fails is reported and left out."""
+    made: dict[str, Any] = {}
+    for impl in impls:
+        try:
+            made[impl] = make(impl)
+        except Exception as exc:
+            result.skipped[impl if what == "" else f"{impl} ({what})"] = (
+                f"failed: {type(exc).__name__}: {exc}"
+            )
+    return made
+
+
 def _broadcast(
-    impls: list[str], cfg: BenchConfig, run_id: str, progress: Callable[[str], None]
-) -> tuple[Series, Series]:
-    """Measure ``impls`` that share one receiver implementation in every consume mode,
-    message by message in turn, so that load from elsewhere on the machine hits them
-    alike. Returns (latencies, producer costs)."""
+    impls: list[str],
+    cfg: BenchConfig,
+    run_id: str,
+    result: BenchResult,
+    progress: Callable[[str], None],
+) -> None:
+    """Measure every implementation (and the in-process copy references) in every
+    consume mode, message by message in turn, so that load from elsewhere on the
+    machine hits them alike. The subscriber processes hold an endpoint of every
+    implementation; the harness arms one before each message."""
     max_bytes = max(cfg.sizes)
     modes = list(cfg.consume)
-    combos = [(impl, mode) for impl in impls for mode in modes]
-    lat_out: Series = {mode: {impl: {} for impl in impls} for mode in modes}
-    prod_out: Series = {mode: {impl: {} for impl in impls} for mode in modes}
     procs = _Procs()
     senders: dict[str, Any] = {}
     try:
-        for impl in impls:
-            senders[impl] = make_sender(impl, run_id, "bcast", cfg.subscribers, max_bytes)
-        conns = [
-            procs.start(impls[0], run_id, "bcast", max_bytes, None) for _ in range(cfg.subscribers)
+        senders = _endpoints(
+            impls,
+            lambda impl: make_sender(
+                impl, run_id, f"bcast-{_rx(impl)}", cfg.subscribers, max_bytes
+            ),
+            result,
+            "",
+        )
+        rx_impls = sorted({_rx(impl) for impl in senders})
+        for _ in range(cfg.subscribers):
+            procs.start(rx_impls, run_id, "bcast", max_bytes, None)
+        for impl, reason in procs.wait_ready(60).items():
+            for sender_impl in [s for s in senders if _rx(s) == impl]:
+                result.skipped[sender_impl] = f"failed: {reason}"
+                senders.pop(sender_impl).close()
+        live = [impl for impl in impls if impl in senders]
+        combos = [
+            (impl, mode)
+            for impl in [*_COPIES, *live]
+            for mode in modes
+            if not (impl in REFERENCES and mode != "checksum")  # a trigger alone says nothing
         ]
-        procs.wait_ready(60)
         k = 0
         for index, n in enumerate(cfg.sizes):
             payload = bench_payload(n)
+            copies = {impl: _Copies(n, c) for impl, c in _COPIES.items()}
             # Connections and discovery settle on the first size; later ones only need
             # their first message (new buffer sizes, page faults) kept out of the stats.
-            warm_rounds = (3 if index == 0 else 1) * len(combos)
+            warm_rounds = (3 if index == 0 else 1) * sum(i not in copies for i, _ in combos)
             timeout = 30.0 + 2.0 * n / 1e6
             lats: dict[tuple[str, str], list[float]] = {c: [] for c in combos}
             prods: dict[tuple[str, str], list[float]] = {c: [] for c in combos}
-            warm = attempts = 0
+            warm = attempts = sent = 0
             start = time.monotonic()
             for _ in range(100 * (cfg.iterations + warm_rounds) * len(combos)):  # bounded
-                if min(len(v) for v in lats.values()) >= cfg.iterations:
+                if not combos or min(len(v) for v in lats.values()) >= cfg.iterations:
                     break
                 k += 1
+                sent += 1
                 impl, mode = combos[k % len(combos)]
                 mark = _marked(payload, k, mode)
+                if impl in copies:
+                    t0, t_done = copies[impl].send(payload)
+                    if sent > len(combos):  # the first copies fault the destinations in
+                        lats[impl, mode].append((t_done - t0) / 1e6)
+                    continue
+                procs.arm(_rx(impl))
                 t0, t_done = senders[impl].send(payload)
                 # Warm-up rounds may lose messages (PUB/SUB joins late, DDS discovers
                 # late): patience starts short and doubles, so slow transports still pass.
                 limit = min(timeout, 2.0 * 2**attempts) if warm < warm_rounds else timeout
                 times: list[int | None] = []
                 sums: list[int | None] = []
-                for conn in conns:
+                for _p, conn in procs.items:
                     got = total = None
                     end = time.monotonic() + limit
                     while time.monotonic() < end and conn.poll(max(0.0, end - time.monotonic())):
@@ -276,7 +356,7 @@ def _broadcast(
                         raise RuntimeError("receivers never got a complete warm-up round")
                     continue
                 if None in times:
-                    raise RuntimeError(f"a receiver missed message {k} ({n} bytes)")
+                    raise RuntimeError(f"{impl}: a receiver missed message {k} ({n} bytes)")
                 if mode == "checksum":
                     want = checksum(payload)
                     if any(cs != want for cs in sums):
@@ -288,11 +368,13 @@ def _broadcast(
                     and min(len(v) for v in lats.values()) >= cfg.min_iterations
                 ):
                     break
+            del copies
             for (impl, mode), lat in lats.items():
                 if not lat:
                     raise RuntimeError(f"{impl} {mode}: no message measured at {n} B")
-                lat_out[mode][impl][n] = lat
-                prod_out[mode][impl][n] = prods[impl, mode]
+                result.broadcast.setdefault(mode, {}).setdefault(impl, {})[n] = lat
+                if prods[impl, mode]:
+                    result.producer.setdefault(mode, {}).setdefault(impl, {})[n] = prods[impl, mode]
                 progress(
                     f"{impl} {mode} {n} B: {len(lat)} messages, "
                     f"median {statistics.median(lat):.3f} ms"
@@ -301,65 +383,96 @@ def _broadcast(
         procs.stop()
         for tx in senders.values():
             tx.close()
-    return lat_out, prod_out
+
+
+def _rx(impl: str) -> str:
+    """The receiving implementation of ``impl`` (coorp_copy is received as coorp)."""
+    return "coorp" if impl == "coorp_copy" else impl
+
+
+#: Round trips per implementation before the harness moves to the next one.
+_RTT_BLOCK = 10
 
 
 def _rtt(
-    impl: str, cfg: BenchConfig, run_id: str, progress: Callable[[str], None]
-) -> dict[int, list[float]]:
-    results: dict[int, list[float]] = {}
+    impls: list[str],
+    cfg: BenchConfig,
+    run_id: str,
+    result: BenchResult,
+    progress: Callable[[str], None],
+) -> None:
+    """Round trips to one echo process that holds every implementation, in blocks of
+    ``_RTT_BLOCK`` per implementation in turn (and the in-process copy reference)."""
     max_bytes = max(cfg.rtt_sizes)
-    if impl == "memcpy":
-        for n in cfg.rtt_sizes:
-            a, b = np.ones(n, np.uint8), np.zeros(n, np.uint8)
-            copies = []
-            for _ in range(cfg.rtt_iterations):
-                t0 = time.monotonic_ns()
-                np.copyto(b, a)
-                np.copyto(a, b)
-                copies.append((time.monotonic_ns() - t0) / 1e3)
-            results[n] = copies
-        return results
     procs = _Procs()
-    tx = make_sender(impl, run_id, "ping", 1, max_bytes)
-    rx = None
+    txs: dict[str, Any] = {}
+    rxs: dict[str, Any] = {}
     try:
-        procs.start(impl, run_id, "ping", max_bytes, "pong")
-        procs.wait_ready(60)
-        rx = make_receiver(impl, run_id, "pong", max_bytes)
+        txs = _endpoints(
+            impls, lambda i: make_sender(i, run_id, f"ping-{i}", 1, max_bytes), result, "rtt"
+        )
+        procs.start(sorted(txs), run_id, "ping", max_bytes, "pong")
+        for impl, reason in procs.wait_ready(60).items():
+            result.skipped[f"{impl} (rtt)"] = f"failed: {reason}"
+            txs.pop(impl).close()
+        rxs = _endpoints(
+            sorted(txs),
+            lambda i: make_receiver(i, run_id, f"pong-{i}", max_bytes),
+            result,
+            "rtt",
+        )
+        live = ["memcpy", *[impl for impl in impls if impl in rxs]]
         k = 0
         for n in cfg.rtt_sizes:
             payload = np.ones(n, np.uint8)
-            lat: list[float] = []
-            misses = 0
+            other = np.zeros(n, np.uint8)
+            lat: dict[str, list[float]] = {impl: [] for impl in live}
             start = time.monotonic()
-            while len(lat) < cfg.rtt_iterations + 5:
-                k += 1
-                mark = _marked(payload, k)
-                t0, _ = tx.send(payload)
-                end = time.monotonic() + (1.0 if len(lat) < 5 else 30.0)
-                got = None
-                while got is None and time.monotonic() < end:
-                    arr = rx.recv(max(0.0, end - time.monotonic()))
-                    if arr is not None and int(arr.reshape(-1)[0]) == mark:
-                        got = time.monotonic_ns()
-                    del arr
-                if got is None:
-                    misses += 1
-                    if misses > 20 or len(lat) >= 5:
-                        raise RuntimeError(f"echo lost message {k} ({n} bytes)")
-                    continue
-                lat.append((got - t0) / 1e3)
-                if time.monotonic() - start > cfg.max_seconds and len(lat) > 10:
+            rounds = 0
+            while min(len(v) for v in lat.values()) < cfg.rtt_iterations:
+                rounds += 1
+                for impl in live:
+                    if impl != "memcpy":
+                        procs.arm(impl, _RTT_BLOCK)
+                    for i in range(_RTT_BLOCK):
+                        k += 1
+                        mark = _marked(payload, k)
+                        if impl == "memcpy":
+                            t0 = time.monotonic_ns()
+                            np.copyto(other, payload)
+                            np.copyto(payload, other)
+                            done = time.monotonic_ns()
+                        else:
+                            t0, _ = txs[impl].send(payload)
+                            got = _await_echo(rxs[impl], mark, 30.0 if rounds > 1 else 2.0)
+                            if got is None:
+                                if rounds == 1:
+                                    continue  # the first round warms caches and connections
+                                raise RuntimeError(f"{impl}: echo lost message {k} ({n} B)")
+                            done = got
+                        if rounds > 1 or i >= _RTT_BLOCK // 2:
+                            lat[impl].append((done - t0) / 1e3)
+                if time.monotonic() - start > cfg.max_seconds and min(
+                    len(v) for v in lat.values()
+                ) > min(10, cfg.rtt_iterations - 1):
                     break
-            results[n] = lat[5:]  # the first round trips warm caches and connections
-            progress(f"{impl} rtt {n} B: median {statistics.median(results[n]):.1f} us")
+            for impl, xs in lat.items():
+                result.rtt.setdefault(impl, {})[n] = xs
+                progress(f"{impl} rtt {n} B: median {statistics.median(xs):.1f} us")
     finally:
         procs.stop()
-        if rx is not None:
-            rx.close()
-        tx.close()
-    return results
+        for endpoint in (*rxs.values(), *txs.values()):
+            endpoint.close()
+
+
+def _await_echo(rx: Any, mark: int, timeout: float) -> int | None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        arr = rx.recv(max(0.0, end - time.monotonic()))
+        if arr is not None and int(arr.reshape(-1)[0]) == mark:
+            return time.monotonic_ns()
+        del arr
+    return None
 
 
 def run(cfg: BenchConfig, progress: Callable[[str], None] = lambda _m: None) -> BenchResult:
@@ -385,49 +498,27 @@ def run(cfg: BenchConfig, progress: Callable[[str], None] = lambda _m: None) -> 
 def _run(
     cfg: BenchConfig, run_id: str, result: BenchResult, progress: Callable[[str], None]
 ) -> None:
-    once, four = _memcpy(cfg, 1), _memcpy(cfg, 4)
-    for mode in cfg.consume:
-        result.broadcast[mode] = {"memcpy": once, "memcpy_x4": four}
-        result.producer[mode] = {}
-    if cfg.rtt_sizes:
-        result.rtt["memcpy"] = _rtt("memcpy", cfg, run_id, progress)
-    # coorp and coorp_copy share their receivers and are measured interleaved.
-    groups: list[list[str]] = []
-    for impl in cfg.impls:
-        if impl == "coorp_copy" and ["coorp"] in groups:
-            groups[groups.index(["coorp"])].append(impl)
-        elif impl == "coorp" and ["coorp_copy"] in groups:
-            groups[groups.index(["coorp_copy"])].insert(0, impl)
+    impls: list[str] = []
+    for impl in dict.fromkeys(cfg.impls):
+        reason = unavailable(impl)
+        if reason is None:
+            impls.append(impl)
         else:
-            groups.append([impl])
+            result.skipped[impl] = reason
+            progress(f"{impl}: skipped ({reason})")
     if "checksum" in cfg.consume:
-        groups.append(["private_copy"])  # the physical limit of reading the bytes
-    for group in groups:
-        reason = unavailable(group[0])
-        if reason is not None:
-            for impl in group:
-                result.skipped[impl] = reason
-            progress(f"{', '.join(group)}: skipped ({reason})")
-            continue
+        impls.append("private_copy")  # the physical limit of reading the bytes
+    try:
+        _broadcast(impls, cfg, run_id, result, progress)
+    except Exception as exc:  # reported, never estimated
+        for impl in impls:
+            result.skipped.setdefault(impl, f"failed: {type(exc).__name__}: {exc}")
+        progress(f"broadcast failed ({exc})")
+    if cfg.rtt_sizes:
+        rtt_impls = [i for i in impls if i not in REFERENCES and i != "coorp_copy"]
         try:
-            lats, prods = _broadcast(group, cfg, run_id, progress)
-        except Exception as exc:  # a baseline failing must not sink the whole run
-            for impl in group:
-                result.skipped[impl] = f"failed: {type(exc).__name__}: {exc}"
-            progress(f"{', '.join(group)}: failed ({exc})")
-            continue
-        for mode in cfg.consume:
-            for impl in group:
-                if impl == "private_copy" and mode != "checksum":
-                    continue  # a trigger alone says nothing in view mode
-                result.broadcast[mode][impl] = lats[mode][impl]
-                result.producer[mode][impl] = prods[mode][impl]
-        if group == ["private_copy"]:
-            continue
-        rtt_impl = "coorp" if group[0] == "coorp_copy" else group[0]
-        if cfg.rtt_sizes and rtt_impl not in result.rtt:
-            try:
-                result.rtt[rtt_impl] = _rtt(rtt_impl, cfg, run_id, progress)
-            except Exception as exc:
-                result.skipped[f"{rtt_impl} (rtt)"] = f"failed: {type(exc).__name__}: {exc}"
-                progress(f"{rtt_impl} rtt: failed ({exc})")
+            _rtt(rtt_impls, cfg, run_id, result, progress)
+        except Exception as exc:
+            for impl in rtt_impls:
+                result.skipped.setdefault(f"{impl} (rtt)", f"failed: {type(exc).__name__}: {exc}")
+            progress(f"round trips failed ({exc})")
