@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 
-from coorp.runtime import TeamKey, TeamSettings, join, query_leader_stats
+from coorp.runtime import BulkSettings, TeamKey, TeamSettings, join, query_leader_stats
 
 
 def sink(args: argparse.Namespace) -> None:
@@ -58,7 +58,14 @@ def sink(args: argparse.Namespace) -> None:
 
 
 def worker(args: argparse.Namespace) -> None:
-    settings = TeamSettings(local_preemption=not args.no_local, fallback_ns=900_000_000)
+    budget = BulkSettings().inflight_budget_ns
+    if args.inflight_budget_ms is not None:
+        budget = round(args.inflight_budget_ms * 1e6) if args.inflight_budget_ms > 0 else None
+    settings = TeamSettings(
+        local_preemption=not args.no_local,
+        fallback_ns=900_000_000,
+        bulk=BulkSettings(inflight_budget_ns=budget),
+    )
     team = join(args.leader, args.robot, TeamKey.from_hex(args.key_hex), settings=settings)
     print(f"READY mode={team.mode}", flush=True)
     ls = team.latency_sensitive(
@@ -94,7 +101,11 @@ def worker(args: argparse.Namespace) -> None:
         print("STARTED", flush=True)
     if args.announce_bulk:
         print("BULK-START", flush=True)
-    receipt = team.bulk("params", args.dest).send(data, timeout_s=args.timeout)
+    bh = team.bulk("params", args.dest)
+    trace: list[tuple[int, int]] = []
+    if args.trace_outq:
+        threading.Thread(target=_trace_outq, args=(bh, trace, stop), daemon=True).start()
+    receipt = bh.send(data, timeout_s=args.timeout)
     stop.set()
     lt.join(timeout=5)
     if args.leader:
@@ -118,8 +129,27 @@ def worker(args: argparse.Namespace) -> None:
         "intervals": team.asyncio_team.coordinator.intervals,
         "reconnects": receipt.reconnects,
     }
+    if args.trace_outq:
+        result["outq"] = trace
     print("RESULT " + json.dumps(result), flush=True)
     team.close()
+
+
+def _trace_outq(bh: object, trace: list[tuple[int, int]], stop: threading.Event) -> None:
+    """Sample the bulk socket's bytes outstanding (SIOCOUTQ) every millisecond
+    (diagnostics for benchmarks: where a late LS message waited)."""
+    from coorp.runtime._sockets import bytes_outstanding
+
+    for _ in range(1_000_000):
+        if stop.wait(0.001):
+            return
+        conn = getattr(getattr(bh, "_stream", None), "_conn", None)
+        if conn is None or conn.closed:
+            continue
+        try:
+            trace.append((time.monotonic_ns(), bytes_outstanding(conn.sock)))
+        except OSError:
+            continue
 
 
 def flood(args: argparse.Namespace) -> None:
@@ -260,6 +290,10 @@ def main() -> None:
     w.add_argument("--warmup", type=int, default=8)
     w.add_argument("--start-msg", action="store_true")
     w.add_argument("--announce-bulk", action="store_true")
+    w.add_argument("--trace-outq", action="store_true")
+    w.add_argument(
+        "--inflight-budget-ms", type=float, help="BulkSettings.inflight_budget_ns; 0: none"
+    )
     fl = sub.add_parser("flood")
     fl.add_argument("--leader", required=True)
     fl.add_argument("--count", type=int, default=2000)

@@ -43,7 +43,7 @@ from ._errors import (
 )
 from ._framing import FramedConnection, PeerClosed, client_handshake, recv_first_reply
 from ._marking import Marking, mark_socket
-from ._preempt import DrainTracker, SharedPlanner, new_gate
+from ._preempt import DrainTracker, SharedPlanner, new_gate, within_budget
 from ._sockets import (
     Address,
     bytes_outstanding,
@@ -93,7 +93,18 @@ class BulkSettings:
     for as long as that lasts. A robot's LS send times come from a general-purpose OS
     (threads, GC, a loaded CPU), so that happens in practice."""
 
+    inflight_budget_ns: int | None = 6_000_000
+    """Bytes in flight, in time: while LS is protected, a chunk is written only if the
+    completion-time table predicts it drains within this long (or nothing is in
+    flight). What a holder has in flight waits in the one queue at the bottleneck (the
+    access point), and another robot's LS datagram or the leader's command, whose
+    instants this robot does not know, waits behind it; the budget bounds that wait
+    for every flow, not only this robot's (cf. Linux's airtime queue limits). None:
+    no bound (the congestion window decides)."""
+
     def __post_init__(self) -> None:
+        if self.inflight_budget_ns is not None and self.inflight_budget_ns <= 0:
+            raise RuntimeUsageError("inflight_budget_ns must be positive (or None)")
         if not 1024 <= self.chunk_bytes <= MAX_SEGMENT_BYTES:
             raise RuntimeUsageError(f"chunk_bytes={self.chunk_bytes}: must be in 1 KiB..16 MiB")
         if not self.chunk_bytes <= self.unpaced_chunk_bytes <= MAX_SEGMENT_BYTES:
@@ -180,6 +191,8 @@ class AsyncBulkStream:
             "probes": 0,
             "explorations": 0,
             "ctt_resets": 0,
+            "inflight_waits": 0,
+            "inflight_max_bytes": 0,
         }
 
     # -- public -----------------------------------------------------------------------------
@@ -313,6 +326,12 @@ class AsyncBulkStream:
                 tracker.poll(now)
                 depth = tracker.depth()
                 n = min(s.chunk_bytes, total - off)
+                if not within_budget(gate.ctt, depth, now, s.inflight_budget_ns):
+                    # Too much in flight: whatever is written now would make every
+                    # flow through the bottleneck wait longer than the budget.
+                    self.counters["inflight_waits"] += 1
+                    await self._drain_for(s.poll_s)
+                    continue
                 if gate.window(now) is not None:
                     decision = gate.decide(now, depth)
                     if paused_since is None:
@@ -342,6 +361,10 @@ class AsyncBulkStream:
             t_write = self._clock()
             await self._write_segment(conn, msg_id, off, view[off : off + n], depth)
             self._coord.note_write(t_write, self._clock())
+            if depth is not None:
+                inflight = bytes_outstanding(conn.sock)
+                if inflight > self.counters["inflight_max_bytes"]:
+                    self.counters["inflight_max_bytes"] = inflight
             off += n
             prog.last_progress_ns = self._clock()
 
@@ -361,6 +384,13 @@ class AsyncBulkStream:
             await conn.send(Ping(0))  # keep the receiver from timing us out
         prog.permit_wait_ns += self._clock() - t0
         prog.last_progress_ns = self._clock()
+
+    async def _drain_for(self, seconds: float) -> None:
+        """Let in-flight bytes drain for ``seconds``, sampling completions (not a
+        preemption: the permit and the gate would allow a write)."""
+        await asyncio.sleep(seconds)
+        if self._tracker is not None:
+            self._tracker.poll(self._clock())
 
     async def _hold_until(self, until_ns: int, prog: _Progress) -> None:
         """Write nothing until ``until_ns``, sampling what drains meanwhile."""

@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 from coorp.control import CompletionTimeTable, Gate, Interval, ProtectionPlanner
 
-__all__ = ["DrainTracker", "SharedPlanner", "new_gate"]
+__all__ = ["DrainTracker", "SharedPlanner", "new_gate", "within_budget"]
 
 
 class SharedPlanner:
@@ -89,6 +89,20 @@ def new_gate(
     into or out of uncoordinated mode (:attr:`Coordinator.regime`)."""
     ctt = CompletionTimeTable(max_depth=max_depth, default_ns=default_ns, max_age_ns=max_age_ns)
     return Gate(planner, ctt)
+
+
+def within_budget(ctt: CompletionTimeTable, depth: int, now_ns: int, budget_ns: int | None) -> bool:
+    """May a chunk be written at ``depth`` under an in-flight budget?
+
+    Yes if nothing is in flight (``depth == 0``: a stream always makes progress, and
+    the table keeps learning depth 0) or if the table predicts that a chunk written
+    now completes within ``budget_ns``. The prediction is the same one the gate uses
+    (the ``p_prot`` percentile of completion times measured at this depth), so the
+    bound is in time and follows the link's drain rate: a few chunks on a slow link,
+    many on a fast one."""
+    if budget_ns is None or depth == 0:
+        return True
+    return ctt.query(depth, now_ns=now_ns) <= budget_ns
 
 
 class DrainTracker:
