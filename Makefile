@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-EXTRAS ?= dev,transport,ray,cosim,learn
+EXTRAS ?= dev,transport,ray,cosim,learn,team
 
 .PHONY: demo test lint typecheck bench clean venv native
 

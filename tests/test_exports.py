@@ -13,7 +13,7 @@ CORE = ["coorp", "coorp.sim", "coorp.scenario"]
 OPTIONAL = [
     "coorp.control", "coorp.runtime", "coorp.transport", "coorp.analysis",
     "coorp.policies", "coorp.workload", "coorp.testing", "coorp.sweep", "coorp.cosim",
-    "coorp.flow", "coorp.learn", "coorp.report",
+    "coorp.flow", "coorp.learn", "coorp.report", "coorp.teambench",
 ]  # fmt: skip
 
 

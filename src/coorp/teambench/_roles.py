@@ -1,0 +1,545 @@
+"""The programs ``coorp bench team`` runs inside its namespaces.
+
+``python -m coorp.teambench._roles leader|robot --carrier NAME ...``: the leader echoes
+every ping back to its robot; a robot sends pings when told and measures round trips on
+its own clock. Commands arrive as JSON lines on stdin, answers go out as ``READY``/
+``RESULT {json}`` lines on stdout. A process ends when stdin closes (its runner is gone),
+on ``{"cmd": "quit"}``, or after ``--timeout`` seconds, whatever happens first.
+
+The carriers (one small class each, in :data:`TRANSPORTS`): raw UDP, coorp.runtime LS
+channels, Cyclone DDS (best-effort / reliable), Zenoh (best-effort / reliable). A ping is
+``u64 seq`` + padding to S bytes; the echo is the same bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import socket
+import struct
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["TRANSPORTS", "main"]
+
+ECHO_PORT = 7601  # UDP, coorp inbox, Zenoh listens on ECHO_PORT + 1
+BULK_PORT = 7700
+PERMIT_PORT = 7400
+_SEQ = struct.Struct("!Q")
+Echo = Callable[[bytes], None]
+
+
+def _cpu() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+class Ctx:
+    """What a role knows: its name and address, the leader's, every robot's."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.name: str = args.name
+        self.addr: str = args.addr
+        self.leader: str = args.leader
+        self.robots: dict[str, str] = dict(p.split("=", 1) for p in args.robots.split(",") if p)
+        self.key_hex: str = args.key_hex
+        self.bound_ms: float = args.bound_ms
+
+
+# -- carriers -------------------------------------------------------------------------------
+class _Udp:
+    def __init__(self, ctx: Ctx) -> None:
+        self.ctx = ctx
+        self.stop = threading.Event()
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        self.sock.settimeout(0.2)
+
+    def serve(self) -> None:
+        self.sock.bind((self.ctx.addr, ECHO_PORT))
+        threading.Thread(target=self._echo, daemon=True).start()
+
+    def _echo(self) -> None:
+        while not self.stop.is_set():
+            try:
+                data, peer = self.sock.recvfrom(65535)
+            except TimeoutError:
+                continue
+            with contextlib.suppress(OSError):
+                self.sock.sendto(data, peer)
+
+    def connect(self, on_echo: Echo) -> None:
+        self.sock.connect((self.ctx.leader, ECHO_PORT))
+
+        def loop() -> None:
+            while not self.stop.is_set():
+                try:
+                    on_echo(self.sock.recv(65535))
+                except (TimeoutError, ConnectionRefusedError):
+                    continue
+
+        threading.Thread(target=loop, daemon=True).start()
+
+    def send(self, payload: bytes, rate_hz: float) -> None:
+        with contextlib.suppress(OSError):  # a full buffer or a refused port: a lost ping
+            self.sock.send(payload)
+
+    def close(self) -> None:
+        self.stop.set()
+
+
+class _Coorp:
+    """coorp.runtime: the leader's inbox echoes on an LS channel per robot; it also runs
+    the permit service (for coordinated bulk) in a thread."""
+
+    def __init__(self, ctx: Ctx) -> None:
+        import coorp.runtime as rt
+
+        self.rt, self.ctx = rt, ctx
+        self.key = rt.TeamKey.from_hex(ctx.key_hex)
+        self.stop = threading.Event()
+        self.channels: dict[Any, Any] = {}
+        self.bulk_bytes = 0
+        self.team: Any = None
+
+    def serve(self) -> None:
+        rt = self.rt
+        ready = threading.Event()
+
+        def permits() -> None:
+            async def main() -> None:
+                service = rt.PermitService(["ld", *self.ctx.robots], self.key,
+                                           rt.LeaderSettings(limit=1))  # fmt: skip
+                await service.start((self.ctx.addr, PERMIT_PORT))
+                ready.set()
+                while not self.stop.is_set():
+                    await asyncio.sleep(0.1)
+                await service.close()
+
+            asyncio.run(main())
+
+        threading.Thread(target=permits, daemon=True).start()
+        if not ready.wait(10):
+            raise SystemExit("permit service did not start")
+        self.team = rt.join(None, "ld", self.key)
+        inbox = self.team.listen(f"{self.ctx.addr}:{ECHO_PORT}")
+
+        def loop() -> None:
+            while not self.stop.is_set():
+                try:
+                    msg = inbox.recv(timeout=0.2)
+                except TimeoutError:
+                    continue
+                if msg.kind != "ls":
+                    self.bulk_bytes += len(msg.payload)
+                    continue
+                ch = self.channels.get(msg.robot)
+                if ch is None:
+                    dest = f"{self.ctx.robots[msg.robot]}:{ECHO_PORT}"
+                    ch = self.team.latency_sensitive(
+                        f"echo-{msg.robot}", dest, deadline_ms=self.ctx.bound_ms
+                    )
+                    self.channels[msg.robot] = ch
+                ch.send(msg.payload)
+
+        threading.Thread(target=loop, daemon=True).start()
+
+    def connect(self, on_echo: Echo) -> None:
+        rt = self.rt
+        settings = rt.TeamSettings(fallback_ns=900_000_000)
+        self.team = rt.join(f"{self.ctx.leader}:{PERMIT_PORT}", self.ctx.name, self.key,
+                            settings=settings)  # fmt: skip
+        inbox = self.team.listen(f"{self.ctx.addr}:{ECHO_PORT}")
+
+        def loop() -> None:
+            while not self.stop.is_set():
+                try:
+                    msg = inbox.recv(timeout=0.2)
+                except TimeoutError:
+                    continue
+                if msg.kind == "ls":
+                    on_echo(bytes(msg.payload))
+
+        threading.Thread(target=loop, daemon=True).start()
+
+    def send(self, payload: bytes, rate_hz: float) -> None:
+        # One channel per rate: its period is what local preemption learns.
+        ch = self.channels.get(rate_hz)
+        if ch is None:
+            ch = self.team.latency_sensitive(
+                f"ping-{rate_hz:g}", f"{self.ctx.leader}:{ECHO_PORT}",
+                deadline_ms=self.ctx.bound_ms, period_ms=1000 / rate_hz,
+            )  # fmt: skip
+            self.channels[rate_hz] = ch
+        ch.send(payload)
+
+    def bulk_stream(self) -> Any:
+        return self.team.bulk("bulk", f"{self.ctx.leader}:{ECHO_PORT}")
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.team is not None:
+            with contextlib.suppress(Exception):
+                self.team.close()
+
+
+def _dds_blob() -> Any:
+    import types as pytypes
+    from dataclasses import dataclass
+
+    from cyclonedds.idl import IdlStruct, types
+
+    # Built at run time with a real annotation object (cyclonedds resolves annotations).
+    def body(ns: dict[str, Any]) -> None:
+        ns["__annotations__"] = {"data": types.sequence[types.uint8]}  # type: ignore[misc,unused-ignore]
+
+    return dataclass(
+        pytypes.new_class("Blob", (IdlStruct,), {"typename": "coorp_team::Blob"}, body)
+    )
+
+
+class _Dds:
+    """Cyclone DDS, one ping and one pong topic per robot (as robots under their own
+    ROS namespaces); keep-last 10 like ROS 2's default profile."""
+
+    def __init__(self, ctx: Ctx, *, reliable: bool) -> None:
+        from cyclonedds.core import Policy, Qos
+        from cyclonedds.domain import DomainParticipant
+        from cyclonedds.util import duration
+
+        self.ctx = ctx
+        self.blob = _dds_blob()
+        self.dp = DomainParticipant(0)
+        rel = (Policy.Reliability.Reliable(duration(seconds=1)) if reliable
+               else Policy.Reliability.BestEffort)  # fmt: skip
+        self.qos = Qos(rel, Policy.History.KeepLast(10))
+        self.keep: list[Any] = []
+
+    def _topic(self, name: str) -> Any:
+        from cyclonedds.topic import Topic
+
+        return Topic(self.dp, name, self.blob, qos=self.qos)
+
+    def _reader(self, topic: Any, fn: Callable[[Any], None]) -> Any:
+        from cyclonedds.core import Listener
+        from cyclonedds.sub import DataReader
+
+        def on_data(reader: Any) -> None:
+            for s in reader.take(N=64):
+                fn(s)
+
+        r = DataReader(self.dp, topic, qos=self.qos, listener=Listener(on_data_available=on_data))
+        self.keep.append(r)
+        return r
+
+    def serve(self) -> None:
+        from cyclonedds.pub import DataWriter
+
+        for robot in self.ctx.robots:
+            w = DataWriter(self.dp, self._topic(f"coorp_pong_{robot}"), qos=self.qos)
+            self.keep.append(w)
+            self._reader(self._topic(f"coorp_ping_{robot}"), w.write)
+
+    def connect(self, on_echo: Echo) -> None:
+        from cyclonedds.pub import DataWriter
+
+        self.writer = DataWriter(self.dp, self._topic(f"coorp_ping_{self.ctx.name}"), qos=self.qos)
+        self._reader(self._topic(f"coorp_pong_{self.ctx.name}"), lambda s: on_echo(bytes(s.data)))
+
+    def send(self, payload: bytes, rate_hz: float) -> None:
+        self.writer.write(self.blob(payload))
+
+    def close(self) -> None:
+        self.keep.clear()
+
+
+class _Zenoh:
+    """Zenoh peers over TCP (the leader listens, robots connect), as rmw_zenoh's default;
+    best effort = ``Reliability.BEST_EFFORT`` + ``CongestionControl.DROP``, reliable =
+    ``RELIABLE`` + ``BLOCK``."""
+
+    def __init__(self, ctx: Ctx, *, reliable: bool) -> None:
+        import zenoh
+
+        self.z, self.ctx = zenoh, ctx
+        rel, cc = zenoh.Reliability, zenoh.CongestionControl
+        self.kw = {
+            "reliability": rel.RELIABLE if reliable else rel.BEST_EFFORT,
+            "congestion_control": cc.BLOCK if reliable else cc.DROP,
+        }
+        self.keep: list[Any] = []
+
+    def _open(self, conf: dict[str, Any]) -> Any:
+        c = self.z.Config.from_json5(json.dumps({
+            "mode": "peer", "scouting": {"multicast": {"enabled": False}}, **conf,
+        }))  # fmt: skip
+        self.session = self.z.open(c)
+        return self.session
+
+    def serve(self) -> None:
+        s = self._open({"listen": {"endpoints": [f"tcp/{self.ctx.addr}:{ECHO_PORT + 1}"]}})
+        pubs = {r: s.declare_publisher(f"coorp/team/pong/{r}", **self.kw) for r in self.ctx.robots}
+        self.keep.append(pubs)
+
+        def on_ping(sample: Any) -> None:
+            robot = str(sample.key_expr).rsplit("/", 1)[-1]
+            pub = pubs.get(robot)
+            if pub is not None:
+                pub.put(sample.payload)
+
+        self.keep.append(s.declare_subscriber("coorp/team/ping/*", on_ping))
+
+    def connect(self, on_echo: Echo) -> None:
+        s = self._open({"connect": {"endpoints": [f"tcp/{self.ctx.leader}:{ECHO_PORT + 1}"]}})
+        self.pub = s.declare_publisher(f"coorp/team/ping/{self.ctx.name}", **self.kw)
+        self.keep.append(s.declare_subscriber(
+            f"coorp/team/pong/{self.ctx.name}", lambda sample: on_echo(sample.payload.to_bytes())
+        ))  # fmt: skip
+
+    def send(self, payload: bytes, rate_hz: float) -> None:
+        self.pub.put(payload)
+
+    def close(self) -> None:
+        self.keep.clear()
+        with contextlib.suppress(Exception):
+            self.session.close()
+
+
+TRANSPORTS: dict[str, Callable[[Ctx], Any]] = {
+    "udp": _Udp,
+    "coorp": _Coorp,
+    "dds-be": lambda ctx: _Dds(ctx, reliable=False),
+    "dds-rel": lambda ctx: _Dds(ctx, reliable=True),
+    "zenoh-be": lambda ctx: _Zenoh(ctx, reliable=False),
+    "zenoh-rel": lambda ctx: _Zenoh(ctx, reliable=True),
+}
+
+
+# -- bulk -----------------------------------------------------------------------------------
+class _BulkSink:
+    """The leader's plain-TCP bulk sink: counts and discards."""
+
+    def __init__(self, addr: str) -> None:
+        self.bytes = 0
+        self.lsock = socket.create_server((addr, BULK_PORT), backlog=64)
+        self.lsock.settimeout(0.2)
+        self.stop = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.lsock.accept()
+            except TimeoutError:
+                continue
+            threading.Thread(target=self._drain, args=(conn,), daemon=True).start()
+
+    def _drain(self, conn: socket.socket) -> None:
+        buf = bytearray(1 << 16)
+        conn.settimeout(0.5)
+        with conn:
+            while not self.stop.is_set():
+                try:
+                    n = conn.recv_into(buf)
+                except TimeoutError:
+                    continue
+                except OSError:
+                    return
+                if n == 0:
+                    return
+                self.bytes += n
+
+
+class _BulkSender:
+    """A robot's bulk load while a cell runs: plain TCP (uncoordinated) or a coordinated
+    coorp.runtime bulk stream, in messages of ``message_bytes``."""
+
+    def __init__(self, transport: Any, ctx: Ctx) -> None:
+        self.transport, self.ctx = transport, ctx
+        self.on = threading.Event()
+        self.sock: socket.socket | None = None
+        self.thread: threading.Thread | None = None
+        self.errors: list[str] = []
+
+    def start(self, mode: str, message_bytes: int, timeout_s: float) -> None:
+        self.on.set()
+        self.thread = threading.Thread(target=self._run, args=(mode, message_bytes, timeout_s),
+                                       daemon=True)  # fmt: skip
+        self.thread.start()
+
+    def _run(self, mode: str, message_bytes: int, timeout_s: float) -> None:
+        try:
+            if mode == "tcp":
+                if self.sock is None:
+                    self.sock = socket.create_connection((self.ctx.leader, BULK_PORT), timeout=5)
+                    self.sock.settimeout(0.5)
+                chunk = b"\0" * 65536
+                for _ in range(10**7):
+                    if not self.on.is_set():
+                        return
+                    with contextlib.suppress(TimeoutError):
+                        self.sock.sendall(chunk)
+            elif mode == "coorp":
+                stream = self.transport.bulk_stream()
+                data = os.urandom(message_bytes)
+                for _ in range(10**6):
+                    if not self.on.is_set():
+                        return
+                    stream.send(data, timeout_s=timeout_s)
+        except Exception as exc:  # reported in RESULT, the cell goes on
+            self.errors.append(f"bulk {mode}: {type(exc).__name__}: {exc}")
+
+    def stop(self, timeout_s: float) -> None:
+        self.on.clear()
+        if self.thread is not None:
+            self.thread.join(timeout_s)
+            if self.thread.is_alive():
+                self.errors.append(f"bulk sender still busy {timeout_s:g} s after the cell")
+            self.thread = None
+
+
+# -- roles ----------------------------------------------------------------------------------
+def _out(kind: str, data: Any = None) -> None:
+    sys.stdout.write(kind + ("" if data is None else " " + json.dumps(data)) + "\n")
+    sys.stdout.flush()
+
+
+def _commands(timeout_s: float) -> Any:
+    deadline = time.monotonic() + timeout_s
+    for line in sys.stdin:
+        if time.monotonic() > deadline:
+            return
+        cmd = json.loads(line)
+        if cmd.get("cmd") == "quit":
+            return
+        yield cmd
+
+
+def leader(args: argparse.Namespace) -> None:
+    ctx = Ctx(args)
+    t = TRANSPORTS[args.carrier](ctx)
+    t.serve()
+    sink = _BulkSink(ctx.addr)
+    _out("READY")
+    for cmd in _commands(args.timeout):
+        if cmd["cmd"] == "stats":
+            _out(
+                "RESULT", {"cpu_s": _cpu(), "bulk_bytes": sink.bytes + getattr(t, "bulk_bytes", 0)}
+            )
+    sink.stop.set()
+    t.close()
+
+
+class _Pinger:
+    def __init__(self, t: Any) -> None:
+        self.t = t
+        self.seq = 0
+        self.sent: dict[int, int] = {}
+        self.rtt: list[int] = []
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.expect = -1
+
+    def on_echo(self, data: bytes) -> None:
+        now = time.monotonic_ns()
+        if len(data) < _SEQ.size:
+            return
+        (seq,) = _SEQ.unpack_from(data)
+        with self.lock:
+            t0 = self.sent.pop(seq, None)
+            if t0 is not None:
+                self.rtt.append(now - t0)
+                if len(self.rtt) == self.expect:
+                    self.done.set()
+
+    def ping(self, size: int, rate_hz: float) -> None:
+        self.seq += 1
+        payload = _SEQ.pack(self.seq) + bytes(size - _SEQ.size)
+        with self.lock:
+            self.sent[self.seq] = time.monotonic_ns()
+        self.t.send(payload, rate_hz)
+
+
+def robot(args: argparse.Namespace) -> None:
+    ctx = Ctx(args)
+    t = TRANSPORTS[args.carrier](ctx)
+    p = _Pinger(t)
+    t.connect(p.on_echo)
+    bulk = _BulkSender(t, ctx)
+    rng = random.Random(f"{args.seed}:{ctx.name}")
+    for cmd in _commands(args.timeout):
+        if cmd["cmd"] == "hello":
+            # Until one echo is back (discovery, connections): every 50 ms, bounded.
+            ok = False
+            for _ in range(int(cmd["timeout_s"] / 0.05)):
+                p.ping(64, 20.0)
+                time.sleep(0.05)
+                with p.lock:
+                    ok, p.rtt, p.sent = bool(p.rtt), [], {}
+                if ok:
+                    break
+            _out("RESULT", {"ok": ok})
+        elif cmd["cmd"] == "run":
+            _out("RESULT", _run_cell(p, bulk, rng, cmd))
+
+
+def _run_cell(p: _Pinger, bulk: _BulkSender, rng: random.Random, cmd: dict[str, Any]) -> Any:
+    rate, size = float(cmd["rate_hz"]), int(cmd["size"])
+    period = round(1e9 / rate)
+    n = max(1, round(cmd["duration_s"] * rate))
+    with p.lock:
+        p.sent, p.rtt, p.expect = {}, [], n
+        p.done.clear()
+    c0, w0 = _cpu(), time.monotonic()
+    bulk.errors = []
+    if cmd["bulk"] != "none":
+        bulk.start(cmd["bulk"], int(cmd["bulk_message_bytes"]), float(cmd["bulk_timeout_s"]))
+    start = int(cmd["start_ns"]) + rng.randrange(period)
+    for k in range(n):
+        delay = (start + k * period - time.monotonic_ns()) / 1e9
+        if delay > 0:
+            time.sleep(delay)
+        p.ping(size, rate)
+    p.done.wait(float(cmd["drain_s"]))
+    if cmd["bulk"] != "none":
+        bulk.stop(float(cmd["bulk_timeout_s"]))
+    with p.lock:
+        rtt, p.expect = list(p.rtt), -1
+    return {"sent": n, "rtt_ns": rtt, "cpu_s": _cpu() - c0, "wall_s": time.monotonic() - w0,
+            "errors": bulk.errors}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="coorp.teambench._roles")
+    ap.add_argument("role", choices=["leader", "robot"])
+    ap.add_argument("--carrier", required=True, choices=sorted(TRANSPORTS))
+    ap.add_argument("--name", required=True)
+    ap.add_argument("--addr", required=True)
+    ap.add_argument("--leader", required=True)
+    ap.add_argument("--robots", default="")
+    ap.add_argument("--key-hex", required=True)
+    ap.add_argument("--bound-ms", type=float, default=33.0)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--timeout", type=float, default=3600.0)
+    args = ap.parse_args(argv)
+
+    # Bounded whatever happens: a watchdog ends the process after --timeout.
+    def watchdog() -> None:
+        time.sleep(args.timeout)
+        os._exit(3)
+
+    threading.Thread(target=watchdog, daemon=True).start()
+    (leader if args.role == "leader" else robot)(args)
+    sys.stdout.flush()
+    os._exit(0)  # middleware threads (DDS, Zenoh) must not keep the process alive
+
+
+if __name__ == "__main__":
+    main()
