@@ -190,3 +190,31 @@ def test_negative_depth_or_duration_is_a_usage_error() -> None:
         ctt.record(0, -5)
     with pytest.raises(UsageError, match="depth=-2"):
         ctt.query(-2)
+
+
+def test_the_floor_keeps_unmeasured_depths_above_what_their_packets_need() -> None:
+    # Realized samples of 0 at depth 2 (the sends came late enough): scaling them says
+    # a full ring clears at once; the floor says each extra packet costs >= 10 ns.
+    plain = CompletionTimeTable(percentile=100.0)
+    floored = CompletionTimeTable(percentile=100.0, min_per_packet_ns=10)
+    for t in (plain, floored):
+        t.record(2, 0)
+        t.record(100, 5)  # a deeper sample below the floor: it no longer caps
+    assert plain.query(50) == 0
+    assert floored.query(50) == 0 + (50 - 2) * 10
+    assert floored.query(2) == 0  # a measured depth answers what it measured
+    assert floored.query(100) == 5
+    assert floored.query(150) == 5 + 50 * 10
+    # A measured answer already above the floor is kept.
+    big = CompletionTimeTable(percentile=100.0, min_per_packet_ns=1)
+    big.record(0, 1_000)
+    assert big.query(9) == 10_000  # scaled by depth: 1000 · 10 / 1
+    with pytest.raises(UsageError, match="min_per_packet_ns"):
+        CompletionTimeTable(min_per_packet_ns=-1)
+
+
+def test_lead_buckets_inherit_the_floor() -> None:
+    t = CompletionTimeTable(percentile=100.0, lead_edges_ns=(1_000,), min_per_packet_ns=7)
+    t.record(0, 0, lead_ns=2_000)
+    assert t.query(10, lead_ns=2_000) == 70
+    assert t.min_per_packet_ns == 7

@@ -81,9 +81,9 @@ def test_the_gate_records_the_lead_at_enqueue() -> None:
 
 
 def test_realized_samples_measure_completion_against_the_send_that_followed() -> None:
-    # Window predicted at 20 ms; the LS send really happens at 23 ms.
+    # Window predicted over [20, 24] ms; the LS send really happens at 23 ms.
     ctt = CompletionTimeTable(percentile=100.0)
-    gate = Gate(FixedWindows([Interval(20 * MS, 21 * MS)]), ctt, realized=True)
+    gate = Gate(FixedWindows([Interval(20 * MS, 24 * MS)]), ctt, realized=True)
     gate.on_enqueue(1, 10 * MS, 0)  # lead 10 ms
     gate.on_complete(1, 22 * MS)  # took 12 ms, but the send had not happened yet
     assert ctt.samples(0) == ()  # waits for the send to know
@@ -96,12 +96,26 @@ def test_realized_samples_measure_completion_against_the_send_that_followed() ->
     assert ctt.samples(0) == (9 * MS, 6 * MS)
 
 
+def test_a_send_after_the_window_is_credited_only_up_to_the_window_end() -> None:
+    # Window [20, 21] ms; the send comes at 23 ms, after the window (a late loop).
+    ctt = CompletionTimeTable(percentile=100.0)
+    gate = Gate(FixedWindows([Interval(20 * MS, 21 * MS)]), ctt, realized=True)
+    gate.on_enqueue(1, 10 * MS, 0)  # lead 10 ms, done at 22 ms before the send
+    gate.on_complete(1, 22 * MS)
+    gate.on_enqueue(2, 15 * MS, 0)  # lead 5 ms, still in the NIC at the send
+    gate.on_ls_send(23 * MS)
+    # 1: 22 − min(23, 21) + 10 = 11 ms: it would have missed a send on time.
+    assert ctt.samples(0) == (11 * MS,)
+    gate.on_complete(2, 24 * MS)
+    assert ctt.samples(0) == (11 * MS, 8 * MS)  # 24 − 21 + 5
+
+
 def test_realized_samples_never_go_below_zero_and_plain_mode_ignores_sends() -> None:
     ctt = CompletionTimeTable(percentile=100.0)
     gate = Gate(FixedWindows([Interval(20 * MS, 21 * MS)]), ctt, realized=True)
     gate.on_enqueue(1, 19 * MS, 0)  # lead 1 ms
     gate.on_complete(1, 19_100_000)
-    gate.on_ls_send(30 * MS)  # the send came 11 ms after the predicted window
+    gate.on_ls_send(20_500_000)  # inside the window, 1.5 ms after the packet was done
     assert ctt.samples(0) == (0,)
     plain_ctt = CompletionTimeTable(percentile=100.0)
     plain = Gate(FixedWindows([Interval(20 * MS, 21 * MS)]), plain_ctt)

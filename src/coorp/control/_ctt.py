@@ -64,6 +64,16 @@ class CompletionTimeTable:
     (``record(..., at_ns=)``; a ``query(..., now_ns=)`` drops what expired), and a
     depth left without samples falls back to the rules above, i.e. to what the
     depths still measured say.
+
+    **Physical floor** (``min_per_packet_ns``, None by default: the paper's table). The
+    depth rules scale a measured answer, which is right for bare completion times but
+    not for samples that are not proportional to the queue ahead (a realized sample,
+    see :class:`~coorp.control.Gate`, subtracts how late the LS send came, and is often
+    0 for a shallow queue): scaling 0 gives 0 at every deeper depth, and the gate then
+    admits a full ring. With a floor, a depth without samples is never answered below
+    the nearest shallower measured answer plus ``min_per_packet_ns`` per packet
+    between them, whatever the deeper depths say (each packet ahead occupies the air
+    for at least its own transmission).
     """
 
     def __init__(
@@ -75,6 +85,7 @@ class CompletionTimeTable:
         default_ns: int = DEFAULT_PER_PACKET_NS,
         lead_edges_ns: tuple[int, ...] = (),
         max_age_ns: int | None = None,
+        min_per_packet_ns: int | None = None,
     ) -> None:
         if max_depth < 0:
             raise UsageError(f"max_depth={max_depth}: must be >= 0 (hardware-queue depth)")
@@ -106,6 +117,11 @@ class CompletionTimeTable:
         if max_age_ns is not None and max_age_ns < 1:
             raise UsageError(f"max_age_ns={max_age_ns}: must be >= 1 nanosecond or None")
         self._max_age = max_age_ns
+        if min_per_packet_ns is not None and min_per_packet_ns < 0:
+            raise UsageError(
+                f"min_per_packet_ns={min_per_packet_ns}: must be >= 0 nanoseconds or None"
+            )
+        self._floor = min_per_packet_ns
         # Ageing: when each sample of a depth was recorded (in step with its ring), and
         # every sample's (time, depth) in recording order.
         self._times: dict[int, deque[int]] = {}
@@ -117,6 +133,7 @@ class CompletionTimeTable:
                 percentile=percentile,
                 default_ns=default_ns,
                 max_age_ns=max_age_ns,
+                min_per_packet_ns=min_per_packet_ns,
             )
             for _ in range(len(edges) + 1 if edges else 0)
         ]
@@ -132,6 +149,10 @@ class CompletionTimeTable:
     @property
     def default_ns(self) -> int:
         return self._default_ns
+
+    @property
+    def min_per_packet_ns(self) -> int | None:
+        return self._floor
 
     @property
     def lead_edges_ns(self) -> tuple[int, ...]:
@@ -246,6 +267,8 @@ class CompletionTimeTable:
         scaled = -(-at_m * (d + 1) // (m + 1))
         if deeper:
             scaled = min(scaled, self.query(min(deeper)))
+        if self._floor is not None:
+            return max(scaled, at_m + (d - m) * self._floor)
         return max(scaled, at_m)
 
     def _clamp(self, depth: int) -> int:

@@ -109,7 +109,11 @@ class Gate:
     LS send it had to clear (``completion − send + lead``, at least 0; the driver
     reports sends through :meth:`on_ls_send`) instead of its bare duration, so the
     table's percentile bounds channel delay and prediction slack together
-    (docs/control.md, "Beyond the paper").
+    (docs/control.md, "Beyond the paper"). The slack credited is at most the window
+    the packet was enqueued ahead of: a send that came after that window's end (a
+    late loop, a stalled thread) counts as if it came at the end. Crediting all of a
+    late send's delay taught the table that deep queues clear in no time, and the
+    next on-time send then found them in the NIC.
     """
 
     def __init__(
@@ -130,11 +134,12 @@ class Gate:
         self._ctt = ctt
         self._max_pending = max_pending
         # packet id -> (enqueued at, depth, lead to the next window or None, the first
-        # LS send after its enqueue or None)
-        self._pending: dict[int, tuple[int, int, int | None, int | None]] = {}
+        # LS send after its enqueue (at most the window's end) or None, the window's end)
+        self._pending: dict[int, tuple[int, int, int | None, int | None, int]] = {}
         self._realized = realized
-        # Realized mode: completed before any LS send, (completion, depth, lead).
-        self._awaiting: deque[tuple[int, int, int]] = deque(maxlen=max_pending)
+        # Realized mode: completed before any LS send, (completion, depth, lead, the
+        # window's end).
+        self._awaiting: deque[tuple[int, int, int, int]] = deque(maxlen=max_pending)
         self._counts = {name: 0 for name in GateStats.__dataclass_fields__}
         self._explore = explore
         self._max_backoff = max_explore_backoff
@@ -237,12 +242,14 @@ class Gate:
         elif len(self._pending) >= self._max_pending:
             del self._pending[next(iter(self._pending))]
             self._counts["evicted_pending"] += 1
-        lead = (
-            _lead(self._planner.next_window(now_ns), now_ns)
-            if self._realized or self._ctt.lead_edges_ns
-            else None
-        )
-        self._pending[packet_id] = (now_ns, queue_depth, lead, None)
+        lead = None
+        until = 0
+        if self._realized or self._ctt.lead_edges_ns:
+            window = self._planner.next_window(now_ns)
+            lead = _lead(window, now_ns)
+            if window is not None:
+                until = window.end_ns
+        self._pending[packet_id] = (now_ns, queue_depth, lead, None, until)
         if self._probe_armed is not None:
             self._probe = (packet_id, self._probe_armed)
             self._probe_armed = None
@@ -255,7 +262,7 @@ class Gate:
         if entry is None:
             self._counts["unknown_completions"] += 1
             return
-        enqueued_ns, depth, lead, send_ns = entry
+        enqueued_ns, depth, lead, send_ns, until = entry
         if now_ns < enqueued_ns:
             raise UsageError(
                 f"now_ns={now_ns}: packet {packet_id} completes before it was enqueued "
@@ -266,7 +273,7 @@ class Gate:
         elif send_ns is not None:
             self._ctt.record(depth, max(0, now_ns - send_ns + lead), lead, at_ns=now_ns)
         else:
-            self._awaiting.append((now_ns, depth, lead))
+            self._awaiting.append((now_ns, depth, lead, until))
         self._counts["completions"] += 1
         if self._probe is not None and self._probe[0] == packet_id:
             if now_ns < self._probe[1].start_ns:
@@ -280,15 +287,16 @@ class Gate:
         ignored). Packets enqueued before it now know the send they had to clear."""
         if not self._realized:
             return
-        for completed_ns, done_depth, done_lead in self._awaiting:
+        for completed_ns, done_depth, done_lead, done_until in self._awaiting:
+            credited = min(now_ns, done_until)
             self._ctt.record(
-                done_depth, max(0, completed_ns - now_ns + done_lead), done_lead, at_ns=now_ns
+                done_depth, max(0, completed_ns - credited + done_lead), done_lead, at_ns=now_ns
             )
         self._awaiting.clear()
         pending = self._pending
-        for pid, (enq, depth, lead, send) in pending.items():
+        for pid, (enq, depth, lead, send, until) in pending.items():
             if send is None and lead is not None and enq <= now_ns:
-                pending[pid] = (enq, depth, lead, now_ns)
+                pending[pid] = (enq, depth, lead, min(now_ns, until), until)
 
     def on_discard(self, packet_id: int) -> None:
         """Forget a packet that will never complete (dropped, queue flushed)."""

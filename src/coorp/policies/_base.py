@@ -46,6 +46,11 @@ class Team:
     def robots(self) -> tuple[str, ...]:
         return (self.leader, *self.workers)
 
+    def bulk_peers(self, robot: str) -> tuple[str, ...]:
+        """Where ``robot``'s bulk data goes in the DRLC workload: a worker's to the
+        leader, the leader's to every worker."""
+        return self.workers if robot == self.leader else (self.leader,)
+
 
 class Policy(ABC):
     """Base class of every policy. Subclasses set ``name`` and ``summary``.

@@ -27,7 +27,7 @@ from coorp.control import (
     ProtectionPlanner,
 )
 from coorp.policies._base import Policy
-from coorp.policies._hooks import GatedHooks, per_packet_estimate_ns
+from coorp.policies._hooks import GatedHooks, per_packet_estimate_ns, per_packet_floor_ns
 from coorp.policies._registry import register_policy
 from coorp.scenario import AccessCategory
 from coorp.sim.events import Event
@@ -57,6 +57,9 @@ class CoorpPolicy(Policy):
     ctt_max_age_ns: ClassVar[int | None] = None
     #: Lead buckets of the completion-time table (see CompletionTimeTable).
     ctt_lead_edges_ns: ClassVar[tuple[int, ...]] = tuple(k * NS_PER_MS for k in (1, 2, 4, 8, 16))
+    #: Answer unmeasured depths no lower than the packets ahead need on the air
+    #: (CompletionTimeTable's floor), at the robot's fastest bulk link.
+    ctt_floor: ClassVar[bool] = True
 
     def install(self) -> None:
         team = self.team
@@ -87,6 +90,11 @@ class CoorpPolicy(Policy):
                     default_ns=per_packet_estimate_ns(sim, robot),
                     lead_edges_ns=self.ctt_lead_edges_ns,
                     max_age_ns=self.ctt_max_age_ns,
+                    min_per_packet_ns=(
+                        per_packet_floor_ns(sim, robot, team.bulk_peers(robot))
+                        if self.ctt_floor
+                        else None
+                    ),
                 )
                 gate = Gate(planner, ctt, realized=self.realized_ctt)
                 self.gates[robot] = gate
@@ -260,3 +268,4 @@ class CoorpPaperPolicy(CoorpPolicy):
     use_hints = False
     realized_ctt = False
     ctt_lead_edges_ns = ()
+    ctt_floor = False

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from coorp.control import BulkClient, Gate, ProtectionPlanner
 from coorp.phy import MAX_PPDU_NS, SLOT_NS
 from coorp.scenario import AccessCategory
 from coorp.sim import FOREVER, DriverView, Simulation
 from coorp.sim.timing import aifs_ns, edca_params, mpdu_bytes, psdu_bytes
 
-__all__ = ["GatedHooks", "per_packet_estimate_ns"]
+__all__ = ["GatedHooks", "per_packet_estimate_ns", "per_packet_floor_ns"]
 
 
 def per_packet_estimate_ns(sim: Simulation, robot: str) -> int:
@@ -21,22 +23,38 @@ def per_packet_estimate_ns(sim: Simulation, robot: str) -> int:
     derived from the PHY/MAC parameters, never tuned to results.
     """
     st = sim.station(robot)
-    mac = sim.scenario.mac
-    be = edca_params(mac)[AccessCategory.BE]
-    mpdu = mpdu_bytes(sim.scenario.packet_bytes)
-    # The slowest link's rate code (its MCS, and its own spatial streams if it has them).
     slowest = min(
         (sim.links.rate_code(st.idx, o.idx) for o in sim.stations.values() if o is not st),
         key=lambda code: sim.timing.mode(code).rate_mbps,
     )
+    return _share_ns(sim, slowest, backoff=True)
+
+
+def per_packet_floor_ns(sim: Simulation, robot: str, peers: Iterable[str]) -> int:
+    """The least one bulk packet ahead in the NIC can cost: its share of one AC_BE
+    access (AIFS, no backoff) carrying the largest A-MPDU, at the fastest of the
+    robot's links to ``peers`` (where its bulk data goes). A lower bound from the
+    PHY/MAC parameters, for :class:`~coorp.control.CompletionTimeTable`'s floor."""
+    st = sim.station(robot)
+    fastest = max(
+        (sim.links.rate_code(st.idx, sim.station(p).idx) for p in peers if p != robot),
+        key=lambda code: sim.timing.mode(code).rate_mbps,
+    )
+    return _share_ns(sim, fastest, backoff=False)
+
+
+def _share_ns(sim: Simulation, code: int, *, backoff: bool) -> int:
+    mac = sim.scenario.mac
+    be = edca_params(mac)[AccessCategory.BE]
+    mpdu = mpdu_bytes(sim.scenario.packet_bytes)
     per_ampdu = 1
     if be.aggregation:
-        limit = min(mac.max_ampdu_bytes, sim.timing.max_psdu_bytes(slowest, MAX_PPDU_NS))
+        limit = min(mac.max_ampdu_bytes, sim.timing.max_psdu_bytes(code, MAX_PPDU_NS))
         while per_ampdu < mac.max_ampdu_mpdus and psdu_bytes([mpdu] * (per_ampdu + 1)) <= limit:
             per_ampdu += 1
-    data = sim.timing.data_ns(psdu_bytes([mpdu] * per_ampdu), slowest)
+    data = sim.timing.data_ns(psdu_bytes([mpdu] * per_ampdu), code)
     access = sim.timing.success_ns(data, block_ack=per_ampdu > 1, rts=False)
-    access += aifs_ns(be.aifsn) + be.cw_min * SLOT_NS
+    access += aifs_ns(be.aifsn) + (be.cw_min * SLOT_NS if backoff else 0)
     return -(-access // per_ampdu)
 
 
