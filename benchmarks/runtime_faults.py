@@ -9,7 +9,9 @@ Measures the targets of issue 11 (numbers go to docs/runtime.md, "Faults: measur
    robot, and to the receiver after it restarted; how many are accepted (target 0).
 3. **phases** (netns, 50 Mbit/s tbf bottleneck): three robots with random LS phases
    (30 Hz, 4 kB) and a bulk transfer each; LS one-way latency while bulk flows
-   (target p99 ≤ 10 ms, none > 33 ms), coordinated vs marking only.
+   (target p99 ≤ 10 ms, none > 33 ms): marking only, coordinated without an in-flight
+   budget, coordinated (default budget), interleaved for each phase draw; bulk
+   throughput of each, and its ratio to the run without a budget.
 4. **restart** (netns): one robot sends 20 MB; undisturbed vs with the leader killed
    (SIGKILL) and restarted once the transfer runs (target ≤ 1.5× the undisturbed
    time, 0 bytes lost).
@@ -21,7 +23,7 @@ Needs root and iproute2 for 1, 3, 4 (skipped otherwise, with the reason).
 Usage::
 
     python benchmarks/runtime_faults.py [--only flood,replay,phases,restart,overhead]
-        [--runs 3] [--json out.json]
+        [--runs 3] [--trace] [--json out.json]
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ COORP = [str(_coorp)] if _coorp.exists() else [sys.executable, "-m", "coorp.cli"
 LEADER_PORT, SINK_PORT = 7400, 7500
 RATE_MBIT, QUEUE_MS = 50, 100
 PERIOD_MS = 33.3
+PHASE_BYTES = 4_000_000
 
 
 def team_file(d: Path, timeslice_ms: float = 5000) -> Path:
@@ -94,11 +97,11 @@ def start_leader(topo: Topology, cfg: Path, *, nofile: int | None = None) -> Pro
     return p
 
 
-def start_sink(topo: Topology, expect: int) -> Proc:
+def start_sink(topo: Topology, expect: int, extra: tuple[str, ...] = ()) -> Proc:
     p = topo.start(
         "ld",
         [*ROLES, "sink", "--listen", f"{topo.addr('ld')}:{SINK_PORT}", "--expect-bulk",
-         str(expect), "--key-hex", KEY_HEX, "--timeout", "180"],
+         str(expect), "--key-hex", KEY_HEX, "--timeout", "180", *extra],
         name="sink",
     )  # fmt: skip
     p.expect("READY", 30)
@@ -215,28 +218,42 @@ def replay(n: int = 200) -> dict[str, Any]:
 
 
 # -- 3. random phases ----------------------------------------------------------------
-def phases(tmp: Path, *, coordinated: bool, seed: int) -> dict[str, Any]:
+PHASE_VARIANTS = {
+    # name: (coordinated, extra worker arguments)
+    "marking": (False, []),
+    "coordinated, no budget": (True, ["--inflight-budget-ms", "0"]),
+    "coordinated": (True, []),  # the default in-flight budget (BulkSettings)
+}
+
+
+def phases(tmp: Path, *, variant: str, seed: int, trace: bool = False) -> dict[str, Any]:
+    coordinated, extra = PHASE_VARIANTS[variant]
+    extra = [*extra, "--trace-outq"] if trace else extra
     rng = random.Random(seed)
     with Net() as topo:
         if coordinated:
             start_leader(topo, team_file(tmp))
         else:
             team_file(tmp)
-        sink = start_sink(topo, 3)
+        sink = start_sink(topo, 3, ("--stall-ticker",) if trace else ())
         base = time.monotonic_ns()
         offsets = {h: rng.randrange(round(PERIOD_MS * 1e6)) for h in ("a1", "a2", "a3")}
         ws = [
-            start_worker(topo, h, 4_000_000, base + off, coordinated=coordinated, extra=[])
+            start_worker(topo, h, PHASE_BYTES, base + off, coordinated=coordinated, extra=extra)
             for h, off in offsets.items()
         ]
-        for w in ws:
-            result(w, 180)
+        res = [result(w, 180) for w in ws]
         got = result(sink, 60)
     start = min(b["first_ns"] for b in got["bulk"])
     end = max(b["done_ns"] for b in got["bulk"])
     lat = np.array([(r - s) / 1e6 for _, _, s, r in got["ls"] if start <= r <= end])
+    late = sorted(
+        ([rb, (r - s) / 1e6, s, r] for rb, _, s, r in got["ls"] if start <= r <= end),
+        key=lambda x: -x[1],
+    )[:5]
     return {
-        "coordinated": coordinated,
+        "variant": variant,
+        "seed": seed,
         "phases_ms": {h: round(o / 1e6, 1) for h, o in offsets.items()},
         "n": len(lat),
         "p50_ms": float(np.percentile(lat, 50)),
@@ -244,7 +261,65 @@ def phases(tmp: Path, *, coordinated: bool, seed: int) -> dict[str, Any]:
         "max_ms": float(lat.max()),
         "over_33ms": int((lat > 33).sum()),
         "bulk_s": (end - start) / 1e9,
+        "bulk_mbit_s": 3 * PHASE_BYTES * 8 / ((end - start) / 1e3),
+        "inflight_max_bytes": max(r["bulk"]["inflight_max_bytes"] for r in res),
+        "inflight_waits": sum(r["bulk"]["inflight_waits"] for r in res),
+        "load": os.getloadavg()[0],
+        "late": [where_late(m, res, got.get("stalls", [])) for m in late] if trace else [],
     }
+
+
+def where_late(
+    m: list[Any], workers: list[dict[str, Any]], stalls: list[list[int]]
+) -> dict[str, Any]:
+    """Where one LS message's delay came from: the bulk holder's bytes outstanding
+    when it was sent (what it could have queued behind at the bottleneck, in ms of
+    the bottleneck's rate) and whether the receiving process was stalled meanwhile."""
+    robot, ms, sent, recv = m
+    holder, outq = None, None
+    for w in workers:
+        if any(a <= sent <= b for a, b, _ in w["intervals"]):
+            holder = w["robot"]
+            trace = w.get("outq", [])
+            near = min(trace, key=lambda x: abs(x[0] - sent), default=None)
+            outq = near[1] if near else None
+    stalled = sum(min(b, recv) - max(a, sent) for a, b in stalls if a < recv and b > sent)
+    return {
+        "robot": robot,
+        "ms": round(ms, 2),
+        "holder": holder,
+        "holder_outq": outq,
+        "bottleneck_ms": None if outq is None else round(outq * 8 / (RATE_MBIT * 1e3), 2),
+        "receiver_stalled_ms": round(stalled / 1e6, 2),
+    }
+
+
+def mean_ci(xs: list[float]) -> str:
+    """mean ± 95% CI half-width (Student t) of a few runs."""
+    from scipy import stats as st
+
+    a = np.array(xs, dtype=float)
+    if len(a) < 2:
+        return f"{a.mean():.2f}"
+    half = st.t.ppf(0.975, len(a) - 1) * a.std(ddof=1) / np.sqrt(len(a))
+    return f"{a.mean():.2f} ± {half:.2f}"
+
+
+def summarize_phases(rows: list[dict[str, Any]]) -> None:
+    base = {r["seed"]: r for r in rows if r["variant"] == "coordinated, no budget"}
+    for v in PHASE_VARIANTS:
+        rs = [r for r in rows if r["variant"] == v]
+        ratio = [r["bulk_mbit_s"] / base[r["seed"]]["bulk_mbit_s"] for r in rs if r["seed"] in base]
+        per_run = ", ".join(f"{r['p99_ms']:.1f}" for r in rs)
+        print(
+            f"phases {v:24s} runs {len(rs)}: p50 {mean_ci([r['p50_ms'] for r in rs])} ms, "
+            f"p99 {mean_ci([r['p99_ms'] for r in rs])} ms (per run "
+            f"{per_run}), max "
+            f"{max(r['max_ms'] for r in rs):.1f} ms, over 33 ms {sum(r['over_33ms'] for r in rs)}"
+            f"/{sum(r['n'] for r in rs)}; bulk {mean_ci([r['bulk_mbit_s'] for r in rs])} Mbit/s, "
+            f"vs no budget {mean_ci(ratio)}",
+            flush=True,
+        )
 
 
 # -- 4. leader restart ----------------------------------------------------------------
@@ -300,6 +375,12 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3, help="runs of the netns measurements")
     p.add_argument("--ls-count", type=int, default=2000)
     p.add_argument("--json", type=Path)
+    p.add_argument(
+        "--trace",
+        action="store_true",
+        help="phases: sample each holder's bytes outstanding and the sink's stalls, and "
+        "say for the 5 latest LS messages of each run where they waited",
+    )
     args = p.parse_args()
     todo = set(args.only.split(","))
     res: dict[str, Any] = {"load_before": os.getloadavg()[0]}
@@ -323,11 +404,15 @@ def main() -> None:
             print("flood", json.dumps(res["flood"]), flush=True)
         if "phases" in todo:
             res["phases"] = [
-                phases(tmpdir(), coordinated=c, seed=s)
+                phases(tmpdir(), variant=v, seed=s, trace=args.trace)
                 for s in range(args.runs)
-                for c in (False, True)
+                for v in PHASE_VARIANTS  # interleaved: every variant for each phase draw
             ]
             print("phases", json.dumps(res["phases"]), flush=True)
+            summarize_phases(res["phases"])
+            for r in res["phases"]:
+                for m in r["late"]:
+                    print(f"phases late: {r['variant']} seed {r['seed']}: {json.dumps(m)}")
         if "restart" in todo:
             res["restart"] = [
                 restart(tmpdir(), kill=k) for _ in range(args.runs) for k in (False, True)

@@ -28,6 +28,10 @@ from coorp.runtime import BulkSettings, TeamKey, TeamSettings, join, query_leade
 def sink(args: argparse.Namespace) -> None:
     team = join(None, args.robot, TeamKey.from_hex(args.key_hex))
     inbox = team.listen(args.listen)
+    stalls: list[tuple[int, int]] = []
+    stop = threading.Event()
+    if args.stall_ticker:
+        threading.Thread(target=_ticker, args=(stalls, stop), daemon=True).start()
     print("READY", flush=True)
     bulk, ls = [], []
     deadline = time.monotonic() + args.timeout
@@ -53,7 +57,9 @@ def sink(args: argparse.Namespace) -> None:
                 }
             )
             print(f"BULK {msg.robot} {msg.channel}", flush=True)
-    print("RESULT " + json.dumps({"bulk": bulk, "ls": ls, "stats": inbox.stats()}), flush=True)
+    stop.set()
+    out = {"bulk": bulk, "ls": ls, "stats": inbox.stats(), "stalls": stalls}
+    print("RESULT " + json.dumps(out), flush=True)
     team.close()
 
 
@@ -133,6 +139,20 @@ def worker(args: argparse.Namespace) -> None:
         result["outq"] = trace
     print("RESULT " + json.dumps(result), flush=True)
     team.close()
+
+
+def _ticker(stalls: list[tuple[int, int]], stop: threading.Event) -> None:
+    """Tick every millisecond; record (start, end) of every tick that came more than
+    3 ms late: this process was not running (diagnostics: a late LS message received
+    inside such a stretch waited for the receiver's CPU, not for the network)."""
+    last = time.monotonic_ns()
+    for _ in range(10_000_000):
+        if stop.wait(0.001):
+            return
+        now = time.monotonic_ns()
+        if now - last > 4_000_000:
+            stalls.append((last, now))
+        last = now
 
 
 def _trace_outq(bh: object, trace: list[tuple[int, int]], stop: threading.Event) -> None:
@@ -270,6 +290,7 @@ def main() -> None:
     s.add_argument("--expect-bulk", type=int, required=True)
     s.add_argument("--expect-drops", type=int, default=0)
     s.add_argument("--robot", default="ld")
+    s.add_argument("--stall-ticker", action="store_true")
     sn = sub.add_parser("sniff")
     sn.add_argument("--ifname", required=True)
     sn.add_argument("--port", type=int, required=True)
