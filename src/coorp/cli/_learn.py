@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from coorp._errors import UsageError
+from coorp._errors import InvariantError, UsageError
+from coorp._manifest import build_manifest, json_safe, write_json
 from coorp.cli._common import FormatOption, figure_formats, load_scenario_arg, require_out_dir
 from coorp.cli._common import console as shared_console
 
@@ -51,7 +53,11 @@ def _bench_group(app: typer.Typer) -> typer.Typer:
 
 
 def _plot(
-    summary: dict[str, object], path: Path, formats: tuple[str, ...], title: str
+    summary: dict[str, object],
+    path: Path,
+    formats: tuple[str, ...],
+    title: str,
+    xlabel: str = "simulated time (s)",
 ) -> list[Path]:
     import matplotlib
 
@@ -99,9 +105,9 @@ def _plot(
             off = 0.12 * (k - (len(pols) - 1) / 2)  # side by side, not on top
             ax_s.scatter(t, np.asarray(v) + off, s=8, color=st.color, marker=st.marker)
         ax_s.set_ylabel("staleness\n(versions)")
-        ax_s.set_xlabel("simulated time (s)")
+        ax_s.set_xlabel(xlabel)
     else:
-        ax.set_xlabel("simulated time (s)")
+        ax.set_xlabel(xlabel)
     fig.tight_layout()
     out = []
     for fmt in formats:
@@ -112,6 +118,147 @@ def _plot(
     return out
 
 
+def _ci(vals: list[float]) -> dict[str, float]:
+    from coorp.sweep._stats import mean_ci
+
+    m = mean_ci([v for v in vals if v is not None])
+    return {"mean": m.mean, "ci95": m.ci95, "n": m.n}
+
+
+def _show(d: dict[str, float], scale: float = 1.0, unit: str = "") -> str:
+    if d["n"] == 0:
+        return "-"
+    ci = d["ci95"]
+    pm = "" if ci != ci else f" ± {ci * scale:.3g}"
+    return f"{d['mean'] * scale:.3g}{pm}{unit}"
+
+
+def _learn_runtime(
+    *,
+    scenario_path: str,
+    sc: Any,
+    spec: Any,
+    seeds: tuple[int, ...],
+    modes: str | None,
+    net: str | None,
+    rate_mbit: float | None,
+    max_versions: int | None,
+    target: float | None,
+    out: Path,
+    formats: tuple[str, ...],
+    t_wall: float,
+) -> None:
+    """``coorp learn --runtime``: every seed under every mode (interleaved, so that load
+    drifts on a shared machine touch both alike), then one table, JSON, figure, manifest."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from coorp.learn._network import summarize
+    from coorp.learn._runtime import MODES, RuntimeSpec, learn_on_runtime
+
+    chosen = [m.strip() for m in (modes or "coorp,tcp").split(",") if m.strip()]
+    bad = [m for m in chosen if m not in MODES]
+    if bad or not chosen:
+        raise UsageError(
+            f"unknown mode(s) {bad} for --modes; allowed: {', '.join(MODES)}"
+            if bad
+            else "--modes is empty; allowed: " + ", ".join(MODES)
+        )
+    from coorp.scenario import SyncMode
+
+    wl = sc.workload
+    if wl is not None and (spec.sync or wl.drlc.sync) is SyncMode.SSP:
+        raise UsageError("--sync ssp is simulated only; --runtime supports bsp and asp")
+    rt = RuntimeSpec(
+        net=net or "netns",
+        rate_mbit=50.0 if rate_mbit is None else rate_mbit,
+        max_versions=max_versions,
+    )
+    out_dir = require_out_dir(out)
+    console = shared_console
+    err = Console(stderr=True, quiet=not sys.stderr.isatty())
+    import os
+
+    load0 = os.getloadavg()[0]
+    runs = []
+    for seed in seeds:
+        for m in chosen:
+            runs.append(
+                learn_on_runtime(
+                    sc, m, seed, spec, rt, workdir=out_dir / "runs",
+                    on_progress=lambda msg: err.log(msg),
+                )
+            )  # fmt: skip
+    dur = spec.duration_s if spec.duration_s is not None else sc.duration_s
+    summary = summarize([r.curve for r in runs], dur, target)
+    c0 = runs[0].curve
+    summary["config"] = {
+        "scenario": scenario_path, "runtime": True, "net": rt.net, "rate_mbit": rt.rate_mbit,
+        "sync": c0.sync, "params": c0.params, "air_bytes": c0.air_bytes, "duration_s": dur,
+        "hidden": spec.ppo.hidden, "envs": spec.ppo.envs, "lr": spec.ppo.lr,
+        "max_versions": rt.max_versions, "modes": chosen, "seeds": list(seeds),
+        "load_before": load0, "load_after": os.getloadavg()[0],
+    }  # fmt: skip
+    for m in chosen:
+        mine = [r for r in runs if r.mode == m]
+        row = summary["policies"][m]
+        row["runtime"] = {
+            "reaction_p50_ms": _ci([r.ls["reaction_ms"]["p50"] for r in mine]),
+            "reaction_p99_ms": _ci([r.ls["reaction_ms"]["p99"] for r in mine]),
+            "perception_p50_ms": _ci([r.ls["perception_ms"]["p50"] for r in mine]),
+            "perception_p99_ms": _ci([r.ls["perception_ms"]["p99"] for r in mine]),
+            "miss_rate": _ci([r.ls["miss_rate"] for r in mine]),
+            "sync_s": _ci([r.transfers["mean_s"] for r in mine]),
+            "syncs_intact": all(r.syncs_intact for r in mine),
+            "runs": [
+                {"seed": r.curve.seed, "wall_s": r.wall_s, "ls": r.ls, "transfers": r.transfers,
+                 "syncs_intact": r.syncs_intact, "syncs_checked": r.syncs_checked,
+                 "final_changed": r.final_changed, "leader": r.leader}
+                for r in mine
+            ],
+        }  # fmt: skip
+    where = f"{rt.net}, {rt.rate_mbit:g} Mbit/s" if rt.net == "netns" else "loopback"
+    title = (
+        f"learning over real sockets ({where}): {sc.name}, {c0.sync.upper()}, {c0.params} "
+        f"params, {c0.air_bytes / 1e6:.3g} MB per sync, {dur:g} s"
+    )
+    table = Table(title=title)
+    for col in ("mode", "versions", "final return", "time to target (s)", "reached",
+                "MPC reaction p50/p99 (ms)", "MPC misses", "perception p99 (ms)",
+                "s per sync", "syncs intact"):  # fmt: skip
+        table.add_column(col, justify="right")
+    for m in chosen:
+        row = summary["policies"][m]
+        rtd = row["runtime"]
+        table.add_row(
+            m, _show(row["epochs"]), _show(row["final_reward"]), _show(row["time_to_target_s"]),
+            f"{row['reached_target']}/{len(row['seeds'])}",
+            f"{_show(rtd['reaction_p50_ms'])} / {_show(rtd['reaction_p99_ms'])}",
+            _show(rtd["miss_rate"], 100, "%"), _show(rtd["perception_p99_ms"]),
+            _show(rtd["sync_s"]), "yes" if rtd["syncs_intact"] else "NO",
+        )  # fmt: skip
+    console.print(table)
+    console.print(
+        f"target return {summary['target']:.2f}; ± are 95% CIs over {len(seeds)} run(s) per "
+        f"mode; load {load0:.2f} -> {os.getloadavg()[0]:.2f}"
+    )
+    (out_dir / "learn.json").write_text(json.dumps(json_safe(summary), indent=1) + "\n")
+    for fig in _plot(summary, out_dir / "reward", formats,
+                     f"{sc.name}: reward vs wall time over real sockets ({where}, "
+                     f"{c0.sync.upper()}, {c0.air_bytes / 1e6:.3g} MB per sync)",
+                     xlabel="wall time (s)"):  # fmt: skip
+        console.print(f"figure: {fig}")
+    write_json(out_dir / "manifest.json", build_manifest(
+        scenario=sc.model_dump(mode="json"), scenario_path=scenario_path, seed=seeds[0],
+        wall_s=time.monotonic() - t_wall,
+        extra={"command": "learn --runtime", "modes": chosen, "seeds": list(seeds),
+               "config": summary["config"]},
+    ))  # fmt: skip
+    console.print(f"json: {out_dir / 'learn.json'}")
+    if not all(r.syncs_intact for r in runs):
+        raise InvariantError("a parameter sync arrived altered or incomplete (see learn.json)")
+
+
 def register(app: typer.Typer) -> None:
     """Add ``learn`` and ``bench rl``."""
     bench = _bench_group(app)
@@ -120,8 +267,9 @@ def register(app: typer.Typer) -> None:
     def learn(
         scenario: Annotated[str, typer.Argument(help="Scenario file or built-in name (crl-5).")],
         policies: Annotated[
-            str, typer.Option(help="Comma-separated policies.")
-        ] = "edca,schedwifi,coorp",
+            str | None,
+            typer.Option(help="Comma-separated policies [default: edca,schedwifi,coorp]."),
+        ] = None,
         seeds: Annotated[str, typer.Option(help="Seeds: 1-3 or 1,2,5.")] = "1-3",
         sync: Annotated[
             str | None, typer.Option(help="bsp, ssp or asp (default: the scenario's).")
@@ -145,9 +293,40 @@ def register(app: typer.Typer) -> None:
         ] = None,
         out: Annotated[Path, typer.Option(help="Output directory.")] = Path("results/learn"),
         fmt: FormatOption = "png",
+        runtime: Annotated[
+            bool,
+            typer.Option(
+                "--runtime",
+                help="Learn over real sockets (coorp.runtime) instead of the simulated "
+                "channel: each robot a process; reward vs wall time. See docs/learn.md.",
+            ),
+        ] = False,
+        modes: Annotated[
+            str | None,
+            typer.Option(
+                help="--runtime: how syncs travel, comma-separated: coorp (permits + "
+                "local preemption) and/or tcp (plain TCP) [default: coorp,tcp]."
+            ),
+        ] = None,
+        net: Annotated[
+            str | None,
+            typer.Option(
+                help="--runtime: netns (network namespaces with a shaped bottleneck; root) "
+                "or loopback [default: netns]."
+            ),
+        ] = None,
+        rate_mbit: Annotated[
+            float | None,
+            typer.Option(help="--runtime --net netns: bottleneck rate [default: 50]."),
+        ] = None,
+        max_versions: Annotated[
+            int | None,
+            typer.Option(help="--runtime: stop after this many model versions (and --duration)."),
+        ] = None,
     ) -> None:
-        """Real PPO over the team's simulated channel: each robot a worker, parameter syncs
-        as bulk transfers of the real tensor; reward vs simulated time per policy (95% CIs)."""
+        """Real PPO over the team's network: each robot a worker, parameter syncs as bulk
+        transfers of the real tensor. Simulated channel: reward vs simulated time per
+        policy. --runtime: real sockets, reward vs wall time per mode (95% CIs)."""
         from rich.console import Console
         from rich.table import Table
 
@@ -156,16 +335,16 @@ def register(app: typer.Typer) -> None:
         from coorp.policies import get_policy
         from coorp.scenario import SyncMode
 
+        t_wall = time.monotonic()
         path, sc = load_scenario_arg(scenario)
-        pols = [p.strip() for p in policies.split(",") if p.strip()]
-        for p in pols:
-            get_policy(p)  # a clear error for an unknown name, before any run
         try:
             mode = SyncMode(sync.lower()) if sync is not None else None
         except ValueError:
             raise UsageError(f"--sync must be bsp, ssp or asp, got {sync!r}") from None
         if air_params is not None and air_params < 1:
-            raise UsageError("--air-params must be positive")
+            raise UsageError(f"--air-params must be positive, got {air_params}")
+        if duration is not None and not duration > 0:
+            raise UsageError(f"--duration must be positive, got {duration:g}")
         formats = figure_formats(fmt)
         spec = LearnSpec(
             ppo=PPOConfig(hidden=hidden, envs=envs, lr=lr),
@@ -173,6 +352,25 @@ def register(app: typer.Typer) -> None:
             sync=mode,
             duration_s=duration,
         )
+        if runtime:
+            if policies is not None:
+                raise UsageError(
+                    "--policies is for the simulated channel; with --runtime use --modes "
+                    "(allowed: coorp, tcp)"
+                )
+            _learn_runtime(
+                scenario_path=str(path), sc=sc, spec=spec, seeds=_seeds(seeds), modes=modes,
+                net=net, rate_mbit=rate_mbit, max_versions=max_versions, target=target,
+                out=out, formats=formats, t_wall=t_wall,
+            )  # fmt: skip
+            return
+        for flag, value in (("--modes", modes), ("--net", net), ("--rate-mbit", rate_mbit),
+                            ("--max-versions", max_versions)):  # fmt: skip
+            if value is not None:
+                raise UsageError(f"{flag} applies only with --runtime")
+        pols = [p.strip() for p in (policies or "edca,schedwifi,coorp").split(",") if p.strip()]
+        for p in pols:
+            get_policy(p)  # a clear error for an unknown name, before any run
         out_dir = require_out_dir(out)
         console = shared_console
         err = Console(stderr=True, quiet=not sys.stderr.isatty())
@@ -213,11 +411,17 @@ def register(app: typer.Typer) -> None:
             )  # fmt: skip
         console.print(table)
         console.print(f"target return {summary['target']:.2f}; ± are 95% CIs over seeds")
-        (out_dir / "learn.json").write_text(json.dumps(summary, indent=1) + "\n")
+        (out_dir / "learn.json").write_text(json.dumps(json_safe(summary), indent=1) + "\n")
         for fig in _plot(summary, out_dir / "reward", formats,
                        f"{sc.name}: reward vs simulated time ({c0.sync.upper()}, "
                        f"{c0.air_bytes / 1e6:.3g} MB per sync on the air)"):  # fmt: skip
             console.print(f"figure: {fig}")
+        write_json(out_dir / "manifest.json", build_manifest(
+            scenario=sc.model_dump(mode="json"), scenario_path=str(path), seed=curves[0].seed,
+            wall_s=time.monotonic() - t_wall,
+            extra={"command": "learn", "policies": pols, "seeds": list(_seeds(seeds)),
+                   "config": summary["config"]},
+        ))  # fmt: skip
         console.print(f"json: {out_dir / 'learn.json'}")
 
     @bench.command("rl")

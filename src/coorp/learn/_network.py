@@ -41,6 +41,7 @@ import numpy as np
 from coorp._errors import UsageError
 from coorp.learn._env import FormationSpec
 from coorp.learn._ppo import PPO, Layout, PPOConfig
+from coorp.learn._sync import merge_async, merge_mean_delta
 from coorp.scenario import Scenario, SyncMode
 
 __all__ = ["LearnCurve", "LearnSpec", "learn_on_channel", "summarize"]
@@ -156,8 +157,7 @@ def learn_on_channel(
             assert w is not None
             base = versions[have[w]]
             new, ro = ppos[index[w]].local_update(base)
-            cur = versions[-1]
-            nxt = (cur + (new - base) / np.float32(len(workers))).astype(np.float32)
+            nxt = merge_async(versions[-1], base, new, len(workers))
             stale.append(len(versions) - 1 - have[w])
             versions.append(nxt)
             have[w] = len(versions) - 1
@@ -171,13 +171,13 @@ def learn_on_channel(
             v = int(np.searchsorted(ends, rec.start_ns, side="right"))
             v = min(v, len(versions) - 1)
             base = versions[v]
-            acc = np.zeros_like(base)
+            news = []
             epoch_rets = []
             for p in ppos:  # worker order: a fixed summation order
                 new, ro = p.local_update(base)
-                acc += new - base
+                news.append(new)
                 epoch_rets.append(ro.episode_return)
-            versions.append((versions[-1] + acc / np.float32(len(ppos))).astype(np.float32))
+            versions.append(merge_mean_delta(versions[-1], base, news))
             stale.append(len(versions) - 2 - v)
             times.append(rec.end_ns / 1e9)
             rets.append(judge.evaluate(versions[-1], spec.eval_episodes))
