@@ -506,6 +506,9 @@ def _run(
         else:
             result.skipped[impl] = reason
             progress(f"{impl}: skipped ({reason})")
+    if "coorp" in impls and "coorp_spin" not in impls:
+        # Coorp with and without its busy-poll option, side by side.
+        impls.insert(impls.index("coorp") + 1, "coorp_spin")
     if "checksum" in cfg.consume:
         impls.append("private_copy")  # the physical limit of reading the bytes
     try:

@@ -3,7 +3,10 @@
 Every implementation provides a *sender* and a *receiver* endpoint for a named channel,
 built inside the process that uses it. A receiver returns a usable numpy array (or
 ``None`` on timeout); the harness in :mod:`coorp.transport._bench` measures from just
-before ``send`` until the last receiver holds its array. Baselines:
+before ``send`` until the last receiver holds its array. ``coorp`` loans a sample and
+fills it, ``coorp_copy`` publishes the array (one copy into shared memory), and
+``coorp_spin`` is ``coorp`` with subscribers that busy-poll up to :data:`SPIN` before
+sleeping (``Bus.subscriber(spin=...)``; Coorp's default is 0, sleep at once). Baselines:
 
 * ``shm_segment`` -- ``multiprocessing.shared_memory`` with a new segment per message,
   its name sent over a Unix socket (the usual ROS 2 workaround),
@@ -45,7 +48,17 @@ __all__ = [
     "unavailable",
 ]
 
-IMPLS = ("coorp", "coorp_copy", "shm_segment", "pickle5_socket", "pyzmq", "cyclonedds")
+IMPLS = (
+    "coorp",
+    "coorp_copy",
+    "coorp_spin",
+    "shm_segment",
+    "pickle5_socket",
+    "pyzmq",
+    "cyclonedds",
+)
+#: The busy-poll budget of ``coorp_spin``'s subscribers (``Bus.subscriber(spin=...)``).
+SPIN = 100e-6
 #: References measured beside the implementations (not transports).
 REFERENCES = ("private_copy",)
 _LEN = struct.Struct("<QQ")
@@ -67,6 +80,7 @@ def unavailable(impl: str) -> str | None:
     mods = {
         "coorp": "iceoryx2",
         "coorp_copy": "iceoryx2",
+        "coorp_spin": "iceoryx2",
         "pyzmq": "zmq",
         "cyclonedds": "cyclonedds",
     }
@@ -135,12 +149,12 @@ class _CoorpSender:
 
 
 class _CoorpReceiver:
-    def __init__(self, run: str, channel: str, max_bytes: int) -> None:
+    def __init__(self, run: str, channel: str, max_bytes: int, spin: float = 0.0) -> None:
         from coorp.transport import Bus, Reach
 
         self.bus = Bus(f"bench-{channel}-r", reach=Reach.PROCESS | Reach.MACHINE)
         topic = _bench_topic(run, channel, max_bytes)
-        self.sub = self.bus.subscriber(topic, depth=2)
+        self.sub = self.bus.subscriber(topic, depth=2, spin=spin)
         self.msg: Any = None
 
     def recv(self, timeout: float) -> np.ndarray | None:
@@ -389,8 +403,8 @@ class _DdsReceiver(_Dds):
 
 def make_sender(impl: str, run: str, channel: str, peers: int, max_bytes: int) -> Any:
     """The sending endpoint of ``impl`` for ``channel`` (built in the calling process)."""
-    if impl in ("coorp", "coorp_copy"):
-        return _CoorpSender(run, channel, max_bytes, loan=impl == "coorp")
+    if impl in ("coorp", "coorp_copy", "coorp_spin"):
+        return _CoorpSender(run, channel, max_bytes, loan=impl != "coorp_copy")
     if impl == "shm_segment":
         return _SocketSender(run, channel, peers, "segment")
     if impl == "pickle5_socket":
@@ -408,6 +422,8 @@ def make_receiver(impl: str, run: str, channel: str, max_bytes: int) -> Any:
     """The receiving endpoint of ``impl`` for ``channel``."""
     if impl in ("coorp", "coorp_copy"):
         return _CoorpReceiver(run, channel, max_bytes)
+    if impl == "coorp_spin":
+        return _CoorpReceiver(run, channel, max_bytes, spin=SPIN)
     if impl == "shm_segment":
         return _SocketReceiver(run, channel, "segment")
     if impl == "pickle5_socket":

@@ -109,11 +109,16 @@ class Bus:
         depth: int = 4,
         deadline: float | None = None,
         on_deadline_miss: MissHandler | None = None,
+        spin: float = 0.0,
     ) -> Subscriber:
         """A new subscriber on ``topic`` with a queue of ``depth`` messages.
 
         ``deadline`` (seconds) with ``on_deadline_miss`` runs the handler when a message
         arrives later than ``deadline`` after publishing, or none arrives for that long.
+        ``spin`` (seconds, at most 0.01) makes a blocking receive busy-poll that long
+        before it sleeps: a reply that comes within the budget is taken without a
+        wake-up, at the cost of up to ``spin`` of CPU per wait (yielding to other
+        runnable threads between polls). 0 (the default) sleeps at once.
         """
         with self._lock:
             self._declare(topic)
@@ -125,6 +130,7 @@ class Bus:
                 deadline=deadline,
                 on_deadline_miss=on_deadline_miss,
                 uid=uid & (2**64 - 1),
+                spin=spin,
             )
             self._topics.setdefault(topic.name, topic)
             first = not self._subs.get(topic.name)

@@ -32,7 +32,14 @@ from coorp.transport._errors import MalformedFrameError, UnsupportedPayloadError
 from coorp.transport._frame import Kind
 from coorp.transport._topic import BYTES_LIKE, Topic
 
-__all__ = ["OOB_THRESHOLD", "Codec", "Encoded", "as_bytes_view", "decode_array_meta"]
+__all__ = [
+    "OOB_THRESHOLD",
+    "Codec",
+    "Encoded",
+    "array_spec",
+    "as_bytes_view",
+    "decode_array_meta",
+]
 
 #: Bytes-like values at least this large travel out-of-band inside structured messages.
 OOB_THRESHOLD = 1024
@@ -123,6 +130,26 @@ def _descr(dtype: np.dtype[Any]) -> Any:
     return found
 
 
+_SPECS: dict[bytes, tuple[np.dtype[Any], tuple[int, ...], int, int]] = {}
+
+
+def array_spec(meta: bytes) -> tuple[np.dtype[Any], tuple[int, ...], int, int]:
+    """``(dtype, shape, count, nbytes)`` of an array frame's meta (validated, cached: a
+    stream of frames of one shape decodes its meta once)."""
+    found = _SPECS.get(meta)
+    if found is None:
+        try:
+            described = _unpack(meta)
+        except (msgspec.DecodeError, UnicodeDecodeError, ValueError) as exc:
+            raise MalformedFrameError(f"undecodable array meta: {exc}") from None
+        dtype, shape = decode_array_meta(described)
+        count = math.prod(shape)
+        found = (dtype, shape, count, count * dtype.itemsize)
+        if len(_SPECS) < 1024:
+            _SPECS[bytes(meta)] = found
+    return found
+
+
 def _array_from(buf: memoryview, dtype: np.dtype[Any], shape: tuple[int, ...]) -> Any:
     count = math.prod(shape)
     if count * dtype.itemsize != buf.nbytes:
@@ -194,11 +221,7 @@ class Codec:
         if kind == Kind.ARRAY:
             if len(buffers) != 1:
                 raise MalformedFrameError("array frame must carry exactly one buffer")
-            try:
-                described = _unpack(meta)
-            except (msgspec.DecodeError, UnicodeDecodeError, ValueError) as exc:
-                raise MalformedFrameError(f"undecodable array meta: {exc}") from None
-            dtype, shape = decode_array_meta(described)
+            dtype, shape, _count, _nbytes = array_spec(bytes(meta))
             return _array_from(_readonly(buffers[0]), dtype, shape)
         if kind == Kind.BYTES:
             if len(buffers) != 1:

@@ -23,12 +23,16 @@ from coorp.transport._errors import MalformedFrameError
 __all__ = [
     "ALIGN",
     "HEADER",
+    "HEADER1",
     "MAGIC",
+    "SEQ_STAMP",
+    "SEQ_STAMP_OFFSET",
     "FrameHeader",
     "FrameLayout",
     "Kind",
     "layout",
     "parse",
+    "prefix_template",
     "write_prefix",
 ]
 
@@ -38,6 +42,11 @@ ALIGN = 64
 #: magic, version, kind, flags, type_id, bus_id, pub_id, nbuf, seq, stamp_ns, meta_len, rsv
 HEADER = struct.Struct("<IBBHQQIIQqII")
 _ENTRY = struct.Struct("<QQ")
+#: The header followed by the first buffer-table entry: one unpack for one-buffer frames.
+HEADER1 = struct.Struct(HEADER.format + "QQ")
+#: Where ``seq`` and ``stamp_ns`` sit in the header (patched per message into a template).
+SEQ_STAMP = struct.Struct("<Qq")
+SEQ_STAMP_OFFSET = struct.calcsize("<IBBHQQII")
 _MAX_BUFFERS = 1 << 16
 
 
@@ -125,6 +134,17 @@ def write_prefix(
         _ENTRY.pack_into(dest, pos, off, n)
         pos += _ENTRY.size
     dest[lay.meta_offset : lay.meta_offset + len(meta)] = meta
+
+
+def prefix_template(
+    head: FrameHeader, meta: bytes, lay: FrameLayout, buffer_lengths: Sequence[int]
+) -> bytearray:
+    """Header, buffer table and meta of a frame, ready to be copied in front of its
+    buffers; only ``seq``/``stamp_ns`` change from message to message (patch them with
+    :data:`SEQ_STAMP` at :data:`SEQ_STAMP_OFFSET`)."""
+    out = bytearray(lay.meta_offset + len(meta))
+    write_prefix(memoryview(out), head, meta, lay, buffer_lengths)
+    return out
 
 
 def parse(frame: memoryview, *, max_size: int) -> tuple[FrameHeader, memoryview, list[memoryview]]:

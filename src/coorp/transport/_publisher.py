@@ -25,7 +25,17 @@ from coorp._errors import UsageError
 from coorp.transport._codec import Codec, Encoded, _descr, _pack
 from coorp.transport._credit import CreditGate
 from coorp.transport._errors import PayloadTooLargeError, TransportClosedError
-from coorp.transport._frame import Flags, FrameHeader, FrameLayout, Kind, layout, write_prefix
+from coorp.transport._frame import (
+    SEQ_STAMP,
+    SEQ_STAMP_OFFSET,
+    Flags,
+    FrameHeader,
+    FrameLayout,
+    Kind,
+    layout,
+    prefix_template,
+    write_prefix,
+)
 from coorp.transport._options import QueuePolicy
 from coorp.transport._shm import ShmOutlet
 from coorp.transport._topic import Topic
@@ -59,6 +69,8 @@ class Publisher:
         self._seq = 0
         self._lock = threading.Lock()
         self._closed = False
+        self._plans: dict[tuple[int, int, bytes, tuple[int, ...]], _Plan] = {}
+        self._array_ok = topic.type in (np.ndarray, object)
         self._outlet: ShmOutlet | None = None
         self._gate: CreditGate | None = None
         if bus.shm is not None:
@@ -75,6 +87,21 @@ class Publisher:
 
     def _head(self, kind: int, flags: int, seq: int, stamp: int) -> FrameHeader:
         return FrameHeader(kind, flags, self.topic.type_id, self.bus.id, self.pub_id, seq, stamp)
+
+    def _plan(self, kind: int, flags: int, meta: bytes, lengths: tuple[int, ...]) -> _Plan:
+        """Layout and prefix template of a frame; cached, as a topic usually carries
+        messages of a few shapes (the per-message work is then two slice copies)."""
+        key = (kind, flags, meta, lengths)
+        plan = self._plans.get(key)
+        if plan is None:
+            lay = layout(len(meta), lengths)
+            self._limit(lay.total)
+            head = self._head(kind, flags, 0, 0)
+            plan = _Plan(lay, prefix_template(head, meta, lay, lengths))
+            if len(self._plans) >= 64:
+                self._plans.clear()
+            self._plans[key] = plan
+        return plan
 
     def _shm_peers(self) -> int:
         """Subscribers outside this bus that shared memory must reach."""
@@ -101,10 +128,15 @@ class Publisher:
             net = self.bus.network
             to_net = net is not None and net.has_subscribers(self.topic)
             enc: Encoded | None = None
+            plan: _Plan | None = None
             if shm_peers > 0 or to_net:
                 enc = self._codec.encode(obj)
-                lay = layout(len(enc.meta), enc.buffer_lengths)
-                self._limit(lay.total)
+                if enc.kind == Kind.ARRAY or enc.kind == Kind.BYTES:
+                    plan = self._plan(enc.kind, 0, enc.meta, tuple(enc.buffer_lengths))
+                    lay = plan.layout
+                else:  # meta changes from message to message: nothing to cache
+                    lay = layout(len(enc.meta), enc.buffer_lengths)
+                    self._limit(lay.total)
                 if to_net and enc.kind == Kind.PICKLE:
                     raise UsageError(
                         f"topic {self.topic.name!r} allows pickle and is "
@@ -118,10 +150,13 @@ class Publisher:
             stamp = self.bus.clock()
             self.bus.deliver_local(self.topic, obj, seq, stamp, self.pub_id, timeout)
             if enc is not None and shm_peers > 0:
-                head = self._head(enc.kind, 0, seq, stamp)
                 sample, owner = self._outlet.loan(lay.total)  # type: ignore[union-attr]
                 dest = memoryview(owner).cast("B")
-                write_prefix(dest, head, enc.meta, lay, enc.buffer_lengths)
+                if plan is not None:
+                    plan.write(dest, seq, stamp)
+                else:
+                    head = self._head(enc.kind, 0, seq, stamp)
+                    write_prefix(dest, head, enc.meta, lay, enc.buffer_lengths)
                 for off, buf in zip(lay.buffer_offsets, enc.buffers, strict=True):
                     dest[off : off + buf.nbytes] = buf
                 del dest, owner
@@ -153,18 +188,17 @@ class Publisher:
     # -- loans --------------------------------------------------------------------------
     def loan_array(self, shape: int | tuple[int, ...], dtype: Any = np.uint8) -> Loan:
         """Loan a writable array of ``shape``/``dtype`` in shared memory; fill it, ``send()``."""
-        self.topic.check(np.empty(0))
-        dt = np.dtype(dtype)
+        if not self._array_ok:
+            self.topic.check(np.empty(0))
+        dt = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
         shp = (shape,) if isinstance(shape, int) else tuple(shape)
-        nbytes = math.prod(shp) * dt.itemsize
+        count = math.prod(shp)
         meta = _pack([_descr(dt), shp])
         return self._loan(
             Kind.ARRAY,
             meta,
-            nbytes,
-            lambda view: np.frombuffer(
-                view, dtype=dt, count=nbytes // dt.itemsize if dt.itemsize else 0
-            ).reshape(shp),
+            count * dt.itemsize,
+            lambda owner, start: np.frombuffer(owner, dt, count, offset=start).reshape(shp),
         )
 
     def loan(self, nbytes: int) -> Loan:
@@ -176,18 +210,22 @@ class Publisher:
         if self.topic.type is np.ndarray:
             return self.loan_array(nbytes, np.uint8)
         self.topic.check(b"")
-        return self._loan(Kind.BYTES, b"", nbytes, lambda view: np.frombuffer(view, np.uint8))
+        return self._loan(
+            Kind.BYTES,
+            b"",
+            nbytes,
+            lambda owner, start: np.frombuffer(owner, np.uint8, nbytes, offset=start),
+        )
 
     def _loan(
-        self, kind: int, meta: bytes, nbytes: int, make: Callable[[memoryview], np.ndarray]
+        self, kind: int, meta: bytes, nbytes: int, make: Callable[[Any, int], np.ndarray]
     ) -> Loan:
         self._check_open()
-        lay = layout(len(meta), [nbytes])
-        self._limit(lay.total)
+        plan = self._plan(kind, Flags.LOANED, meta, (nbytes,))
         if self._outlet is None:
-            return Loan(self, kind, None, bytearray(nbytes), make, meta, lay)
-        sample, owner = self._outlet.loan(lay.total)
-        return Loan(self, kind, sample, owner, make, meta, lay)
+            return Loan(self, kind, None, bytearray(nbytes), make, meta, plan)
+        sample, owner = self._outlet.loan(plan.layout.total)
+        return Loan(self, kind, sample, owner, make, meta, plan)
 
     def _send_loan(self, loan: Loan, owner: Any) -> int:
         with self._lock:
@@ -198,10 +236,8 @@ class Publisher:
             self._seq = seq
             stamp = self.bus.clock()
             lay = loan.layout
-            nbytes = lay.total - lay.buffer_offsets[0]
             dest = memoryview(owner).cast("B")
-            head = self._head(loan.kind, Flags.LOANED, seq, stamp)
-            write_prefix(dest, head, loan.meta, lay, [nbytes])
+            loan.plan.write(dest, seq, stamp)
             net = self.bus.network
             if net is not None and net.has_subscribers(self.topic):
                 # The sample belongs to subscribers once sent, so the network gets a copy.
@@ -248,19 +284,19 @@ class Loan:
         kind: int,
         sample: Any,
         owner: Any,
-        make: Callable[[memoryview], np.ndarray],
+        make: Callable[[Any, int], np.ndarray],
         meta: bytes,
-        lay: FrameLayout,
+        plan: _Plan,
     ) -> None:
         self.publisher = publisher
         self.kind = kind
         self.sample = sample
         self.meta = meta
-        self.layout = lay
+        self.plan = plan
+        self.layout = plan.layout
         self._owner = owner
-        start = lay.buffer_offsets[0] if sample is not None else 0
-        end = lay.total if sample is not None else len(owner)
-        self._array: np.ndarray | None = make(memoryview(owner).cast("B")[start:end])
+        start = plan.layout.buffer_offsets[0] if sample is not None else 0
+        self._array: np.ndarray | None = make(owner, start)
         self.seq: int | None = None
 
     @property
@@ -304,3 +340,19 @@ class Loan:
             self.send()
         else:
             self.discard()
+
+
+class _Plan:
+    """A frame layout plus its prefix (header, buffer table, meta) as a template."""
+
+    __slots__ = ("layout", "template")
+
+    def __init__(self, lay: FrameLayout, template: bytearray) -> None:
+        self.layout = lay
+        self.template = template
+
+    def write(self, dest: memoryview, seq: int, stamp: int) -> None:
+        """Write the prefix of message ``seq`` into ``dest`` (the frame's first bytes)."""
+        template = self.template
+        SEQ_STAMP.pack_into(template, SEQ_STAMP_OFFSET, seq, stamp)
+        dest[: len(template)] = template

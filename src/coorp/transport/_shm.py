@@ -234,8 +234,10 @@ class ShmInlet:
                 f"{topic.max_subscribers}, max_depth={topic.max_depth}?): {exc}"
             ) from exc
 
-    def receive(self) -> tuple[Any, memoryview] | None:
-        """Take the next sample: (owner, read-only frame view), or ``None`` if empty."""
+    def receive(self) -> tuple[Any, int, int] | None:
+        """Take the next sample: (owner, address, size), or ``None`` if empty. The owner
+        is a ctypes byte array over the sample (read-only by contract: take read-only
+        views of it); it keeps the sample and this port alive."""
         try:
             sample = self._port.receive()
         except Exception as exc:
@@ -253,8 +255,8 @@ class ShmInlet:
         size = int(sample.header.number_of_elements)
         if size == 0:
             raise InvariantError("iceoryx2 delivered an empty sample")
-        owner = SampleOwner(sample.payload_ptr, size, sample=sample, port=self._port)
-        return owner, memoryview(owner).cast("B").toreadonly()
+        address = sample.payload_ptr
+        return SampleOwner(address, size, sample=sample, port=self._port), address, size
 
     def drain_events(self) -> None:
         self.listener.try_wait()

@@ -18,6 +18,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import ctypes
 import os
 import select
 import threading
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from coorp._errors import CoorpError, UsageError
-from coorp.transport._codec import Codec
+from coorp.transport._codec import Codec, array_spec
 from coorp.transport._credit import CreditReporter
 from coorp.transport._deadline import DeadlineMiss, DeadlineMonitor, MissHandler
 from coorp.transport._errors import (
@@ -36,7 +37,7 @@ from coorp.transport._errors import (
     TopicTypeMismatchError,
     TransportClosedError,
 )
-from coorp.transport._frame import Flags, parse
+from coorp.transport._frame import HEADER1, MAGIC, VERSION, Flags, FrameHeader, Kind, parse
 from coorp.transport._message import Message, OwnerTracker
 from coorp.transport._options import QueuePolicy, Reach
 from coorp.transport._shm import ShmInlet
@@ -48,15 +49,30 @@ if TYPE_CHECKING:
 __all__ = ["Subscriber", "SubscriberStats"]
 
 _FOREVER = 3600.0
+#: Upper bound of ``Bus.subscriber(spin=...)`` (s): polling is for microseconds.
+MAX_SPIN = 0.01
 
 
 class SubscriberStats:
     """Counters of one subscriber."""
 
-    __slots__ = ("deadline_misses", "dropped", "duplicates", "received", "rejected")
+    __slots__ = (
+        "blocked",
+        "deadline_misses",
+        "dropped",
+        "duplicates",
+        "polled",
+        "received",
+        "rejected",
+    )
 
     def __init__(self) -> None:
         self.received = 0
+        #: Waits that went to sleep (on the WaitSet) because nothing arrived in time.
+        self.blocked = 0
+        #: Waits that a message (or wake-up) ended while the subscriber was still
+        #: polling, i.e. within its ``spin`` budget, without sleeping.
+        self.polled = 0
         #: Messages lost to KEEP_LAST queues on any path: the gaps in each publisher's
         #: sequence numbers after the first message this subscriber received from it.
         self.dropped = 0
@@ -65,6 +81,12 @@ class SubscriberStats:
         #: Frames refused: malformed, wrong type, or pickle from the network.
         self.rejected = 0
         self.deadline_misses = 0
+
+
+def _empty(dtype: np.dtype[Any], shape: tuple[int, ...]) -> np.ndarray:
+    empty = np.empty(shape, dtype)
+    empty.flags.writeable = False
+    return empty
 
 
 def _readonly(obj: Any) -> Any:
@@ -89,6 +111,7 @@ class Subscriber:
         deadline: float | None,
         on_deadline_miss: MissHandler | None,
         uid: int,
+        spin: float = 0.0,
     ) -> None:
         if not 1 <= depth <= topic.max_depth:
             raise UsageError(
@@ -96,6 +119,11 @@ class Subscriber:
             )
         if deadline is None and on_deadline_miss is not None:
             raise UsageError("on_deadline_miss needs a deadline")
+        if not 0.0 <= spin <= MAX_SPIN:
+            raise UsageError(f"spin must be within 0..{MAX_SPIN} s, got {spin}")
+        #: Busy-poll budget of a blocking receive before it sleeps (ns).
+        self._spin_ns = int(spin * 1e9)
+        self._spinning = False
         self.bus = bus
         self.topic = topic
         self.depth = depth
@@ -184,33 +212,82 @@ class Subscriber:
 
     def _from_shm(self) -> Message[Any] | None:
         inlet = self._inlet
+        max_size = self.topic.max_payload
         while inlet is not None:
             got = inlet.receive()
             if got is None:
                 return None
-            owner, frame = got
-            try:
-                head, meta, buffers = parse(frame, max_size=self.topic.max_payload)
-            except MalformedFrameError:
-                self.stats.rejected += 1
-                continue
-            if self._credits is not None:
-                self._credits.consumed(head.bus_id, head.pub_id, head.seq)
-            if head.type_id != self.topic.type_id:
-                self.stats.rejected += 1
-                continue
-            if head.bus_id == self.bus.id and not head.flags & Flags.LOANED:
-                continue  # already delivered in-process, without a copy
-            if not self._accept((head.bus_id, head.pub_id), head.seq):
-                continue
-            try:
-                value = self._codec.decode(head.kind, meta, buffers, trusted=True)
-            except MalformedFrameError:
-                self.stats.rejected += 1
-                continue
+            owner, address, size = got
+            # Fast path: a one-buffer array or bytes frame (every loan, every published
+            # array) is read with one unpack, its meta decoded once per shape.
+            fields = HEADER1.unpack_from(owner, 0) if size >= HEADER1.size else None
+            if (
+                fields is not None
+                and fields[0] == MAGIC
+                and fields[1] == VERSION
+                and fields[7] == 1
+                and (fields[2] == Kind.ARRAY or fields[2] == Kind.BYTES)
+                and size <= max_size
+            ):
+                (_m, _v, kind, flags, type_id, bus_id, pub_id, _n, seq, stamp, meta_len) = fields[
+                    :11
+                ]
+                off, nbytes = fields[12], fields[13]
+                if off < HEADER1.size + meta_len or off + nbytes > size:
+                    self.stats.rejected += 1
+                    continue
+                head = FrameHeader(kind, flags, type_id, bus_id, pub_id, seq, stamp)
+                if not self._take(head):
+                    continue
+                try:
+                    if kind == Kind.ARRAY:
+                        meta = ctypes.string_at(address + HEADER1.size, meta_len)
+                        dtype, shape, count, want = array_spec(meta)
+                        if want != nbytes:
+                            raise MalformedFrameError(
+                                f"array {dtype}{list(shape)} needs {want} bytes, got {nbytes}"
+                            )
+                        if count == 0:
+                            value: Any = _empty(dtype, shape)
+                        else:
+                            value = np.frombuffer(
+                                memoryview(owner).toreadonly(), dtype, count, offset=off
+                            )
+                            if len(shape) != 1:
+                                value = value.reshape(shape)
+                    else:
+                        value = memoryview(owner).cast("B").toreadonly()[off : off + nbytes]
+                except MalformedFrameError:
+                    self.stats.rejected += 1
+                    continue
+            else:
+                frame = memoryview(owner).cast("B").toreadonly()
+                try:
+                    head, meta_view, buffers = parse(frame, max_size=max_size)
+                except MalformedFrameError:
+                    self.stats.rejected += 1
+                    continue
+                if not self._take(head):
+                    continue
+                try:
+                    value = self._codec.decode(head.kind, meta_view, buffers, trusted=True)
+                except MalformedFrameError:
+                    self.stats.rejected += 1
+                    continue
             self._owners.add(owner)
             return self._message(head, value, Reach.MACHINE)
         return None
+
+    def _take(self, head: FrameHeader) -> bool:
+        """Credit, type, same-bus and sequence checks of a shared-memory frame."""
+        if self._credits is not None:
+            self._credits.consumed(head.bus_id, head.pub_id, head.seq)
+        if head.type_id != self.topic.type_id:
+            self.stats.rejected += 1
+            return False
+        if head.bus_id == self.bus.id and not head.flags & Flags.LOANED:
+            return False  # already delivered in-process, without a copy
+        return self._accept((head.bus_id, head.pub_id), head.seq)
 
     def _from_queue(self) -> Message[Any] | None:
         with self._cond:
@@ -303,9 +380,40 @@ class Subscriber:
             wait_ns = int(_FOREVER * 1e9) if end is None else end - now
             if self._monitor is not None:
                 wait_ns = min(wait_ns, max(0, self._monitor.next_due_ns - now))
-            self._wait(wait_ns)
+            if self._spin_ns and self._poll(min(wait_ns, self._spin_ns), generation):
+                self.stats.polled += 1
+            else:
+                self.stats.blocked += 1
+                self._wait(wait_ns)
             if self._wake_generation != generation:
                 return None  # wake() was called while we waited
+
+    def _poll(self, budget_ns: int, generation: int) -> bool:
+        """Busy-poll for up to ``budget_ns``: whether something arrived (a shared-memory
+        sample, a local or network delivery, an error, a wake-up). Checks are reads of
+        shared memory and Python state, no system calls; between checks the thread
+        yields the CPU to any other runnable thread (``sched_yield``), so polling never
+        starves the producer it waits for on a busy machine."""
+        port = self._inlet._port if self._inlet is not None else None
+        queue, unclaimed = self._queue, self._unclaimed
+        clock = self.bus.clock
+        end = clock() + budget_ns
+        self._spinning = True
+        try:
+            while True:
+                if (
+                    (port is not None and port.has_samples())
+                    or queue
+                    or unclaimed
+                    or self._error is not None
+                    or self._wake_generation != generation
+                ):
+                    return True
+                if clock() >= end:
+                    return False
+                os.sched_yield()
+        finally:
+            self._spinning = False
 
     def _report(self, miss: DeadlineMiss | None) -> None:
         if miss is None:
