@@ -4,7 +4,7 @@ A policy module for ``--policy-module``: each rung is ``coorp-paper`` plus the
 additions above it; the last rung is ``coorp`` itself::
 
     coorp sweep --policy-module benchmarks/coorp_ladder.py \\
-        --policies coorp-paper,ladder-recheck,ladder-lead,ladder-realized,coorp \\
+        --policies coorp-paper,ladder-recheck,ladder-lead,ladder-realized,ladder-hints,coorp \\
         --scenarios crl-10,one-low --seeds 1-5 --duration 20 --out results/ladder
 """
 
@@ -34,3 +34,11 @@ class LadderRealized(LadderLead):
     name = "ladder-realized"
     summary = "… + completion measured against the LS send it had to clear"
     realized_ctt = True
+    ctt_floor = False
+
+
+@register_policy
+class LadderHints(CoorpPolicy):
+    name = "ladder-hints"
+    summary = "… + the leader's send-time hints (coorp without the table's physical floor)"
+    ctt_floor = False
