@@ -124,7 +124,13 @@ class BenchResult:
 
 
 def _receiver_main(
-    impls: list[str], run_id: str, channel: str, max_bytes: int, echo: str | None, conn: Any
+    impls: list[str],
+    run_id: str,
+    channel: str,
+    max_bytes: int,
+    echo: str | None,
+    finished: Any,
+    conn: Any,
 ) -> None:
     """One subscriber (or echo) process holding an endpoint of every implementation of
     the run. The harness *arms* one implementation before each message (or block of
@@ -156,29 +162,60 @@ def _receiver_main(
                 count -= 1
                 if tx is not None:
                     tx.send(arr)
+                    del arr
                 else:
                     flat = arr.reshape(-1)
                     first, last = int(flat[0]), int(flat[-1])
                     # Odd marks ask for every byte to be read (see _mark).
                     total = checksum(arr) if first % 2 else None
                     t = time.monotonic_ns()
+                    del flat, arr
+                    # Finished with it: a pooled buffer (coorp's sample) goes back
+                    # before the acknowledgement, as a consumer's `with msg:` would.
+                    getattr(rx, "done", lambda: None)()
                     conn.send((first, last, t, total))
-                    del flat
-                del arr
+                    finished.arrive()
     finally:
         for endpoint in (*rxs.values(), *txs.values()):
             with contextlib.suppress(Exception):
                 endpoint.close()
 
 
+class _Finished:
+    """Counts the subscribers done with the current message; only the last one wakes
+    the harness, so the measuring process does not take a core from the subscribers
+    still working (with 4 subscribers on 2 cores it would)."""
+
+    def __init__(self, ctx: Any) -> None:
+        self.count = ctx.Value("i", 0)
+        self.expected = ctx.Value("i", 0)
+        self.event = ctx.Event()
+
+    def reset(self, expected: int) -> None:
+        with self.count.get_lock():
+            self.count.value = 0
+            self.expected.value = expected
+            self.event.clear()
+
+    def arrive(self) -> None:
+        with self.count.get_lock():
+            self.count.value += 1
+            if self.count.value == self.expected.value:
+                self.event.set()
+
+    def wait(self, timeout: float) -> bool:
+        return bool(self.event.wait(timeout))
+
+
 class _Procs:
     def __init__(self) -> None:
         self.ctx = mp.get_context("spawn")
         self.items: list[tuple[Any, Any]] = []
+        self.finished = _Finished(self.ctx)
 
     def start(self, *args: Any) -> Any:
         parent, child = self.ctx.Pipe()
-        p = self.ctx.Process(target=_receiver_main, args=(*args, child), daemon=True)
+        p = self.ctx.Process(target=_receiver_main, args=(*args, self.finished, child), daemon=True)
         p.start()
         self.items.append((p, parent))
         return parent
@@ -333,10 +370,12 @@ def _broadcast(
                         lats[impl, mode].append((t_done - t0) / 1e6)
                     continue
                 procs.arm(_rx(impl))
+                procs.finished.reset(len(procs.items))
                 t0, t_done = senders[impl].send(payload)
                 # Warm-up rounds may lose messages (PUB/SUB joins late, DDS discovers
                 # late): patience starts short and doubles, so slow transports still pass.
                 limit = min(timeout, 2.0 * 2**attempts) if warm < warm_rounds else timeout
+                procs.finished.wait(limit)  # then the acknowledgements are all there
                 times: list[int | None] = []
                 sums: list[int | None] = []
                 for _p, conn in procs.items:

@@ -158,10 +158,15 @@ class _CoorpReceiver:
         self.msg: Any = None
 
     def recv(self, timeout: float) -> np.ndarray | None:
-        if self.msg is not None:
-            self.msg.release()
+        self.done()
         self.msg = self.sub.receive(timeout=timeout)
         return None if self.msg is None else self.msg.value
+
+    def done(self) -> None:
+        """The consumer is finished with the last message: its sample goes back now."""
+        if self.msg is not None:
+            self.msg.release()
+            self.msg = None
 
     def close(self) -> None:
         self.msg = None
