@@ -209,17 +209,20 @@ def run_crl(
     on_progress: Callable[[int], None] | None = None,
     source: str = "<scenario>",
     timeseries: bool = True,
+    trace: bool = False,
 ) -> CrlResult:
     """Simulate the scenario's workload under ``policy`` (a registered name).
 
     ``timeseries``: sample bulk throughput, ring depth and gate state into 10 ms bins
     (:attr:`CrlResult.timeseries`); read-only, so the results are the same without it.
+    ``trace``: keep every channel exchange (``result.sim.trace``: start, end, collided,
+    stations, categories, MPDUs, PSDU bytes, TXOP start); read-only too.
     """
     wl = scenario.workload
     if wl is None:
         raise UsageError(f"{source} has no [workload] section; see docs/scenarios.md")
     policy_cls = get_policy(policy)
-    sim = Simulation(scenario, seed=seed, source=source)
+    sim = Simulation(scenario, seed=seed, source=source, trace=trace)
     workers = tuple(scenario.workers)
     mpc_on = wl.mpc.enabled and not bh_only
     mpc = MpcLoop(sim, wl.mpc, wl.leader, workers) if mpc_on else None
