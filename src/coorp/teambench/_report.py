@@ -140,6 +140,24 @@ def render_tables(res: TeamBenchResult, console: Any) -> None:
         console.print(f"skipped: {s}")
 
 
+SEED_REFERENCE_CSLV_KBPS = float(SEED_REFERENCE["cslv_kBps"])  # type: ignore[arg-type]
+
+
+def _draw_carrier(ax: Any, res: TeamBenchResult, carrier: str, bulk: str, pooled: CslvFit) -> None:
+    color = _COLORS.get(carrier)
+    rs = [r for r in res.rows if (r["carrier"], r["bulk"]) == (carrier, bulk)]
+    x = np.array([r["load_Bps"] / 1e3 for r in rs])
+    y = np.array([min(r["rtt_p99_ms"], 1e5) for r in rs])
+    ok = np.array([r["ok"] for r in rs])
+    ax.scatter(x[ok], y[ok], s=14, color=color, label=f"{carrier}: CSLV {pooled.describe()}")
+    ax.scatter(x[~ok], y[~ok], s=14, facecolors="none", edgecolors=color)
+    if pooled.r0_ms is not None and pooled.l_sat is not None:
+        xs = np.geomspace(max(x.min(), 1e-3), min(x.max(), pooled.l_sat / 1e3 * 0.999), 200)
+        ax.plot(xs, pooled.r0_ms / (1 - xs * 1e3 / pooled.l_sat), color=color, lw=1)
+    if pooled.cslv is not None:
+        ax.axvline(pooled.cslv / 1e3, color=color, lw=0.8, ls="-.")
+
+
 def plot_cslv(res: TeamBenchResult, path: Path) -> Path:
     """p99 RTT vs offered load per carrier, one panel per bulk mode: the cells (filled:
     passed), the fitted curve, each carrier's CSLV, the bound, and the seed's values."""
@@ -148,47 +166,41 @@ def plot_cslv(res: TeamBenchResult, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from coorp.teambench._carriers import CARRIERS
+
     bulks = list(dict.fromkeys(r["bulk"] for r in res.rows))
-    fig, axes = plt.subplots(1, max(len(bulks), 1), figsize=(6.2 * max(len(bulks), 1), 4.6),
-                             squeeze=False, sharey=True)  # fmt: skip
+    media = [m for m in (False, True) if any(CARRIERS[c].netns == m for c, _ in res.fits)]
+    ncol, nrow = max(len(bulks), 1), max(len(media), 1)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(6.2 * ncol, 4.6 * nrow), squeeze=False,
+                             sharey=True)  # fmt: skip
     bound = res.config.bound_ms
     seed = SEED_REFERENCE
-    for ax, bulk in zip(axes[0], bulks, strict=False):
-        lo, hi = _SEED_RANGE
-        ax.axvspan(
-            lo, hi, color="#CC79A7", alpha=0.12, label=str(seed["label"]) + ", 680–1,360 kB/s"
-        )
-        ax.axvline(float(seed["cslv_kBps"]), color="#CC79A7", lw=1, ls=":",  # type: ignore[arg-type]
-                   label="seed: CSLV ≈ 300 × 4.25 kB = 1,275 kB/s")  # fmt: skip
-        ax.axhline(bound, color="0.3", lw=0.8, ls="--", label=f"bound {bound:g} ms")
-        for (carrier, b), f in res.fits.items():
-            if b != bulk:
-                continue
-            color = _COLORS.get(carrier)
-            rs = [r for r in res.rows if (r["carrier"], r["bulk"]) == (carrier, bulk)]
-            x = np.array([r["load_Bps"] / 1e3 for r in rs])
-            y = np.array([min(r["rtt_p99_ms"], 1e5) for r in rs])
-            ok = np.array([r["ok"] for r in rs])
-            pooled: CslvFit = f["pooled"]
-            ax.scatter(
-                x[ok], y[ok], s=14, color=color, label=f"{carrier}: CSLV {pooled.describe()}"
+    for row, netns in enumerate(media):
+        for ax, bulk in zip(axes[row], bulks, strict=False):
+            lo, hi = _SEED_RANGE
+            ax.axvspan(
+                lo, hi, color="#CC79A7", alpha=0.12, label=f"{seed['label']}, 680–1,360 kB/s"
             )
-            ax.scatter(x[~ok], y[~ok], s=14, facecolors="none", edgecolors=color)
-            if pooled.r0_ms is not None and pooled.l_sat is not None:
-                xs = np.geomspace(max(x.min(), 1e-3), min(x.max(), pooled.l_sat / 1e3 * 0.999), 200)
-                ax.plot(xs, pooled.r0_ms / (1 - xs * 1e3 / pooled.l_sat), color=color, lw=1)
-            if pooled.cslv is not None:
-                ax.axvline(pooled.cslv / 1e3, color=color, lw=0.8, ls="-.")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("offered echo load N·f·S (kB/s)")
-        ax.set_title(
-            f"bulk: {bulk}"
-            + (f" ({res.config.rate_mbit:g} Mbit/s bottleneck)" if bulk != "none" else "")
-        )
-        ax.grid(True, which="major", alpha=0.3)
-        ax.legend(fontsize=6.5, loc="upper left")
-    axes[0][0].set_ylabel("p99 round trip (ms); hollow: over the bound or > 1% lost")
+            ax.axvline(SEED_REFERENCE_CSLV_KBPS, color="#CC79A7", lw=1, ls=":",
+                       label="seed: CSLV ≈ 300 × 4.25 kB = 1,275 kB/s")  # fmt: skip
+            ax.axhline(bound, color="0.3", lw=0.8, ls="--", label=f"bound {bound:g} ms")
+            for (carrier, b), f in res.fits.items():
+                if b != bulk or CARRIERS[carrier].netns != netns:
+                    continue
+                _draw_carrier(ax, res, carrier, bulk, f["pooled"])
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlabel("offered echo load N·f·S (kB/s)")
+            where = (
+                f"namespaces, {res.config.rate_mbit:g} Mbit/s {res.network.get('shaper', '')} "
+                "bottleneck"
+                if netns
+                else f"simulated channel ({res.config.scenario} PHY/MAC)"
+            )
+            ax.set_title(f"{where}; bulk: {bulk}", fontsize=10)
+            ax.grid(True, which="major", alpha=0.3)
+            ax.legend(fontsize=6.5, loc="upper left")
+        axes[row][0].set_ylabel("p99 round trip (ms); hollow: over bound or > 1% lost")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=130)

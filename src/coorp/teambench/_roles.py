@@ -261,7 +261,8 @@ class _Dds:
 
 
 class _Zenoh:
-    """Zenoh peers over TCP (the leader listens, robots connect), as rmw_zenoh's default;
+    """Zenoh peers over TCP (the leader listens, robots connect), as rmw_zenoh's default,
+    shared memory off (see ``_open``);
     best effort = ``Reliability.BEST_EFFORT`` + ``CongestionControl.DROP``, reliable =
     ``RELIABLE`` + ``BLOCK``."""
 
@@ -277,8 +278,12 @@ class _Zenoh:
         self.keep: list[Any] = []
 
     def _open(self, conf: dict[str, Any]) -> Any:
+        # No shared memory: Zenoh would otherwise carry messages >= 3 kB through /dev/shm,
+        # which every namespace of this machine shares, past the shaped link (robots of
+        # a real team are separate machines).
         c = self.z.Config.from_json5(json.dumps({
-            "mode": "peer", "scouting": {"multicast": {"enabled": False}}, **conf,
+            "mode": "peer", "scouting": {"multicast": {"enabled": False}},
+            "transport": {"shared_memory": {"enabled": False}}, **conf,
         }))  # fmt: skip
         self.session = self.z.open(c)
         return self.session
