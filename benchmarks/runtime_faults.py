@@ -163,8 +163,9 @@ def replay(n: int = 200) -> dict[str, Any]:
         def __init__(self, s: socket.socket) -> None:
             self.s, self.sent = s, []
 
-        def send(self, d: bytes) -> int:
-            self.sent.append(bytes(d))
+        def sendmsg(self, bufs: Any) -> int:
+            d = b"".join(bufs)
+            self.sent.append(d)
             return self.s.send(d)
 
         def __getattr__(self, k: str) -> Any:

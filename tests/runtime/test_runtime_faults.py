@@ -187,8 +187,9 @@ class Recorder:
         self._sock = sock
         self.sent: list[bytes] = []
 
-    def send(self, data: bytes) -> int:
-        self.sent.append(bytes(data))
+    def sendmsg(self, bufs: Any) -> int:
+        data = b"".join(bufs)
+        self.sent.append(data)
         return self._sock.send(data)
 
     def __getattr__(self, name: str) -> Any:

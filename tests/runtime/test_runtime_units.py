@@ -34,10 +34,11 @@ class FakeSocket:
         self.full = False
         self.sent: list[bytes] = []
 
-    def send(self, data: bytes) -> int:
+    def sendmsg(self, bufs: list[bytes]) -> int:
         if self.full:
             raise BlockingIOError
-        self.sent.append(bytes(data))
+        data = b"".join(bufs)
+        self.sent.append(data)
         return len(data)
 
     def fileno(self) -> int:

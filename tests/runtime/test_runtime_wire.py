@@ -28,6 +28,7 @@ from coorp.runtime._receiver import LsDecoder, _LsSession
 from coorp.runtime._wire import (
     LENGTH_PREFIX,
     MAX_CONTROL_FRAME_BYTES,
+    MAX_LS_PAYLOAD_BYTES,
     WIRE_VERSION,
     BulkOpen,
     Granted,
@@ -40,6 +41,8 @@ from coorp.runtime._wire import (
     decode_message,
     encode_envelope,
     encode_message,
+    ls_datagram_head,
+    ls_header_prefix,
     pack_datagram,
     parse_frame_length,
     split_datagram,
@@ -215,6 +218,44 @@ def test_datagram_structure_errors() -> None:
         split_datagram(b"\x00")
     with pytest.raises(FrameTooLargeError):
         split_datagram(bytes(70_000))
+
+
+@pytest.mark.parametrize(
+    ("seq", "sent_ns", "nbytes"),
+    [(1, 100, 5), (0, 0, 0), (2**63 - 1, 2**63 - 1, MAX_LS_PAYLOAD_BYTES)],
+)
+def test_the_senders_precomputed_header_decodes_like_pack_datagram(
+    seq: int, sent_ns: int, nbytes: int
+) -> None:
+    payload = bytes(nbytes)
+    prefix = ls_header_prefix("r1", "sink", "perception", 2**62 + 3)
+    head = ls_datagram_head(prefix, seq, sent_ns, sent_ns, nbytes)
+    mac = KEY.mac("r1", "sink").datagram_mac2(head, payload)
+    header, body, signed, got_mac = split_datagram(head + payload + mac)
+    expected = LsHeader(
+        WIRE_VERSION, "r1", "sink", "perception", 2**62 + 3, seq, sent_ns, sent_ns, nbytes
+    )
+    assert header == expected
+    assert split_datagram(pack_datagram(expected, payload) + mac)[0] == expected
+    assert bytes(body) == payload
+    assert bytes(got_mac) == KEY.mac("r1", "sink").datagram_mac(signed)
+
+
+def test_names_skip_their_character_check_only_when_equal_to_validated_ones() -> None:
+    """The receiver parses names without the pattern check first; a datagram whose
+    names are not this robot and an open session is parsed again with every check."""
+    decoder = decoder_with_session()
+    for robot, dest, channel in [
+        ("r1\n", "sink", "perception"),
+        ("r1", "si nk", "perception"),
+        ("r1", "sink", "percep/tion"),
+    ]:
+        header = LsHeader(WIRE_VERSION, robot, dest, channel, 9, 1, 100, 200, 1)
+        data = pack_datagram(header, b"x")
+        data += KEY.mac("r1", "sink").datagram_mac(data)
+        with pytest.raises(MalformedFrameError):
+            decoder.decode(bytes(data), "p")
+    assert decoder.decode(datagram(KEY, 1), "p").robot == "r1"  # the fast path
 
 
 def test_team_key_rules(tmp_path: object) -> None:

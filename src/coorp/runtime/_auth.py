@@ -77,8 +77,14 @@ _ROBOT_KEY_MAGIC = "# coorp robot key"
 
 
 class MacKey:
-    """The key of one pair of principals, as keyed HMAC states (copied per message:
-    saves the key schedule on every MAC, a third of the cost of a small datagram)."""
+    """The key of one pair of principals, as keyed MAC states copied per message (saves
+    the key schedule on every MAC).
+
+    Frames are MACed with HMAC-SHA256. LS datagrams use keyed BLAKE2b-256 (RFC 7693's
+    keyed mode is a MAC; CPython's own implementation, no trip through OpenSSL's
+    provider layers): on the LS path, which runs once per message after the thread
+    slept, it costs 4.6-6 µs against HMAC's 10-11 µs (cold caches; 1.7 vs 1.8-3.1 µs
+    warm), on the sender and again on the receiver."""
 
     __slots__ = ("_datagram", "_stream")
 
@@ -86,8 +92,8 @@ class MacKey:
         self._stream = hmac.new(
             hmac.digest(secret, b"coorp v2 stream frames", "sha256"), digestmod=hashlib.sha256
         )
-        self._datagram = hmac.new(
-            hmac.digest(secret, b"coorp v2 ls datagrams", "sha256"), digestmod=hashlib.sha256
+        self._datagram = hashlib.blake2b(
+            key=hmac.digest(secret, b"coorp v3 ls datagrams blake2b", "sha256"), digest_size=32
         )
 
     def __repr__(self) -> str:
@@ -101,6 +107,15 @@ class MacKey:
     def datagram_mac(self, data: bytes | bytearray | memoryview) -> bytes:
         h = self._datagram.copy()
         h.update(data)
+        return h.digest()
+
+    def datagram_mac2(
+        self, head: bytes | bytearray | memoryview, body: bytes | bytearray | memoryview
+    ) -> bytes:
+        """``datagram_mac(head + body)`` without joining them."""
+        h = self._datagram.copy()
+        h.update(head)
+        h.update(body)
         return h.digest()
 
 

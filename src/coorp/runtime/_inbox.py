@@ -43,6 +43,7 @@ _MAX_DATAGRAMS_PER_WAKEUP = 64
 _WAIT_ROUND_S = 1.0
 #: Bound on receive rounds per call (each ends in a message, a drop or a wait).
 _MAX_ROUNDS = 1 << 30
+_MAX_PEER_NAMES = 1024
 
 
 def bind_endpoints(addr: Address) -> tuple[socket.socket, socket.socket, Address]:
@@ -81,6 +82,7 @@ class _InboxCore:
         self.decoder = LsDecoder(key, robot, clock, max_age_ns=round(limits.ls_max_age_s * 1e9))
         self.drops = drops
         self.ls_received = 0
+        self._peers: dict[tuple[Any, ...], str] = {}
 
     def read_datagram(self) -> Message | None:
         """One valid LS message from the socket, None if none is waiting.
@@ -101,10 +103,15 @@ class _InboxCore:
 
     def accept(self, data: bytes, addr: tuple[Any, ...]) -> Message | None:
         """The LS message in one datagram, or None (counted and logged) if invalid."""
+        peer = self._peers.get(addr)
+        if peer is None:  # formatted once per sender address (a bounded cache)
+            if len(self._peers) >= _MAX_PEER_NAMES:
+                self._peers.clear()
+            peer = self._peers[addr] = format_address(addr)
         try:
-            msg = self.decoder.decode(data, format_address(addr))
+            msg = self.decoder.decode(data, peer)
         except PeerError as exc:
-            self.drops.drop(format_address(addr), exc, "datagram")
+            self.drops.drop(peer, exc, "datagram")
             return None
         self.ls_received += 1
         return msg

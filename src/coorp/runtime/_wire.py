@@ -61,12 +61,14 @@ __all__ = [
     "decode_message",
     "encode_envelope",
     "encode_message",
+    "ls_datagram_head",
+    "ls_header_prefix",
     "pack_datagram",
     "parse_frame_length",
     "split_datagram",
 ]
 
-WIRE_VERSION: Final = 2
+WIRE_VERSION: Final = 3
 NONCE_BYTES: Final = 16
 MAC_BYTES: Final = 32
 LENGTH_PREFIX: Final = struct.Struct(">I")
@@ -87,7 +89,8 @@ MAX_LS_PAYLOAD_BYTES: Final = (
 # Bounded field types: a decoder rejects anything outside them.
 #: Unsigned, within msgpack's int64 so every peer can decode it.
 U64 = Annotated[int, Meta(ge=0, le=2**63 - 1)]
-Name = Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")]
+# \Z, not $: Python's $ also matches before a trailing newline ("r1\n" passed).
+Name = Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+\Z")]
 Nonce = Annotated[bytes, Meta(min_length=NONCE_BYTES, max_length=NONCE_BYTES)]
 Reason = Annotated[str, Meta(max_length=200)]
 
@@ -112,7 +115,7 @@ class Hello(_Msg, tag="hello"):
     nonce: Nonce
     service: Literal["leader", "receiver"]
     epoch: U64
-    robot: Annotated[str, Meta(max_length=64, pattern=r"^[A-Za-z0-9_.:-]*$")] = ""
+    robot: Annotated[str, Meta(max_length=64, pattern=r"^[A-Za-z0-9_.:-]*\Z")] = ""
     """The server's robot (an inbox's owner): whose pair key the client must use.
     Empty for the permit service."""
 
@@ -273,6 +276,24 @@ class LsHeader(Struct, array_like=True, frozen=True):
     payload_bytes: Annotated[int, Meta(ge=0, le=MAX_LS_PAYLOAD_BYTES)]
 
 
+# The same header with names checked for length only: the receiver's fast path.
+# Names are accepted from it only when they equal names already validated (its own
+# robot, a session it opened); anything else is decoded again with LsHeader.
+_LooseName = Annotated[str, Meta(min_length=1, max_length=64)]
+
+
+class _LsHeaderLoose(Struct, array_like=True, frozen=True):
+    v: int
+    robot: _LooseName
+    dest: _LooseName
+    channel: _LooseName
+    session: U64
+    seq: U64
+    sent_ns: U64
+    deadline_ns: U64
+    payload_bytes: Annotated[int, Meta(ge=0, le=MAX_LS_PAYLOAD_BYTES)]
+
+
 #: Everything msgspec may raise on hostile input (invalid UTF-8 surfaces as a
 #: UnicodeDecodeError, not a DecodeError): found by the fuzz tests.
 _DECODE_ERRORS = (msgspec.MsgspecError, ValueError)
@@ -281,6 +302,7 @@ _encoder = msgspec.msgpack.Encoder()
 _envelope_decoder = msgspec.msgpack.Decoder(Envelope)
 _message_decoder = msgspec.msgpack.Decoder(Message)
 _header_decoder = msgspec.msgpack.Decoder(LsHeader)
+_loose_header_decoder = msgspec.msgpack.Decoder(_LsHeaderLoose)
 
 
 def encode_message(msg: Message) -> bytes:
@@ -333,11 +355,35 @@ def pack_datagram(header: LsHeader, payload: bytes | bytearray | memoryview) -> 
     return out
 
 
+_LS_TAIL = struct.Struct(">BQBQBQBI")
+"""The header's last four fields, each as a fixed-width msgpack integer (uint64 x3,
+uint32): any msgpack decoder reads them like the shortest encoding."""
+
+
+def ls_header_prefix(robot: str, dest: str, channel: str, session: int) -> bytes:
+    """The constant start of every datagram of one LS session: the u16 header length
+    and the header's first five fields. :func:`ls_datagram_head` completes it; the
+    result decodes exactly like :func:`pack_datagram`'s."""
+    first = _encoder.encode((WIRE_VERSION, robot, dest, channel, session))
+    # A msgpack fixarray of 5 becomes one of 9 (0x90 | n); the other four follow.
+    header_len = len(first) + _LS_TAIL.size
+    return _DGRAM_PREFIX.pack(header_len) + bytes((0x99,)) + first[1:]
+
+
+def ls_datagram_head(prefix: bytes, seq: int, sent_ns: int, deadline_ns: int, nbytes: int) -> bytes:
+    """Prefix + the per-message fields: everything of a datagram before its payload."""
+    return prefix + _LS_TAIL.pack(0xCF, seq, 0xCF, sent_ns, 0xCF, deadline_ns, 0xCE, nbytes)
+
+
 def split_datagram(
-    data: bytes | bytearray | memoryview,
-) -> tuple[LsHeader, memoryview, memoryview, memoryview]:
+    data: bytes | bytearray | memoryview, *, check_names: bool = True
+) -> tuple[LsHeader | _LsHeaderLoose, memoryview, memoryview, memoryview]:
     """Parse a datagram: ``(header, payload, signed_part, mac)``; nothing is verified yet
-    except structure and sizes (the caller checks the MAC over ``signed_part``)."""
+    except structure and sizes (the caller checks the MAC over ``signed_part``).
+
+    ``check_names=False`` skips the names' character check (three regular-expression
+    matches, most of the parsing time): only for a caller that then accepts the names
+    only if they equal names it validated before."""
     view = memoryview(data)
     n = len(view)
     if n > MAX_DATAGRAM_BYTES:
@@ -349,7 +395,8 @@ def split_datagram(
     if hlen == 0 or hlen > _MAX_LS_HEADER_BYTES or start + hlen + MAC_BYTES > n:
         raise MalformedFrameError(f"datagram header length {hlen} does not fit in {n} bytes")
     try:
-        header = _header_decoder.decode(view[start : start + hlen])
+        raw = view[start : start + hlen]
+        header = _header_decoder.decode(raw) if check_names else _loose_header_decoder.decode(raw)
     except _DECODE_ERRORS as exc:
         raise MalformedFrameError(f"bad datagram header: {exc}") from None
     if header.v != WIRE_VERSION:
