@@ -26,6 +26,8 @@ __all__ = ["NetnsSession"]
 #: Lead time from the command to the first ping (every robot has read its command).
 START_LEAD_S = 0.3
 HELLO_TIMEOUT_S = 20.0
+#: How long a robot waits for its bulk sender to finish the message under way.
+BULK_STOP_S = 10.0
 
 
 def _cyclone_uri() -> str:
@@ -40,9 +42,10 @@ class NetnsSession:
         self.key_hex = os.urandom(32).hex()
         robots = network.hosts[1:]
         roster = ",".join(f"{r}={network.addr(r)}" for r in robots)
+        life = str(round(self.lifetime_s(cfg)))
         common = ["--carrier", transport, "--leader", network.addr("ld"), "--robots", roster,
                   "--key-hex", self.key_hex, "--bound-ms", str(cfg.bound_ms),
-                  "--seed", str(cfg.seed), "--timeout", "7200"]  # fmt: skip
+                  "--seed", str(cfg.seed), "--timeout", life]  # fmt: skip
         env = {"CYCLONEDDS_URI": _cyclone_uri()}
         try:
             self.leader = network.start(
@@ -64,6 +67,13 @@ class NetnsSession:
         except BaseException:
             self.close()
             raise
+
+    @staticmethod
+    def lifetime_s(cfg: TeamBenchConfig) -> float:
+        """How long the processes may live (their watchdog): every cell of this carrier at
+        its longest (sending, draining, stopping bulk, settling) plus start-up."""
+        cells = cfg.cells_per_repetition() * cfg.repetitions * len(cfg.bulk)
+        return 600 + cells * (START_LEAD_S + cfg.duration_s + cfg.drain_s + 2 * BULK_STOP_S + 5)
 
     def _leader_stats(self) -> dict[str, Any]:
         self.leader.send(json.dumps({"cmd": "stats"}))
@@ -87,12 +97,12 @@ class NetnsSession:
         t0 = time.monotonic()
         cmd = {"cmd": "run", "rate_hz": rate_hz, "size": size, "duration_s": cfg.duration_s,
                "drain_s": cfg.drain_s, "bulk": bulk, "bulk_message_bytes": cfg.bulk_message_bytes,
-               "bulk_timeout_s": 10.0,
+               "bulk_timeout_s": BULK_STOP_S,
                "start_ns": time.monotonic_ns() + round(START_LEAD_S * 1e9)}  # fmt: skip
         active = self.robots[:robots]
         for p in active:
             p.send(json.dumps(cmd))
-        budget = START_LEAD_S + cfg.duration_s + cfg.drain_s + 2 * 10.0 + 30
+        budget = START_LEAD_S + cfg.duration_s + cfg.drain_s + 2 * BULK_STOP_S + 30
         results = [json.loads(p.expect("RESULT ", budget)) for p in active]
         wall = time.monotonic() - t0
         after = self._leader_stats()

@@ -1,0 +1,118 @@
+"""Issue 15's targets checked on saved ``coorp bench team`` results (docs/sizing.md).
+
+1. With bulk on the namespace bottleneck: Coorp's CSLV (coorp carrier, coordinated bulk)
+   ≥ 2× that of DDS and Zenoh next to uncoordinated (plain TCP) bulk, in one run. A
+   carrier whose every cell failed has a CSLV below the smallest load measured: the
+   ratio is then a lower bound (``>``).
+2. Without bulk: Coorp's RTT p50 within 1.2× raw UDP's — per repetition the median over
+   cells of p50(coorp)/p50(udp) at the same N, f, S (cells both carriers passed), then
+   mean ± 95% CI over repetitions.
+3. A full sweep (N ≤ 8, 3 rates, 3 sizes, ≥ 3 carriers) in ≤ 10 minutes: the run's wall
+   time from its manifest.
+
+Usage::
+
+    python benchmarks/team_capacity.py --bulk results/bench/team-bulk \\
+        --nobulk results/bench/team-nobulk [--full results/bench/team-full]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from coorp.sweep._stats import mean_ci
+
+
+def _load(d: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((d / "results.json").read_text())
+    return data
+
+
+def _per_rep(fit: dict[str, Any]) -> list[tuple[float | None, str]]:
+    """(CSLV or None, kind): kind 'value', 'above' (all passed), 'below' (all failed)."""
+    out: list[tuple[float | None, str]] = []
+    for f in fit["per_rep"]:
+        if f["cslv_Bps"] is not None:
+            out.append((f["cslv_Bps"], "value"))
+        elif f["all_pass"]:
+            out.append((f["high_Bps"], "above"))
+        else:
+            out.append((f["low_Bps"], "below"))
+    return out
+
+
+def bulk_target(res: dict[str, Any]) -> list[str]:
+    fits = {(f["carrier"], f["bulk"]): f for f in res["fits"]}
+    lines = []
+    ours = fits.get(("coorp", "coorp"))
+    if ours is None:
+        return ["no coorp carrier with coordinated bulk in this run"]
+    mine = _per_rep(ours)
+    ci = mean_ci([v for v, k in mine if k == "value" and v is not None])
+    lines.append(f"coorp + coordinated bulk: CSLV {ci.mean / 1e3:,.0f} ± {ci.ci95 / 1e3:,.0f} kB/s "
+                 f"({ci.n} of {len(mine)} repetitions with a threshold)")  # fmt: skip
+    for other in (("coorp", "tcp"), ("dds-rel", "tcp"), ("dds-be", "tcp"), ("zenoh-rel", "tcp"),
+                  ("zenoh-be", "tcp")):  # fmt: skip
+        if other not in fits:
+            continue
+        theirs = _per_rep(fits[other])
+        ratios, met = [], 0
+        for (a, ka), (b, kb) in zip(mine, theirs, strict=True):
+            if a is None or b is None or ka != "value":
+                ratios.append("n/a")
+                continue
+            r = a / b
+            bound = ">" if kb == "below" else "<" if kb == "above" else ""
+            ratios.append(f"{bound}{r:.1f}×")
+            met += (r >= 2) and kb != "above"
+        lines.append(f"  vs {other[0]} + {other[1]} bulk: ratio per repetition "
+                     f"{', '.join(ratios)}; ≥ 2× in {met} of {len(theirs)}")  # fmt: skip
+    return lines
+
+
+def p50_target(res: dict[str, Any]) -> list[str]:
+    cells = res["cells"]
+    key = ("robots", "rate_hz", "size_bytes", "rep")
+    udp = {
+        tuple(c[k] for k in key): c for c in cells if c["carrier"] == "udp" and c["bulk"] == "none"
+    }
+    per_rep: dict[int, list[float]] = {}
+    for c in cells:
+        if c["carrier"] != "coorp" or c["bulk"] != "none":
+            continue
+        u = udp.get(tuple(c[k] for k in key))
+        if u is None or not (c["ok"] and u["ok"]):
+            continue
+        per_rep.setdefault(c["rep"], []).append(c["rtt_p50_ms"] / u["rtt_p50_ms"])
+    med = [statistics.median(v) for _, v in sorted(per_rep.items())]
+    if not med:
+        return ["no coorp/udp cells to compare"]
+    ci = mean_ci(med)
+    verdict = "met" if ci.mean <= 1.2 else "not met"
+    return [f"p50 coorp / udp (median over cells both passed): {ci.mean:.2f} ± {ci.ci95:.2f} "
+            f"over {ci.n} repetitions (target ≤ 1.2): {verdict}"]  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bulk", type=Path)
+    ap.add_argument("--nobulk", type=Path)
+    ap.add_argument("--full", type=Path, help="a default sweep's output (its wall time)")
+    args = ap.parse_args()
+    if args.bulk:
+        print("\n".join(bulk_target(_load(args.bulk))))
+    if args.nobulk:
+        print("\n".join(p50_target(_load(args.nobulk))))
+    if args.full:
+        res = _load(args.full)
+        cfg = res["config"]
+        print(f"full sweep: {len(res['cells'])} cells, carriers {cfg['carriers']}, "
+              f"{res['wall_s'] / 60:.1f} min (target ≤ 10)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
