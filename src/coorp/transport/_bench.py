@@ -10,11 +10,17 @@ Every implementation is timed from the same instant, before any producer work (f
 the loan, serializing, copying into a segment), on ``CLOCK_MONOTONIC`` (one clock for all
 processes of a machine); the producer's own cost (until its send call returns) is
 reported beside it. The next message is sent only after every subscriber acknowledged
-the previous one, so queues never build up; the two modes alternate message by message.
+the previous one, so queues never build up. Every implementation, mode and in-process
+reference takes its turn message by message, each round in a new (seeded) order: the
+subscriber processes hold an endpoint of every implementation and the harness *arms* one
+before each message, so ratios compare numbers taken under the same machine load.
+Consumers release what they received before acknowledging, and only the last one to
+finish wakes the harness (it must not take a core from subscribers still working).
 References: ``memcpy`` (one copy of the payload), ``memcpy_x4`` (four copies, one per
 subscriber, in one process) and, in ``checksum`` mode, ``private_copy`` (each subscriber
 checksums its own in-memory copy: the physical limit of reading the bytes). Round trip:
-a ping to an echo process and back, per message size. An implementation that cannot be
+a ping to one echo process and back, per message size, in blocks of ten per
+implementation in turn. An implementation that cannot be
 imported or fails is reported as such and left out of the results, never estimated.
 
 Socket files go to a private directory (``run_dir``) removed on every exit path.
@@ -25,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import os
+import random
 import re
 import shutil
 import statistics
@@ -346,6 +353,7 @@ def _broadcast(
             if not (impl in REFERENCES and mode != "checksum")  # a trigger alone says nothing
         ]
         k = 0
+        order = random.Random(0)
         for index, n in enumerate(cfg.sizes):
             payload = bench_payload(n)
             copies = {impl: _Copies(n, c) for impl, c in _COPIES.items()}
@@ -361,8 +369,12 @@ def _broadcast(
                 if not combos or min(len(v) for v in lats.values()) >= cfg.iterations:
                     break
                 k += 1
+                if sent % len(combos) == 0:
+                    # Each round in a new order, so that no implementation always
+                    # follows the same predecessor (whose caches and wake-ups it inherits).
+                    order.shuffle(combos)
+                impl, mode = combos[sent % len(combos)]
                 sent += 1
-                impl, mode = combos[k % len(combos)]
                 mark = _marked(payload, k, mode)
                 if impl in copies:
                     t0, t_done = copies[impl].send(payload)
@@ -461,6 +473,7 @@ def _rtt(
             "rtt",
         )
         live = ["memcpy", *[impl for impl in impls if impl in rxs]]
+        order = random.Random(0)
         k = 0
         for n in cfg.rtt_sizes:
             payload = np.ones(n, np.uint8)
@@ -470,6 +483,7 @@ def _rtt(
             rounds = 0
             while min(len(v) for v in lat.values()) < cfg.rtt_iterations:
                 rounds += 1
+                order.shuffle(live)  # no implementation always follows the same one
                 for impl in live:
                     if impl != "memcpy":
                         procs.arm(impl, _RTT_BLOCK)
