@@ -1,6 +1,7 @@
 """Real distributed RL for robot teams: a multi-robot task, PPO on numpy, data-parallel
 workers on :mod:`coorp.flow` or Ray, and learning whose parameter syncs ride the
-simulated channel (``coorp learn``). See ``docs/learn.md``."""
+simulated channel or real sockets (``coorp learn``, ``coorp learn --runtime``). See
+``docs/learn.md``."""
 
 from coorp.learn._env import FormationBatch, FormationParallelEnv, FormationSpec
 from coorp.learn._graphs import (
@@ -16,6 +17,7 @@ from coorp.learn._graphs import (
 )
 from coorp.learn._network import LearnCurve, LearnSpec, learn_on_channel, summarize
 from coorp.learn._ppo import PPO, Layout, PPOConfig, Rollout
+from coorp.learn._runtime import RuntimeRun, RuntimeSpec, learn_on_runtime
 
 __all__ = [
     "PPO",
@@ -31,10 +33,13 @@ __all__ = [
     "PPOWorker",
     "ParamServer",
     "Rollout",
+    "RuntimeRun",
+    "RuntimeSpec",
     "Sampler",
     "Source",
     "broadcast_graph",
     "learn_on_channel",
+    "learn_on_runtime",
     "ppo_graph",
     "sampling_graph",
     "summarize",

@@ -277,6 +277,8 @@ class _Server(_Common):
         self.dispatcher.start()
 
     def _dispatch(self) -> None:
+        from coorp.runtime import RuntimeUsageError
+
         n = len(self.workers)
         ctrl = bytearray(int(self.cfg["control_bytes"]))
         while not self.stop.is_set():
@@ -284,6 +286,8 @@ class _Server(_Common):
                 msg = self.inbox.recv(timeout=0.2)
             except TimeoutError:
                 continue
+            except RuntimeUsageError:  # the inbox closed: this process is stopping
+                return
             if msg.kind == "bulk":
                 self.bulkq.put((msg.robot, msg.payload, msg.received_ns))
                 continue
@@ -464,11 +468,15 @@ class _Worker(_Common):
         threading.Thread(target=self._dispatch, daemon=True).start()
 
     def _dispatch(self) -> None:
+        from coorp.runtime import RuntimeUsageError
+
         while not self.stop.is_set():
             try:
                 msg = self.inbox.recv(timeout=0.2)
             except TimeoutError:
                 continue
+            except RuntimeUsageError:  # the inbox closed: this process is stopping
+                return
             if msg.kind == "bulk":
                 self.modelq.put((msg.robot, msg.payload, msg.received_ns))
             else:
