@@ -301,6 +301,8 @@ class AsyncBulkStream:
         total = len(view)
         off = offset
         paused_since: int | None = None
+        budget_since: int | None = None
+        io_timeout_ns = round(s.io_timeout_s * 1e9)
         while off < total:
             if not self._coord.permitted(self._clock()):
                 await self._wait_for_permit(conn, prog)
@@ -330,8 +332,17 @@ class AsyncBulkStream:
                     # Too much in flight: whatever is written now would make every
                     # flow through the bottleneck wait longer than the budget.
                     self.counters["inflight_waits"] += 1
+                    if budget_since is None:
+                        budget_since = now
+                    elif now - budget_since > io_timeout_ns:
+                        # Nothing drained for the I/O timeout: a dead peer (its
+                        # bytes would stay outstanding forever); reconnect.
+                        raise PeerTimeoutError(
+                            f"{self.name}: nothing acknowledged for {s.io_timeout_s:.0f} s"
+                        )
                     await self._drain_for(s.poll_s)
                     continue
+                budget_since = None
                 if gate.window(now) is not None:
                     decision = gate.decide(now, depth)
                     if paused_since is None:
