@@ -8,7 +8,9 @@
    chunk would still be outstanding when the next protection window opens (see
    :mod:`._preempt`); if so the stream pauses until the window has passed. Near the
    end of a permit it also stops early, so that what it wrote drains before the next
-   holder starts;
+   holder starts. And it keeps its bytes in flight within a budget in time
+   (``BulkSettings.inflight_budget_ns``): other robots' LS waits behind them at the
+   bottleneck;
 3. after a revocation the stream waits for a new permit and continues on the same
    connection; after a broken connection it reconnects and the receiver says how
    many bytes it already has (no byte lost, none sent twice);
