@@ -134,13 +134,13 @@ def register(app: typer.Typer) -> None:
         config: Annotated[
             Path | None, typer.Option(help="A TOML file with the fields below (flags override it).")
         ] = None,
-        robots: Annotated[str | None, typer.Option(help="Team sizes N. [default: 1,2,4,8]")] = None,
+        robots: Annotated[str | None, typer.Option(help="Team sizes N. (default 1,2,4,8)")] = None,
         rates: Annotated[
-            str | None, typer.Option(help="Rates f in Hz. [default: 10,30,100]")
+            str | None, typer.Option(help="Rates f in Hz. (default 10,30,100)")
         ] = None,
         sizes: Annotated[
             str | None,
-            typer.Option(help="Message sizes S (B, KB = 1000 B). [default: 1000,4250,16000]"),
+            typer.Option(help="Message sizes S (B, KB = 1000 B). (default 1000,4250,16000)"),
         ] = None,
         carriers: Annotated[
             str | None,
@@ -153,32 +153,32 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option(
                 help="Bulk next to the echoes: none, tcp (uncoordinated), coorp "
-                "(coordinated). [default: none]"
+                "(coordinated). (default none)"
             ),
         ] = None,
         duration: Annotated[
-            float | None, typer.Option(help="Seconds of pings per cell. [default: 2]")
+            float | None, typer.Option(help="Seconds of pings per cell. (default 2)")
         ] = None,
         drain: Annotated[
-            float | None, typer.Option(help="Seconds to wait for late echoes. [default: 1]")
+            float | None, typer.Option(help="Seconds to wait for late echoes. (default 1)")
         ] = None,
         repetitions: Annotated[
-            int | None, typer.Option(help="Runs of the whole sweep. [default: 1]")
+            int | None, typer.Option(help="Runs of the whole sweep. (default 1)")
         ] = None,
-        bound_ms: Annotated[float | None, typer.Option(help="p99 RTT bound. [default: 33]")] = None,
+        bound_ms: Annotated[float | None, typer.Option(help="p99 RTT bound. (default 33)")] = None,
         loss_limit: Annotated[
-            float | None, typer.Option(help="Loss bound (fraction). [default: 0.01]")
+            float | None, typer.Option(help="Loss bound (fraction). (default 0.01)")
         ] = None,
         rate_mbit: Annotated[
-            float | None, typer.Option(help="Namespace bottleneck. [default: 50]")
+            float | None, typer.Option(help="Namespace bottleneck. (default 50)")
         ] = None,
         queue_ms: Annotated[
-            float | None, typer.Option(help="Bottleneck queue. [default: 100]")
+            float | None, typer.Option(help="Bottleneck queue. (default 100)")
         ] = None,
         scenario: Annotated[
-            str | None, typer.Option(help="PHY/MAC of the simulated channel. [default: crl-5]")
+            str | None, typer.Option(help="PHY/MAC of the simulated channel. (default crl-5)")
         ] = None,
-        seed: Annotated[int | None, typer.Option(help="Seed of phases. [default: 1]")] = None,
+        seed: Annotated[int | None, typer.Option(help="Seed of phases. (default 1)")] = None,
         out: Annotated[Path, typer.Option(help="Output directory.")] = Path("results/bench/team"),
         fmt: Annotated[str, typer.Option("--format", help="Figure formats: png,pdf,svg.")] = "png",
         list_carriers: Annotated[
