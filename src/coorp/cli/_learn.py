@@ -133,6 +133,10 @@ def _show(d: dict[str, float], scale: float = 1.0, unit: str = "") -> str:
     return f"{d['mean'] * scale:.3g}{pm}{unit}"
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def _learn_runtime(
     *,
     scenario_path: str,
@@ -174,21 +178,38 @@ def _learn_runtime(
         rate_mbit=50.0 if rate_mbit is None else rate_mbit,
         max_versions=max_versions,
     )
+    if rt.net == "netns":
+        from coorp._errors import ConfigurationError
+        from coorp.learn._netns import netns_unavailable
+
+        why = netns_unavailable()
+        if why is not None:
+            raise ConfigurationError(f"--net netns: {why}; use --net loopback instead")
     out_dir = require_out_dir(out)
     console = shared_console
     err = Console(stderr=True, quiet=not sys.stderr.isatty())
     import os
+    import signal
+    import threading
 
     load0 = os.getloadavg()[0]
     runs = []
-    for seed in seeds:
-        for m in chosen:
-            runs.append(
-                learn_on_runtime(
-                    sc, m, seed, spec, rt, workdir=out_dir / "runs",
-                    on_progress=lambda msg: err.log(msg),
-                )
-            )  # fmt: skip
+    # SIGTERM unwinds like Ctrl-C, so every run's finally removes its processes and
+    # namespaces (the default action would end the process without it).
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm) if main_thread else None
+    try:
+        for seed in seeds:
+            for m in chosen:
+                runs.append(
+                    learn_on_runtime(
+                        sc, m, seed, spec, rt, workdir=out_dir / "runs",
+                        on_progress=lambda msg: err.log(msg),
+                    )
+                )  # fmt: skip
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
     dur = spec.duration_s if spec.duration_s is not None else sc.duration_s
     summary = summarize([r.curve for r in runs], dur, target)
     c0 = runs[0].curve
