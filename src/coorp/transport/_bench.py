@@ -251,6 +251,24 @@ class _Procs:
                     raise RuntimeError(f"receiver process {p.pid} did not arm {impl}")
                 if conn.recv() == "armed":  # late acknowledgements of earlier messages
                     break
+        self.settle()
+
+    def settle(self, limit: float = 0.05) -> None:
+        """Wait (briefly, bounded) until every receiver process is asleep: "armed" is
+        sent just *before* a receiver goes to wait, and on two cores the few tens of
+        microseconds it still runs would otherwise overlap the timed producer work.
+        Reads ``/proc/<pid>/stat`` (Linux); elsewhere this is a no-op."""
+        end = time.monotonic() + limit
+        for p, _ in self.items:
+            path = f"/proc/{p.pid}/stat"
+            while time.monotonic() < end:
+                try:
+                    with open(path, "rb") as f:
+                        state = f.read().rsplit(b")", 1)[1].split()[0]
+                except (OSError, IndexError):
+                    return
+                if state in (b"S", b"D"):
+                    break
 
     def stop(self) -> None:
         for _, conn in self.items:
