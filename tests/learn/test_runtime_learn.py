@@ -119,6 +119,7 @@ def test_cli_runtime_writes_results_and_manifest(
         (["--max-versions", "0"], "--max-versions must be >= 1, got 0"),
         (["--policies", "edca"], "with --runtime use --modes (allowed: coorp, tcp)"),
         (["--duration", "-1"], "--duration must be positive, got -1"),
+        (["--medium", "air"], "--medium must be split or shared, got 'air'"),
     ],
 )
 def test_runtime_flags_are_checked(

@@ -147,6 +147,7 @@ def _learn_runtime(
     net: str | None,
     rate_mbit: float | None,
     max_versions: int | None,
+    medium: str | None,
     target: float | None,
     out: Path,
     formats: tuple[str, ...],
@@ -177,6 +178,7 @@ def _learn_runtime(
         net=net or "netns",
         rate_mbit=50.0 if rate_mbit is None else rate_mbit,
         max_versions=max_versions,
+        medium=medium or "split",
     )
     if rt.net == "netns":
         from coorp._errors import ConfigurationError
@@ -215,6 +217,7 @@ def _learn_runtime(
     c0 = runs[0].curve
     summary["config"] = {
         "scenario": scenario_path, "runtime": True, "net": rt.net, "rate_mbit": rt.rate_mbit,
+        "medium": rt.medium,
         "sync": c0.sync, "params": c0.params, "air_bytes": c0.air_bytes, "duration_s": dur,
         "hidden": spec.ppo.hidden, "envs": spec.ppo.envs, "lr": spec.ppo.lr,
         "max_versions": rt.max_versions, "modes": chosen, "seeds": list(seeds),
@@ -238,7 +241,7 @@ def _learn_runtime(
                 for r in mine
             ],
         }  # fmt: skip
-    where = f"{rt.net}, {rt.rate_mbit:g} Mbit/s" if rt.net == "netns" else "loopback"
+    where = f"netns, {rt.rate_mbit:g} Mbit/s {rt.medium}" if rt.net == "netns" else "loopback"
     title = (
         f"learning over real sockets ({where}): {sc.name}, {c0.sync.upper()}, {c0.params} "
         f"params, {c0.air_bytes / 1e6:.3g} MB per sync, {dur:g} s"
@@ -344,6 +347,14 @@ def register(app: typer.Typer) -> None:
             int | None,
             typer.Option(help="--runtime: stop after this many model versions (and --duration)."),
         ] = None,
+        medium: Annotated[
+            str | None,
+            typer.Option(
+                help="--runtime --net netns: split (uplink to the leader and its downlink "
+                "shaped apart) or shared (one queue for every packet, like one WiFi "
+                "channel) [default: split]."
+            ),
+        ] = None,
     ) -> None:
         """Real PPO over the team's network: each robot a worker, parameter syncs as bulk
         transfers of the real tensor. Simulated channel: reward vs simulated time per
@@ -381,12 +392,13 @@ def register(app: typer.Typer) -> None:
                 )
             _learn_runtime(
                 scenario_path=str(path), sc=sc, spec=spec, seeds=_seeds(seeds), modes=modes,
-                net=net, rate_mbit=rate_mbit, max_versions=max_versions, target=target,
+                net=net, rate_mbit=rate_mbit, max_versions=max_versions, medium=medium,
+                target=target,
                 out=out, formats=formats, t_wall=t_wall,
             )  # fmt: skip
             return
         for flag, value in (("--modes", modes), ("--net", net), ("--rate-mbit", rate_mbit),
-                            ("--max-versions", max_versions)):  # fmt: skip
+                            ("--max-versions", max_versions), ("--medium", medium)):  # fmt: skip
             if value is not None:
                 raise UsageError(f"{flag} applies only with --runtime")
         pols = [p.strip() for p in (policies or "edca,schedwifi,coorp").split(",") if p.strip()]

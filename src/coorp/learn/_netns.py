@@ -24,9 +24,13 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from coorp._errors import ConfigurationError
+from coorp._errors import ConfigurationError, UsageError
 
-__all__ = ["Topology", "netns_unavailable"]
+__all__ = ["MEDIA", "Topology", "netns_unavailable"]
+
+#: ``split``: the uplink to the leader and its downlink are two shaped queues (the
+#: runtime tests' layout); ``shared``: one shaped queue for every packet, both ways.
+MEDIA = ("split", "shared")
 
 _counter = itertools.count()
 
@@ -57,19 +61,30 @@ class Topology:
 
     SUBNET = "10.232.0"
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, *, medium: str = "split") -> None:
+        if medium not in MEDIA:
+            raise UsageError(f"--medium must be one of {', '.join(MEDIA)}, got {medium!r}")
         self.prefix = f"coorpl-{os.getpid()}-{next(_counter)}-"
         self.hosts = ["ld"] + [f"w{i}" for i in range(1, workers + 1)]
+        self.medium = medium
         self.created: list[str] = []
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def ns(self, host: str) -> str:
         return self.prefix + host
 
+    def _index(self, host: str) -> int:
+        return 0 if host == "ld" else int(host[1:])
+
     def addr(self, host: str) -> str:
+        if self.medium == "shared":
+            return f"10.233.{self._index(host)}.2"
         return f"{self.SUBNET}.{1 if host == 'ld' else 10 + int(host[1:])}"
 
     def create(self, *, rate_mbit: float, queue_ms: float, downlink: bool = True) -> None:
+        if self.medium == "shared":
+            self._create_shared(rate_mbit=rate_mbit, queue_ms=queue_ms)
+            return
         sw = self.ns("sw")
         for name in [sw, *(self.ns(h) for h in self.hosts)]:
             _run(["ip", "netns", "add", name])
@@ -93,6 +108,44 @@ class Topology:
         # Downlink: the leader's own interface (its NIC's queue).
         _run(["ip", "netns", "exec", self.ns("ld"), "tc", "qdisc", "add", "dev", "eth0", "root",
               *tbf])  # fmt: skip
+
+    def _create_shared(self, *, rate_mbit: float, queue_ms: float) -> None:
+        """One FIFO for every packet between robots, both directions: each robot hangs
+        off a hub ``ap`` on its own /24; the hub sends everything a robot sent out of
+        ``air0`` (shaped) to a reflector ``rf``, which hands it back, and the hub then
+        delivers it. Like one WiFi channel, an upload and a download share the queue."""
+        ap, rf = self.ns("ap"), self.ns("rf")
+        for name in [ap, rf, *(self.ns(h) for h in self.hosts)]:
+            _run(["ip", "netns", "add", name])
+            self.created.append(name)
+            _run(["ip", "-n", name, "link", "set", "lo", "up"])
+        for ns in (ap, rf):
+            for key in ("net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0",
+                        "net.ipv4.conf.default.rp_filter=0",
+                        "net.ipv4.conf.all.send_redirects=0",
+                        "net.ipv4.conf.default.send_redirects=0"):  # fmt: skip
+                _run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w", key])
+        _run(["ip", "-n", ap, "link", "add", "air0", "type", "veth", "peer", "name", "air1",
+              "netns", rf])  # fmt: skip
+        _run(["ip", "-n", ap, "addr", "add", "10.233.250.1/24", "dev", "air0"])
+        _run(["ip", "-n", rf, "addr", "add", "10.233.250.2/24", "dev", "air1"])
+        _run(["ip", "-n", ap, "link", "set", "air0", "up"])
+        _run(["ip", "-n", rf, "link", "set", "air1", "up"])
+        _run(["ip", "-n", rf, "route", "add", "default", "via", "10.233.250.1"])
+        _run(["ip", "-n", ap, "route", "add", "default", "via", "10.233.250.2", "table", "100"])
+        for host in self.hosts:
+            i, ns = self._index(host), self.ns(host)
+            port = f"h{i}"
+            _run(["ip", "-n", ap, "link", "add", port, "type", "veth", "peer", "name", "eth0",
+                  "netns", ns])  # fmt: skip
+            _run(["ip", "-n", ap, "addr", "add", f"10.233.{i}.1/24", "dev", port])
+            _run(["ip", "-n", ap, "link", "set", port, "up"])
+            _run(["ip", "-n", ns, "addr", "add", f"{self.addr(host)}/24", "dev", "eth0"])
+            _run(["ip", "-n", ns, "link", "set", "eth0", "up"])
+            _run(["ip", "-n", ns, "route", "add", "default", "via", f"10.233.{i}.1"])
+            _run(["ip", "-n", ap, "rule", "add", "iif", port, "table", "100"])
+        tbf = ["tbf", "rate", f"{rate_mbit}mbit", "burst", "32kb", "latency", f"{queue_ms}ms"]
+        _run(["ip", "netns", "exec", ap, "tc", "qdisc", "add", "dev", "air0", "root", *tbf])
 
     def popen(
         self, host: str | None, argv: Sequence[str], env: Mapping[str, str], log: Path

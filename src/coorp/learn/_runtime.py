@@ -618,6 +618,9 @@ class RuntimeSpec:
     queue_ms: float = 100.0
     #: Shape the leader's downlink too (its own interface), not only the uplink to it.
     downlink: bool = True
+    #: ``split`` (uplink and downlink shaped apart) or ``shared`` (one queue for both,
+    #: like one WiFi channel); see :mod:`coorp.learn._netns`.
+    medium: str = "split"
     #: Stop creating model versions after this many (None: only the duration bounds it).
     max_versions: int | None = None
     #: One bulk stream per peer for every message (True), or a fresh stream per message
@@ -638,6 +641,8 @@ class RuntimeSpec:
             raise UsageError(f"--net must be one of {', '.join(NETS)}, got {self.net!r}")
         if not self.rate_mbit > 0:
             raise UsageError(f"--rate-mbit must be positive, got {self.rate_mbit!r}")
+        if self.medium not in ("split", "shared"):
+            raise UsageError(f"--medium must be split or shared, got {self.medium!r}")
         if self.max_versions is not None and self.max_versions < 1:
             raise UsageError(f"--max-versions must be >= 1, got {self.max_versions!r}")
 
@@ -793,7 +798,7 @@ def learn_on_runtime(
             raise ConfigurationError(f"--net netns: {why}; use --net loopback instead")
     names = list(scenario.workers)
     duration = spec.duration_s if spec.duration_s is not None else scenario.duration_s
-    topo = Topology(len(names))
+    topo = Topology(len(names), medium=rt.medium)
     hosts = {wl.leader: "ld", **{w: f"w{i + 1}" for i, w in enumerate(names)}}
     netns = rt.net == "netns"
 
