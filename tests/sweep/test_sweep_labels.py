@@ -103,12 +103,19 @@ def _legend(fig: Any, ax: int = 0) -> list[str]:
     return [t.get_text() for t in fig.axes[ax].get_legend().get_texts()]
 
 
+def _figure_legend(fig: Any) -> list[str]:
+    """miss_vs_utilization has one legend for all panels, below them."""
+    (legend,) = fig.legends
+    return [t.get_text() for t in legend.get_texts()]
+
+
 def test_sweep_figures_use_the_shared_styles_and_labels() -> None:
     figs = sweep_figures(aggregate(rows()))
     try:
         assert set(figs) == {"miss_vs_utilization", "team_size"}
         expected = ["edca", "coorp", "coorp-paper", ORACLE]  # no BH-only in the figures
-        assert _legend(figs["miss_vs_utilization"], 0) == expected
+        assert _figure_legend(figs["miss_vs_utilization"]) == expected
+        assert all(ax.get_legend() is None for ax in figs["miss_vs_utilization"].axes)
         assert _legend(figs["team_size"], 0) == expected
         for ax in figs["team_size"].axes:
             lines = {ln.get_label(): ln for ln in ax.get_lines()}
@@ -140,3 +147,11 @@ def test_sweep_figures_in_every_format(tmp_path: Path) -> None:
         assert p.read_bytes().startswith(magic[p.suffix]), p
     with pytest.raises(UsageError, match="--format 'gif': unknown figure format 'gif'"):
         plot_sweep(aggregate(rows()), tmp_path, formats="gif")
+
+
+def test_legend_labels_name_an_override_by_its_last_key() -> None:
+    from coorp.sweep._plots import _short
+
+    assert _short("workload.mpc.phase=random") == "phase=random"
+    assert _short("workload.mpc.phase=random; seed=2") == "phase=random; seed=2"
+    assert _short("defaults") == "defaults"

@@ -66,7 +66,8 @@ def save_figure(fig: Figure, out: Path, stem: str, formats: Sequence[str] = ("pn
     """Save ``fig`` as ``out/<stem>.<fmt>`` for each format, close it, return the paths."""
     formats = parse_formats(formats)
     out.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:  # a figure laid out its own way keeps it
+        fig.tight_layout()
     paths = []
     for fmt in formats:
         path = out / f"{stem}.{fmt}"

@@ -57,7 +57,24 @@ def _legend(ax: Any) -> None:
 
 def _label(policy: str, overrides: list[str], ov: str, shown: dict[str, str]) -> str:
     name = policy_label(policy)
-    return name if len(overrides) == 1 else f"{name} [{shown[ov]}]"
+    return name if len(overrides) == 1 else f"{name}, {_short(shown[ov])}"
+
+
+def _short(override: str) -> str:
+    """``workload.mpc.phase=random; seed=2`` → ``phase=random; seed=2`` (legends)."""
+    return "; ".join(part.split("=", 1)[0].rsplit(".", 1)[-1] + "=" + part.split("=", 1)[1]
+                     if "=" in part else part for part in override.split("; "))  # fmt: skip
+
+
+def _figure_legend(fig: Figure, axes: Any) -> None:
+    """One legend for every panel, below them (each label once)."""
+    seen: dict[str, Any] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            seen.setdefault(label, handle)
+    if seen:
+        fig.legend(list(seen.values()), list(seen), loc="outside lower center", fontsize=8,
+                   ncol=min(len(seen), 5), frameon=False)  # fmt: skip
 
 
 def _marker(style: PolicyStyle, oi: int) -> dict[str, Any]:
@@ -105,7 +122,9 @@ def _miss_vs_util(rows: Sequence[dict[str, Any]]) -> Figure:
     _, shown = split_overrides(overrides)
     cols = min(3, len(scenarios))
     nrows = math.ceil(len(scenarios) / cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(4.6 * cols, 3.9 * nrows), squeeze=False)
+    fig, axes = plt.subplots(
+        nrows, cols, figsize=(4.6 * cols, 3.9 * nrows + 0.6), squeeze=False, layout="constrained"
+    )
     for ax in axes.flat[len(scenarios) :]:
         ax.set_visible(False)
     for ax, sc in zip(axes.flat, scenarios, strict=False):
@@ -129,7 +148,7 @@ def _miss_vs_util(rows: Sequence[dict[str, Any]]) -> Figure:
         ax.set_xlabel("BH utilization vs BH-only run (%)")
         ax.set_ylabel("MPC miss rate (%)")
         ax.grid(alpha=0.3)
-        _legend(ax)
+    _figure_legend(fig, axes.flat)
     fig.suptitle("miss rate vs utilization, mean ± 95% CI over seeds", fontsize=11)
     return fig
 
