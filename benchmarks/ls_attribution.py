@@ -6,7 +6,8 @@ every channel exchange between its enqueue and its delivery is summed by sender 
 data and TCP acks), collisions apart. What is left of the wait is ``idle`` air (AIFS,
 backoff, or a queue with nothing on the air). ``own ring`` is the share of the late
 messages that found packets ahead of them in their own NIC ring (a robot's own bulk data
-or acks, which its gate could have kept out); ``ahead`` the mean number found.
+or acks, which its gate could have kept out); ``ahead`` the mean number found. Any
+packet counts, so a leader's control always finds the same loop's earlier controls.
 
 Read-only (the channel trace; results are those of the plain run)::
 
