@@ -77,7 +77,8 @@ def test_loopback_syncs_arrive_whole_and_learning_matches_the_replay(
 
 
 @pytest.mark.netns
-def test_netns_run_is_intact_and_cleans_up(tmp_path: Path) -> None:
+@pytest.mark.parametrize("medium", ["split", "shared"])
+def test_netns_run_is_intact_and_cleans_up(medium: str, tmp_path: Path) -> None:
     from coorp.learn._netns import netns_unavailable
 
     why = netns_unavailable()
@@ -85,7 +86,7 @@ def test_netns_run_is_intact_and_cleans_up(tmp_path: Path) -> None:
         pytest.skip(why)
     import subprocess
 
-    rt = RuntimeSpec(net="netns", max_versions=1, timeout_s=60)
+    rt = RuntimeSpec(net="netns", medium=medium, max_versions=1, timeout_s=60)
     run = learn_on_runtime(_two_workers(), "coorp", 1, TINY, rt, workdir=tmp_path)
     assert run.syncs_intact and run.final_changed and run.curve.epochs == 1
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
