@@ -292,7 +292,7 @@ def register(app: typer.Typer) -> None:
         scenario: Annotated[str, typer.Argument(help="Scenario file or built-in name (crl-5).")],
         policies: Annotated[
             str | None,
-            typer.Option(help="Comma-separated policies [default: edca,schedwifi,coorp]."),
+            typer.Option(help="Comma-separated policies (default edca,schedwifi,coorp)."),
         ] = None,
         seeds: Annotated[str, typer.Option(help="Seeds: 1-3 or 1,2,5.")] = "1-3",
         sync: Annotated[
@@ -329,19 +329,19 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option(
                 help="--runtime: how syncs travel, comma-separated: coorp (permits + "
-                "local preemption) and/or tcp (plain TCP) [default: coorp,tcp]."
+                "local preemption) and/or tcp (plain TCP) (default coorp,tcp)."
             ),
         ] = None,
         net: Annotated[
             str | None,
             typer.Option(
                 help="--runtime: netns (network namespaces with a shaped bottleneck; root) "
-                "or loopback [default: netns]."
+                "or loopback (default netns)."
             ),
         ] = None,
         rate_mbit: Annotated[
             float | None,
-            typer.Option(help="--runtime --net netns: bottleneck rate [default: 50]."),
+            typer.Option(help="--runtime --net netns: bottleneck rate (default 50)."),
         ] = None,
         max_versions: Annotated[
             int | None,
@@ -352,7 +352,7 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 help="--runtime --net netns: split (uplink to the leader and its downlink "
                 "shaped apart) or shared (one queue for every packet, like one WiFi "
-                "channel) [default: split]."
+                "channel) (default split)."
             ),
         ] = None,
     ) -> None:
