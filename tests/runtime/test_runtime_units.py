@@ -15,6 +15,7 @@ from coorp.runtime._latency import LatencySensitiveChannel
 from coorp.runtime._marking import Marking
 from coorp.runtime._preempt import DrainTracker
 from coorp.runtime._receiver import LsDecoder, _LsSession
+from coorp.runtime._team import team_settings
 
 KEY = TeamKey(b"u" * 32)
 
@@ -162,6 +163,26 @@ def test_drain_tracker_untracked_writes_still_count_for_acknowledgement() -> Non
     assert tr.tracking == 0 and gate.pending == 0
 
 
+def test_a_confirmed_message_leaves_no_chunk_to_complete_with_the_next_one() -> None:
+    # The receiver confirmed the message while SIOCOUTQ still showed the last chunk in
+    # flight. Without settle() it completed when the next message's bytes were acked,
+    # seconds later, and that idle time became a CTT sample that held the stream.
+    outq = [0]
+    gate = Gate(Window(), CompletionTimeTable(percentile=100.0))
+    tr = DrainTracker(gate, lambda: outq[0], bucket_bytes=1000)
+    tr.on_write(1000, 0, 0)
+    tr.on_write(1000, 5, 1)
+    outq[0] = 1000  # the first chunk is acknowledged, the second not yet
+    tr.settle(100)
+    assert gate.ctt.samples(0) == (100,)
+    assert tr.tracking == 0 and gate.pending == 0
+    outq[0] = 0
+    tr.on_write(1000, 3_000_000_000, 0)  # the next message, 3 s later
+    tr.poll(3_000_000_050)
+    assert gate.ctt.samples(1) == ()  # no 3 s sample for the settled chunk
+    assert gate.ctt.samples(0) == (100, 50)
+
+
 def test_marking_in_effect_is_read_back() -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         m = mark_socket(s, "ls")
@@ -205,12 +226,27 @@ def test_team_file_loads_and_key_resolves(tmp_path: Path) -> None:
         ('[team]\nrobots = ["a"]\n[leader]\nlisten = "nohost"\n', "leader.listen"),
         ('[team]\nrobots = ["a"]\n[leader]\ntimeslice = 5\n', "leader"),
         ('[team]\nrobots = ["a"]\n[agent]\nfallback_ms = 5\n', "agent.fallback_ms"),
+        ('[team]\nrobots = ["a"]\n[agent]\ninflight_budget_ms = -1\n', "agent.inflight_budget_ms"),
     ],
 )
 def test_bad_team_files_name_the_field(tmp_path: Path, body: str, field: str) -> None:
     with pytest.raises(ScenarioError) as err:
         load_team_config(write_team(tmp_path, body))
     assert field in str(err.value)
+
+
+def test_the_in_flight_budget_comes_from_the_team_file(tmp_path: Path) -> None:
+    base = '[team]\nrobots = ["a"]\n'
+    default = team_settings(load_team_config(write_team(tmp_path, base)))
+    assert default.bulk.inflight_budget_ns == 6_000_000
+    off = team_settings(
+        load_team_config(write_team(tmp_path, base + "[agent]\ninflight_budget_ms = 0\n"))
+    )
+    assert off.bulk.inflight_budget_ns is None
+    two = team_settings(
+        load_team_config(write_team(tmp_path, base + "[agent]\ninflight_budget_ms = 2.5\n"))
+    )
+    assert two.bulk.inflight_budget_ns == 2_500_000
 
 
 def test_missing_key_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

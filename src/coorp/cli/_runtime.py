@@ -183,9 +183,9 @@ def agent(
         send_via_agent,
         serve_control,
     )
-    from coorp.runtime import Message, TeamSettings, ajoin, load_team_config, resolve_team_key
-    from coorp.runtime._bulk import BulkSettings
+    from coorp.runtime import Message, ajoin, load_team_config, resolve_team_key
     from coorp.runtime._sockets import parse_address
+    from coorp.runtime._team import team_settings
 
     _setup_logging(log_level)
     cfg = load_team_config(config)
@@ -210,12 +210,7 @@ def agent(
             raise UsageError(f"--send {send}: {exc.strerror}") from None
     key = resolve_team_key(cfg, config, robot=robot)
     a = cfg.agent
-    settings = TeamSettings(
-        local_preemption=a.local_preemption,
-        protection_margin_ns=round(a.protection_margin_ms * 1e6),
-        fallback_ns=round(a.fallback_ms * 1e6),
-        bulk=BulkSettings(chunk_bytes=a.chunk_bytes),
-    )
+    settings = team_settings(cfg)
     log = logging.getLogger("coorp.runtime.agent")
 
     async def run() -> None:

@@ -451,6 +451,8 @@ class AsyncBulkStream:
             if await self._wait_fd(conn, writable=False, timeout_s=0.05, must=False):
                 msg = await conn.recv()
                 if isinstance(msg, BulkDone) and msg.msg_id == msg_id:
+                    if self._tracker is not None:
+                        self._tracker.settle(self._clock())
                     return
                 if isinstance(msg, BulkReject):
                     raise TransferError(f"{self.name}: receiver rejected message: {msg.reason}")

@@ -108,6 +108,13 @@ class AgentSection(_Model):
     local_preemption: bool = True
     protection_margin_ms: float = Field(2.0, ge=0, le=1000)
     chunk_bytes: int = Field(16 * 1024, ge=1024, le=16 * 1024 * 1024)
+    inflight_budget_ms: float = Field(
+        6.0,
+        ge=0,
+        le=1000,
+        description="while LS is protected, bulk bytes in flight stay within this drain "
+        "time (docs/runtime.md, 'Bytes in flight'); 0 = no bound",
+    )
 
     _addresses = field_validator("leader", "listen")(_check_address)
 

@@ -151,6 +151,16 @@ class DrainTracker:
             pid, _ = self._pending.popleft()
             self.gate.on_complete(pid, now_ns)
 
+    def settle(self, now_ns: int) -> None:
+        """The receiver confirmed the message: report what the socket shows acknowledged,
+        and forget (no sample) chunks it does not yet. Left pending, they would complete
+        when the next message's first bytes are acknowledged, and the idle time between
+        messages would become their completion time (seconds), which holds the stream."""
+        self.poll(now_ns)
+        for pid, _ in self._pending:
+            self.gate.on_discard(pid)
+        self._pending.clear()
+
     def rebind(self, gate: Gate) -> None:
         """Report to ``gate`` from now on; chunks in flight are no longer sampled
         (they were written under the old regime)."""

@@ -578,11 +578,19 @@ def join_config(
     if robot not in config.team.robots:
         raise RuntimeUsageError(f"robot {robot!r} is not in team.robots of the team file")
     k = TeamKey.coerce(key) if key is not None else resolve_team_key(config, source, robot=robot)
+    return join(config.agent.leader, robot, k, settings=team_settings(config))
+
+
+def team_settings(config: TeamConfig) -> TeamSettings:
+    """An agent's :class:`TeamSettings` from the team file's ``[agent]`` section."""
     a = config.agent
-    settings = TeamSettings(
+    budget = a.inflight_budget_ms
+    return TeamSettings(
         local_preemption=a.local_preemption,
         protection_margin_ns=round(a.protection_margin_ms * 1e6),
         fallback_ns=round(a.fallback_ms * 1e6),
-        bulk=BulkSettings(chunk_bytes=a.chunk_bytes),
+        bulk=BulkSettings(
+            chunk_bytes=a.chunk_bytes,
+            inflight_budget_ns=round(budget * 1e6) if budget > 0 else None,
+        ),
     )
-    return join(a.leader, robot, k, settings=settings)
