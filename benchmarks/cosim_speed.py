@@ -56,9 +56,9 @@ class _Timed(CosimRun):
     physics_s = 0.0
     links_s = 0.0
 
-    def _update_links(self) -> None:
+    def _update_links(self, poses: np.ndarray) -> None:
         t = time.perf_counter()
-        super()._update_links()
+        super()._update_links(poses)
         self.links_s += time.perf_counter() - t
 
 
@@ -67,9 +67,9 @@ class _Still(CosimRun):
 
     _links_set = False
 
-    def _update_links(self) -> None:
+    def _update_links(self, poses: np.ndarray) -> None:
         if not self._links_set:
-            super()._update_links()
+            super()._update_links(poses)
             self._links_set = True
 
 

@@ -21,8 +21,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from coorp.cosim._config import RadioConfig
-from coorp.phy import LinkBudget
+from coorp.phy import min_sensitivity_dbm, valid_vht_mcs
 
 __all__ = ["LinkState", "Radio"]
 
@@ -45,22 +47,43 @@ class LinkState:
 
 
 class Radio:
+    """The path loss and rate adaptation of every link, vectorised over link arrays (a
+    20-robot world has 190 pairs, each recomputed at every physics step)."""
+
     def __init__(self, cfg: RadioConfig, *, spatial_streams: int, width_mhz: int) -> None:
         self.cfg = cfg
         self.nss = spatial_streams
         self.width = width_mhz
-        self._budget = LinkBudget(margin_db=cfg.margin_db)
         self._freq_db = 20.0 * math.log10(cfg.frequency_ghz / 2.4)
+        #: (MCS, sensitivity + margin) of every valid MCS, fastest first.
+        self._thresholds = tuple(
+            (m, min_sensitivity_dbm(m, width_mhz) + cfg.margin_db)
+            for m in sorted(valid_vht_mcs(spatial_streams, width_mhz), reverse=True)
+        )
 
     def path_loss_db(self, distance_m: float, walls: int) -> float:
+        return float(self.path_loss_db_array(np.array([distance_m]), np.array([walls]))[0])
+
+    def path_loss_db_array(self, distance_m: np.ndarray, walls: np.ndarray) -> np.ndarray:
         c = self.cfg
-        d = max(distance_m, 1.0)
+        d = np.maximum(distance_m, 1.0)
         bp = c.breakpoint_m
-        pl = 40.05 + self._freq_db + 20.0 * math.log10(min(d, bp))
-        if d > bp:
-            pl += 10.0 * c.exponent_after * math.log10(d / bp)
-        return pl + c.wall_loss_db * walls
+        pl = 40.05 + self._freq_db + 20.0 * np.log10(np.minimum(d, bp))
+        pl = pl + 10.0 * c.exponent_after * np.log10(np.maximum(d, bp) / bp)
+        out: np.ndarray = pl + c.wall_loss_db * walls
+        return out
+
+    def links(
+        self, distance_m: np.ndarray, walls: np.ndarray, shadow_db: np.ndarray | float = 0.0
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Received power (dBm) and best MCS (-1: below MCS 0's sensitivity) per link."""
+        rx = self.cfg.tx_power_dbm - self.path_loss_db_array(distance_m, walls) - shadow_db
+        best = np.full(rx.shape, -1, np.int64)
+        for m, threshold in self._thresholds:
+            best[(best < 0) & (rx >= threshold)] = m
+        return rx, best
 
     def link(self, distance_m: float, walls: int, shadow_db: float = 0.0) -> LinkState:
-        rx = self.cfg.tx_power_dbm - self.path_loss_db(distance_m, walls) - shadow_db
-        return LinkState(distance_m, walls, rx, self._budget.best_mcs_at(rx, self.nss, self.width))
+        rx, best = self.links(np.array([distance_m]), np.array([walls]), shadow_db)
+        b = int(best[0])
+        return LinkState(distance_m, walls, float(rx[0]), None if b < 0 else b)

@@ -13,8 +13,9 @@ held over that interval, so the world's state at t_k is known exactly at t_k:
 * a command delivered at t_a takes effect from the first step at or after t_a (the
   actuator target is held between steps): that quantization is measured
   (``quantization_ns``, below one step);
-* every link between the leader and a worker gets its MCS and received power from
-  distance and walls (``coorp.cosim._radio``) at every step.
+* every link between two robots (leader–worker and worker–worker, both directions) gets
+  its MCS and received power from distance and walls (``coorp.cosim._radio``) at every
+  step.
 
 With ``coupling = "fixed-window"`` or ``"velocity-window"`` the two simulators instead
 exchange data only at window boundaries, as the seed's middleware does: a perception
@@ -209,15 +210,31 @@ class CosimRun:
             self.routes[i] = Route(rc.start_m, cfg.waypoints(rc), speed, start_s, cfg.task.laps)
             self.trackers[i] = LqrTracker(period_s, rc.max_speed_m_s,
                                           math.radians(rc.max_turn_deg_s))  # fmt: skip
+        # Every unordered pair of robots, the leader's first (in worker order), then the
+        # workers' among themselves; each pair sets both directions of its link.
+        pairs = [(self._li, i) for i in self._wi]
+        pairs += [(a, b) for k, a in enumerate(self._wi) for b in self._wi[k + 1 :]]
+        self._pairs = pairs
+        self._pair_index = {pair: k for k, pair in enumerate(pairs)}
+        self._pa = np.array([a for a, _ in pairs], np.int64)
+        self._pb = np.array([b for _, b in pairs], np.int64)
         # Per-link shadowing: one draw per unordered pair, keyed by the seed.
         rng = sim.rng("cosim:shadowing")
-        self._shadow = {i: float(rng.normal(0.0, cfg.radio.shadowing_db)) if
-                        cfg.radio.shadowing_db else 0.0 for i in self._wi}  # fmt: skip
+        sigma = cfg.radio.shadowing_db
+        self._shadow = np.array([float(rng.normal(0.0, sigma)) if sigma else 0.0
+                                 for _ in pairs])  # fmt: skip
+        n_pairs = len(pairs)
+        self._link_dist = np.zeros(n_pairs)
+        self._link_walls = np.zeros(n_pairs, np.int64)
+        self._link_rx = np.full(n_pairs, np.nan)
+        self._link_best = np.full(n_pairs, -1, np.int64)
+        self._link_mcs = np.full(n_pairs, -1, np.int64)
+        self._link_poses: np.ndarray | None = None
         # Links from the initial geometry before the policy is installed: a policy that
-        # plans from link rates (SchedWiFi's windows, the bulk-cost prior) sees the
-        # robots' real starting links, as a deployment would when it is set up.
-        self._links: dict[int, LinkState] = {}
-        self._update_links()
+        # plans from link rates (SchedWiFi's windows, the bulk-cost prior, which takes a
+        # robot's slowest link to any station) sees the robots' real starting links, as
+        # a deployment would when it is set up.
+        self._update_links(w.poses())
         # Workload and policy, assembled as coorp.workload.run_crl does.
         self.mpc = MpcLoop(sim, wl.mpc, wl.leader, self.workers)
         team = Team(
@@ -391,8 +408,9 @@ class CosimRun:
             self._apply.append(now - arrived)
             self._pending.append((now, i, c))
         self._held = []
-        self._exported = (self.world.poses(), now)
-        self._update_links()
+        poses = self.world.poses()
+        self._exported = (poses, now)
+        self._update_links(poses)
         if self.coupling is Coupling.FIXED_WINDOW:
             nxt = now + round(self.cfg.window_ms * 1e6)
         else:
@@ -405,18 +423,39 @@ class CosimRun:
             nxt = now + round((self.cfg.window_ms / 1000.0 + dv / 1000.0) * _NS)
         self.sim.call_control_at(nxt, self._boundary, nxt)
 
-    def _update_links(self) -> None:
-        """Links from the world's current geometry (ray casts through the obstacles)."""
-        w, links = self.world, self.sim.links
-        li = self._li
-        for i in self._wi:
-            if w.robots[i].qx < 0 and w.robots[li].qx < 0 and i in self._links:
-                continue
-            dist, walls = w.walls_between(li, i)
-            st = self.radio.link(dist, walls, self._shadow[i])
-            self._links[i] = st
-            links.set_link(li, i, st.mcs, st.rx_dbm)
-            links.set_link(i, li, st.mcs, st.rx_dbm)
+    def _update_links(self, poses: np.ndarray) -> None:
+        """Every robot pair's link from the world's geometry at ``poses``: distance and
+        obstacles crossed (all pairs at once), path loss, MCS; both directions of a pair
+        whose MCS or received power changed are written to the channel's link table."""
+        last = self._link_poses
+        if last is not None and np.array_equal(last, poses):
+            return  # nobody moved: every link as it was
+        self._link_poses = poses.copy()
+        dist, walls = self.world.pair_geometry(self._pa, self._pb, poses)
+        rx, best = self.radio.links(dist, walls, self._shadow)
+        mcs = np.maximum(best, 0)
+        changed = np.flatnonzero((mcs != self._link_mcs) | (rx != self._link_rx))
+        set_link = self.sim.links.set_link
+        pairs = self._pairs
+        for k, m, p in zip(changed.tolist(), mcs[changed].tolist(), rx[changed].tolist(),
+                           strict=True):  # fmt: skip
+            a, b = pairs[k]
+            set_link(a, b, m, p)
+            set_link(b, a, m, p)
+        self._link_dist, self._link_walls, self._link_rx = dist, walls, rx
+        self._link_best, self._link_mcs = best, mcs
+
+    def link_state(self, a: int, b: int) -> LinkState:
+        """The current link between robots ``a`` and ``b`` (world indices)."""
+        k = self._pair_index.get((a, b))
+        if k is None:
+            k = self._pair_index[(b, a)]
+        best = int(self._link_best[k])
+        return LinkState(float(self._link_dist[k]), int(self._link_walls[k]),
+                         float(self._link_rx[k]), None if best < 0 else best)  # fmt: skip
+
+    def _leader_links(self) -> dict[int, LinkState]:
+        return {i: self.link_state(self._li, i) for i in self._wi}
 
     def _step(self, k: int) -> None:
         now = self.sim.now_ns
@@ -429,7 +468,7 @@ class CosimRun:
                     self._coll_robot += 1
         self._poses = w.poses()
         if self.coupling is Coupling.EXACT:
-            self._update_links()
+            self._update_links(self._poses)
         self._apply_pending(now)
         # Actuator targets for the next interval: the last command, unless stale.
         for i in self._wi:
@@ -467,10 +506,11 @@ class CosimRun:
         self._times.append(now)
         self._pose_rec.append(poses.copy())
         self._ref_rec.append(refs)
-        self._mcs_rec.append([self._links[i].mcs if i in self._links else -1 for i in self._wi])
-        self._walls_rec.append([self._links[i].walls if i in self._links else 0 for i in self._wi])
+        nw = len(self._wi)  # the leader's pairs come first
+        self._mcs_rec.append(self._link_mcs[:nw].tolist())
+        self._walls_rec.append(self._link_walls[:nw].tolist())
         if self.tracer is not None:
-            self.tracer.poses(now, self.world, poses, refs, self._wi, self._links)
+            self.tracer.poses(now, self.world, poses, refs, self._wi, self._leader_links())
 
     # -- running ------------------------------------------------------------------------
     def run(self, duration_ns: int | None = None) -> CosimResult:

@@ -8,8 +8,11 @@ the body still has mass, actuator lag and contacts (it is stopped by a wall, not
 through). Aerial robots fly at a fixed altitude in their own contact group. Static
 robots (the leader's edge computer) are bodies without joints.
 
-Line of sight uses ``mj_ray`` against the obstacle geoms only (geom group 1): the number
-of obstacles a straight line crosses is what the path-loss model charges walls for.
+Line of sight: the number of obstacles a straight line between two antennas crosses is
+what the path-loss model charges walls for. :meth:`World.walls_between` counts them with
+``mj_ray`` against the obstacle geoms only (geom group 1); :meth:`World.pair_geometry`
+answers every pair at once with the slab test of a segment against each obstacle box,
+its pose and size read from the compiled MuJoCo model (a test checks that the two agree).
 """
 
 from __future__ import annotations
@@ -175,6 +178,18 @@ class World:
         self._ray_cache: dict[tuple[int, int], tuple[tuple[float, ...], tuple[float, int]]] = {}
         self._touching: set[tuple[int, int]] = set()
         self.steps = 0
+        # The obstacle boxes as MuJoCo placed them (world frame: centre, rotation whose
+        # columns are the box axes, half sizes), for the vectorised line-of-sight test.
+        obs = [g for g in range(m.ngeom) if int(m.geom_group[g]) == _OBSTACLE_GROUP]
+        if any(int(m.geom_type[g]) != int(mj.mjtGeom.mjGEOM_BOX) for g in obs):
+            raise ConfigurationError("every obstacle geom must be a box")
+        self._box_c = np.array(self.data.geom_xpos[obs], float).reshape(-1, 3)
+        self._box_r = np.array(self.data.geom_xmat[obs], float).reshape(-1, 3, 3)
+        self._box_h = np.array(m.geom_size[obs], float).reshape(-1, 3)
+        self._alt = np.array([r.altitude_m for r in self.robots])
+        self._axis_aligned = bool(
+            np.array_equal(self._box_r, np.broadcast_to(np.eye(3), self._box_r.shape))
+        )
 
     # -- state -------------------------------------------------------------------------
     def poses(self) -> np.ndarray:
@@ -233,6 +248,44 @@ class World:
         return began
 
     # -- radio geometry ----------------------------------------------------------------
+    def pair_geometry(
+        self, a: np.ndarray, b: np.ndarray, poses: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Distance (m, 3-D) and obstacles crossed for every pair ``(a[k], b[k])`` of
+        robots at ``poses`` (:meth:`poses`' layout), all pairs at once: the segment
+        between the two antennas against each obstacle box (slab test in the box's own
+        frame). A box counts when the segment passes through any part of it. For robots
+        outside the obstacles (a ground robot's centre cannot enter one; an aerial one
+        flies above) this is what :meth:`walls_between`'s ray casts count (a test checks
+        it); they differ only for a segment with both ends inside one box, which rays
+        cast from inside it do not see."""
+        p = np.column_stack((poses[:, 0], poses[:, 1], self._alt))
+        pa = p[a]
+        seg = p[b] - pa
+        dist: np.ndarray = np.sqrt(np.einsum("pi,pi->p", seg, seg))
+        if not len(self._box_c):
+            return dist, np.zeros(len(a), np.int64)
+        # Into each box's frame: local = Rᵀ (world − centre).
+        rel = pa[:, None, :] - self._box_c[None]
+        if self._axis_aligned:
+            d = np.broadcast_to(seg[:, None, :], rel.shape)
+        else:
+            rel = np.einsum("pbi,bij->pbj", rel, self._box_r)
+            d = np.einsum("pi,bij->pbj", seg, self._box_r)
+        h = self._box_h[None]
+        parallel = d == 0.0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            inv = 1.0 / np.where(parallel, 1.0, d)
+            t1 = (-h - rel) * inv
+            t2 = (h - rel) * inv
+        inside = np.abs(rel) <= h
+        lo = np.where(parallel, np.where(inside, -np.inf, np.inf), np.minimum(t1, t2))
+        hi = np.where(parallel, np.where(inside, np.inf, -np.inf), np.maximum(t1, t2))
+        t_in, t_out = lo.max(axis=2), hi.min(axis=2)
+        hit = (t_out > np.maximum(t_in, 0.0)) & (t_in < 1.0)
+        walls: np.ndarray = hit.sum(axis=1)
+        return dist, walls
+
     def walls_between(self, i: int, j: int) -> tuple[float, int]:
         """Distance (m, 3-D) between robots ``i`` and ``j`` and the number of obstacles the
         straight line between them crosses (``mj_ray``, obstacles only). A pair whose two
