@@ -123,27 +123,6 @@ def test_same_scenario_and_seed_give_identical_outcomes(tmp_path) -> None:
     assert c.reaction_ns.tobytes() != a.reaction_ns.tobytes()
 
 
-def test_trace_is_readable_mcap(tmp_path) -> None:
-    from mcap.reader import make_reader
-
-    from coorp.cosim._trace import Tracer
-
-    tr = Tracer(tmp_path / "t.mcap")
-    run_cosim(parse_cosim(tiny()), "edca", duration_ns=SEC // 5, tracer=tr)
-    tr.close()
-    with (tmp_path / "t.mcap").open("rb") as fh:
-        reader = make_reader(fh)
-        topics = {}
-        last = -1
-        for schema, channel, message in reader.iter_messages(log_time_order=False):
-            topics[channel.topic] = schema.name
-            assert message.log_time >= last  # written in simulated-time order
-            last = message.log_time
-    assert topics["/scene"] == "foxglove.SceneUpdate"
-    assert topics["/robots/r1/pose"] == "foxglove.PoseInFrame"
-    assert topics["/network/messages"] == "coorp.NetworkMessage"
-
-
 def test_an_aerial_robot_sees_over_the_wall_a_ground_robot_does_not() -> None:
     d = tiny(world={"obstacles": [WALL]})
     d["cosim"]["robots"][0]["altitude_m"] = 3.0  # the leader's antenna on a pole

@@ -43,6 +43,7 @@ from coorp.cosim._world import World
 from coorp.policies import Team, get_policy
 from coorp.sim import Simulation
 from coorp.sim.packets import FlowState, Message
+from coorp.sim.station import BulkTransfer
 from coorp.units import s, us
 from coorp.workload import Drlc, LoopRecord, MpcLoop
 
@@ -71,6 +72,24 @@ class _CosimSimulation(Simulation):
         if hook is not None:
             on_delivered = hook(flow, on_delivered)
         return super().send_message(flow, size_bytes, on_delivered)
+
+    #: Called with every bulk transfer as it starts (the trace logs its completion).
+    on_transfer: (
+        Callable[[FlowState, int | None, Callable[[BulkTransfer, int], None] | None],
+                 Callable[[BulkTransfer, int], None] | None]
+        | None
+    ) = None  # fmt: skip
+
+    def start_transfer(
+        self,
+        flow: FlowState,
+        total_bytes: int | None,
+        on_complete: Callable[[BulkTransfer, int], None] | None = None,
+    ) -> BulkTransfer:
+        hook = self.on_transfer
+        if hook is not None:
+            on_complete = hook(flow, total_bytes, on_complete)
+        return super().start_transfer(flow, total_bytes, on_complete)
 
 
 @dataclass(slots=True)
@@ -287,6 +306,8 @@ class CosimRun:
         self._worker_steps = 0
         self._done_at: dict[int, int] = {}
         sim.on_message = self._on_message
+        if tracer is not None:
+            sim.on_transfer = self._on_transfer
 
     # -- network crossings ------------------------------------------------------------
     def _state_for_message(self, i: int) -> tuple[tuple[float, float, float], int]:
@@ -330,6 +351,23 @@ class CosimRun:
                 on_delivered(m)
 
         return delivered
+
+    def _on_transfer(
+        self,
+        flow: FlowState,
+        total_bytes: int | None,
+        on_complete: Callable[[BulkTransfer, int], None] | None,
+    ) -> Callable[[BulkTransfer, int], None] | None:
+        started = self.sim.now_ns
+        tracer = self.tracer
+
+        def completed(t: BulkTransfer, now: int) -> None:
+            tracer.transfer(now, flow.name, flow.src.name, flow.dst.name,
+                            total_bytes or 0, started)  # fmt: skip
+            if on_complete is not None:
+                on_complete(t, now)
+
+        return completed
 
     def _predict(
         self, i: int, pose: tuple[float, float, float], stamp: int, now: int

@@ -1,14 +1,17 @@
 """MCAP traces of a co-simulation, viewable in Foxglove.
 
 Channels (JSON messages, JSON-schema schemas; the ``foxglove.*`` ones are Foxglove's
-well-known schemas, which its 3D panel draws):
+well-known schemas, which its 3D panel draws — the trace carries Foxglove's own JSON
+Schema files for them, ``coorp/cosim/foxglove/``, and every message fills every field):
 
 * ``/scene`` (``foxglove.SceneUpdate``): obstacles as boxes, robots as cylinders, each
   worker's reference point as a small sphere, every ``record_period_ms``;
 * ``/robots/<name>/pose`` (``foxglove.PoseInFrame``): each robot's pose, same instants;
-* ``/network/messages`` (``coorp.NetworkMessage``): every delivered datagram message
-  (perceptions, controls, TCP acks) at its delivery instant, with its creation instant,
+* ``/network/messages`` (``coorp.NetworkMessage``): every delivered message of the MPC
+  loop (perceptions and commands) at its delivery instant, with its creation instant,
   latency, flow, endpoints and size;
+* ``/network/transfers`` (``coorp.BulkTransfer``): every completed bulk transfer (DRLC
+  data, updates, models) at its completion instant, with its start and size;
 * ``/network/links`` (``coorp.Links``): MCS, walls, distance and received power of each
   leader-worker link, at the pose instants.
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -29,86 +33,39 @@ from coorp._errors import ConfigurationError
 
 __all__ = ["Tracer"]
 
-_TIME = {
-    "type": "object",
-    "properties": {"sec": {"type": "integer"}, "nsec": {"type": "integer"}},
-}
-_VEC3 = {
-    "type": "object",
-    "properties": {k: {"type": "number"} for k in ("x", "y", "z")},
-}
-_QUAT = {
-    "type": "object",
-    "properties": {k: {"type": "number"} for k in ("x", "y", "z", "w")},
-}
-_POSE = {"type": "object", "properties": {"position": _VEC3, "orientation": _QUAT}}
-_COLOR = {
-    "type": "object",
-    "properties": {k: {"type": "number"} for k in ("r", "g", "b", "a")},
-}
-_PRIM = {
-    "type": "object",
-    "properties": {"pose": _POSE, "size": _VEC3, "color": _COLOR},
-}
-_CYL = {
-    "type": "object",
-    "properties": {
-        "pose": _POSE, "size": _VEC3, "color": _COLOR,
-        "bottom_scale": {"type": "number"}, "top_scale": {"type": "number"},
-    },
-}  # fmt: skip
+#: Foxglove's well-known schemas, their published JSON Schema files byte for byte.
+_FOXGLOVE = ("foxglove.SceneUpdate", "foxglove.PoseInFrame")
+
+
+def _foxglove_schema(name: str) -> bytes:
+    return (resources.files("coorp.cosim") / "foxglove" / f"{name[9:]}.json").read_bytes()
+
+
+_INT = {"type": "integer"}
+_NUM = {"type": "number"}
+_STR = {"type": "string"}
+
+
+def _object(title: str, **props: Any) -> dict[str, Any]:
+    return {"title": title, "type": "object", "properties": props}
+
+
+#: Coorp's own channels (the whole message described, every field present).
 _SCHEMAS: dict[str, dict[str, Any]] = {
-    "foxglove.PoseInFrame": {
-        "title": "foxglove.PoseInFrame",
-        "type": "object",
-        "properties": {
-            "timestamp": _TIME,
-            "frame_id": {"type": "string"},
-            "pose": _POSE,
-        },
-    },
-    "foxglove.SceneUpdate": {
-        "title": "foxglove.SceneUpdate",
-        "type": "object",
-        "properties": {
-            "deletions": {"type": "array", "items": {"type": "object"}},
-            "entities": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "timestamp": _TIME,
-                        "frame_id": {"type": "string"},
-                        "id": {"type": "string"},
-                        "lifetime": _TIME,
-                        "frame_locked": {"type": "boolean"},
-                        "cubes": {"type": "array", "items": _PRIM},
-                        "cylinders": {"type": "array", "items": _CYL},
-                        "spheres": {"type": "array", "items": _PRIM},
-                    },
-                },
-            },
-        },
-    },
-    "coorp.NetworkMessage": {
-        "title": "coorp.NetworkMessage",
-        "type": "object",
-        "properties": {
-            "flow": {"type": "string"},
-            "src": {"type": "string"},
-            "dst": {"type": "string"},
-            "size_bytes": {"type": "integer"},
-            "created_ns": {"type": "integer"},
-            "delivered_ns": {"type": "integer"},
-            "latency_ms": {"type": "number"},
-        },
-    },
-    "coorp.Links": {
-        "title": "coorp.Links",
-        "type": "object",
-        "properties": {"links": {"type": "array", "items": {"type": "object"}}},
-    },
-}
+    "coorp.NetworkMessage": _object(
+        "coorp.NetworkMessage", flow=_STR, src=_STR, dst=_STR, size_bytes=_INT,
+        created_ns=_INT, delivered_ns=_INT, latency_ms=_NUM,
+    ),
+    "coorp.BulkTransfer": _object(
+        "coorp.BulkTransfer", flow=_STR, src=_STR, dst=_STR, size_bytes=_INT,
+        started_ns=_INT, completed_ns=_INT, duration_ms=_NUM,
+    ),
+    "coorp.Links": _object("coorp.Links", links={
+        "type": "array",
+        "items": _object("coorp.Link", worker=_STR, mcs=_INT, walls=_INT, distance_m=_NUM,
+                         rx_dbm=_NUM),
+    }),
+}  # fmt: skip
 
 
 def _time(ns: int) -> dict[str, int]:
@@ -155,7 +112,10 @@ class Tracer:
         if c is None:
             sid = self._schema.get(schema)
             if sid is None:
-                data = json.dumps(_SCHEMAS[schema], sort_keys=True).encode()
+                if schema in _FOXGLOVE:
+                    data = _foxglove_schema(schema)
+                else:
+                    data = json.dumps(_SCHEMAS[schema], sort_keys=True).encode()
                 sid = self._w.register_schema(name=schema, encoding="jsonschema", data=data)
                 self._schema[schema] = sid
             c = self._w.register_channel(topic=topic, message_encoding="json", schema_id=sid)
@@ -234,6 +194,13 @@ class Tracer:
         self._write("/network/messages", "coorp.NetworkMessage", t_ns, {
             "flow": flow, "src": src, "dst": dst, "size_bytes": size, "created_ns": created,
             "delivered_ns": t_ns, "latency_ms": (t_ns - created) / 1e6,
+        })  # fmt: skip
+
+    def transfer(self, t_ns: int, flow: str, src: str, dst: str, size: int,
+                 started: int) -> None:  # fmt: skip
+        self._write("/network/transfers", "coorp.BulkTransfer", t_ns, {
+            "flow": flow, "src": src, "dst": dst, "size_bytes": size, "started_ns": started,
+            "completed_ns": t_ns, "duration_ms": (t_ns - started) / 1e6,
         })  # fmt: skip
 
     def close(self) -> None:
