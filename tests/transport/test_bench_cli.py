@@ -93,15 +93,15 @@ def test_broadcast_command_writes_the_documented_json_and_leaves_no_files(
     assert set(doc["broadcast"]) == {"view", "checksum"}
     for mode, impls in doc["broadcast"].items():
         refs = {"memcpy", "memcpy_x4"} | ({"private_copy"} if mode == "checksum" else set())
-        # coorp_spin (coorp with its busy-poll option) comes with coorp.
-        assert set(impls) == {"coorp", "coorp_spin", "pickle5_socket"} | refs
+        # coorp_spin (busy-poll) and coorp_iox (iceoryx2's event) come with coorp.
+        assert set(impls) == {"coorp", "coorp_spin", "coorp_iox", "pickle5_socket"} | refs
         for impl, by_size in impls.items():
             assert set(by_size) == {"100000"}
             keys = {"median_ms", "p99_ms"} | (
                 set() if impl in refs - {"private_copy"} else {"producer_median_ms"}
             )
             assert set(by_size["100000"]) == keys, (mode, impl)
-    assert set(doc["rtt"]) == {"coorp", "coorp_spin", "pickle5_socket", "memcpy"}
+    assert set(doc["rtt"]) == {"coorp", "coorp_spin", "coorp_iox", "pickle5_socket", "memcpy"}
     assert set(doc["rtt"]["coorp"]["64"]) == {"median_us", "p99_us"}
     assert plot.stat().st_size > 0
     assert "consume=view" in proc.stdout and "consume=checksum" in proc.stdout

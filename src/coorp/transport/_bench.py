@@ -577,9 +577,11 @@ def _run(
         else:
             result.skipped[impl] = reason
             progress(f"{impl}: skipped ({reason})")
-    if "coorp" in impls and "coorp_spin" not in impls:
-        # Coorp with and without its busy-poll option, side by side.
-        impls.insert(impls.index("coorp") + 1, "coorp_spin")
+    for variant in ("coorp_iox", "coorp_spin"):
+        if "coorp" in impls and variant not in impls:
+            # Coorp with its busy-poll option and with iceoryx2's per-subscriber event
+            # instead of the futex wake-all, side by side with the default.
+            impls.insert(impls.index("coorp") + 1, variant)
     if "checksum" in cfg.consume:
         impls.append("private_copy")  # the physical limit of reading the bytes
     try:

@@ -6,7 +6,10 @@ built inside the process that uses it. A receiver returns a usable numpy array (
 before ``send`` until the last receiver holds its array. ``coorp`` loans a sample and
 fills it, ``coorp_copy`` publishes the array (one copy into shared memory), and
 ``coorp_spin`` is ``coorp`` with subscribers that busy-poll up to :data:`SPIN` before
-sleeping (``Bus.subscriber(spin=...)``; Coorp's default is 0, sleep at once). Baselines:
+sleeping (``Bus.subscriber(spin=...)``; Coorp's default is 0, sleep at once), and
+``coorp_iox`` is ``coorp`` with subscribers that sleep on iceoryx2's event (one
+notification per subscriber) instead of the default futex wake word
+(``Bus(wake="iceoryx2")``). Baselines:
 
 * ``shm_segment`` -- ``multiprocessing.shared_memory`` with a new segment per message,
   its name sent over a Unix socket (the usual ROS 2 workaround),
@@ -52,6 +55,7 @@ IMPLS = (
     "coorp",
     "coorp_copy",
     "coorp_spin",
+    "coorp_iox",
     "shm_segment",
     "pickle5_socket",
     "pyzmq",
@@ -81,6 +85,7 @@ def unavailable(impl: str) -> str | None:
         "coorp": "iceoryx2",
         "coorp_copy": "iceoryx2",
         "coorp_spin": "iceoryx2",
+        "coorp_iox": "iceoryx2",
         "pyzmq": "zmq",
         "cyclonedds": "cyclonedds",
     }
@@ -149,10 +154,12 @@ class _CoorpSender:
 
 
 class _CoorpReceiver:
-    def __init__(self, run: str, channel: str, max_bytes: int, spin: float = 0.0) -> None:
+    def __init__(
+        self, run: str, channel: str, max_bytes: int, spin: float = 0.0, wake: str = "auto"
+    ) -> None:
         from coorp.transport import Bus, Reach
 
-        self.bus = Bus(f"bench-{channel}-r", reach=Reach.PROCESS | Reach.MACHINE)
+        self.bus = Bus(f"bench-{channel}-r", reach=Reach.PROCESS | Reach.MACHINE, wake=wake)
         topic = _bench_topic(run, channel, max_bytes)
         self.sub = self.bus.subscriber(topic, depth=2, spin=spin)
         self.msg: Any = None
@@ -408,7 +415,7 @@ class _DdsReceiver(_Dds):
 
 def make_sender(impl: str, run: str, channel: str, peers: int, max_bytes: int) -> Any:
     """The sending endpoint of ``impl`` for ``channel`` (built in the calling process)."""
-    if impl in ("coorp", "coorp_copy", "coorp_spin"):
+    if impl in ("coorp", "coorp_copy", "coorp_spin", "coorp_iox"):
         return _CoorpSender(run, channel, max_bytes, loan=impl != "coorp_copy")
     if impl == "shm_segment":
         return _SocketSender(run, channel, peers, "segment")
@@ -429,6 +436,8 @@ def make_receiver(impl: str, run: str, channel: str, max_bytes: int) -> Any:
         return _CoorpReceiver(run, channel, max_bytes)
     if impl == "coorp_spin":
         return _CoorpReceiver(run, channel, max_bytes, spin=SPIN)
+    if impl == "coorp_iox":
+        return _CoorpReceiver(run, channel, max_bytes, wake="iceoryx2")
     if impl == "shm_segment":
         return _SocketReceiver(run, channel, "segment")
     if impl == "pickle5_socket":

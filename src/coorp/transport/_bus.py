@@ -25,7 +25,7 @@ from coorp.transport._errors import (
 from coorp.transport._network import NetworkTransport
 from coorp.transport._options import Reach
 from coorp.transport._publisher import Publisher
-from coorp.transport._shm import ShmNode, iceoryx2_available
+from coorp.transport._shm import WAKE_MODES, ShmNode, iceoryx2_available
 from coorp.transport._subscriber import Subscriber, local_message
 from coorp.transport._topic import Topic
 
@@ -40,6 +40,14 @@ class Bus:
     ``Reach.MACHINE`` explicitly without iceoryx2 raises a ``ConfigurationError`` naming
     the extra to install. ``clock`` returns integer nanoseconds (``time.monotonic_ns``,
     shared by all processes of a machine, so same-machine latencies are meaningful).
+
+    ``wake`` chooses how this bus's subscribers sleep when nothing is waiting:
+    ``"futex"`` on the topic's shared wake word, which every publisher on the machine
+    advances and wakes in one system call however many subscribers there are (Linux on
+    x86_64/aarch64); ``"iceoryx2"`` on iceoryx2's event, one notification per
+    subscriber; ``"auto"`` (default) is ``"futex"`` where it works and otherwise
+    ``"iceoryx2"`` with one ``RuntimeWarning``. Publishers signal both ways, so buses
+    with different settings share topics.
     """
 
     def __init__(
@@ -49,6 +57,7 @@ class Bus:
         reach: Reach | None = None,
         network: NetworkTransport | None = None,
         clock: Callable[[], int] = time.monotonic_ns,
+        wake: str = "auto",
     ) -> None:
         if reach is None:
             reach = Reach.PROCESS
@@ -56,6 +65,8 @@ class Bus:
                 reach |= Reach.MACHINE
             if network is not None:
                 reach |= Reach.NETWORK
+        if wake not in WAKE_MODES:
+            raise UsageError(f"wake must be one of {WAKE_MODES}, got {wake!r}")
         if Reach.NETWORK in reach and network is None:
             raise UsageError(
                 "Reach.NETWORK needs a network transport, e.g. Bus(network=TcpTransport(...))"
@@ -64,7 +75,7 @@ class Bus:
         self.reach = reach
         self.clock = clock
         self.id = int.from_bytes(os.urandom(8), "little") or 1
-        self.shm: ShmNode | None = ShmNode(name) if Reach.MACHINE in reach else None
+        self.shm: ShmNode | None = ShmNode(name, wake) if Reach.MACHINE in reach else None
         self.network = network if Reach.NETWORK in reach else None
         self._lock = threading.RLock()
         self._topics: dict[str, Topic] = {}

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import warnings
 from typing import Any
 
 from coorp._errors import ConfigurationError, InvariantError, UsageError
@@ -27,8 +28,34 @@ from coorp.transport._errors import (
 from coorp.transport._message import SampleOwner
 from coorp.transport._options import QueuePolicy
 from coorp.transport._topic import Topic
+from coorp.transport._wake import (
+    Waiter,
+    WakeSegment,
+    acquire,
+    futex_supported,
+    release,
+    sweep_stale,
+)
 
-__all__ = ["ShmInlet", "ShmNode", "ShmOutlet", "iceoryx2_available"]
+__all__ = ["WAKE_MODES", "ShmInlet", "ShmNode", "ShmOutlet", "iceoryx2_available"]
+
+#: ``Bus(wake=...)``: how subscribers sleep. ``"auto"`` is ``"futex"`` where it works.
+WAKE_MODES = ("auto", "futex", "iceoryx2")
+_noticed = False
+
+
+def _notice(reason: str) -> None:
+    """Say once per process that subscribers fall back to iceoryx2's event."""
+    global _noticed
+    if not _noticed:
+        _noticed = True
+        warnings.warn(
+            f"coorp.transport: {reason}; subscribers sleep on iceoryx2's event instead "
+            f"(one notification per subscriber, slower broadcasts)",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+
 
 _PREFIX = "coorp/"
 _INITIAL_SLICE = 1 << 16
@@ -54,17 +81,32 @@ def iceoryx2_available() -> bool:
 
 
 class _Services:
-    __slots__ = ("event", "pubsub")
+    __slots__ = ("event", "pubsub", "wake")
 
-    def __init__(self, pubsub: Any, event: Any) -> None:
+    def __init__(self, pubsub: Any, event: Any, wake: WakeSegment | None) -> None:
         self.pubsub = pubsub
         self.event = event
+        #: The topic's futex wake word (``None``: iceoryx2's event only).
+        self.wake = wake
 
 
 class ShmNode:
     """The iceoryx2 node of one bus and the services it opened."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, wake: str = "auto") -> None:
+        if wake not in WAKE_MODES:
+            raise UsageError(f"wake must be one of {WAKE_MODES}, got {wake!r}")
+        reason = futex_supported()
+        if reason is not None:
+            if wake == "futex":
+                raise ConfigurationError(f"Bus(wake='futex') is not possible here: {reason}")
+            if wake == "auto":
+                _notice(reason)
+        #: Publishers wake futex waiters whenever the platform allows (whatever ``wake``
+        #: says), so subscribers of both kinds can share a topic.
+        self.futex = reason is None
+        #: Whether this node's subscribers sleep on the futex word.
+        self.futex_waits = self.futex and wake != "iceoryx2"
         iox = _iox()
         self.iox = iox
         iox.set_log_level(iox.LogLevel.Error)
@@ -112,7 +154,13 @@ class ShmNode:
             event = self.node.service_builder(name).event().open_or_create()
         except Exception as exc:
             raise ConfigurationError(f"cannot open event service of {topic.name!r}: {exc}") from exc
-        return _Services(pubsub, event)
+        wake = None
+        if self.futex:
+            try:
+                wake = acquire(topic.name)
+            except OSError as exc:  # TimeoutError included
+                _notice(f"no futex wake word for {topic.name!r} ({exc})")
+        return _Services(pubsub, event, wake)
 
     def _explain_open_failure(self, topic: Topic, exc: Exception) -> None:
         iox = self.iox
@@ -145,6 +193,8 @@ class ShmNode:
         # Best effort throughout: another process may be cleaning up at the same time.
         with contextlib.suppress(Exception):
             self.node.try_cleanup_dead_nodes()  # every dead node, in every service
+        if self.futex:
+            sweep_stale()  # wake files whose processes are all gone
         for services in self._services.values():
             with contextlib.suppress(Exception):
                 services.pubsub.try_cleanup_dead_nodes()
@@ -154,6 +204,9 @@ class ShmNode:
         return int(self.services(topic).pubsub.dynamic_config.number_of_subscribers)
 
     def close(self) -> None:
+        for services in self._services.values():
+            if services.wake is not None:
+                release(services.wake)
         self._services.clear()
 
 
@@ -171,6 +224,7 @@ class ShmOutlet:
         self.topic = topic
         services = node.services(topic)
         self._pubsub = services.pubsub
+        self._wake = services.wake
         try:
             self._port = (
                 services.pubsub.publisher_builder()
@@ -207,8 +261,14 @@ class ShmOutlet:
         return sample, owner
 
     def send(self, sample: Any) -> int:
-        """Send an initialised sample and wake subscribers; returns how many got it."""
+        """Send an initialised sample and wake subscribers; returns how many got it.
+
+        Futex waiters first, all in one system call; then iceoryx2's event, which costs
+        one datagram per listener but has none unless some subscriber was made with
+        ``Bus(wake="iceoryx2")`` (or the futex word was unavailable to it)."""
         delivered = sample.assume_init().send()
+        if self._wake is not None:
+            self._wake.wake_all()
         self._notifier.notify()
         return int(delivered)
 
@@ -220,14 +280,21 @@ class ShmOutlet:
 class ShmInlet:
     """Subscriber side on one topic: receives samples as read-only owners."""
 
-    def __init__(self, node: ShmNode, topic: Topic, depth: int) -> None:
+    def __init__(self, node: ShmNode, topic: Topic, depth: int, uid: int = 0) -> None:
         iox = node.iox
         self._iox = iox
         self.topic = topic
         services = node.services(topic)
+        #: Where a blocked subscriber sleeps: the topic's futex word, or (``None``)
+        #: iceoryx2's event through :attr:`listener`.
+        self.waiter: Waiter | None = None
+        self.listener: Any = None
+        if node.futex_waits and services.wake is not None:
+            self.waiter = Waiter(services.wake, uid)
         try:
             self._port = services.pubsub.subscriber_builder().buffer_size(depth).create()
-            self.listener = services.event.listener_builder().create()
+            if self.waiter is None:
+                self.listener = services.event.listener_builder().create()
         except Exception as exc:
             raise ConfigurationError(
                 f"cannot subscribe to {topic.name!r} (max_subscribers="
@@ -259,7 +326,8 @@ class ShmInlet:
         return SampleOwner(address, size, sample=sample, port=self._port), address, size
 
     def drain_events(self) -> None:
-        self.listener.try_wait()
+        if self.listener is not None:
+            self.listener.try_wait()
 
     def close(self) -> None:
         # Samples still referenced by views keep the port alive through their owner.

@@ -4,8 +4,11 @@ Messages from the same bus (no copy), from shared memory (zero-copy views of ice
 samples) and from the network (views of the received frame) end up behind one
 ``receive()``. Shared-memory samples stay in iceoryx2's per-subscriber queue until taken;
 the other paths use a local bounded deque with the topic's :class:`QueuePolicy`. A
-blocked ``receive()`` sleeps on an iceoryx2 WaitSet that watches both the topic's event
-service and an eventfd for local arrivals -- no busy polling.
+blocked ``receive()`` sleeps on the topic's futex wake word (:mod:`._wake`; publishers
+wake all its subscribers in one system call, local arrivals wake this one alone) or,
+with ``Bus(wake="iceoryx2")`` or where futexes are unavailable, on an iceoryx2 WaitSet
+that watches the topic's event service and an eventfd for local arrivals -- no busy
+polling either way.
 
 Each sender numbers its messages; a gap in the numbers is counted as a drop, and a number
 seen before (the same message over a second path) is ignored, so every message is
@@ -42,6 +45,7 @@ from coorp.transport._message import Message, OwnerTracker
 from coorp.transport._options import QueuePolicy, Reach
 from coorp.transport._shm import ShmInlet
 from coorp.transport._topic import Topic
+from coorp.transport._wake import Waiter
 
 if TYPE_CHECKING:
     from coorp.transport._bus import Bus
@@ -150,11 +154,14 @@ class Subscriber:
         self._credits: CreditReporter | None = None
         self._waitset: Any = None
         self._guards: list[Any] = []
+        self._waiter: Waiter | None = None
         if bus.shm is not None:
             iox = bus.shm.iox
-            self._inlet = ShmInlet(bus.shm, topic, depth)
+            self._inlet = ShmInlet(bus.shm, topic, depth, uid)
             if topic.policy is QueuePolicy.BLOCK:
                 self._credits = CreditReporter(bus.shm, topic, uid, depth, os.getpid())
+            self._waiter = self._inlet.waiter
+        if self._inlet is not None and self._waiter is None:
             self._waitset = (
                 iox.WaitSetBuilder.new()
                 .signal_handling_mode(iox.SignalHandlingMode.Disabled)
@@ -167,6 +174,13 @@ class Subscriber:
                 ),
             ]
             self._iox = iox
+
+    def _signal(self) -> None:
+        """Wake this subscriber's blocked receive (called holding ``_cond``, not closed)."""
+        if self._waiter is not None:
+            self._waiter.wake()
+        else:
+            os.eventfd_write(self._wake_fd, 1)
 
     # -- feeding (called by the bus and the network transport) ---------------------------
     def push(self, item: Any, timeout: float | None) -> None:
@@ -191,14 +205,14 @@ class Subscriber:
                     if self._closed:
                         return
             self._queue.append(item)
-            os.eventfd_write(self._wake_fd, 1)
+            self._signal()
 
     def fail(self, error: CoorpError) -> None:
         """Make the next ``receive()`` raise ``error`` (e.g. a peer's type mismatch)."""
         with self._cond:
             self._error = error
             if not self._closed:
-                os.eventfd_write(self._wake_fd, 1)
+                self._signal()
 
     # -- taking -------------------------------------------------------------------------
     def _accept(self, origin: tuple[int, int], seq: int) -> bool:
@@ -370,7 +384,13 @@ class Subscriber:
         # (e.g. an asyncio cancellation racing the worker thread's start) still counts.
         clock = self.bus.clock
         end = None if timeout is None else clock() + int(timeout * 1e9)
+        waiter = self._waiter
+        seen = 0
         while True:
+            if waiter is not None:
+                # Read before looking: whatever arrives after this moves the word, and
+                # the futex refuses to sleep on a stale value (no lost wake-up).
+                seen = waiter.value()
             msg = self.try_receive()
             if msg is not None:
                 return msg
@@ -384,7 +404,10 @@ class Subscriber:
                 self.stats.polled += 1
             else:
                 self.stats.blocked += 1
-                self._wait(wait_ns)
+                if waiter is not None:
+                    waiter.wait(seen, wait_ns)
+                else:
+                    self._wait(wait_ns)
             if self._wake_generation != generation:
                 return None  # wake() was called while we waited
 
@@ -478,7 +501,7 @@ class Subscriber:
         with self._cond:
             if not self._closed:
                 self._wake_generation += 1
-                os.eventfd_write(self._wake_fd, 1)
+                self._signal()
 
     def __iter__(self) -> Iterator[Message[Any]]:
         while not self._closed:
