@@ -7,6 +7,8 @@ the root namespace). Hosts get 10.232.0.x/24. The bottleneck is the leader's lin
 in both directions (the bridge port towards the leader and the leader's own interface)
 with ``tbf`` (or ``htb`` + ``bfifo`` where tbf is missing): everything the robots send
 to the leader shares one FIFO, like the air in front of it, and so do the echoes back.
+Hosts keep incomplete IP datagrams for :data:`IPFRAG_TIME_S` instead of 30 s (see
+:meth:`Network.create`).
 
 :meth:`Network.destroy` kills every process started here (by pid) and deletes the
 namespaces; the runner calls it on every exit path. Same pattern as
@@ -33,6 +35,8 @@ _counter = itertools.count()
 #: Qdiscs probed and reported (the bottleneck uses the first of tbf, htb that exists).
 QDISCS = ("tbf", "htb", "netem", "fq_codel", "cake")
 SUBNET = "10.232.0"
+#: How long a host keeps the fragments of an incomplete datagram (Linux: 30 s).
+IPFRAG_TIME_S = 1
 
 
 def netns_unavailable() -> str | None:
@@ -173,6 +177,16 @@ class Network:
             _ip("-n", sw, "link", "set", port, "up")
             _ip("-n", self.ns(host), "addr", "add", f"{self.addr(host)}/24", "dev", "eth0")
             _ip("-n", self.ns(host), "link", "set", "eth0", "up")
+            # IP reassembly: a datagram that lost a fragment at the bottleneck holds its
+            # other fragments for ipfrag_time (30 s by default), and past ipfrag_high_thresh
+            # (4 MB) every new fragment is dropped; after an overloaded cell, messages
+            # larger than the MTU would be lost for half a minute. 1 s keeps cells apart.
+            r = _run(["ip", "netns", "exec", self.ns(host), "sysctl", "-q", "-w",
+                      f"net.ipv4.ipfrag_time={IPFRAG_TIME_S}",
+                      "net.ipv4.ipfrag_high_thresh=33554432",
+                      "net.ipv4.ipfrag_low_thresh=25165824"])  # fmt: skip
+            if r.returncode != 0:
+                raise ConfigurationError(f"sysctl ipfrag in {host}: {r.stderr.strip()}")
         self.qdiscs = probe_qdiscs(sw, "p0")
         for ns, dev in ((sw, "p0"), (self.ns("ld"), "eth0")):
             self._shape(ns, dev, rate_mbit, queue_ms)

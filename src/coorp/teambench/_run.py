@@ -122,7 +122,7 @@ def run_team(
     net = None
     try:
         if any(CARRIERS[c].netns for c, _ in plan):
-            from coorp.teambench._netns import Network, netns_unavailable
+            from coorp.teambench._netns import IPFRAG_TIME_S, Network, netns_unavailable
 
             why = netns_unavailable()
             if why is not None:
@@ -135,6 +135,7 @@ def run_team(
             net.create(rate_mbit=cfg.rate_mbit, queue_ms=cfg.queue_ms)
             network_info = {
                 "rate_mbit": cfg.rate_mbit, "queue_ms": cfg.queue_ms, "shaper": net.shaper,
+                "ipfrag_time_s": IPFRAG_TIME_S,
                 "qdiscs_available": sorted(q for q, ok in net.qdiscs.items() if ok),
                 "qdiscs_missing": sorted(q for q, ok in net.qdiscs.items() if not ok),
             }  # fmt: skip
