@@ -14,6 +14,9 @@ Usage::
 
     python benchmarks/team_capacity.py --bulk results/bench/team-bulk \\
         --nobulk results/bench/team-nobulk [--full results/bench/team-full]
+    # one figure and table from the cells of several runs (DIR or DIR:carrier,carrier):
+    python benchmarks/team_capacity.py --figure docs/figures/sizing_cslv.png \\
+        --from results/bench/team-nobulk-frag --from results/bench/team-nobulk:sim,zenoh-rel
 """
 
 from __future__ import annotations
@@ -24,7 +27,11 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
 from coorp.sweep._stats import mean_ci
+from coorp.teambench._report import load_result, plot_cslv, render_tables
+from coorp.teambench._run import TeamBenchResult, summarize_fits
 
 
 def _load(d: Path) -> dict[str, Any]:
@@ -97,12 +104,34 @@ def p50_target(res: dict[str, Any]) -> list[str]:
             f"over {ci.n} repetitions (target ≤ 1.2): {verdict}"]  # fmt: skip
 
 
+def _merge(sources: list[str]) -> TeamBenchResult:
+    parts = []
+    for src in sources:
+        path, _, names = src.partition(":")
+        parts.append(load_result(Path(path), names.split(",") if names else None))
+    if not parts:
+        raise SystemExit("--figure needs at least one --from DIR")
+    first = parts[0]
+    rows = [r for p in parts for r in p.rows]
+    network = next((p.network for p in parts if p.network), {})
+    return TeamBenchResult(first.config, rows, summarize_fits(rows, first.config), [], network,
+                           sum(p.wall_s for p in parts))  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bulk", type=Path)
     ap.add_argument("--nobulk", type=Path)
     ap.add_argument("--full", type=Path, help="a default sweep's output (its wall time)")
+    ap.add_argument("--figure", type=Path, help="draw the cells of the --from runs here")
+    ap.add_argument("--from", dest="sources", action="append", default=[],
+                    help="DIR or DIR:carrier,carrier (repeatable)")  # fmt: skip
     args = ap.parse_args()
+    if args.figure:
+        merged = _merge(args.sources)
+        plot_cslv(merged, args.figure)
+        render_tables(merged, Console(width=160))
+        print(f"figure: {args.figure}")
     if args.bulk:
         print("\n".join(bulk_target(_load(args.bulk))))
     if args.nobulk:

@@ -10,10 +10,11 @@ import numpy as np
 
 from coorp._manifest import build_manifest, json_safe, write_json
 from coorp._tables import write_table
+from coorp.teambench._config import TeamBenchConfig
 from coorp.teambench._fit import SEED_REFERENCE, CslvFit
-from coorp.teambench._run import TeamBenchResult, machine
+from coorp.teambench._run import TeamBenchResult, machine, summarize_fits
 
-__all__ = ["plot_cslv", "render_tables", "to_json", "write_outputs"]
+__all__ = ["load_result", "plot_cslv", "render_tables", "to_json", "write_outputs"]
 
 _COLUMNS = (
     "carrier", "bulk", "robots", "rate_hz", "size_bytes", "rep", "load_Bps", "sent", "echoed",
@@ -53,6 +54,27 @@ def to_json(res: TeamBenchResult) -> dict[str, Any]:
     })  # fmt: skip
 
 
+def load_result(out: Path, carriers: list[str] | None = None) -> TeamBenchResult:
+    """A saved run (``out/results.json``) again, its fits recomputed; only ``carriers``
+    if given (to draw cells of several runs in one figure)."""
+    import json
+
+    data = json.loads((out / "results.json").read_text())
+    cfg = TeamBenchConfig.model_validate(data["config"])
+    rows = [
+        {
+            k: v if v is not None else math.inf if k.startswith("rtt_") else math.nan
+            for k, v in r.items()
+        }
+        for r in data["cells"]
+        if carriers is None or r["carrier"] in carriers
+    ]
+    fits = summarize_fits(rows, cfg)
+    skipped = list(data.get("skipped", []))
+    return TeamBenchResult(cfg, rows, fits, skipped, dict(data.get("network", {})),
+                           float(data.get("wall_s", 0.0)))  # fmt: skip
+
+
 def write_outputs(
     res: TeamBenchResult, out: Path, *, config_path: str | None, formats: list[str]
 ) -> list[Path]:
@@ -90,7 +112,7 @@ def render_tables(res: TeamBenchResult, console: Any) -> None:
         "reps",
         "bracket kB/s",
         "misfit",
-        "p50 ms (all cells)",
+        "p50 ms (passed cells)",
     ):
         t.add_column(col, justify="left" if col in ("carrier", "bulk") else "right")
     for (carrier, bulk), f in res.fits.items():
