@@ -111,3 +111,14 @@ def test_the_floor_keeps_a_slow_robot_from_filling_its_ring(seed: int) -> None:
     capacity = sc.hw_queue.capacity_packets
     assert depths["test-coorp-without-floor"].max() >= 0.75 * capacity
     assert depths["coorp"].max() <= 0.5 * capacity
+
+
+def test_the_floor_is_the_fastest_bulk_links_airtime_per_packet() -> None:
+    from coorp.policies._hooks import per_packet_estimate_ns, per_packet_floor_ns
+    from coorp.sim import Simulation
+
+    sim = Simulation(load_scenario(resolve_scenario("one-low")))
+    slow = per_packet_floor_ns(sim, "r4", ["leader"])  # 29.25 Mb/s: ~0.4 ms per MPDU
+    fast = per_packet_floor_ns(sim, "leader", ["r1", "r4"])  # its fastest worker link
+    assert 20 * fast < slow <= per_packet_estimate_ns(sim, "r4")  # no backoff in a floor
+    assert per_packet_floor_ns(sim, "r1", []) == 0

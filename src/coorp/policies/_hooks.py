@@ -36,10 +36,10 @@ def per_packet_floor_ns(sim: Simulation, robot: str, peers: Iterable[str]) -> in
     robot's links to ``peers`` (where its bulk data goes). A lower bound from the
     PHY/MAC parameters, for :class:`~coorp.control.CompletionTimeTable`'s floor."""
     st = sim.station(robot)
-    fastest = max(
-        (sim.links.rate_code(st.idx, sim.station(p).idx) for p in peers if p != robot),
-        key=lambda code: sim.timing.mode(code).rate_mbps,
-    )
+    codes = [sim.links.rate_code(st.idx, sim.station(p).idx) for p in peers if p != robot]
+    if not codes:
+        return 0  # no bulk peer: no floor to speak of
+    fastest = max(codes, key=lambda code: sim.timing.mode(code).rate_mbps)
     return _share_ns(sim, fastest, backoff=False)
 
 
