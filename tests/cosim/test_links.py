@@ -93,3 +93,21 @@ def test_all_pairs_geometry_agrees_with_ray_casts() -> None:
             assert dist[k] == ray_dist or abs(dist[k] - ray_dist) < 1e-12
             seen.add(ray_walls)
     assert seen >= {0, 1, 2}  # the positions exercised clear, one-wall and two-wall lines
+
+
+def test_vectorised_rate_adaptation_matches_the_link_budget() -> None:
+    """Radio.links picks, for each received power, the MCS coorp.phy's link budget picks
+    (the highest whose sensitivity plus margin is met; -1 below MCS 0)."""
+    from coorp.cosim import Radio
+    from coorp.cosim._config import RadioConfig
+    from coorp.phy import LinkBudget
+
+    for nss, width, margin in ((2, 80, 0.0), (1, 20, 3.0), (3, 80, 0.0), (2, 160, 1.5)):
+        radio = Radio(RadioConfig(margin_db=margin), spatial_streams=nss, width_mhz=width)
+        dist = np.linspace(1.0, 150.0, 400)
+        walls = np.arange(400) % 3
+        rx, best = radio.links(dist, walls)
+        budget = LinkBudget(margin_db=margin)
+        want = [budget.best_mcs_at(float(p), nss, width) for p in rx]
+        assert best.tolist() == [-1 if m is None else m for m in want]
+        assert len(set(best.tolist())) >= 5  # the powers spanned several MCS

@@ -60,6 +60,12 @@ class Radio:
             (m, min_sensitivity_dbm(m, width_mhz) + cfg.margin_db)
             for m in sorted(valid_vht_mcs(spatial_streams, width_mhz), reverse=True)
         )
+        # Sensitivity rises with the MCS: the best MCS is the last threshold met, found
+        # by bisection over the thresholds in rising order.
+        rising = self._thresholds[::-1]
+        self._thr = np.array([t for _, t in rising])
+        self._thr_mcs = np.array([-1, *(m for m, _ in rising)], np.int64)
+        self._monotonic = bool(np.all(np.diff(self._thr) > 0))
 
     def path_loss_db(self, distance_m: float, walls: int) -> float:
         return float(self.path_loss_db_array(np.array([distance_m]), np.array([walls]))[0])
@@ -78,6 +84,9 @@ class Radio:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Received power (dBm) and best MCS (-1: below MCS 0's sensitivity) per link."""
         rx = self.cfg.tx_power_dbm - self.path_loss_db_array(distance_m, walls) - shadow_db
+        if self._monotonic:
+            best: np.ndarray = self._thr_mcs[np.searchsorted(self._thr, rx, side="right")]
+            return rx, best
         best = np.full(rx.shape, -1, np.int64)
         for m, threshold in self._thresholds:
             best[(best < 0) & (rx >= threshold)] = m

@@ -187,6 +187,10 @@ class World:
         self._box_r = np.array(self.data.geom_xmat[obs], float).reshape(-1, 3, 3)
         self._box_h = np.array(m.geom_size[obs], float).reshape(-1, 3)
         self._alt = np.array([r.altitude_m for r in self.robots])
+        self._box_lo = self._box_c - self._box_h  # world-frame faces, if axis-aligned
+        self._box_hi = self._box_c + self._box_h
+        self._pair_p = np.zeros((len(self.robots), 3))
+        self._pair_p[:, 2] = self._alt
         self._axis_aligned = bool(
             np.array_equal(self._box_r, np.broadcast_to(np.eye(3), self._box_r.shape))
         )
@@ -259,29 +263,29 @@ class World:
         flies above) this is what :meth:`walls_between`'s ray casts count (a test checks
         it); they differ only for a segment with both ends inside one box, which rays
         cast from inside it do not see."""
-        p = np.column_stack((poses[:, 0], poses[:, 1], self._alt))
+        p = self._pair_p
+        p[:, :2] = poses[:, :2]
         pa = p[a]
         seg = p[b] - pa
         dist: np.ndarray = np.sqrt(np.einsum("pi,pi->p", seg, seg))
         if not len(self._box_c):
             return dist, np.zeros(len(a), np.int64)
-        # Into each box's frame: local = Rᵀ (world − centre).
-        rel = pa[:, None, :] - self._box_c[None]
         if self._axis_aligned:
-            d = np.broadcast_to(seg[:, None, :], rel.shape)
-        else:
-            rel = np.einsum("pbi,bij->pbj", rel, self._box_r)
+            rel = pa[:, None, :]
+            d = seg[:, None, :]
+            lo_face, hi_face = self._box_lo, self._box_hi
+        else:  # into each box's frame: local = Rᵀ (world − centre)
+            rel = np.einsum("pbi,bij->pbj", pa[:, None, :] - self._box_c[None], self._box_r)
             d = np.einsum("pi,bij->pbj", seg, self._box_r)
-        h = self._box_h[None]
-        parallel = d == 0.0
+            lo_face, hi_face = -self._box_h, self._box_h
+        # Where the segment crosses each pair of faces (as a fraction of its length). A
+        # segment parallel to an axis (d = 0: two robots at the same altitude) gives
+        # -inf..inf between the faces and an empty interval outside them.
         with np.errstate(divide="ignore", invalid="ignore"):
-            inv = 1.0 / np.where(parallel, 1.0, d)
-            t1 = (-h - rel) * inv
-            t2 = (h - rel) * inv
-        inside = np.abs(rel) <= h
-        lo = np.where(parallel, np.where(inside, -np.inf, np.inf), np.minimum(t1, t2))
-        hi = np.where(parallel, np.where(inside, np.inf, -np.inf), np.maximum(t1, t2))
-        t_in, t_out = lo.max(axis=2), hi.min(axis=2)
+            t1 = (lo_face - rel) / d
+            t2 = (hi_face - rel) / d
+        t_in = np.minimum(t1, t2).max(axis=2)
+        t_out = np.maximum(t1, t2).min(axis=2)
         hit = (t_out > np.maximum(t_in, 0.0)) & (t_in < 1.0)
         walls: np.ndarray = hit.sum(axis=1)
         return dist, walls
