@@ -2,8 +2,9 @@
 
 Waiters are forked processes and threads that only use :mod:`coorp.transport._wake`
 (no iceoryx2), so the tests are quick. Nothing synchronizes with sleeps: a test waits
-(bounded) until the kernel reports the waiters asleep in a futex (``/proc/.../wchan``)
-and then counts the waiters one system call woke (the kernel's return value).
+(bounded) until the kernel reports the waiters asleep in a futex call on the wake word
+(``/proc/<task>/syscall``) and then counts the waiters one system call woke (the
+kernel's return value).
 """
 
 from __future__ import annotations
@@ -37,18 +38,21 @@ def topic_name(name: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     assert not os.path.exists(_wake.segment_path(name)), "wake file left behind"
 
 
-def _in_futex(path: str) -> bool:
+def _in_futex(task: str, addr: int) -> bool:
+    """Whether the task sleeps in a futex call on ``addr`` (not, say, on the GIL)."""
     try:
-        with open(path) as f:
-            return "futex" in f.read()
+        with open(f"{task}/syscall") as f:
+            fields = f.read().split()
     except OSError:
         return False
+    nr = _wake._syscall[1] if _wake._syscall else -1
+    return len(fields) > 1 and fields[0] == str(nr) and int(fields[1], 16) == addr
 
 
-def _await_asleep(paths: list[str]) -> None:
-    """Until every task is asleep in a futex (bounded; yields the CPU between reads)."""
+def _await_asleep(tasks: list[str], addr: int) -> None:
+    """Until every task sleeps on the wake word (bounded; yields the CPU between reads)."""
     end = time.monotonic() + _BOUND_S
-    while not all(_in_futex(p) for p in paths):
+    while not all(_in_futex(t, addr) for t in tasks):
         assert time.monotonic() < end, "waiters never went to sleep"
         os.sched_yield()
 
@@ -84,7 +88,7 @@ def test_one_call_wakes_every_waiting_process(topic_name: str) -> None:
             pids.append(pid)
         os.close(w)
         try:
-            _await_asleep([f"/proc/{pid}/wchan" for pid in pids])
+            _await_asleep([f"/proc/{pid}" for pid in pids], seg.word_addr)
             woken = seg.wake_all()  # the only wake-up any child gets
             reports = b""
             while reports.count(b"\n") < n:
@@ -143,7 +147,7 @@ def test_own_wake_reaches_only_its_waiter(topic_name: str) -> None:
             t.start()
         try:
             started.wait()
-            _await_asleep([f"/proc/self/task/{tid}/wchan" for tid in tids])
+            _await_asleep([f"/proc/self/task/{tid}" for tid in tids], seg.word_addr)
             assert seg.wake_bits(waiters[0].bits) == 1  # thread 0 alone
             threads[0].join(_BOUND_S)
             assert woken[0] is True
@@ -267,16 +271,28 @@ def test_blocked_receive_is_woken_by_wake_and_in_process_delivery(topic_name: st
     topic = Topic(name=topic_name, type=bytes)
     with Bus("w-local", reach=Reach.PROCESS | Reach.MACHINE, wake="futex") as bus:
         sub = bus.subscriber(topic)
-        assert sub._waiter is not None
+        waiter = sub._waiter
+        assert waiter is not None
+        # Not receiving: an in-process delivery queues without touching the futex word.
+        before = waiter.value()
+        bus.publisher(topic).publish(b"queued")
+        assert waiter.value() == before
+        msg = sub.receive(timeout=_BOUND_S)
+        assert msg is not None and bytes(msg.value) == b"queued"
+        # A wake() racing the receive's start (the generation is read by the caller, as
+        # areceive does) is never lost: before the wait it ends the receive, during the
+        # wait it wakes it. No sleep decides which.
         results: list[object] = []
-        t = threading.Thread(target=lambda: results.append(sub.receive(timeout=_BOUND_S)))
+        generation = sub._wake_generation
+        t = threading.Thread(target=lambda: results.append(sub._receive(_BOUND_S, generation)))
         t.start()
-        # Without waiting for the thread to sleep: a wake() before its wait is not lost.
         sub.wake()
         t.join(_BOUND_S)
         assert results == [None]
+        # An in-process delivery wakes a running receive.
         t = threading.Thread(target=lambda: results.append(sub.receive(timeout=_BOUND_S)))
         t.start()
+        _await_asleep([f"/proc/self/task/{t.native_id}"], waiter.segment.word_addr)
         bus.publisher(topic).publish(b"here")
         t.join(_BOUND_S)
         assert results[1] is not None

@@ -128,6 +128,8 @@ class Subscriber:
         #: Busy-poll budget of a blocking receive before it sleeps (ns).
         self._spin_ns = int(spin * 1e9)
         self._spinning = False
+        #: A receive is running (futex mode: local arrivals must wake it).
+        self._receiving = False
         self.bus = bus
         self.topic = topic
         self.depth = depth
@@ -178,7 +180,8 @@ class Subscriber:
     def _signal(self) -> None:
         """Wake this subscriber's blocked receive (called holding ``_cond``, not closed)."""
         if self._waiter is not None:
-            self._waiter.wake()
+            if self._receiving:
+                self._waiter.wake()
         else:
             os.eventfd_write(self._wake_fd, 1)
 
@@ -385,6 +388,21 @@ class Subscriber:
         clock = self.bus.clock
         end = None if timeout is None else clock() + int(timeout * 1e9)
         waiter = self._waiter
+        if waiter is None:
+            return self._receive_loop(clock, end, generation, None)
+        # In-process deliveries and wake() signal the futex only while a receive runs
+        # (`_receiving`), saving two system calls per local message otherwise: they set
+        # their state before reading the flag, this thread sets the flag before looking
+        # at that state, so one of the two always sees the other.
+        self._receiving = True
+        try:
+            return self._receive_loop(clock, end, generation, waiter)
+        finally:
+            self._receiving = False
+
+    def _receive_loop(
+        self, clock: Any, end: int | None, generation: int, waiter: Waiter | None
+    ) -> Message[Any] | None:
         seen = 0
         while True:
             if waiter is not None:
@@ -394,6 +412,8 @@ class Subscriber:
             msg = self.try_receive()
             if msg is not None:
                 return msg
+            if self._wake_generation != generation:
+                return None  # wake() before this wait (it signals only a running one)
             now = clock()
             if end is not None and now >= end:
                 return None
