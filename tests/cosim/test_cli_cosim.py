@@ -74,3 +74,19 @@ def test_cosim_errors_are_clear(
     plain.write_text('[[stations]]\nname = "a"\n[[stations]]\nname = "b"\n')
     code, _, err = run_cli(capsys, "cosim", str(plain))
     assert code == 2 and "[cosim]" in err
+
+
+def test_cosim_leader_prediction_flag_overrides_the_scenario(
+    capsys: pytest.CaptureFixture[str], scenario: Path, tmp_path: Path
+) -> None:
+    """--leader-prediction changes the commands (the leader's pose estimate is nearer
+    the robot's true pose: a smaller estimate error); the scenario says false."""
+    errs = {}
+    for flag in ("--no-leader-prediction", "--leader-prediction"):
+        js = tmp_path / f"{flag}.json"
+        code, _, err = run_cli(capsys, "cosim", str(scenario), "--policies", "edca",
+                               "--duration", "0.5", flag, "--json", str(js))  # fmt: skip
+        assert code == 0, err
+        m = json.loads(js.read_text())["policies"]["edca"]["metrics"]
+        errs[flag] = m["estimate_error_mean_m"]["mean"]
+    assert errs["--leader-prediction"] < 0.5 * errs["--no-leader-prediction"]

@@ -107,6 +107,15 @@ def register(app: typer.Typer) -> None:
                 help="exact (default), fixed-window or velocity-window: overrides cosim.coupling."
             ),
         ] = None,
+        leader_prediction: Annotated[
+            bool | None,
+            typer.Option(
+                "--leader-prediction/--no-leader-prediction",
+                help="Overrides cosim.leader_prediction: the leader predicts each pose "
+                "forward to the command's creation (docs/cosim.md).",
+                show_default=False,
+            ),
+        ] = None,
         out: Annotated[
             Path | None, typer.Option(help="Directory for summary.json and the figures.")
         ] = None,
@@ -132,6 +141,9 @@ def register(app: typer.Typer) -> None:
 
         path = resolve_scenario(scenario)
         cs = load_cosim(path)
+        if leader_prediction is not None:
+            cosim = cs.cosim.model_copy(update={"leader_prediction": leader_prediction})
+            cs = cs.model_copy(update={"cosim": cosim})
         duration_ns = duration_ns_option(duration)
         formats = figure_formats(fmt)
         out_dir = require_out_dir(out) if out is not None else None

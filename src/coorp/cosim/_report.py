@@ -20,7 +20,7 @@ from coorp.cosim._config import CosimConfig
 from coorp.cosim._run import CosimResult
 from coorp.sweep import mean_ci
 
-__all__ = ["METRICS", "aggregate", "plot_cosim", "run_scalars"]
+__all__ = ["EXTRA_METRICS", "METRICS", "aggregate", "plot_cosim", "run_scalars"]
 
 #: (key, column header, unit multiplier, digits): scalars per run, aggregated over seeds.
 METRICS: tuple[tuple[str, str, float, int], ...] = (
@@ -35,6 +35,10 @@ METRICS: tuple[tuple[str, str, float, int], ...] = (
     ("actuation_age_p99_ms", "cmd age p99 ms", 1.0, 1),
     ("stopped_fraction", "stopped %", 100.0, 1),
     ("bh_mbps", "BH Mb/s", 1.0, 1),
+)
+#: Aggregated over seeds into summary.json too, but not in the printed table.
+EXTRA_METRICS: tuple[tuple[str, str, float, int], ...] = (
+    ("estimate_error_mean_m", "est err m", 1.0, 4),
 )
 
 
@@ -57,6 +61,7 @@ def run_scalars(r: CosimResult) -> dict[str, float]:
         "reaction_p99_ms": f(rt["p99"]),
         "miss_rate": f(rt["violation_rate"]),
         "actuation_age_p99_ms": f(s["actuation_age_ms"]["p99"]),
+        "estimate_error_mean_m": f(s["estimate_error_m"]["mean"]),
         "stopped_fraction": f(s["stopped_fraction"]),
         "bh_mbps": f(s["bh_mbps"]),
     }
@@ -72,7 +77,7 @@ def aggregate(results: dict[str, list[CosimResult]]) -> dict[str, Any]:
     for policy, runs in results.items():
         scalars = [run_scalars(r) for r in runs]
         metrics = {}
-        for key, *_ in METRICS:
+        for key, *_ in (*METRICS, *EXTRA_METRICS):
             ci = mean_ci(sc[key] for sc in scalars)
             metrics[key] = {"mean": _clean(ci.mean), "ci95": _clean(ci.ci95), "n": ci.n}
         incomplete = sum(1 for sc in scalars if math.isnan(sc["completion_s"]))

@@ -100,6 +100,25 @@ class _Command:
     state_ns: int  # when the pose it was computed from was sampled
 
 
+@dataclass(slots=True)
+class _Perception:
+    """What a perception carries: the robot's pose and its sample instant."""
+
+    pose: tuple[float, float, float]
+    stamp: int
+
+
+def _drive(
+    x: float, y: float, th: float, v: float, w: float, dt: float
+) -> tuple[float, float, float]:
+    """The unicycle integrated exactly over ``dt`` s at constant ``(v, w)``."""
+    if abs(w) < 1e-9:
+        return x + v * math.cos(th) * dt, y + v * math.sin(th) * dt, th
+    th2 = th + w * dt
+    return (x + v / w * (math.sin(th2) - math.sin(th)),
+            y - v / w * (math.cos(th2) - math.cos(th)), th2)  # fmt: skip
+
+
 @dataclass
 class CosimResult:
     """Outcomes of one policy on one co-simulation scenario and seed."""
@@ -125,6 +144,9 @@ class CosimResult:
     deadline_ns: int
     #: Sample instant of each applied command minus the sample instant of its pose (ns).
     actuation_age_ns: np.ndarray
+    #: Per command: distance (m) from the pose the leader computed it from (the
+    #: perceived pose, or its prediction) to the robot's true pose at that instant.
+    estimate_error_m: np.ndarray
     #: Commands found stale (robot stopped) per worker-step, as a fraction.
     stopped_fraction: float
     quantization_ns: np.ndarray
@@ -166,6 +188,10 @@ class CosimResult:
             "actuation_age_ms": {
                 "p50": pct(self.actuation_age_ns, 50, 1e6),
                 "p99": pct(self.actuation_age_ns, 99, 1e6),
+            },
+            "estimate_error_m": {
+                "mean": float(self.estimate_error_m.mean()) if self.estimate_error_m.size else None,
+                "p99": pct(self.estimate_error_m, 99),
             },
             "stopped_fraction": self.stopped_fraction,
             "sync_error_ns": {
@@ -284,7 +310,7 @@ class CosimRun:
         self._cmd: dict[int, _Command] = {}
         self._pending: list[tuple[int, int, _Command]] = []  # (release ns, robot, command)
         self._held: list[tuple[int, int, _Command]] = []  # delivered, awaiting a boundary
-        self._belief: dict[int, tuple[tuple[float, float, float], int]] = {}
+        self._belief: dict[int, _Perception] = {}
         #: Commands the leader sent to each robot, oldest first (for its prediction).
         self._sent: dict[int, list[_Command]] = {}
         self._exported: tuple[np.ndarray, int] = (w.poses(), 0)
@@ -297,6 +323,7 @@ class CosimRun:
         self._mcs_rec: list[list[int]] = []
         self._walls_rec: list[list[int]] = []
         self._age: list[int] = []
+        self._pred_err: list[float] = []
         self._quant: list[int] = []
         self._inject: list[int] = []
         self._apply: list[int] = []
@@ -310,16 +337,17 @@ class CosimRun:
             sim.on_transfer = self._on_transfer
 
     # -- network crossings ------------------------------------------------------------
-    def _state_for_message(self, i: int) -> tuple[tuple[float, float, float], int]:
+    def _state_for_message(self, i: int) -> _Perception:
         now = self.sim.now_ns
         if self.coupling is Coupling.EXACT:
             self._inject.append(0)
             p = self._poses[i]
-            return (float(p[0]), float(p[1]), float(p[2])), now
-        poses, at = self._exported
-        self._inject.append(now - at)
-        p = poses[i]
-        return (float(p[0]), float(p[1]), float(p[2])), at
+            at = now
+        else:
+            poses, at = self._exported
+            self._inject.append(now - at)
+            p = poses[i]
+        return _Perception((float(p[0]), float(p[1]), float(p[2])), at)
 
     def _on_message(
         self, flow: FlowState, on_delivered: Callable[[Message], None] | None
@@ -334,9 +362,14 @@ class CosimRun:
             i = self.world.index[flow.dst.name]
             belief = self._belief.get(i)
             if belief is not None:
-                pose, stamp = belief
+                pose, stamp = belief.pose, belief.stamp
                 if self.cfg.leader_prediction:
                     pose = self._predict(i, pose, stamp, now)
+                # How far the pose the command is computed from is from the robot's pose
+                # now: the leader's estimate error (without prediction: how far the robot
+                # moved since the sample).
+                p = self._poses[i]
+                self._pred_err.append(math.hypot(pose[0] - p[0], pose[1] - p[1]))
                 ref = self.routes[i].at(now / _NS)
                 v, w = self.trackers[i].command(pose, ref)
                 payload = _Command(v, w, now, stamp)
@@ -392,14 +425,7 @@ class CosimRun:
             dt = (min(end, now) - start) / _NS
             if dt <= 0.0:
                 break
-            if abs(c.w) < 1e-9:
-                x += c.v * math.cos(th) * dt
-                y += c.v * math.sin(th) * dt
-            else:
-                th2 = th + c.w * dt
-                x += c.v / c.w * (math.sin(th2) - math.sin(th))
-                y -= c.v / c.w * (math.cos(th2) - math.cos(th))
-                th = th2
+            x, y, th = _drive(x, y, th, c.v, c.w, dt)
             t = min(end, now)
         return x, y, th
 
@@ -417,11 +443,10 @@ class CosimRun:
             else:
                 self._held.append((now, i, payload))
             return
-        pose, stamp = payload
         i = self.world.index[flow.src.name]
         old = self._belief.get(i)
-        if old is None or stamp >= old[1]:
-            self._belief[i] = (pose, stamp)
+        if old is None or payload.stamp >= old.stamp:
+            self._belief[i] = payload
 
     # -- physics ------------------------------------------------------------------------
     def _apply_pending(self, now: int) -> None:
@@ -604,6 +629,7 @@ class CosimRun:
             collisions_obstacle=self._coll_obstacle, completion_s=completion,
             reaction_ns=reaction, deadline_ns=self.deadline_ns,
             actuation_age_ns=np.array(self._age, np.int64),
+            estimate_error_m=np.array(self._pred_err),
             stopped_fraction=self._stopped / max(self._worker_steps, 1),
             quantization_ns=np.array(self._quant, np.int64),
             sync_inject_ns=np.array(self._inject, np.int64),
