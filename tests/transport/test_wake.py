@@ -218,6 +218,21 @@ def test_stale_file_of_a_crashed_run_is_replaced_and_swept(topic_name: str) -> N
     assert not os.path.exists(path)
 
 
+def _exit_holding(topic_name: str) -> None:
+    _wake.acquire(topic_name)  # and return without release (the bus never closed)
+
+
+def test_process_exiting_without_release_leaves_no_file(topic_name: str) -> None:
+    import multiprocessing
+
+    for method in ("fork", "spawn"):
+        proc = multiprocessing.get_context(method).Process(target=_exit_holding, args=(topic_name,))
+        proc.start()
+        proc.join(_BOUND_S)
+        assert proc.exitcode == 0
+        assert not os.path.exists(_wake.segment_path(topic_name)), method
+
+
 def test_sweep_keeps_files_in_use(topic_name: str) -> None:
     seg = _wake.acquire(topic_name)
     try:

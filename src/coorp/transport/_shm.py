@@ -42,6 +42,7 @@ __all__ = ["WAKE_MODES", "ShmInlet", "ShmNode", "ShmOutlet", "iceoryx2_available
 #: ``Bus(wake=...)``: how subscribers sleep. ``"auto"`` is ``"futex"`` where it works.
 WAKE_MODES = ("auto", "futex", "iceoryx2")
 _noticed = False
+_swept = False
 
 
 def _notice(reason: str) -> None:
@@ -107,6 +108,10 @@ class ShmNode:
         self.futex = reason is None
         #: Whether this node's subscribers sleep on the futex word.
         self.futex_waits = self.futex and wake != "iceoryx2"
+        global _swept
+        if self.futex and not _swept:
+            _swept = True
+            sweep_stale()  # files of crashed runs, once per process
         iox = _iox()
         self.iox = iox
         iox.set_log_level(iox.LogLevel.Error)

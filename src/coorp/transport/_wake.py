@@ -45,6 +45,7 @@ import errno
 import fcntl
 import hashlib
 import mmap
+import multiprocessing.util
 import os
 import platform
 import struct
@@ -310,6 +311,30 @@ class Waiter:
 
 _table_lock = threading.Lock()
 _table: dict[tuple[int, str], WakeSegment] = {}
+_exit_hook_pid = 0
+
+
+def _release_all() -> None:
+    """At interpreter exit (and at the end of a multiprocessing child, which skips
+    ``atexit``): leave every wake file this process still holds, so a process that exits
+    without closing its buses leaves no file behind."""
+    with _table_lock:
+        mine = [seg for (pid, _), seg in _table.items() if pid == os.getpid()]
+        for seg in mine:
+            del _table[(seg.pid, seg.name)]
+    for seg in mine:
+        with contextlib.suppress(Exception):
+            seg.leave()
+
+
+def _hook_exit() -> None:
+    # multiprocessing runs its finalizers at the main process's exit (through atexit)
+    # and at the end of every child it starts, fork included; a forked child starts
+    # with an empty registry, hence once per pid.
+    global _exit_hook_pid
+    if _exit_hook_pid != os.getpid():
+        _exit_hook_pid = os.getpid()
+        multiprocessing.util.Finalize(None, _release_all, exitpriority=-100)
 
 
 def acquire(topic_name: str) -> WakeSegment:
@@ -327,6 +352,7 @@ def acquire(topic_name: str) -> WakeSegment:
             return seg
         seg = _open(topic_name)
         _table[key] = seg
+        _hook_exit()
         return seg
 
 
