@@ -354,6 +354,21 @@ def _run_processes(
         if launcher.is_alive():
             launcher.terminate()  # its handler stops the reactors it started
             launcher.join(10)
+            _sweep_shared_memory()
+
+
+def _sweep_shared_memory() -> None:
+    """Reclaim what stopped reactors left in shared memory (iceoryx2 ports and samples,
+    wake words): they never closed their buses, and their files would stay in /dev/shm
+    until some later bus swept them."""
+    from coorp.transport import Bus, Reach
+
+    with contextlib.suppress(Exception):
+        bus = Bus("flow-sweep", reach=Reach.PROCESS | Reach.MACHINE)
+        try:
+            bus.cleanup_dead_peers()
+        finally:
+            bus.close()
 
 
 def _launch(
@@ -378,6 +393,8 @@ def _launch(
         for p in procs:
             if p.is_alive():
                 p.terminate()
+        for p in procs:  # dead before the launcher is, so the runner can sweep after them
+            p.join(5)
         os._exit(1)
 
     signal.signal(signal.SIGTERM, stop)
