@@ -178,22 +178,20 @@ class World:
         self._ray_cache: dict[tuple[int, int], tuple[tuple[float, ...], tuple[float, int]]] = {}
         self._touching: set[tuple[int, int]] = set()
         self.steps = 0
-        # The obstacle boxes as MuJoCo placed them (world frame: centre, rotation whose
-        # columns are the box axes, half sizes), for the vectorised line-of-sight test.
+        # The obstacle boxes as MuJoCo placed them, for the vectorised line-of-sight
+        # test: their faces in the world frame (the MJCF writes them axis-aligned).
         obs = [g for g in range(m.ngeom) if int(m.geom_group[g]) == _OBSTACLE_GROUP]
-        if any(int(m.geom_type[g]) != int(mj.mjtGeom.mjGEOM_BOX) for g in obs):
-            raise ConfigurationError("every obstacle geom must be a box")
-        self._box_c = np.array(self.data.geom_xpos[obs], float).reshape(-1, 3)
-        self._box_r = np.array(self.data.geom_xmat[obs], float).reshape(-1, 3, 3)
-        self._box_h = np.array(m.geom_size[obs], float).reshape(-1, 3)
-        self._alt = np.array([r.altitude_m for r in self.robots])
-        self._box_lo = self._box_c - self._box_h  # world-frame faces, if axis-aligned
-        self._box_hi = self._box_c + self._box_h
+        centre = np.array(self.data.geom_xpos[obs], float).reshape(-1, 3)
+        rot = np.array(self.data.geom_xmat[obs], float).reshape(-1, 3, 3)
+        half = np.array(m.geom_size[obs], float).reshape(-1, 3)
+        if any(int(m.geom_type[g]) != int(mj.mjtGeom.mjGEOM_BOX) for g in obs) or not (
+            np.array_equal(rot, np.broadcast_to(np.eye(3), rot.shape))
+        ):
+            raise ConfigurationError("every obstacle geom must be an axis-aligned box")
+        self._box_lo = centre - half
+        self._box_hi = centre + half
         self._pair_p = np.zeros((len(self.robots), 3))
-        self._pair_p[:, 2] = self._alt
-        self._axis_aligned = bool(
-            np.array_equal(self._box_r, np.broadcast_to(np.eye(3), self._box_r.shape))
-        )
+        self._pair_p[:, 2] = [r.altitude_m for r in self.robots]
 
     # -- state -------------------------------------------------------------------------
     def poses(self) -> np.ndarray:
@@ -257,33 +255,27 @@ class World:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Distance (m, 3-D) and obstacles crossed for every pair ``(a[k], b[k])`` of
         robots at ``poses`` (:meth:`poses`' layout), all pairs at once: the segment
-        between the two antennas against each obstacle box (slab test in the box's own
-        frame). A box counts when the segment passes through any part of it. For robots
-        outside the obstacles (a ground robot's centre cannot enter one; an aerial one
-        flies above) this is what :meth:`walls_between`'s ray casts count (a test checks
-        it); they differ only for a segment with both ends inside one box, which rays
-        cast from inside it do not see."""
+        between the two antennas against each obstacle box (slab test). A box counts when
+        the segment passes through any part of it. For robots outside the obstacles (a
+        ground robot's centre cannot enter one; an aerial one flies above) this is what
+        :meth:`walls_between`'s ray casts count (a test checks it); they differ only for
+        a segment with both ends inside one box, which rays cast from inside it do not
+        see."""
         p = self._pair_p
         p[:, :2] = poses[:, :2]
         pa = p[a]
         seg = p[b] - pa
         dist: np.ndarray = np.sqrt(np.einsum("pi,pi->p", seg, seg))
-        if not len(self._box_c):
+        if not len(self._box_lo):
             return dist, np.zeros(len(a), np.int64)
-        if self._axis_aligned:
-            rel = pa[:, None, :]
-            d = seg[:, None, :]
-            lo_face, hi_face = self._box_lo, self._box_hi
-        else:  # into each box's frame: local = Rᵀ (world − centre)
-            rel = np.einsum("pbi,bij->pbj", pa[:, None, :] - self._box_c[None], self._box_r)
-            d = np.einsum("pi,bij->pbj", seg, self._box_r)
-            lo_face, hi_face = -self._box_h, self._box_h
+        rel = pa[:, None, :]
+        d = seg[:, None, :]
         # Where the segment crosses each pair of faces (as a fraction of its length). A
         # segment parallel to an axis (d = 0: two robots at the same altitude) gives
         # -inf..inf between the faces and an empty interval outside them.
         with np.errstate(divide="ignore", invalid="ignore"):
-            t1 = (lo_face - rel) / d
-            t2 = (hi_face - rel) / d
+            t1 = (self._box_lo - rel) / d
+            t2 = (self._box_hi - rel) / d
         t_in = np.minimum(t1, t2).max(axis=2)
         t_out = np.maximum(t1, t2).min(axis=2)
         hit = (t_out > np.maximum(t_in, 0.0)) & (t_in < 1.0)
