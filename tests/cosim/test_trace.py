@@ -87,12 +87,19 @@ def test_every_message_of_a_trace_decodes_against_its_channels_schema(tmp_path) 
     tr = Tracer(path)
     r = run_cosim(parse_cosim(d), "coorp", duration_ns=SEC // 2, tracer=tr)
     tr.close()
+    # Tracing observes only: the same run untraced has the same outcomes.
+    untraced = run_cosim(parse_cosim(d), "coorp", duration_ns=SEC // 2)
+    assert untraced.poses.tobytes() == r.poses.tobytes()
+    assert untraced.reaction_ns.tobytes() == r.reaction_ns.tobytes()
+    assert untraced.bh_bytes == r.bh_bytes
     official = {
         name: (resources.files("coorp.cosim") / "foxglove" / f"{name[9:]}.json").read_bytes()
         for name in ("foxglove.SceneUpdate", "foxglove.PoseInFrame")
     }
     counts: dict[str, int] = {}
     topic_schema: dict[str, str] = {}
+    sent: dict[int, dict[str, Any]] = {}
+    delivered: dict[int, dict[str, Any]] = {}
     with path.open("rb") as fh:
         reader = make_reader(fh, validate_crcs=True)
         header = reader.get_header()
@@ -110,6 +117,11 @@ def test_every_message_of_a_trace_decodes_against_its_channels_schema(tmp_path) 
             if "timestamp" in body:  # stamped like the log time
                 ts = body["timestamp"]
                 assert ts["sec"] * SEC + ts["nsec"] == message.log_time
+            if channel.topic == "/network/sent":
+                sent[body["id"]] = body
+                assert body["created_ns"] == message.log_time
+            elif channel.topic == "/network/messages":
+                delivered[body["id"]] = body
             topic_schema[channel.topic] = schema.name
             counts[channel.topic] = counts.get(channel.topic, 0) + 1
     assert sum(counts.values()) == n_summary == tr.count
@@ -117,6 +129,7 @@ def test_every_message_of_a_trace_decodes_against_its_channels_schema(tmp_path) 
         "/scene": "foxglove.SceneUpdate",
         "/robots/leader/pose": "foxglove.PoseInFrame",
         "/robots/r1/pose": "foxglove.PoseInFrame",
+        "/network/sent": "coorp.MessageSent",
         "/network/messages": "coorp.NetworkMessage",
         "/network/transfers": "coorp.BulkTransfer",
         "/network/links": "coorp.Links",
@@ -126,4 +139,13 @@ def test_every_message_of_a_trace_decodes_against_its_channels_schema(tmp_path) 
     samples = len(r.times_ns)
     assert counts["/scene"] == counts["/robots/r1/pose"] == counts["/network/links"] == samples
     assert counts["/network/messages"] >= 2 * int(r.reaction_ns.size) - 2
+    # Every delivered message was logged when it entered the channel, under its ID, with
+    # the same flow, endpoints, size and creation instant; the rest were still in flight.
+    # COORP's permits are messages too.
+    assert set(delivered) <= set(sent) and len(sent) - len(delivered) < 10
+    for k, m in delivered.items():
+        assert {f: m[f] for f in sent[k]} == sent[k]
+        assert m["delivered_ns"] > m["created_ns"]
+    kinds = {m["flow"].split(":")[0] for m in delivered.values()}
+    assert kinds == {"perception", "control", "permit"}
     assert counts["/network/transfers"] >= 2

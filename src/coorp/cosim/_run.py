@@ -71,7 +71,13 @@ class _CosimSimulation(Simulation):
         hook = self.on_message
         if hook is not None:
             on_delivered = hook(flow, on_delivered)
-        return super().send_message(flow, size_bytes, on_delivered)
+        msg = super().send_message(flow, size_bytes, on_delivered)
+        if self.on_sent is not None:
+            self.on_sent(msg)
+        return msg
+
+    #: Called with every datagram message as it enters the channel (the trace logs it).
+    on_sent: Callable[[Message], None] | None = None
 
     #: Called with every bulk transfer as it starts (the trace logs its completion).
     on_transfer: (
@@ -335,6 +341,7 @@ class CosimRun:
         sim.on_message = self._on_message
         if tracer is not None:
             sim.on_transfer = self._on_transfer
+            sim.on_sent = self._on_sent
 
     # -- network crossings ------------------------------------------------------------
     def _state_for_message(self, i: int) -> _Perception:
@@ -374,8 +381,8 @@ class CosimRun:
                 v, w = self.trackers[i].command(pose, ref)
                 payload = _Command(v, w, now, stamp)
                 self._sent.setdefault(i, []).append(payload)
-        else:
-            return on_delivered
+        elif self.tracer is None:
+            return on_delivered  # another flow (a policy's permits): nothing to attach
         created = now
 
         def delivered(m: Message) -> None:
@@ -384,6 +391,10 @@ class CosimRun:
                 on_delivered(m)
 
         return delivered
+
+    def _on_sent(self, m: Message) -> None:
+        f = m.flow
+        self.tracer.sent(m.created_ns, m.msg_id, f.name, f.src.name, f.dst.name, m.size_bytes)
 
     def _on_transfer(
         self,
@@ -432,8 +443,8 @@ class CosimRun:
     def _arrived(self, flow: FlowState, payload: Any, created: int, m: Message) -> None:
         now = self.sim.now_ns
         if self.tracer is not None:
-            self.tracer.message(now, flow.name, flow.src.name, flow.dst.name, m.size_bytes,
-                                created)  # fmt: skip
+            self.tracer.message(now, m.msg_id, flow.name, flow.src.name, flow.dst.name,
+                                m.size_bytes, created)  # fmt: skip
         if payload is None:
             return
         if isinstance(payload, _Command):

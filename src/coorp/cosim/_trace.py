@@ -7,9 +7,12 @@ Schema files for them, ``coorp/cosim/foxglove/``, and every message fills every 
 * ``/scene`` (``foxglove.SceneUpdate``): obstacles as boxes, robots as cylinders, each
   worker's reference point as a small sphere, every ``record_period_ms``;
 * ``/robots/<name>/pose`` (``foxglove.PoseInFrame``): each robot's pose, same instants;
-* ``/network/messages`` (``coorp.NetworkMessage``): every delivered message of the MPC
-  loop (perceptions and commands) at its delivery instant, with its creation instant,
-  latency, flow, endpoints and size;
+* ``/network/sent`` (``coorp.MessageSent``): every datagram message (the MPC loop's
+  perceptions and commands, a policy's own such as COORP's permits) as it enters the
+  channel, with its ID, flow, endpoints and size;
+* ``/network/messages`` (``coorp.NetworkMessage``): every delivered one at its delivery
+  instant, with the same ID, its creation instant and latency (a sent ID that never
+  shows up here was lost or still in flight at the end);
 * ``/network/transfers`` (``coorp.BulkTransfer``): every completed bulk transfer (DRLC
   data, updates, models) at its completion instant, with its start and size;
 * ``/network/links`` (``coorp.Links``): MCS, walls, distance and received power of each
@@ -52,8 +55,12 @@ def _object(title: str, **props: Any) -> dict[str, Any]:
 
 #: Coorp's own channels (the whole message described, every field present).
 _SCHEMAS: dict[str, dict[str, Any]] = {
+    "coorp.MessageSent": _object(
+        "coorp.MessageSent", id=_INT, flow=_STR, src=_STR, dst=_STR, size_bytes=_INT,
+        created_ns=_INT,
+    ),
     "coorp.NetworkMessage": _object(
-        "coorp.NetworkMessage", flow=_STR, src=_STR, dst=_STR, size_bytes=_INT,
+        "coorp.NetworkMessage", id=_INT, flow=_STR, src=_STR, dst=_STR, size_bytes=_INT,
         created_ns=_INT, delivered_ns=_INT, latency_ms=_NUM,
     ),
     "coorp.BulkTransfer": _object(
@@ -190,10 +197,17 @@ class Tracer:
             ],
         })  # fmt: skip
 
-    def message(self, t_ns: int, flow: str, src: str, dst: str, size: int, created: int) -> None:
+    def sent(self, t_ns: int, msg_id: int, flow: str, src: str, dst: str, size: int) -> None:
+        self._write("/network/sent", "coorp.MessageSent", t_ns, {
+            "id": msg_id, "flow": flow, "src": src, "dst": dst, "size_bytes": size,
+            "created_ns": t_ns,
+        })  # fmt: skip
+
+    def message(self, t_ns: int, msg_id: int, flow: str, src: str, dst: str, size: int,
+                created: int) -> None:  # fmt: skip
         self._write("/network/messages", "coorp.NetworkMessage", t_ns, {
-            "flow": flow, "src": src, "dst": dst, "size_bytes": size, "created_ns": created,
-            "delivered_ns": t_ns, "latency_ms": (t_ns - created) / 1e6,
+            "id": msg_id, "flow": flow, "src": src, "dst": dst, "size_bytes": size,
+            "created_ns": created, "delivered_ns": t_ns, "latency_ms": (t_ns - created) / 1e6,
         })  # fmt: skip
 
     def transfer(self, t_ns: int, flow: str, src: str, dst: str, size: int,
