@@ -32,6 +32,8 @@ class CellMeasurement:
     wall_s: float
     bulk_bytes: int = 0
     notes: list[str] = field(default_factory=list)
+    #: The time over which ``bulk_bytes`` were counted (s): bulk Mb/s = bytes / this.
+    bulk_window_s: float = 0.0
 
 
 class Session(Protocol):

@@ -93,8 +93,8 @@ class NetnsSession:
 
     def cell(self, robots: int, rate_hz: float, size: int, bulk: str, rep: int) -> CellMeasurement:
         cfg = self.cfg
-        before = self._leader_stats()
         t0 = time.monotonic()
+        before = self._leader_stats()
         cmd = {"cmd": "run", "rate_hz": rate_hz, "size": size, "duration_s": cfg.duration_s,
                "drain_s": cfg.drain_s, "bulk": bulk, "bulk_message_bytes": cfg.bulk_message_bytes,
                "bulk_timeout_s": BULK_STOP_S,
@@ -106,6 +106,7 @@ class NetnsSession:
         results = [json.loads(p.expect("RESULT ", budget)) for p in active]
         wall = time.monotonic() - t0
         after = self._leader_stats()
+        window = time.monotonic() - t0
         if bulk != "none":
             self._settle()
         rtt = np.array([x for r in results for x in r["rtt_ns"]], dtype=np.int64)
@@ -114,7 +115,7 @@ class NetnsSession:
         return CellMeasurement(
             rtt_ns=rtt, sent=sum(r["sent"] for r in results), echoed=int(rtt.size), cpu_s=cpu,
             wall_s=wall, bulk_bytes=after["bulk_bytes"] - before["bulk_bytes"],
-            notes=sorted({e for r in results for e in r["errors"]}),
+            notes=sorted({e for r in results for e in r["errors"]}), bulk_window_s=window,
         )  # fmt: skip
 
     def close(self) -> None:

@@ -108,6 +108,7 @@ class _Coorp:
         self.channels: dict[Any, Any] = {}
         self.bulk_bytes = 0
         self.team: Any = None
+        self._bulk: Any = None
 
     def serve(self) -> None:
         rt = self.rt
@@ -181,7 +182,10 @@ class _Coorp:
         ch.send(payload)
 
     def bulk_stream(self) -> Any:
-        return self.team.bulk("bulk", f"{self.ctx.leader}:{ECHO_PORT}")
+        # One stream for every cell (a team refuses a second stream of the same name).
+        if self._bulk is None:
+            self._bulk = self.team.bulk("bulk", f"{self.ctx.leader}:{ECHO_PORT}")
+        return self._bulk
 
     def close(self) -> None:
         self.stop.set()

@@ -111,6 +111,7 @@ def run_echo(
         rtt_ns=np.array(rtts, dtype=np.int64), sent=sent[0], echoed=len(rtts),
         cpu_s={"simulator": _cpu() - c0}, wall_s=time.perf_counter() - t0,
         bulk_bytes=sum(f.delivered_bytes for f in bulk_flows),
+        bulk_window_s=(duration_ns + drain_ns) / 1e9,
     )  # fmt: skip
 
 
