@@ -7,8 +7,6 @@ its stack. Checked on the exchange trace of the simulator, independently of the 
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,18 +22,10 @@ from coorp.sim import Simulation
 from coorp.sim.timing import ExchangeTiming
 from coorp.testing import check_policy
 from coorp.units import s
-from coorp.workload import CrlResult, MpcLoop, _run, run_crl
+from coorp.workload import CrlResult, MpcLoop, run_crl
 from crl_scenarios import crl_scenario, merge
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def traced() -> Iterator[None]:
-    """run_crl's simulations record the exchange trace (results are the same)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(_run, "Simulation", functools.partial(Simulation, trace=True))
-        yield
 
 
 def protected_sends(r: CrlResult) -> dict[str, np.ndarray]:
@@ -139,14 +129,14 @@ def test_without_ls_traffic_it_is_coorp_permits_only() -> None:
     seed=st.integers(1, 10_000),
 )
 def test_no_bulk_aggregate_is_on_the_air_when_its_robot_sends_ls(
-    traced: None, workers: int, mcs: int, ring: str, phase: str, jitter_us: float, seed: int
+    workers: int, mcs: int, ring: str, phase: str, jitter_us: float, seed: int
 ) -> None:
     sc = crl_scenario(
         workers, duration_s=1.5, seed=seed, links={"mode": "fixed", "mcs": mcs},
         hw_queue={"mode": ring},
         workload={"mpc": {"phase": phase, "jitter_us": jitter_us}},
     )  # fmt: skip
-    r = run_crl(sc, "oracle")
+    r = run_crl(sc, "oracle", trace=True)
     names = [st.name for st in sc.stations]
     frames = bulk_frames(r, sc, dict.fromkeys(names, mcs))
     assert sum(len(f) for f in frames.values()) > 0  # bulk data did go out
@@ -154,13 +144,13 @@ def test_no_bulk_aggregate_is_on_the_air_when_its_robot_sends_ls(
     assert overlaps(r, sc, dict.fromkeys(names, mcs)) == []
 
 
-def test_coorp_has_such_overlaps_on_the_same_scenario(traced: None) -> None:
+def test_coorp_has_such_overlaps_on_the_same_scenario() -> None:
     # The check above has teeth: COORP's learned windows let some aggregates run into
     # a send (seed 3: dozens on this scenario).
     sc = crl_scenario(3, duration_s=2.0, seed=3)
     mcs = dict.fromkeys((st.name for st in sc.stations), 7)
-    assert len(overlaps(run_crl(sc, "coorp"), sc, mcs)) > 0
-    assert overlaps(run_crl(sc, "oracle"), sc, mcs) == []
+    assert len(overlaps(run_crl(sc, "coorp", trace=True), sc, mcs)) > 0
+    assert overlaps(run_crl(sc, "oracle", trace=True), sc, mcs) == []
 
 
 # -- mechanisms ------------------------------------------------------------------------------
@@ -179,9 +169,9 @@ def slow_robot_scenario(seed: int) -> Scenario:
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-def test_a_slow_link_still_sends_between_its_windows(traced: None, seed: int) -> None:
+def test_a_slow_link_still_sends_between_its_windows(seed: int) -> None:
     sc = slow_robot_scenario(seed)
-    r = run_crl(sc, "oracle")
+    r = run_crl(sc, "oracle", trace=True)
     mcs = {"leader": 7, "r1": 7, "r2": 0}
     assert overlaps(r, sc, mcs) == []
     sends = protected_sends(r)["r2"]

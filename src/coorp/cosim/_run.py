@@ -291,7 +291,7 @@ class CosimRun:
         team = Team(
             sim=sim, leader=wl.leader, workers=self.workers, ls_flows=self.mpc.flow_names,
             mpc=wl.mpc, options=sc.policy, ls_schedule=self.mpc.next_send_ns,
-            ls_phases=self.mpc.phase_ns,
+            ls_send=self.mpc.next_send, ls_phases=self.mpc.phase_ns,
         )  # fmt: skip
         self.policy = policy_cls(team)
         self.policy.install()

@@ -36,6 +36,10 @@ class Team:
     #: scheduled: the MPC loop's own knowledge (``MpcLoop.next_send_ns``), for reference
     #: policies such as ``oracle``. ``None`` when there is no MPC loop.
     ls_schedule: Callable[[str, int], int | None] | None = None
+    #: ``ls_send(robot, now_ns)``: the same as ``(instant, exact)``
+    #: (``MpcLoop.next_send``): whether that instant is the send itself or only its
+    #: earliest possible time. ``None``: not provided.
+    ls_send: Callable[[str, int], tuple[int, bool] | None] | None = None
     #: Each worker's fixed sample offset after the loop tick (``MpcLoop.phase_ns``: 0 with
     #: aligned phases, a random constant per worker with ``phase = "random"``), known to a
     #: global schedule with a synchronized clock (SchedWiFi). ``None``: no MPC loop, or not

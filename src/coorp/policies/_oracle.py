@@ -71,11 +71,15 @@ class OracleHooks:
         schedule: Callable[[str, int], int | None],
         permits: GatedHooks,
         ls_flows: frozenset[str],
+        exactness: Callable[[str, int], tuple[int, bool] | None] | None = None,
     ) -> None:
         self.robot = robot
         self.station = station
         self.channel = channel
         self.schedule = schedule
+        #: ``Team.ls_send``: whether the next send's instant is exact (None: unknown,
+        #: inferred from whether the last budget's send came, see max_bulk_airtime_ns).
+        self.exactness = exactness
         self.permits = permits
         self.ls_flows = ls_flows
         self.stats = OracleStats()
@@ -141,6 +145,7 @@ class OracleHooks:
         target, self._budget_for = self._budget_for, t
         if (
             st.shared
+            and not self._exact(now_ns)
             and target is not None
             and target < now_ns
             and self._last_send_ns < target
@@ -157,6 +162,16 @@ class OracleHooks:
         if st.shared:
             return None  # an earliest-possible instant already due: it queues behind
         return SLOT_NS  # an earliest-possible instant already due: hold a slot
+
+    def _exact(self, now_ns: int) -> bool:
+        """The next protected instant is a send, not an earliest-possible bound (False
+        when the schedule does not say: then the bound is inferred)."""
+        if self._last_send_ns == now_ns:
+            return True
+        if self.exactness is None:
+            return False
+        nxt = self.exactness(self.robot, now_ns)
+        return nxt is not None and nxt[1]
 
     def on_ls_send(self, station: DriverView, flow: str, now_ns: int) -> None:
         if flow in self.ls_flows:
@@ -211,7 +226,7 @@ class OraclePolicy(CoorpPolicy):
             hooks = OracleHooks(
                 robot=robot, station=sim.station(robot), channel=sim.channel,
                 schedule=schedule, permits=GatedHooks(client=self.clients.get(robot)),
-                ls_flows=team.ls_flows,
+                ls_flows=team.ls_flows, exactness=team.ls_send,
             )  # fmt: skip
             self.oracles[robot] = hooks
             sim.set_hooks(robot, hooks)

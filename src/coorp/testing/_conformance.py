@@ -351,7 +351,7 @@ class _Run:
         mpc = MpcLoop(sim, wl.mpc, wl.leader, workers)
         team = Team(
             sim=sim, leader=wl.leader, workers=workers, ls_flows=mpc.flow_names, mpc=wl.mpc,
-            options=sc.policy, ls_schedule=mpc.next_send_ns,
+            options=sc.policy, ls_schedule=mpc.next_send_ns, ls_send=mpc.next_send,
         )  # fmt: skip
         qualname = self.policy_cls.__qualname__
         try:

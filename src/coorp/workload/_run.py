@@ -231,6 +231,7 @@ def run_crl(
         ls_flows=mpc.flow_names if mpc is not None else frozenset(),
         mpc=wl.mpc if mpc_on else None, options=scenario.policy,
         ls_schedule=mpc.next_send_ns if mpc is not None else None,
+        ls_send=mpc.next_send if mpc is not None else None,
         ls_phases=mpc.phase_ns if mpc is not None else None,
     )  # fmt: skip
     pol = policy_cls(team)
