@@ -146,7 +146,7 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option(
                 help="sim, udp, coorp, dds-be, dds-rel, zenoh-be, zenoh-rel. "
-                "[default: sim,udp,coorp,dds-rel,zenoh-rel]"
+                "(default sim,udp,coorp,dds-rel,zenoh-rel)"
             ),
         ] = None,
         bulk: Annotated[
