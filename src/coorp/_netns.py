@@ -170,6 +170,10 @@ class Proc:
             f"{self.lines[-5:]}; exit={self.popen.poll()}; stderr tail: {self.stderr_tail()}"
         )
 
+    def expect_rest(self, prefix: str, timeout: float) -> str:
+        """:meth:`expect`, returning what follows ``prefix`` on the line."""
+        return self.expect(prefix, timeout).removeprefix(prefix)
+
     def kill(self) -> None:
         if self.popen.poll() is None:
             self.popen.kill()

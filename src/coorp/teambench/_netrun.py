@@ -62,7 +62,7 @@ class NetnsSession:
             for p in self.robots:
                 p.send(json.dumps({"cmd": "hello", "timeout_s": HELLO_TIMEOUT_S}))
             for p in self.robots:
-                if not json.loads(p.expect("RESULT ", HELLO_TIMEOUT_S + 30))["ok"]:
+                if not json.loads(p.expect_rest("RESULT ", HELLO_TIMEOUT_S + 30))["ok"]:
                     raise RuntimeError(f"{p.name}: no echo within {HELLO_TIMEOUT_S:g} s")
         except BaseException:
             self.close()
@@ -77,7 +77,7 @@ class NetnsSession:
 
     def _leader_stats(self) -> dict[str, Any]:
         self.leader.send(json.dumps({"cmd": "stats"}))
-        out: dict[str, Any] = json.loads(self.leader.expect("RESULT ", 30))
+        out: dict[str, Any] = json.loads(self.leader.expect_rest("RESULT ", 30))
         return out
 
     def _settle(self) -> None:
@@ -103,7 +103,7 @@ class NetnsSession:
         for p in active:
             p.send(json.dumps(cmd))
         budget = START_LEAD_S + cfg.duration_s + cfg.drain_s + 2 * BULK_STOP_S + 30
-        results = [json.loads(p.expect("RESULT ", budget)) for p in active]
+        results = [json.loads(p.expect_rest("RESULT ", budget)) for p in active]
         wall = time.monotonic() - t0
         after = self._leader_stats()
         window = time.monotonic() - t0
