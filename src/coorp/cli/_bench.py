@@ -65,9 +65,12 @@ def register(app: typer.Typer) -> None:
         sizes: Annotated[str, typer.Option(help="Payload sizes (MB = 10^6 B).")] = "1MB,10MB,50MB",
         subscribers: Annotated[int, typer.Option(help="Subscriber processes.")] = 4,
         rtt_sizes: Annotated[str, typer.Option(help="Round-trip sizes ('' to skip).")] = "64B,12KB",
-        impls: Annotated[str, typer.Option(help="Comma-separated implementations.")] = (
-            "coorp,coorp_copy,shm_segment,pickle5_socket,pyzmq,cyclonedds"
-        ),
+        impls: Annotated[
+            str,
+            typer.Option(
+                help="Comma-separated implementations (coorp also runs coorp_spin and coorp_iox beside it)."
+            ),
+        ] = ("coorp,coorp_copy,shm_segment,pickle5_socket,pyzmq,cyclonedds"),
         iterations: Annotated[int, typer.Option(help="Messages per size and impl.")] = 100,
         rtt_iterations: Annotated[int, typer.Option(help="Round trips per size.")] = 300,
         max_seconds: Annotated[
