@@ -68,7 +68,8 @@ def register(app: typer.Typer) -> None:
         impls: Annotated[
             str,
             typer.Option(
-                help="Comma-separated implementations (coorp also runs coorp_spin and coorp_iox beside it)."
+                help="Comma-separated implementations (coorp also runs coorp_spin and "
+                "coorp_iox beside it)."
             ),
         ] = ("coorp,coorp_copy,shm_segment,pickle5_socket,pyzmq,cyclonedds"),
         iterations: Annotated[int, typer.Option(help="Messages per size and impl.")] = 100,
