@@ -1,4 +1,5 @@
-"""COORP's departures from the paper, added one at a time (docs/control.md).
+"""COORP's departures from the paper, added one at a time (docs/control.md), and
+variants looked at beside them.
 
 A policy module for ``--policy-module``: each rung is ``coorp-paper`` plus the
 additions above it; the last rung is ``coorp`` itself::
@@ -42,3 +43,10 @@ class LadderHints(CoorpPolicy):
     name = "ladder-hints"
     summary = "… + the leader's send-time hints (coorp without the table's physical floor)"
     ctt_floor = False
+
+
+@register_policy
+class CoorpAirtimeCap(CoorpPolicy):
+    name = "coorp-cap1ms"
+    summary = "coorp + every bulk exchange capped at 1 ms of airtime (a variant, not a rung)"
+    bulk_airtime_cap_ns = 1_000_000

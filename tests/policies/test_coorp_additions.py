@@ -122,3 +122,32 @@ def test_the_floor_is_the_fastest_bulk_links_airtime_per_packet() -> None:
     fast = per_packet_floor_ns(sim, "leader", ["r1", "r4"])  # its fastest worker link
     assert 20 * fast < slow <= per_packet_estimate_ns(sim, "r4")  # no backoff in a floor
     assert per_packet_floor_ns(sim, "r1", []) == 0
+
+
+class _CoorpCapped(CoorpPolicy):
+    name = "test-coorp-capped"
+    summary = "coorp with every bulk exchange capped at 1 ms of airtime"
+    bulk_airtime_cap_ns = 1_000_000
+
+
+def test_an_airtime_cap_splits_a_slow_links_aggregates() -> None:
+    sc = load_scenario(resolve_scenario("one-low"))
+    register_policy(_CoorpCapped)
+    try:
+        capped = run_crl(sc, "test-coorp-capped", seed=1, duration_ns=8 * NS_PER_S, trace=True)
+    finally:
+        del _registry._REGISTRY[_CoorpCapped.name]
+    plain = run_crl(sc, "coorp", seed=1, duration_ns=8 * NS_PER_S, trace=True)
+
+    def r4_bulk(r: CrlResult) -> list[int]:
+        assert r.sim.trace is not None
+        return [
+            end - start
+            for start, end, collided, stations, acs, mpdus, *_ in r.sim.trace
+            if not collided and stations == ("r4",) and acs == ("BE",) and mpdus[0] > 0
+        ]
+
+    assert max(r4_bulk(plain)) > 5_000_000  # 29.25 Mb/s: ~5.5 ms aggregates
+    capped_r4 = r4_bulk(capped)
+    assert len(capped_r4) > len(r4_bulk(plain)) and max(capped_r4) <= 1_000_000
+    assert capped.bh_bytes > 0

@@ -27,7 +27,12 @@ from coorp.control import (
     ProtectionPlanner,
 )
 from coorp.policies._base import Policy
-from coorp.policies._hooks import GatedHooks, per_packet_estimate_ns, per_packet_floor_ns
+from coorp.policies._hooks import (
+    CappedGatedHooks,
+    GatedHooks,
+    per_packet_estimate_ns,
+    per_packet_floor_ns,
+)
 from coorp.policies._registry import register_policy
 from coorp.scenario import AccessCategory
 from coorp.sim.events import Event
@@ -60,6 +65,8 @@ class CoorpPolicy(Policy):
     #: Answer unmeasured depths no lower than the packets ahead need on the air
     #: (CompletionTimeTable's floor), at the robot's fastest bulk link.
     ctt_floor: ClassVar[bool] = True
+    #: Each bulk exchange's airtime at most this (CappedGatedHooks); None: no cap.
+    bulk_airtime_cap_ns: ClassVar[int | None] = None
 
     def install(self) -> None:
         team = self.team
@@ -99,10 +106,12 @@ class CoorpPolicy(Policy):
                 gate = Gate(planner, ctt, realized=self.realized_ctt)
                 self.gates[robot] = gate
                 self.planners[robot] = planner
-            hooks = GatedHooks(
+            kwargs: dict[str, Any] = dict(
                 client=self.clients.get(robot), gate=gate, planner=planner,
                 ls_flows=team.ls_flows, drain_recheck=self.drain_recheck,
             )  # fmt: skip
+            cap = self.bulk_airtime_cap_ns
+            hooks = GatedHooks(**kwargs) if cap is None else CappedGatedHooks(cap_ns=cap, **kwargs)
             self.hooks[robot] = hooks
             sim.set_hooks(robot, hooks)
         if not opts.protect_leader:

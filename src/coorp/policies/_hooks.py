@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
+from coorp._errors import UsageError
 from coorp.control import BulkClient, Gate, ProtectionPlanner
 from coorp.phy import MAX_PPDU_NS, SLOT_NS
 from coorp.scenario import AccessCategory
 from coorp.sim import FOREVER, DriverView, Simulation
 from coorp.sim.timing import aifs_ns, edca_params, mpdu_bytes, psdu_bytes
 
-__all__ = ["GatedHooks", "per_packet_estimate_ns", "per_packet_floor_ns"]
+__all__ = ["CappedGatedHooks", "GatedHooks", "per_packet_estimate_ns", "per_packet_floor_ns"]
 
 
 def per_packet_estimate_ns(sim: Simulation, robot: str) -> int:
@@ -146,3 +148,19 @@ class GatedHooks:
             else:
                 self.gate.on_discard(pid)
             self._recheck(station, now_ns)
+
+
+class CappedGatedHooks(GatedHooks):
+    """:class:`GatedHooks` whose every bulk exchange (data or TCP acks) fits in
+    ``cap_ns`` of airtime (the simulator's ``AirtimeBudgetHooks``): a slow link's
+    5.5 ms aggregates become several short ones that other robots' LS messages can
+    get between. Costs each exchange's overhead more often."""
+
+    def __init__(self, *, cap_ns: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if cap_ns < 1:
+            raise UsageError(f"cap_ns={cap_ns}: must be >= 1 nanosecond")
+        self.cap_ns = cap_ns
+
+    def max_bulk_airtime_ns(self, station: DriverView, now_ns: int) -> int | None:
+        return self.cap_ns
