@@ -54,7 +54,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -257,6 +257,18 @@ class _Common:
         self.pool.shutdown(wait=True, cancel_futures=True)
         self.team.close()
 
+    def _messages(self) -> Iterator[Any]:
+        """The inbox's messages until this process stops or the inbox closes."""
+        from coorp.runtime import RuntimeUsageError
+
+        while not self.stop.is_set():
+            try:
+                yield self.inbox.recv(timeout=0.2)
+            except TimeoutError:
+                continue
+            except RuntimeUsageError:  # the inbox closed: this process is stopping
+                return
+
 
 class _Server(_Common):
     def __init__(self, args: argparse.Namespace) -> None:
@@ -277,17 +289,9 @@ class _Server(_Common):
         self.dispatcher.start()
 
     def _dispatch(self) -> None:
-        from coorp.runtime import RuntimeUsageError
-
         n = len(self.workers)
         ctrl = bytearray(int(self.cfg["control_bytes"]))
-        while not self.stop.is_set():
-            try:
-                msg = self.inbox.recv(timeout=0.2)
-            except TimeoutError:
-                continue
-            except RuntimeUsageError:  # the inbox closed: this process is stopping
-                return
+        for msg in self._messages():
             if msg.kind == "bulk":
                 self.bulkq.put((msg.robot, msg.payload, msg.received_ns))
                 continue
@@ -468,15 +472,7 @@ class _Worker(_Common):
         threading.Thread(target=self._dispatch, daemon=True).start()
 
     def _dispatch(self) -> None:
-        from coorp.runtime import RuntimeUsageError
-
-        while not self.stop.is_set():
-            try:
-                msg = self.inbox.recv(timeout=0.2)
-            except TimeoutError:
-                continue
-            except RuntimeUsageError:  # the inbox closed: this process is stopping
-                return
+        for msg in self._messages():
             if msg.kind == "bulk":
                 self.modelq.put((msg.robot, msg.payload, msg.received_ns))
             else:
