@@ -4,8 +4,8 @@ variants looked at beside them.
 A policy module for ``--policy-module``: each rung is ``coorp-paper`` plus the
 additions above it; the last rung is ``coorp`` itself::
 
-    coorp sweep --policy-module benchmarks/coorp_ladder.py \\
-        --policies coorp-paper,ladder-recheck,ladder-lead,ladder-realized,ladder-hints,coorp \\
+    RUNGS=coorp-paper,ladder-recheck,ladder-lead,ladder-realized,ladder-hints,ladder-floor,coorp
+    coorp sweep --policy-module benchmarks/coorp_ladder.py --policies $RUNGS \\
         --scenarios crl-10,one-low --seeds 1-5 --duration 20 --out results/ladder
 """
 
@@ -41,8 +41,16 @@ class LadderRealized(LadderLead):
 @register_policy
 class LadderHints(CoorpPolicy):
     name = "ladder-hints"
-    summary = "… + the leader's send-time hints (coorp without the table's physical floor)"
+    summary = "… + the leader's send-time hints"
     ctt_floor = False
+    ring_airtime_budget_ns = None
+
+
+@register_policy
+class LadderFloor(CoorpPolicy):
+    name = "ladder-floor"
+    summary = "… + the completion-time table's physical floor (coorp without the ring budget)"
+    ring_airtime_budget_ns = None
 
 
 @register_policy
@@ -50,3 +58,21 @@ class CoorpAirtimeCap(CoorpPolicy):
     name = "coorp-cap1ms"
     summary = "coorp + every bulk exchange capped at 1 ms of airtime (a variant, not a rung)"
     bulk_airtime_cap_ns = 1_000_000
+
+
+def _ring_variant(ms: int) -> None:
+    register_policy(
+        type(
+            f"CoorpRing{ms}ms",
+            (CoorpPolicy,),
+            {
+                "name": f"coorp-ring{ms}ms",
+                "summary": f"coorp with {ms} ms of bulk airtime in the ring (a variant)",
+                "ring_airtime_budget_ns": ms * 1_000_000,
+            },
+        )
+    )
+
+
+for _ms in (1, 2, 3):
+    _ring_variant(_ms)

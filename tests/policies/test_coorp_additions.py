@@ -23,6 +23,7 @@ class _CoorpWithoutHints(CoorpPolicy):
     name = "test-coorp-without-hints"
     summary = "coorp without the leader's send-time hints"
     use_hints = False
+    ring_airtime_budget_ns = None
 
 
 class _CoorpWithPaperTable(CoorpPolicy):
@@ -30,12 +31,20 @@ class _CoorpWithPaperTable(CoorpPolicy):
     summary = "coorp with the paper's completion-time table (bare durations, no lead buckets)"
     realized_ctt = False
     ctt_lead_edges_ns: ClassVar[tuple[int, ...]] = ()
+    ring_airtime_budget_ns = None
 
 
 class _CoorpWithoutFloor(CoorpPolicy):
     name = "test-coorp-without-floor"
-    summary = "coorp without the completion-time table's physical floor"
+    summary = "coorp without the completion-time table's physical floor (nor a ring budget)"
     ctt_floor = False
+    ring_airtime_budget_ns = None
+
+
+class _CoorpFloorOnly(CoorpPolicy):
+    name = "test-coorp-floor-only"
+    summary = "coorp with the table's physical floor and no ring budget"
+    ring_airtime_budget_ns = None
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -45,6 +54,8 @@ def ablations() -> Iterator[None]:
     register_policy(_CoorpWithoutHints)
     register_policy(_CoorpWithPaperTable)
     register_policy(_CoorpWithoutFloor)
+    register_policy(_CoorpFloorOnly)
+    register_policy(_CoorpNoRingBudget)
     yield
     _registry._REGISTRY.clear()
     _registry._REGISTRY.update(saved)
@@ -58,7 +69,9 @@ def run(policy: str, seed: int) -> CrlResult:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_coorp_moves_more_bulk_data_than_the_paper_and_keeps_the_loop(seed: int) -> None:
-    ours, paper = run("coorp", seed), run("coorp-paper", seed)
+    # The gate's additions alone: the ring budget (tested below) trades a few percent
+    # of a fast link's throughput for short rings, which is not what this measures.
+    ours, paper = run("test-coorp-no-ring-budget", seed), run("coorp-paper", seed)
     assert ours.bh_bytes > 1.05 * paper.bh_bytes
     assert ours.violation_rate <= paper.violation_rate + 0.01
     # The paper's gate never resumes early; ours did (a drain, a send, a hint).
@@ -74,7 +87,7 @@ def control_latency_p50(result: CrlResult) -> float:
 
 
 def test_the_leaders_hints_reach_its_planner_and_cost_nothing() -> None:
-    ours = [run("coorp", seed) for seed in SEEDS]
+    ours = [run("test-coorp-no-ring-budget", seed) for seed in SEEDS]
     blind = [run("test-coorp-without-hints", seed) for seed in SEEDS]
     for o, b in zip(ours, blind, strict=True):
         # Only the leader gives hints (its control sends follow the last perception).
@@ -91,7 +104,7 @@ def test_the_leaders_hints_reach_its_planner_and_cost_nothing() -> None:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_completion_measured_against_the_send_admits_more(seed: int) -> None:
-    ours, plain = run("coorp", seed), run("test-coorp-paper-table", seed)
+    ours, plain = run("test-coorp-no-ring-budget", seed), run("test-coorp-paper-table", seed)
     assert ours.bh_bytes > 1.02 * plain.bh_bytes
     assert ours.violation_rate <= plain.violation_rate + 0.01
 
@@ -103,14 +116,15 @@ def test_the_floor_keeps_a_slow_robot_from_filling_its_ring(seed: int) -> None:
     # said a full ring clears at once, and r4's perception found its ring nearly full.
     sc = load_scenario(resolve_scenario("one-low"))
     depths = {}
-    for policy in ("coorp", "test-coorp-without-floor"):
+    # (Without the ring budget, which alone would keep the ring short.)
+    for policy in ("test-coorp-floor-only", "test-coorp-without-floor"):
         result = run_crl(sc, policy, seed=seed, duration_ns=12 * NS_PER_S, timeseries=False)
         msgs = result.sim.messages
         depths[policy] = msgs["hw_depth_first"][msgs["flow"] == "perception:r4"]
         assert depths[policy].size > 300
     capacity = sc.hw_queue.capacity_packets
     assert depths["test-coorp-without-floor"].max() >= 0.75 * capacity
-    assert depths["coorp"].max() <= 0.5 * capacity
+    assert depths["test-coorp-floor-only"].max() <= 0.5 * capacity
 
 
 def test_the_floor_is_the_fastest_bulk_links_airtime_per_packet() -> None:
@@ -126,8 +140,9 @@ def test_the_floor_is_the_fastest_bulk_links_airtime_per_packet() -> None:
 
 class _CoorpCapped(CoorpPolicy):
     name = "test-coorp-capped"
-    summary = "coorp with every bulk exchange capped at 1 ms of airtime"
+    summary = "coorp with every bulk exchange capped at 1 ms of airtime (no ring budget)"
     bulk_airtime_cap_ns = 1_000_000
+    ring_airtime_budget_ns = None
 
 
 def test_an_airtime_cap_splits_a_slow_links_aggregates() -> None:
@@ -137,7 +152,7 @@ def test_an_airtime_cap_splits_a_slow_links_aggregates() -> None:
         capped = run_crl(sc, "test-coorp-capped", seed=1, duration_ns=8 * NS_PER_S, trace=True)
     finally:
         del _registry._REGISTRY[_CoorpCapped.name]
-    plain = run_crl(sc, "coorp", seed=1, duration_ns=8 * NS_PER_S, trace=True)
+    plain = run_crl(sc, "test-coorp-no-ring-budget", seed=1, duration_ns=8 * NS_PER_S, trace=True)
 
     def r4_bulk(r: CrlResult) -> list[int]:
         assert r.sim.trace is not None
@@ -151,3 +166,56 @@ def test_an_airtime_cap_splits_a_slow_links_aggregates() -> None:
     capped_r4 = r4_bulk(capped)
     assert len(capped_r4) > len(r4_bulk(plain)) and max(capped_r4) <= 1_000_000
     assert capped.bh_bytes > 0
+
+
+class _CoorpNoRingBudget(CoorpPolicy):
+    name = "test-coorp-no-ring-budget"
+    summary = "coorp with the whole ring open to bulk data"
+    ring_airtime_budget_ns = None
+
+
+def test_the_ring_limit_is_the_budget_over_the_slowest_bulk_links_airtime() -> None:
+    from coorp.policies._hooks import per_packet_floor_ns, ring_limit_packets
+    from coorp.sim import Simulation
+
+    sim = Simulation(load_scenario(resolve_scenario("one-low")))
+    slow = per_packet_floor_ns(sim, "r4", ["leader"])  # its only bulk link is the slow one
+    assert ring_limit_packets(sim, "r4", ["leader"], 2_000_000) == 2_000_000 // slow
+    assert ring_limit_packets(sim, "r4", ["leader"], 1) == 1  # never below one packet
+    # The leader's limit follows its slowest worker link (r4's), not its fastest.
+    assert ring_limit_packets(sim, "leader", ["r1", "r4"], 2_000_000) == 2_000_000 // slow
+    # A fast link fits more than the ring holds: the limit does not bind there.
+    assert ring_limit_packets(sim, "r1", ["leader"], 2_000_000) > 64
+    assert ring_limit_packets(sim, "r1", [], 2_000_000) == sim.scenario.hw_queue.capacity_packets
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_ring_budget_keeps_ls_messages_from_queueing_behind_bulk_data(seed: int) -> None:
+    from coorp.policies._hooks import ring_limit_packets
+    from coorp.sim import Simulation
+
+    # all-low: every link at 29 Mb/s, 0.4 ms per bulk packet; 1.5 ms of ring is 3.
+    sc = load_scenario(resolve_scenario("all-low"))
+    budget = CoorpPolicy.ring_airtime_budget_ns
+    assert budget is not None
+    limit = ring_limit_packets(Simulation(sc), "r1", ["leader"], budget)
+    assert limit == 3
+    runs = {
+        p: run_crl(sc, p, seed=seed, duration_ns=8 * NS_PER_S, timeseries=False)
+        for p in ("coorp", "test-coorp-no-ring-budget")
+    }
+    ahead = {}
+    for p, r in runs.items():
+        msgs = r.sim.messages
+        flows = msgs["flow"].astype(str)
+        loop = np.char.startswith(flows, "perception:") | np.char.startswith(flows, "control:")
+        ahead[p] = msgs["hw_depth_first"][loop]
+    # Ahead of an MPC message: at most `limit` bulk packets, plus what the budget does
+    # not hold back (the robot's own earlier LS packets, TCP acks).
+    assert ahead["coorp"].max() <= limit + 6
+    assert ahead["test-coorp-no-ring-budget"].max() >= 24
+    assert np.mean(ahead["coorp"]) < np.mean(ahead["test-coorp-no-ring-budget"])
+    assert sum(runs["coorp"].policy_stats["ring_full_pauses"].values()) > 0
+    assert not any(runs["test-coorp-no-ring-budget"].policy_stats["ring_full_pauses"].values())
+    # Bulk data still flows (short rings refill at every completion).
+    assert runs["coorp"].bh_bytes >= 0.8 * runs["test-coorp-no-ring-budget"].bh_bytes

@@ -32,6 +32,7 @@ from coorp.policies._hooks import (
     GatedHooks,
     per_packet_estimate_ns,
     per_packet_floor_ns,
+    ring_limit_packets,
 )
 from coorp.policies._registry import register_policy
 from coorp.scenario import AccessCategory
@@ -67,6 +68,10 @@ class CoorpPolicy(Policy):
     ctt_floor: ClassVar[bool] = True
     #: Each bulk exchange's airtime at most this (CappedGatedHooks); None: no cap.
     bulk_airtime_cap_ns: ClassVar[int | None] = None
+    #: Bulk data in the NIC ring at most this much airtime (GatedHooks' ring_limit,
+    #: from ring_limit_packets, at the robot's slowest bulk link); None: the whole ring.
+    #: 1.5 ms is 83 packets at crl-5's rates (of a 128-packet ring), 3 at MCS 0's.
+    ring_airtime_budget_ns: ClassVar[int | None] = 1_500_000
 
     def install(self) -> None:
         team = self.team
@@ -110,6 +115,11 @@ class CoorpPolicy(Policy):
                 client=self.clients.get(robot), gate=gate, planner=planner,
                 ls_flows=team.ls_flows, drain_recheck=self.drain_recheck,
             )  # fmt: skip
+            budget = self.ring_airtime_budget_ns
+            if budget is not None:
+                kwargs["ring_limit"] = ring_limit_packets(
+                    sim, robot, team.bulk_peers(robot), budget
+                )
             cap = self.bulk_airtime_cap_ns
             hooks = GatedHooks(**kwargs) if cap is None else CappedGatedHooks(cap_ns=cap, **kwargs)
             self.hooks[robot] = hooks
@@ -252,6 +262,7 @@ class CoorpPolicy(Policy):
             hooks = getattr(self, "hooks", {})
             out["early_resumes"] = {r: h.early_resumes for r, h in hooks.items()}
             out["hints"] = dict(getattr(self, "hints_taken", {}))
+            out["ring_full_pauses"] = {r: h.ring_full_pauses for r, h in hooks.items()}
         return out
 
 
@@ -260,6 +271,7 @@ class CoorpGlobalPolicy(CoorpPolicy):
     name = "coorp-global"
     summary = "COORP ablation: permits only (one bulk sender at a time), no local gate"
     use_gate = False
+    ring_airtime_budget_ns = None
 
 
 @register_policy
@@ -278,3 +290,4 @@ class CoorpPaperPolicy(CoorpPolicy):
     realized_ctt = False
     ctt_lead_edges_ns = ()
     ctt_floor = False
+    ring_airtime_budget_ns = None

@@ -12,7 +12,13 @@ from coorp.scenario import AccessCategory
 from coorp.sim import FOREVER, DriverView, Simulation
 from coorp.sim.timing import aifs_ns, edca_params, mpdu_bytes, psdu_bytes
 
-__all__ = ["CappedGatedHooks", "GatedHooks", "per_packet_estimate_ns", "per_packet_floor_ns"]
+__all__ = [
+    "CappedGatedHooks",
+    "GatedHooks",
+    "per_packet_estimate_ns",
+    "per_packet_floor_ns",
+    "ring_limit_packets",
+]
 
 
 def per_packet_estimate_ns(sim: Simulation, robot: str) -> int:
@@ -43,6 +49,21 @@ def per_packet_floor_ns(sim: Simulation, robot: str, peers: Iterable[str]) -> in
         return 0  # no bulk peer: no floor to speak of
     fastest = max(codes, key=lambda code: sim.timing.mode(code).rate_mbps)
     return _share_ns(sim, fastest, backoff=False)
+
+
+def ring_limit_packets(sim: Simulation, robot: str, peers: Iterable[str], budget_ns: int) -> int:
+    """How many bulk packets fit in ``budget_ns`` of the robot's NIC ring (an airtime
+    queue limit, as Linux's AQL): ``budget_ns`` over one packet's share of an AC_BE
+    access (AIFS, no backoff, the largest A-MPDU) at the slowest of the robot's links
+    to ``peers``, at least one. On a fast link it is most of the ring (1.5 ms: 83
+    packets at 780 Mb/s); on a slow one a few packets (3 at 29.25 Mb/s), which keeps
+    the robot's own LS messages from queueing behind milliseconds of its bulk data."""
+    st = sim.station(robot)
+    codes = [sim.links.rate_code(st.idx, sim.station(p).idx) for p in peers if p != robot]
+    if not codes:
+        return sim.scenario.hw_queue.capacity_packets
+    slowest = min(codes, key=lambda code: sim.timing.mode(code).rate_mbps)
+    return max(1, budget_ns // _share_ns(sim, slowest, backoff=False))
 
 
 def _share_ns(sim: Simulation, code: int, *, backoff: bool) -> int:
@@ -76,6 +97,9 @@ class GatedHooks:
       again (:meth:`Gate.admits`) at each of those events while the queue is
       paused by a denial, and the queue resumes at once if a packet would now be
       admitted (``early_resumes`` counts it).
+    * ``ring_limit``: at most this many packets in the ring the next bulk packet
+      would join (:func:`ring_limit_packets`); a full one resumes at the next
+      completion. None: the ring's capacity.
     """
 
     def __init__(
@@ -86,7 +110,10 @@ class GatedHooks:
         planner: ProtectionPlanner | None = None,
         ls_flows: frozenset[str] = frozenset(),
         drain_recheck: bool = False,
+        ring_limit: int | None = None,
     ) -> None:
+        if ring_limit is not None and ring_limit < 1:
+            raise UsageError(f"ring_limit={ring_limit}: must be >= 1 packet")
         self.client = client
         self.gate = gate
         self.planner = planner
@@ -96,10 +123,20 @@ class GatedHooks:
         self._paused_until: int | None = None
         #: Times a re-check ended a gate pause before its resume time.
         self.early_resumes = 0
+        self.ring_limit = ring_limit
+        # Paused because the ring held ring_limit packets (resumes at a completion).
+        self._ring_full = False
+        #: Times bulk data waited for room under ring_limit.
+        self.ring_full_pauses = 0
 
     def admit_bulk(self, station: DriverView, now_ns: int) -> int | None:
         self._paused_until = None
+        self._ring_full = False
         if self.client is not None and not self.client.may_send(now_ns):
+            return FOREVER
+        if self.ring_limit is not None and station.hw_queue_length() >= self.ring_limit:
+            self._ring_full = True
+            self.ring_full_pauses += 1
             return FOREVER
         if self.gate is not None:
             decision = self.gate.decide(now_ns, station.hw_queue_length())
@@ -148,6 +185,11 @@ class GatedHooks:
             else:
                 self.gate.on_discard(pid)
             self._recheck(station, now_ns)
+        if self._ring_full:
+            assert self.ring_limit is not None
+            if station.hw_queue_length() < self.ring_limit:
+                self._ring_full = False
+                station.pause_bulk(now_ns)  # resume through the driver's timer
 
 
 class CappedGatedHooks(GatedHooks):

@@ -206,6 +206,7 @@ class OraclePolicy(CoorpPolicy):
     )
     deployable: ClassVar[bool] = False
     use_gate: ClassVar[bool] = False
+    ring_airtime_budget_ns: ClassVar[int | None] = None
 
     def install(self) -> None:
         super().install()  # COORP's permits (no gate): controller, clients, hooks
