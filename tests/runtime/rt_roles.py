@@ -74,9 +74,11 @@ def worker(args: argparse.Namespace) -> None:
     )
     team = join(args.leader, args.robot, TeamKey.from_hex(args.key_hex), settings=settings)
     print(f"READY mode={team.mode}", flush=True)
-    ls = team.latency_sensitive(
-        "perception", args.dest, deadline_ms=args.ls_period_ms, period_ms=args.ls_period_ms
-    )
+    ls = None
+    if not args.no_ls:
+        ls = team.latency_sensitive(
+            "perception", args.dest, deadline_ms=args.ls_period_ms, period_ms=args.ls_period_ms
+        )
     period = round(args.ls_period_ms * 1e6)
     warm = threading.Event()
     stop = threading.Event()
@@ -84,6 +86,7 @@ def worker(args: argparse.Namespace) -> None:
     sent = [0]
 
     def periodic() -> None:
+        assert ls is not None
         # The LS workload: send at grid + k·period (the same instants on every robot).
         k = max(0, -(-(time.monotonic_ns() - args.grid_ns) // period))
         for _ in range(100_000):
@@ -98,7 +101,10 @@ def worker(args: argparse.Namespace) -> None:
             k += 1
 
     lt = threading.Thread(target=periodic, daemon=True)
-    lt.start()
+    if ls is None:
+        warm.set()  # a bulk-only robot: nothing to warm up
+    else:
+        lt.start()
     data = random.Random(args.seed).randbytes(args.bh_bytes)
     if not warm.wait(timeout=args.timeout):
         raise SystemExit("LS flow did not start")
@@ -113,7 +119,8 @@ def worker(args: argparse.Namespace) -> None:
         threading.Thread(target=_trace_outq, args=(bh, trace, stop), daemon=True).start()
     receipt = bh.send(data, timeout_s=args.timeout)
     stop.set()
-    lt.join(timeout=5)
+    if ls is not None:
+        lt.join(timeout=5)
     if args.leader:
         # The permit's release goes out after the receipt: once the leader has handled
         # it, its counters (read after RESULT) include it.
@@ -128,7 +135,7 @@ def worker(args: argparse.Namespace) -> None:
         "preempted_ns": receipt.preempted_ns,
         "preemptions": receipt.preemptions,
         "ls_sent": sent[0],
-        "ls": dataclasses.asdict(ls.stats),
+        "ls": None if ls is None else dataclasses.asdict(ls.stats),
         "bulk": team.stats()["bulk"]["params"],
         "link": team.stats().get("link", {}),
         "permits": team.stats()["permits"],
@@ -304,6 +311,7 @@ def main() -> None:
     w.add_argument("--leader")
     w.add_argument("--no-local", action="store_true")
     w.add_argument("--ls-period-ms", type=float, default=33.3)
+    w.add_argument("--no-ls", action="store_true", help="no LS channel: a bulk-only robot")
     w.add_argument("--ls-bytes", type=int, default=4000)
     w.add_argument("--bh-bytes", type=int, required=True)
     w.add_argument("--seed", type=int, default=1)

@@ -322,10 +322,12 @@ class AsyncBulkStream:
                 gate is not None
                 and tracker is not None
                 and self._planner is not None
-                and self._planner.has_flows()
+                and (self._planner.has_flows() or s.inflight_budget_ns is not None)
             ):
-                # This robot has LS channels: chunks are measured (CTT samples) even
-                # before their time model predicts windows, and gated once it does.
+                # Chunks are measured (CTT samples) even before the time model predicts
+                # windows, and gated once it does. A robot without LS channels of its
+                # own is measured too: the in-flight budget protects the *other*
+                # robots' LS datagrams, which wait behind its bytes at the bottleneck.
                 self._pace(conn, True)
                 tracker.poll(now)
                 depth = tracker.depth()
