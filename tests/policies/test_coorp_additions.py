@@ -10,6 +10,7 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
+from coorp._errors import UsageError
 from coorp.policies import CoorpPolicy, _registry, register_policy
 from coorp.scenario import load_scenario, resolve_scenario
 from coorp.units import NS_PER_S
@@ -174,31 +175,36 @@ class _CoorpNoRingBudget(CoorpPolicy):
     ring_airtime_budget_ns = None
 
 
-def test_the_ring_limit_is_the_budget_over_the_slowest_bulk_links_airtime() -> None:
-    from coorp.policies._hooks import per_packet_floor_ns, ring_limit_packets
+def test_the_ring_limit_is_the_budget_over_the_next_packets_link_airtime() -> None:
+    from coorp.policies._hooks import RingBudget, per_packet_floor_ns
     from coorp.sim import Simulation
 
     sim = Simulation(load_scenario(resolve_scenario("one-low")))
-    slow = per_packet_floor_ns(sim, "r4", ["leader"])  # its only bulk link is the slow one
-    assert ring_limit_packets(sim, "r4", ["leader"], 2_000_000) == 2_000_000 // slow
-    assert ring_limit_packets(sim, "r4", ["leader"], 1) == 1  # never below one packet
-    # The leader's limit follows its slowest worker link (r4's), not its fastest.
-    assert ring_limit_packets(sim, "leader", ["r1", "r4"], 2_000_000) == 2_000_000 // slow
-    # A fast link fits more than the ring holds: the limit does not bind there.
-    assert ring_limit_packets(sim, "r1", ["leader"], 2_000_000) > 64
-    assert ring_limit_packets(sim, "r1", [], 2_000_000) == sim.scenario.hw_queue.capacity_packets
+    slow = per_packet_floor_ns(sim, "r4", ["leader"])  # 29.25 Mb/s: ~0.4 ms per packet
+    fast = per_packet_floor_ns(sim, "r1", ["leader"])
+    r4 = RingBudget(sim, "r4", 2_000_000)
+    assert r4.packets_to("leader") == 2_000_000 // slow
+    assert RingBudget(sim, "r4", 1).packets_to("leader") == 1  # never below one packet
+    # The leader is limited per destination: by r4's link only while sending to r4.
+    leader = RingBudget(sim, "leader", 2_000_000)
+    assert leader.packets_to("r4") == 2_000_000 // slow
+    assert leader.packets_to("r1") == 2_000_000 // fast > 64
+    # With no bulk data waiting the ring's capacity (nothing to limit).
+    assert r4() == sim.scenario.hw_queue.capacity_packets
+    with pytest.raises(UsageError, match="ring budget 0 ns"):
+        RingBudget(sim, "r4", 0)
 
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_a_ring_budget_keeps_ls_messages_from_queueing_behind_bulk_data(seed: int) -> None:
-    from coorp.policies._hooks import ring_limit_packets
+    from coorp.policies._hooks import RingBudget
     from coorp.sim import Simulation
 
     # all-low: every link at 29 Mb/s, 0.4 ms per bulk packet; 1.5 ms of ring is 3.
     sc = load_scenario(resolve_scenario("all-low"))
     budget = CoorpPolicy.ring_airtime_budget_ns
     assert budget is not None
-    limit = ring_limit_packets(Simulation(sc), "r1", ["leader"], budget)
+    limit = RingBudget(Simulation(sc), "r1", budget).packets_to("leader")
     assert limit == 3
     runs = {
         p: run_crl(sc, p, seed=seed, duration_ns=8 * NS_PER_S, timeseries=False)

@@ -30,9 +30,9 @@ from coorp.policies._base import Policy
 from coorp.policies._hooks import (
     CappedGatedHooks,
     GatedHooks,
+    RingBudget,
     per_packet_estimate_ns,
     per_packet_floor_ns,
-    ring_limit_packets,
 )
 from coorp.policies._registry import register_policy
 from coorp.scenario import AccessCategory
@@ -68,9 +68,9 @@ class CoorpPolicy(Policy):
     ctt_floor: ClassVar[bool] = True
     #: Each bulk exchange's airtime at most this (CappedGatedHooks); None: no cap.
     bulk_airtime_cap_ns: ClassVar[int | None] = None
-    #: Bulk data in the NIC ring at most this much airtime (GatedHooks' ring_limit,
-    #: from ring_limit_packets, at the robot's slowest bulk link); None: the whole ring.
-    #: 1.5 ms is 83 packets at crl-5's rates (of a 128-packet ring), 3 at MCS 0's.
+    #: Bulk data in the NIC ring at most this much airtime (RingBudget, per the next
+    #: packet's link); None: the whole ring. 1.5 ms is 83 packets at crl-5's rates (of a
+    #: 128-packet ring), 3 at MCS 0's.
     ring_airtime_budget_ns: ClassVar[int | None] = 1_500_000
 
     def install(self) -> None:
@@ -117,9 +117,7 @@ class CoorpPolicy(Policy):
             )  # fmt: skip
             budget = self.ring_airtime_budget_ns
             if budget is not None:
-                kwargs["ring_limit"] = ring_limit_packets(
-                    sim, robot, team.bulk_peers(robot), budget
-                )
+                kwargs["ring_limit"] = RingBudget(sim, robot, budget)
             cap = self.bulk_airtime_cap_ns
             hooks = GatedHooks(**kwargs) if cap is None else CappedGatedHooks(cap_ns=cap, **kwargs)
             self.hooks[robot] = hooks

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from coorp._errors import UsageError
@@ -15,9 +15,9 @@ from coorp.sim.timing import aifs_ns, edca_params, mpdu_bytes, psdu_bytes
 __all__ = [
     "CappedGatedHooks",
     "GatedHooks",
+    "RingBudget",
     "per_packet_estimate_ns",
     "per_packet_floor_ns",
-    "ring_limit_packets",
 ]
 
 
@@ -51,19 +51,50 @@ def per_packet_floor_ns(sim: Simulation, robot: str, peers: Iterable[str]) -> in
     return _share_ns(sim, fastest, backoff=False)
 
 
-def ring_limit_packets(sim: Simulation, robot: str, peers: Iterable[str], budget_ns: int) -> int:
-    """How many bulk packets fit in ``budget_ns`` of the robot's NIC ring (an airtime
-    queue limit, as Linux's AQL): ``budget_ns`` over one packet's share of an AC_BE
-    access (AIFS, no backoff, the largest A-MPDU) at the slowest of the robot's links
-    to ``peers``, at least one. On a fast link it is most of the ring (1.5 ms: 83
-    packets at 780 Mb/s); on a slow one a few packets (3 at 29.25 Mb/s), which keeps
-    the robot's own LS messages from queueing behind milliseconds of its bulk data."""
-    st = sim.station(robot)
-    codes = [sim.links.rate_code(st.idx, sim.station(p).idx) for p in peers if p != robot]
-    if not codes:
-        return sim.scenario.hw_queue.capacity_packets
-    slowest = min(codes, key=lambda code: sim.timing.mode(code).rate_mbps)
-    return max(1, budget_ns // _share_ns(sim, slowest, backoff=False))
+class RingBudget:
+    """An airtime queue limit for one robot's NIC ring, as Linux's AQL: how many
+    packets the ring may hold before the next bulk packet joins it.
+
+    ``budget_ns`` over one packet's share of an AC_BE access (AIFS, no backoff, the
+    largest A-MPDU) at the rate of the link the *next* bulk packet goes over, at least
+    one packet; links are read when asked (they may change during a run, as in
+    co-simulation), and each rate's answer is computed once. On a fast link it is
+    most of the ring (1.5 ms: 83 packets at 780 Mb/s); on a slow one a few (3 at
+    29.25 Mb/s), which keeps the robot's LS messages from queueing behind milliseconds
+    of its own bulk data. A leader sending to a fast and a slow worker is limited per
+    destination, not by its slowest link."""
+
+    def __init__(self, sim: Simulation, robot: str, budget_ns: int) -> None:
+        if budget_ns < 1:
+            raise UsageError(f"ring budget {budget_ns} ns: must be >= 1 ns")
+        self._sim = sim
+        self._station = sim.station(robot)
+        self.budget_ns = budget_ns
+        self._by_code: dict[int, int] = {}
+
+    def packets_at(self, code: int) -> int:
+        """The limit for bulk packets sent at rate ``code``."""
+        limit = self._by_code.get(code)
+        if limit is None:
+            limit = max(1, self.budget_ns // _share_ns(self._sim, code, backoff=False))
+            self._by_code[code] = limit
+        return limit
+
+    def packets_to(self, peer: str) -> int:
+        """The limit while the next bulk packet goes to ``peer``."""
+        return self.packets_at(
+            self._sim.links.rate_code(self._station.idx, self._sim.station(peer).idx)
+        )
+
+    def __call__(self) -> int:
+        """The limit for the bulk packet the driver would hand over next (its head
+        transfer's destination; the ring's capacity when no bulk data waits)."""
+        transfers = self._station.transfers
+        if not transfers:
+            return self._sim.scenario.hw_queue.capacity_packets
+        code = self._sim.links.rate_code(self._station.idx, transfers[0].flow.dst.idx)
+        limit = self._by_code.get(code)
+        return self.packets_at(code) if limit is None else limit
 
 
 def _share_ns(sim: Simulation, code: int, *, backoff: bool) -> int:
@@ -97,9 +128,9 @@ class GatedHooks:
       again (:meth:`Gate.admits`) at each of those events while the queue is
       paused by a denial, and the queue resumes at once if a packet would now be
       admitted (``early_resumes`` counts it).
-    * ``ring_limit``: at most this many packets in the ring the next bulk packet
-      would join (:func:`ring_limit_packets`); a full one resumes at the next
-      completion. None: the ring's capacity.
+    * ``ring_limit``: called before each bulk packet, at most this many packets in
+      the ring it would join (a :class:`RingBudget`); a full one resumes at the next
+      completion that leaves room. None: the ring's capacity.
     """
 
     def __init__(
@@ -110,10 +141,8 @@ class GatedHooks:
         planner: ProtectionPlanner | None = None,
         ls_flows: frozenset[str] = frozenset(),
         drain_recheck: bool = False,
-        ring_limit: int | None = None,
+        ring_limit: Callable[[], int] | None = None,
     ) -> None:
-        if ring_limit is not None and ring_limit < 1:
-            raise UsageError(f"ring_limit={ring_limit}: must be >= 1 packet")
         self.client = client
         self.gate = gate
         self.planner = planner
@@ -124,7 +153,7 @@ class GatedHooks:
         #: Times a re-check ended a gate pause before its resume time.
         self.early_resumes = 0
         self.ring_limit = ring_limit
-        # Paused because the ring held ring_limit packets (resumes at a completion).
+        # Paused because the ring held ring_limit() packets (resumes at a completion).
         self._ring_full = False
         #: Times bulk data waited for room under ring_limit.
         self.ring_full_pauses = 0
@@ -134,7 +163,7 @@ class GatedHooks:
         self._ring_full = False
         if self.client is not None and not self.client.may_send(now_ns):
             return FOREVER
-        if self.ring_limit is not None and station.hw_queue_length() >= self.ring_limit:
+        if self.ring_limit is not None and station.hw_queue_length() >= self.ring_limit():
             self._ring_full = True
             self.ring_full_pauses += 1
             return FOREVER
@@ -187,7 +216,7 @@ class GatedHooks:
             self._recheck(station, now_ns)
         if self._ring_full:
             assert self.ring_limit is not None
-            if station.hw_queue_length() < self.ring_limit:
+            if station.hw_queue_length() < self.ring_limit():
                 self._ring_full = False
                 station.pause_bulk(now_ns)  # resume through the driver's timer
 
