@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -207,6 +208,29 @@ def test_forged_ls_datagrams_are_counted_and_valid_ones_delivered(teams: list[Te
     stats = inbox.stats()
     assert stats["dropped_unauthenticated"] == 1
     assert stats["dropped_malformed"] == 1
+
+
+def test_a_burst_of_ls_datagrams_waits_in_the_inbox_socket_instead_of_being_dropped(
+    teams: list[Team],
+) -> None:
+    # 400 datagrams of 1 KB take ~1 MB of kernel buffer on loopback (about 2.3 KB of
+    # accounting each), several times a default UDP receive buffer (212,992 bytes: 92
+    # of them survived there). The inbox asks for ReceiverLimits.ls_socket_buffer_bytes
+    # (4 MiB), so a receiving thread that stalls through the burst loses none of it.
+    rx = join(None, "sink", KEY)
+    teams.append(rx)
+    inbox = rx.listen("127.0.0.1:0")
+    tx = join(None, "r1", KEY)
+    teams.append(tx)
+    ch = tx.latency_sensitive("perception", f"127.0.0.1:{inbox.address[1]}", deadline_ms=2000)
+    n = 400
+    for _ in range(n):
+        assert ch.send(bytes(1000)) == "sent"
+    got = []
+    with contextlib.suppress(TimeoutError):
+        for _ in range(n):
+            got.append(inbox.recv(timeout=2).seq)
+    assert got == list(range(1, n + 1))
 
 
 def test_fallback_after_fallback_ns_logged_once_then_rejoin(

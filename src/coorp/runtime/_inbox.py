@@ -66,6 +66,20 @@ def bind_endpoints(addr: Address) -> tuple[socket.socket, socket.socket, Address
     raise OSError(f"no port free for both TCP and UDP on {format_address(addr)}")
 
 
+def _grow_receive_buffer(sock: socket.socket, nbytes: int) -> None:
+    """Ask for an ``nbytes`` receive buffer: past ``net.core.rmem_max`` if the process
+    has CAP_NET_ADMIN (``SO_RCVBUFFORCE``), up to it otherwise."""
+    force = getattr(socket, "SO_RCVBUFFORCE", None)
+    if force is not None:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, force, nbytes)
+            return
+        except OSError:
+            pass  # not permitted: the capped request below
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, nbytes)
+
+
 class _InboxCore:
     """What both flavours share: decoding, counters."""
 
@@ -79,6 +93,7 @@ class _InboxCore:
         limits: ReceiverLimits,
     ) -> None:
         self.udp = udp
+        _grow_receive_buffer(udp, limits.ls_socket_buffer_bytes)
         self.decoder = LsDecoder(key, robot, clock, max_age_ns=round(limits.ls_max_age_s * 1e9))
         self.drops = drops
         self.ls_received = 0

@@ -227,6 +227,12 @@ class ReceiverLimits:
     remember_completed: int = 4096
     ls_max_age_s: float = 2.0
     """LS freshness window: a datagram sent longer ago than this is rejected."""
+    ls_socket_buffer_bytes: int = 4 << 20
+    """Receive buffer asked for the inbox's UDP socket (``SO_RCVBUFFORCE`` where the
+    process may, else ``SO_RCVBUF``, which the kernel caps at ``net.core.rmem_max``).
+    Datagrams that arrive while the receiving thread is stalled wait here instead of
+    being dropped by the kernel (a default buffer of 212,992 bytes holds about 90
+    datagrams of 1 KB); the freshness window still rejects the stale ones."""
 
 
 def _new_buffer(nbytes: int) -> bytearray | mmap.mmap:
