@@ -121,6 +121,7 @@ def test_cli_runtime_writes_results_and_manifest(
         (["--policies", "edca"], "with --runtime use --modes (allowed: coorp, tcp)"),
         (["--duration", "-1"], "--duration must be positive, got -1"),
         (["--medium", "air"], "--medium must be split or shared, got 'air'"),
+        (["--streams", "pooled"], "--streams must be one of fresh, reuse, got 'pooled'"),
     ],
 )
 def test_runtime_flags_are_checked(
@@ -136,3 +137,5 @@ def test_runtime_flags_are_checked(
 def test_runtime_only_flags_need_runtime(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_cli(capsys, "learn", "crl-2", "--modes", "tcp")
     assert code == 2 and "--modes applies only with --runtime" in out + err
+    code, out, err = run_cli(capsys, "learn", "crl-2", "--streams", "reuse")
+    assert code == 2 and "--streams applies only with --runtime" in out + err

@@ -137,6 +137,13 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+def _reuse_streams(streams: str | None) -> bool:
+    allowed = ("fresh", "reuse")
+    if streams is not None and streams not in allowed:
+        raise UsageError(f"--streams must be one of {', '.join(allowed)}, got {streams!r}")
+    return streams == "reuse"
+
+
 def _learn_runtime(
     *,
     scenario_path: str,
@@ -148,6 +155,7 @@ def _learn_runtime(
     rate_mbit: float | None,
     max_versions: int | None,
     medium: str | None,
+    streams: str | None,
     target: float | None,
     out: Path,
     formats: tuple[str, ...],
@@ -179,6 +187,7 @@ def _learn_runtime(
         rate_mbit=50.0 if rate_mbit is None else rate_mbit,
         max_versions=max_versions,
         medium=medium or "split",
+        reuse_streams=_reuse_streams(streams),
     )
     if rt.net == "netns":
         from coorp._errors import ConfigurationError
@@ -217,7 +226,7 @@ def _learn_runtime(
     c0 = runs[0].curve
     summary["config"] = {
         "scenario": scenario_path, "runtime": True, "net": rt.net, "rate_mbit": rt.rate_mbit,
-        "medium": rt.medium,
+        "medium": rt.medium, "streams": "reuse" if rt.reuse_streams else "fresh",
         "sync": c0.sync, "params": c0.params, "air_bytes": c0.air_bytes, "duration_s": dur,
         "hidden": spec.ppo.hidden, "envs": spec.ppo.envs, "lr": spec.ppo.lr,
         "max_versions": rt.max_versions, "modes": chosen, "seeds": list(seeds),
@@ -355,6 +364,13 @@ def register(app: typer.Typer) -> None:
                 "channel) (default split)."
             ),
         ] = None,
+        streams: Annotated[
+            str | None,
+            typer.Option(
+                help="--runtime --modes coorp: fresh (a new bulk stream per sync message) or "
+                "reuse (one stream per peer for the whole run) (default fresh)."
+            ),
+        ] = None,
     ) -> None:
         """Real PPO over the team's network: each robot a worker, parameter syncs as bulk
         transfers of the real tensor. Simulated channel: reward vs simulated time per
@@ -393,12 +409,13 @@ def register(app: typer.Typer) -> None:
             _learn_runtime(
                 scenario_path=str(path), sc=sc, spec=spec, seeds=_seeds(seeds), modes=modes,
                 net=net, rate_mbit=rate_mbit, max_versions=max_versions, medium=medium,
-                target=target,
+                streams=streams, target=target,
                 out=out, formats=formats, t_wall=t_wall,
             )  # fmt: skip
             return
         for flag, value in (("--modes", modes), ("--net", net), ("--rate-mbit", rate_mbit),
-                            ("--max-versions", max_versions), ("--medium", medium)):  # fmt: skip
+                            ("--max-versions", max_versions), ("--medium", medium),
+                            ("--streams", streams)):  # fmt: skip
             if value is not None:
                 raise UsageError(f"{flag} applies only with --runtime")
         pols = [p.strip() for p in (policies or "edca,schedwifi,coorp").split(",") if p.strip()]

@@ -619,15 +619,15 @@ class RuntimeSpec:
     medium: str = "split"
     #: Stop creating model versions after this many (None: only the duration bounds it).
     max_versions: int | None = None
-    #: One bulk stream per peer for every message (True), or a fresh stream per message
-    #: (False, the default). Reusing a stream runs into a coorp.runtime bug: a message's
-    #: last chunks are often still pending in the stream's drain tracker when the
-    #: receiver's confirmation arrives (``_await_done`` returns without polling), so the
-    #: next message's first poll records the whole idle gap (seconds) as their
-    #: completion time; the gate then believes anything written would outlast the
-    #: permit and holds the stream until the permit ends (a 5 s timeslice per message).
-    #: A fresh stream starts with a fresh completion-time table. Idle connections of
-    #: old streams are closed by the receiver (``ReceiverLimits.idle_timeout_s``).
+    #: One bulk stream per peer for every message (True, ``--streams reuse``), or a fresh
+    #: stream per message (False, the default). Reusing once stalled on a coorp.runtime
+    #: bug (a message's last chunks still pending in the drain tracker when the
+    #: confirmation came, so the next message's first poll recorded the idle gap as
+    #: their completion time: 1 model version in 30 s); ``DrainTracker.settle`` fixed
+    #: it. Measured since (docs/learn.md): both make 8 versions in 30 s; fresh streams
+    #: keep the perception p99 lower (6.5 vs 9.9 ms) and stay the default. Idle
+    #: connections of old streams are closed by the receiver
+    #: (``ReceiverLimits.idle_timeout_s``).
     reuse_streams: bool = False
     #: Bound on any single wait inside a run (a message, a start-up line).
     timeout_s: float = 120.0
