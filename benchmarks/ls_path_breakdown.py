@@ -35,6 +35,9 @@ import numpy as np
 
 from coorp.runtime import TeamKey, join
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from runtime_latency import raw_receive  # a sibling benchmark module
+
 
 class _Stamped:
     """A socket whose ``sendmsg`` / ``recvfrom`` append a timestamp to ``log``."""
@@ -58,15 +61,7 @@ class _Stamped:
 def _receiver(kind: str, count: int, key_hex: str) -> None:
     got: dict[int, tuple[int, int]] = {}
     if kind == "raw":
-        rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        rx.bind(("127.0.0.1", 0))
-        rx.settimeout(5)
-        print(rx.getsockname()[1], flush=True)
-        with contextlib.suppress(TimeoutError):
-            for _ in range(count):
-                data = rx.recv(65536)
-                now = time.monotonic_ns()
-                got[int.from_bytes(data[:4], "big")] = (now, now)
+        got = {seq: (t, t) for seq, t in raw_receive(count).items()}
     else:
         stamps: list[int] = []
         team = join(None, "rx", TeamKey.from_hex(key_hex))

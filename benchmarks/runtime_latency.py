@@ -46,17 +46,26 @@ def pct(values: list[int], q: float) -> float:
 # -- LS latency -------------------------------------------------------------------------------
 # The receiver runs in its own process (as on another robot): the sender's work after
 # a send must not compete with the receiver for the GIL. CLOCK_MONOTONIC is shared.
+def raw_receive(count: int) -> dict[int, int]:
+    """Bind a UDP socket on loopback, print its port, and receive up to ``count``
+    datagrams (5 s timeout each): each one's 4-byte big-endian number -> arrival ns."""
+    got: dict[int, int] = {}
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind(("127.0.0.1", 0))
+    rx.settimeout(5)
+    print(rx.getsockname()[1], flush=True)
+    with contextlib.suppress(TimeoutError):
+        for _ in range(count):
+            data = rx.recv(65536)
+            got[int.from_bytes(data[:4], "big")] = time.monotonic_ns()
+    rx.close()
+    return got
+
+
 def _receiver_main(kind: str, count: int, key_hex: str) -> None:
     got: dict[int, int] = {}
     if kind == "raw":
-        rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        rx.bind(("127.0.0.1", 0))
-        rx.settimeout(5)
-        print(rx.getsockname()[1], flush=True)
-        with contextlib.suppress(TimeoutError):
-            for _ in range(count):
-                data = rx.recv(65536)
-                got[int.from_bytes(data[:4], "big")] = time.monotonic_ns()
+        got = raw_receive(count)
     else:
         team = join(None, "rx", TeamKey.from_hex(key_hex))
         inbox = team.listen("127.0.0.1:0")
