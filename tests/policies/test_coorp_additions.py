@@ -10,9 +10,9 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from coorp._errors import UsageError
+from coorp._errors import ScenarioError, UsageError
 from coorp.policies import CoorpPolicy, _registry, register_policy
-from coorp.scenario import load_scenario, resolve_scenario
+from coorp.scenario import Scenario, load_scenario, parse_scenario, resolve_scenario
 from coorp.units import NS_PER_S
 from coorp.workload import CrlResult, run_crl
 from crl_scenarios import crl_scenario
@@ -225,3 +225,33 @@ def test_a_ring_budget_keeps_ls_messages_from_queueing_behind_bulk_data(seed: in
     assert not any(runs["test-coorp-no-ring-budget"].policy_stats["ring_full_pauses"].values())
     # Bulk data still flows (short rings refill at every completion).
     assert runs["coorp"].bh_bytes >= 0.8 * runs["test-coorp-no-ring-budget"].bh_bytes
+
+
+def test_the_scenario_sets_the_ring_budget_for_coorp_only() -> None:
+    base = load_scenario(resolve_scenario("all-low"))
+    assert base.policy.coorp.ring_budget_us is None  # unset: the policy's own 1.5 ms
+
+    def with_budget(budget_us: float) -> Scenario:
+        return base.model_copy(
+            update={"policy": base.policy.model_copy(
+                update={"coorp": base.policy.coorp.model_copy(
+                    update={"ring_budget_us": budget_us})})})  # fmt: skip
+
+    def run8(sc: Scenario, policy: str) -> CrlResult:
+        return run_crl(sc, policy, seed=1, duration_ns=8 * NS_PER_S, timeseries=False)
+
+    def ahead(r: CrlResult) -> int:
+        flows = r.sim.messages["flow"].astype(str)
+        mpc = np.char.startswith(flows, "perception:") | np.char.startswith(flows, "control:")
+        return int(r.sim.messages["hw_depth_first"][mpc].max())
+
+    # 100 ms of airtime is more than the 128-packet ring holds: the budget stops binding.
+    assert ahead(run8(base, "coorp")) <= 3 + 6
+    assert ahead(run8(with_budget(100_000), "coorp")) >= 24
+    # The paper's algorithm has no ring budget: the option changes nothing there.
+    plain, opted = run8(base, "coorp-paper"), run8(with_budget(400), "coorp-paper")
+    assert opted.bh_bytes == plain.bh_bytes
+    np.testing.assert_array_equal(opted.sim.messages["delivered_ns"],
+                                  plain.sim.messages["delivered_ns"])  # fmt: skip
+    with pytest.raises(ScenarioError, match="ring_budget_us"):
+        parse_scenario(base.model_dump(mode="json") | {"policy": {"coorp": {"ring_budget_us": 0}}})

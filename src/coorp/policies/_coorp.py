@@ -116,6 +116,8 @@ class CoorpPolicy(Policy):
                 ls_flows=team.ls_flows, drain_recheck=self.drain_recheck,
             )  # fmt: skip
             budget = self.ring_airtime_budget_ns
+            if budget is not None and opts.ring_budget_us is not None:
+                budget = us(opts.ring_budget_us)  # the scenario's [policy.coorp] choice
             if budget is not None:
                 kwargs["ring_limit"] = RingBudget(sim, robot, budget)
             cap = self.bulk_airtime_cap_ns

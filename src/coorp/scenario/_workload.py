@@ -142,6 +142,13 @@ class CoorpOptions(_Model):
         description="the leader's gate also protects its control sends (false: the paper, "
         "which left the leader's control dissemination unprotected)",
     )
+    ring_budget_us: float | None = Field(
+        None,
+        gt=0,
+        description="bulk airtime allowed in a robot's NIC ring (coorp's ring budget, "
+        "RingBudget); unset: the policy's own, 1500 for coorp and coorp-local; policies "
+        "without a ring budget (coorp-paper, coorp-global, the oracle) ignore it",
+    )
 
 
 class SchedWifiOptions(_Model):
