@@ -33,6 +33,13 @@ def test_echoes_over_udp_and_coorp_and_nothing_left_behind() -> None:
         assert r["echoed"] == r["sent"], r
         assert 0 < r["rtt_p50_ms"] <= r["rtt_p99_ms"] <= r["rtt_max_ms"]
         assert set(r["cpu_s"]) == {"leader", "r1", "r2"}
+    # Coorp reports where an LS message could have gone missing (nothing did here);
+    # a raw socket has no counters of its own.
+    udp, coorp = res.rows
+    assert udp["counters"] == {}
+    assert coorp["counters"] == {
+        "ls_superseded": 0, "ls_expired": 0, "ls_failed": 0, "inbox_dropped": 0,
+    }  # fmt: skip
     assert res.network["shaper"] in ("tbf", "htb")
     assert set(res.network["qdiscs_available"]) | set(res.network["qdiscs_missing"]) >= {
         "tbf",

@@ -34,6 +34,9 @@ class CellMeasurement:
     notes: list[str] = field(default_factory=list)
     #: The time over which ``bulk_bytes`` were counted (s): bulk Mb/s = bytes / this.
     bulk_window_s: float = 0.0
+    #: The carrier's own loss counters over the cell, summed over its processes (Coorp:
+    #: LS sends superseded / expired / failed, inbox drops); empty for the others.
+    counters: dict[str, int] = field(default_factory=dict)
 
 
 class Session(Protocol):

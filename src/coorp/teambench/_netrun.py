@@ -111,11 +111,16 @@ class NetnsSession:
             self._settle()
         rtt = np.array([x for r in results for x in r["rtt_ns"]], dtype=np.int64)
         cpu = {"leader": after["cpu_s"] - before["cpu_s"]}
+        counters = {k: v - before["counters"].get(k, 0) for k, v in after["counters"].items()}
+        for r in results:
+            for k, v in r["counters"].items():
+                counters[k] = counters.get(k, 0) + v
         cpu.update({p.name.split(":")[1]: r["cpu_s"] for p, r in zip(active, results, strict=True)})
         return CellMeasurement(
             rtt_ns=rtt, sent=sum(r["sent"] for r in results), echoed=int(rtt.size), cpu_s=cpu,
             wall_s=wall, bulk_bytes=after["bulk_bytes"] - before["bulk_bytes"],
             notes=sorted({e for r in results for e in r["errors"]}), bulk_window_s=window,
+            counters=counters,
         )  # fmt: skip
 
     def close(self) -> None:

@@ -50,7 +50,8 @@ def to_json(res: TeamBenchResult) -> dict[str, Any]:
         "config": res.config.model_dump(), "network": res.network, "machine": machine(),
         "wall_s": res.wall_s, "skipped": res.skipped, "fits": fits,
         "seed_reference": SEED_REFERENCE,
-        "cells": [{k: r[k] for k in (*_COLUMNS, "cpu_s")} for r in res.rows],
+        "cells": [{k: r[k] for k in (*_COLUMNS, "cpu_s")} | {"counters": r.get("counters", {})}
+                  for r in res.rows],
     })  # fmt: skip
 
 

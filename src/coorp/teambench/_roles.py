@@ -109,6 +109,7 @@ class _Coorp:
         self.bulk_bytes = 0
         self.team: Any = None
         self._bulk: Any = None
+        self.inbox: Any = None
 
     def serve(self) -> None:
         rt = self.rt
@@ -130,7 +131,7 @@ class _Coorp:
         if not ready.wait(10):
             raise SystemExit("permit service did not start")
         self.team = rt.join(None, "ld", self.key)
-        inbox = self.team.listen(f"{self.ctx.addr}:{ECHO_PORT}")
+        inbox = self.inbox = self.team.listen(f"{self.ctx.addr}:{ECHO_PORT}")
 
         def loop() -> None:
             while not self.stop.is_set():
@@ -157,7 +158,7 @@ class _Coorp:
         settings = rt.TeamSettings(fallback_ns=900_000_000)
         self.team = rt.join(f"{self.ctx.leader}:{PERMIT_PORT}", self.ctx.name, self.key,
                             settings=settings)  # fmt: skip
-        inbox = self.team.listen(f"{self.ctx.addr}:{ECHO_PORT}")
+        inbox = self.inbox = self.team.listen(f"{self.ctx.addr}:{ECHO_PORT}")
 
         def loop() -> None:
             while not self.stop.is_set():
@@ -180,6 +181,18 @@ class _Coorp:
             )  # fmt: skip
             self.channels[rate_hz] = ch
         ch.send(payload)
+
+    def counters(self) -> dict[str, int]:
+        """Where this process's LS messages could have gone missing: its channels'
+        superseded (keep-last), expired and failed sends, and its inbox's drops."""
+        stats = [ch.stats for ch in list(self.channels.values())]
+        inbox = self.inbox.stats() if self.inbox is not None else {}
+        return {
+            "ls_superseded": sum(st.superseded for st in stats),
+            "ls_expired": sum(st.expired for st in stats),
+            "ls_failed": sum(st.failed for st in stats),
+            "inbox_dropped": int(inbox.get("dropped", 0)),
+        }
 
     def bulk_stream(self) -> Any:
         # One stream for every cell (a team refuses a second stream of the same name).
@@ -415,6 +428,16 @@ class _BulkSender:
 
 
 # -- roles ----------------------------------------------------------------------------------
+def _counters(t: Any) -> dict[str, int]:
+    """The carrier's own loss counters (``_Coorp.counters``); {} for the others."""
+    fn = getattr(t, "counters", None)
+    return fn() if fn is not None else {}
+
+
+def _delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {k: v - before.get(k, 0) for k, v in after.items()}
+
+
 def _out(kind: str, data: Any = None) -> None:
     sys.stdout.write(kind + ("" if data is None else " " + json.dumps(data)) + "\n")
     sys.stdout.flush()
@@ -439,9 +462,8 @@ def leader(args: argparse.Namespace) -> None:
     _out("READY")
     for cmd in _commands(args.timeout):
         if cmd["cmd"] == "stats":
-            _out(
-                "RESULT", {"cpu_s": _cpu(), "bulk_bytes": sink.bytes + getattr(t, "bulk_bytes", 0)}
-            )
+            _out("RESULT", {"cpu_s": _cpu(), "bulk_bytes": sink.bytes + getattr(t, "bulk_bytes", 0),
+                            "counters": _counters(t)})  # fmt: skip
     sink.stop.set()
     t.close()
 
@@ -506,7 +528,7 @@ def _run_cell(p: _Pinger, bulk: _BulkSender, rng: random.Random, cmd: dict[str, 
     with p.lock:
         p.sent, p.rtt, p.expect = {}, [], n
         p.done.clear()
-    c0, w0 = _cpu(), time.monotonic()
+    c0, w0, k0 = _cpu(), time.monotonic(), _counters(p.t)
     bulk.errors = []
     if cmd["bulk"] != "none":
         bulk.start(cmd["bulk"], int(cmd["bulk_message_bytes"]), float(cmd["bulk_timeout_s"]))
@@ -522,7 +544,7 @@ def _run_cell(p: _Pinger, bulk: _BulkSender, rng: random.Random, cmd: dict[str, 
     with p.lock:
         rtt, p.expect = list(p.rtt), -1
     return {"sent": n, "rtt_ns": rtt, "cpu_s": _cpu() - c0, "wall_s": time.monotonic() - w0,
-            "errors": bulk.errors}  # fmt: skip
+            "errors": bulk.errors, "counters": _delta(_counters(p.t), k0)}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:

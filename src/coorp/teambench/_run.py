@@ -60,7 +60,7 @@ def cell_row(
         "cpu_leader_pct": 100 * other.get("leader", other.get("simulator", math.nan)) / wall,
         "cpu_robot_mean_pct": 100 * float(np.mean(robot_cpu)) / wall if robot_cpu else math.nan,
         "cpu_robot_max_pct": 100 * max(robot_cpu) / wall if robot_cpu else math.nan,
-        "cpu_s": dict(m.cpu_s), "wall_s": m.wall_s,
+        "cpu_s": dict(m.cpu_s), "wall_s": m.wall_s, "counters": dict(m.counters),
         "bulk_mbps": m.bulk_bytes * 8 / 1e6 / m.bulk_window_s if m.bulk_window_s > 0 else 0.0,
         "notes": "; ".join(m.notes),
     }  # fmt: skip
