@@ -302,3 +302,32 @@ def test_a_wrong_period_does_not_confirm_itself() -> None:
     m._period_ns = p // 3  # as the old gap-by-gap numbering ended up
     feed(m, sends[40:])
     assert m.period_ns is not None and abs(m.period_ns - p) <= 0.03 * p
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    gaps=st.lists(
+        st.one_of(
+            st.integers(33_000_000, 34_000_000),  # on the period, with jitter
+            st.integers(1, 80_000_000),  # anything: misses, phase jumps, bursts
+        ),
+        min_size=1,
+        max_size=120,
+    )
+)
+def test_the_current_segment_is_always_a_suffix_of_the_history(gaps: list[int]) -> None:
+    # observe() asks "fewer than min_samples sends in the current segment?" in O(1)
+    # from the newest sends; that is the full count only if the segment is a suffix.
+    m = SendTimeModel()
+    t = 0
+    for gap in gaps:
+        t += gap
+        m.observe(t)
+        segments = [seg for _, seg in m._history]
+        current = m._segment
+        run = len(segments) - next(
+            (i + 1 for i in range(len(segments) - 1, -1, -1) if segments[i] != current), 0
+        )
+        assert segments.count(current) == run  # every current-segment send is at the end
+        for n in (1, 2, 3, 5, 8, len(segments), len(segments) + 1):
+            assert m._segment_shorter_than(n) == (run < n)

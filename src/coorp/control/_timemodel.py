@@ -165,7 +165,7 @@ class SendTimeModel:
             return
         self._consecutive_misses = 0
         self._last_index = max(self._last_index, k)
-        young = self._segment_size() < self._min_samples
+        young = self._segment_shorter_than(self._min_samples)
         # A fit on few sends is rough (the period's error shrinks as n^-1.5): refit
         # each time the history has doubled since the last fit, and once it is full.
         size, full = len(self._history), self._history.maxlen
@@ -187,8 +187,16 @@ class SendTimeModel:
         return Interval(centre - delta, centre + delta)
 
     # -- fitting -------------------------------------------------------------------------------
-    def _segment_size(self) -> int:
-        return sum(1 for _, seg in self._history if seg == self._segment)
+    def _segment_shorter_than(self, n: int) -> bool:
+        """Whether fewer than ``n`` sends of the history belong to the current segment.
+
+        O(1), on every observed send: segment numbers only grow and are only ever
+        written as the current one, to the newest send, to a run of the newest sends
+        (a jump) or to all of them (a merge), so the current segment is a suffix of the
+        history and has at least ``n`` sends exactly when the ``n``-th newest is in it.
+        """
+        history = self._history
+        return len(history) < n or history[-n][1] != self._segment
 
     def _agreeing_misses(self, misses: int) -> int:
         """How many of the newest ``misses`` sends agree on one phase with the newest.
