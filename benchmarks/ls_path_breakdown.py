@@ -17,6 +17,12 @@ round trip lost to raw UDP in ``coorp bench team`` (docs/sizing.md)::
 
 Median per run, µs. The sockets are wrapped (one Python call each) to take the stamps;
 that adds well under a microsecond to the Coorp rows.
+
+``--decoder`` instead times the inbox's check alone, in one process, after the same
+pauses: the fast path (a datagram in the senders' own layout, from an open session) and
+the full parse (the same datagrams as ``bytearray``, which always take it), alternated::
+
+    python benchmarks/ls_path_breakdown.py --decoder --gaps-ms 0.5,10 --count 400
 """
 
 from __future__ import annotations
@@ -126,6 +132,31 @@ def one_run(kind: str, count: int, gap_s: float, size: int) -> dict[str, float]:
     }
 
 
+def decoder_ab(gap_s: float, count: int, size: int) -> dict[str, float]:
+    """Median µs of ``LsDecoder.decode`` on the fast path and on the full parse, each
+    call after a pause of ``gap_s`` (alternated, so both see the same machine)."""
+    from coorp.runtime._receiver import LsDecoder
+    from coorp.runtime._wire import ls_datagram_head, ls_header_prefix
+
+    key = TeamKey(os.urandom(32))
+    decoder = LsDecoder(key, "rx")
+    prefix = ls_header_prefix("tx", "rx", "bench", decoder.open_session("tx", "bench", 0))
+    mac, payload = key.mac("tx", "rx"), bytes(size)
+    times: dict[str, list[int]] = {"fast path": [], "full parse": []}
+    for i in range(1, count + 1):
+        now = time.monotonic_ns()
+        for seq, (path, kind) in enumerate(
+            zip(times, (bytes, bytearray), strict=True), start=2 * i
+        ):
+            head = ls_datagram_head(prefix, seq, now, now + 10**8, size)
+            data = kind(head + payload + mac.datagram_mac2(head, payload))
+            time.sleep(gap_s)
+            t0 = time.perf_counter_ns()
+            decoder.decode(data, "bench")
+            times[path].append(time.perf_counter_ns() - t0)
+    return {path: float(np.median(v)) / 1e3 for path, v in times.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gaps-ms", default="0.5,10", help="pauses between messages, ms")
@@ -133,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=3, help="interleaved runs per gap")
     ap.add_argument("--size", type=int, default=1000, help="payload bytes")
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--decoder", action="store_true", help="time the inbox's check alone")
     args = ap.parse_args(argv)
     try:
         gaps = [float(g) / 1e3 for g in args.gaps_ms.split(",")]
@@ -140,6 +172,16 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--gaps-ms {args.gaps_ms!r}: expected comma-separated numbers")
     if args.count < 1 or args.runs < 1 or not 4 <= args.size <= 1400:
         ap.error("--count and --runs must be >= 1, --size within 4..1400 bytes")
+    if args.decoder:
+        for gap in gaps:
+            for run in range(args.runs):
+                got = decoder_ab(gap, args.count, args.size)
+                print(
+                    f"gap {gap * 1e3:g} ms, run {run}: "
+                    + ", ".join(f"{k} {v:.1f} µs" for k, v in got.items()),
+                    flush=True,
+                )
+        return 0
     rows = []
     print(f"{'gap ms':>7} {'run':>3} {'kind':>6} {'pre-send':>9} {'kernel+wake':>12} "
           f"{'accept':>7} {'one-way':>8}  (median µs)")  # fmt: skip

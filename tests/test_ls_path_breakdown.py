@@ -33,6 +33,24 @@ def test_the_split_adds_up_and_raw_has_only_the_kernel_part(tmp_path: Path) -> N
     assert rows["coorp"]["pre-send"] > 0 and rows["coorp"]["accept"] > 0
 
 
+def test_the_decoder_comparison_times_both_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both paths decode every datagram (a rejected one would raise), and the fast
+    path's datagrams really skip the full parse."""
+    from coorp.runtime import _receiver
+
+    parsed: list[object] = []
+    full_parse = _receiver.split_datagram
+
+    def counting(data: object, **kwargs: bool) -> object:
+        parsed.append(type(data))
+        return full_parse(data, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_receiver, "split_datagram", counting)
+    got = ls_path_breakdown.decoder_ab(0.0, 5, 100)
+    assert set(got) == {"fast path", "full parse"} and min(got.values()) > 0
+    assert parsed == [bytearray] * 5
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [(["--gaps-ms", "x"], "--gaps-ms 'x'"), (["--size", "2"], "--size within 4..1400")],

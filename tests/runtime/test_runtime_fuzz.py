@@ -7,6 +7,7 @@ decoder would take a connection handler (or the LS inbox) down instead.
 from __future__ import annotations
 
 import msgspec
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -211,3 +212,80 @@ def test_server_handshake_join_decoding(body: bytes, role: str) -> None:
         keys = RobotKey("sink", b"l" * 32, {"r1": b"p" * 32})
         only_peer_errors(keys.mac, "sink", msg.robot)
     only_peer_errors(decode_message, msgspec.msgpack.encode(["join", "r1", NONCE, role]))
+
+
+def _outcome(decode: object, data: bytes | bytearray) -> object:
+    """A decode's result, or its error's type and text, for comparing two decoders."""
+    try:
+        msg = decode(data, "p")  # type: ignore[operator]
+    except PeerError as exc:
+        return (type(exc), str(exc))
+    return msgspec.structs.asdict(msg)
+
+
+@FUZZ
+@given(
+    st.integers(0, 2**64 - 1),
+    st.integers(0, 2**64 - 1),
+    st.binary(max_size=48),
+    st.sampled_from(["r1", "r2"]),
+    st.lists(st.tuples(st.integers(0, 200), st.integers(1, 255)), max_size=2),
+    st.integers(-3, 3),
+)
+def test_canonical_fast_path_decides_like_the_full_parse(
+    seq: int,
+    sent_ns: int,
+    payload: bytes,
+    robot: str,
+    flips: list[tuple[int, int]],
+    resize: int,
+) -> None:
+    """The receiver's fast path (bytes in our senders' layout, prefix of an open
+    session) accepts and rejects exactly what the full parse does (a bytearray always
+    takes the full parse), with the same message or the same error."""
+    from coorp.runtime._wire import _LS_TAIL, ls_header_prefix
+
+    decoders = []
+    for _ in range(2):
+        d = LsDecoder(KEY, "sink", clock=lambda: 2**62, max_age_ns=2**62)
+        d._install_session("r1", "ch", 7, 0)
+        d._install_session("r1", "other", 8, 5)
+        decoders.append(d)
+    head = ls_header_prefix(robot, "sink", "ch", 7) + _LS_TAIL.pack(
+        0xCF, seq, 0xCF, sent_ns, 0xCF, 2**62, 0xCE, len(payload)
+    )
+    data = bytearray(head + payload + KEY.mac(robot, "sink").datagram_mac2(head, payload))
+    for pos, bits in flips:
+        data[pos % len(data)] ^= bits
+    if resize > 0:
+        data += bytes(resize)
+    elif resize < 0:
+        del data[resize:]
+    fast, full = decoders
+    for _ in range(2):  # the second time: a replay
+        assert _outcome(fast.decode, bytes(data)) == _outcome(full.decode, bytearray(data))
+
+
+def test_canonical_fast_path_is_taken_for_our_senders_datagrams(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from coorp.runtime import _receiver
+    from coorp.runtime._wire import ls_datagram_head, ls_header_prefix
+
+    decoder = LsDecoder(KEY, "sink", clock=lambda: 10)
+    decoder._install_session("r1", "ch", 7, 0)
+    head = ls_datagram_head(ls_header_prefix("r1", "sink", "ch", 7), 1, 5, 6, 3)
+    data = head + b"abc" + KEY.mac("r1", "sink").datagram_mac2(head, b"abc")
+
+    def no_parse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the full parse ran")
+
+    monkeypatch.setattr(_receiver, "split_datagram", no_parse)
+    msg = decoder.decode(data, "p")
+    assert (msg.robot, msg.channel, msg.seq, msg.payload, msg.deadline_ns) == (
+        "r1",
+        "ch",
+        1,
+        b"abc",
+        6,
+    )
+    with pytest.raises(AssertionError, match="full parse"):  # any other layout parses
+        decoder.decode(bytearray(data), "p")

@@ -11,6 +11,7 @@ from coorp.runtime import (
     MalformedFrameError,
     ReplayError,
     RuntimeUsageError,
+    StaleError,
     TeamKey,
     UnsupportedVersionError,
 )
@@ -276,3 +277,26 @@ def test_team_key_rules(tmp_path: object) -> None:
     same = TeamKey(bytes.fromhex("ab" * 32)).mac("r1", LEADER)
     assert k.mac("r1", LEADER).frame_mac(b"x", b"n", 1, b"b") == same.frame_mac(b"x", b"n", 1, b"b")
     assert issubclass(AuthenticationError, PeerError)
+
+
+def test_the_fast_paths_index_follows_reopened_and_evicted_sessions() -> None:
+    """A session replaced by a new one, or evicted, no longer admits datagrams by its
+    prefix: the index of prefixes holds exactly the open sessions."""
+    decoder = LsDecoder(KEY, "sink", clock=lambda: 10, max_sessions=2)
+
+    def dgram(channel: str, session: int, seq: int) -> bytes:
+        head = ls_datagram_head(ls_header_prefix("r1", "sink", channel, session), seq, 5, 6, 1)
+        return head + b"x" + KEY.mac("r1", "sink").datagram_mac2(head, b"x")
+
+    old = decoder.open_session("r1", "a", 10)
+    assert decoder.decode(dgram("a", old, 1), "p").seq == 1
+    new = decoder.open_session("r1", "a", 10)
+    with pytest.raises(StaleError):
+        decoder.decode(dgram("a", old, 2), "p")
+    assert decoder.decode(dgram("a", new, 1), "p").seq == 1  # a new session counts anew
+    b = decoder.open_session("r1", "b", 10)
+    decoder.open_session("r1", "c", 10)  # evicts "a", the least recently opened
+    with pytest.raises(StaleError):
+        decoder.decode(dgram("a", new, 2), "p")
+    assert decoder.decode(dgram("b", b, 1), "p").channel == "b"
+    assert len(decoder._canonical) == len(decoder._sessions) == 2

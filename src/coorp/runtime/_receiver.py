@@ -55,6 +55,8 @@ from ._wire import (
     Ping,
     Pong,
     Refused,
+    canonical_fields,
+    ls_header_prefix,
     split_datagram,
 )
 
@@ -101,6 +103,20 @@ class _LsSession:
     """receiver clock − sender clock, an upper bound (refreshed by keep-alives and
     lowered by every datagram: a datagram never arrives before it was sent)."""
     last_seq: int = 0
+    prefix: bytes = b""
+    """The constant start of its datagrams as this robot's senders encode them (the
+    key of :attr:`LsDecoder._canonical`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Canonical:
+    """What a session's datagram prefix stands for: names already validated, the MAC
+    key of the pair (None: we hold none, so such datagrams take the full parse)."""
+
+    robot: str
+    channel: str
+    session: int
+    mac: MacKey | None
 
 
 class LsDecoder:
@@ -131,17 +147,40 @@ class LsDecoder:
         self._max_sessions = max_sessions
         self._sessions: OrderedDict[tuple[str, str], _LsSession] = OrderedDict()
         self._macs: dict[str, MacKey] = {}
+        # Open sessions by their datagrams' constant prefix: the fast path for
+        # datagrams in the canonical layout our senders use (see decode).
+        self._canonical: dict[bytes, _Canonical] = {}
         self._lock = threading.Lock()
 
     def open_session(self, robot: str, channel: str, sender_now_ns: int) -> int:
         """A new session for ``robot``'s ``channel`` (replacing an older one)."""
         session = int.from_bytes(os.urandom(8), "big") >> 1
-        with self._lock:
-            self._sessions[(robot, channel)] = _LsSession(session, self._clock() - sender_now_ns)
-            self._sessions.move_to_end((robot, channel))
-            while len(self._sessions) > self._max_sessions:
-                self._sessions.popitem(last=False)
+        self._install_session(robot, channel, session, self._clock() - sender_now_ns)
         return session
+
+    def _install_session(self, robot: str, channel: str, session: int, offset_ns: int) -> None:
+        prefix = ls_header_prefix(robot, self.robot, channel, session)
+        try:
+            mac: MacKey | None = self._mac(robot)
+        except PeerError:
+            mac = None
+        with self._lock:
+            old = self._sessions.pop((robot, channel), None)
+            if old is not None:
+                self._canonical.pop(old.prefix, None)
+            self._sessions[(robot, channel)] = _LsSession(session, offset_ns, prefix=prefix)
+            self._canonical[prefix] = _Canonical(robot, channel, session, mac)
+            while len(self._sessions) > self._max_sessions:
+                _, evicted = self._sessions.popitem(last=False)
+                self._canonical.pop(evicted.prefix, None)
+
+    def _mac(self, robot: str) -> MacKey:
+        key = self._macs.get(robot)
+        if key is None:
+            key = self._keys.mac(self.robot, robot)
+            if len(self._macs) < 4096:
+                self._macs[robot] = key
+        return key
 
     def refresh(self, robot: str, channel: str, session: int, sender_now_ns: int) -> None:
         """A keep-alive of the session: re-measure the clock offset (drift)."""
@@ -156,12 +195,41 @@ class LsDecoder:
 
     def decode(self, data: bytes | bytearray | memoryview, peer: str) -> Message:
         now = self._clock()
+        # Fast path: a datagram in our senders' own layout whose constant prefix is an
+        # open session's needs no parsing of names (they are the session's, validated
+        # when it opened); its fixed-width fields are read with one unpack. Anything
+        # else takes the full parse, which accepts and rejects exactly as before.
+        canon = canonical_fields(data) if type(data) is bytes else None
+        known = None if canon is None else self._canonical.get(canon[0])
+        if canon is not None and known is not None and known.mac is not None:
+            _, seq, sent_ns, deadline_ns, start = canon
+            view = memoryview(data)
+            end = len(view) - MAC_BYTES
+            if not hmac.compare_digest(known.mac.datagram_mac(view[:end]), view[end:]):
+                raise AuthenticationError(f"datagram MAC does not verify for {known.robot!r}")
+            robot, channel, session, payload = (
+                known.robot,
+                known.channel,
+                known.session,
+                view[start:end],
+            )
+        else:
+            robot, channel, session, seq, sent_ns, deadline_ns, payload = self._parse(data)
+        self._admit(robot, channel, session, seq, sent_ns, now)
+        return Message(
+            "ls", robot, channel, seq, bytes(payload), sent_ns, now, now, deadline_ns, peer
+        )
+
+    def _parse(
+        self, data: bytes | bytearray | memoryview
+    ) -> tuple[str, str, int, int, int, int, memoryview]:
+        """The full parse and MAC check of any datagram."""
         if len(data) <= MAC_BYTES:
             raise MalformedFrameError(f"datagram of {len(data)} bytes is too short")
         # Structure first (bounded; nothing is trusted yet): the header names the
-        # sender, whose pair key must have made the MAC. Fast path: names checked only
-        # by equality with validated ones (this robot, a session opened here); any
-        # other datagram is parsed again with every check, and fails as it always did.
+        # sender, whose pair key must have made the MAC. Names are checked only by
+        # equality with validated ones (this robot, a session opened here); any other
+        # datagram is parsed again with every check, and fails as it always did.
         header, payload, signed, mac = split_datagram(data, check_names=False)
         if header.dest != self.robot or (header.robot, header.channel) not in self._sessions:
             header, payload, signed, mac = split_datagram(data)
@@ -170,46 +238,40 @@ class LsDecoder:
                 f"datagram for robot {header.dest!r} reached {self.robot!r} (misdirected "
                 "or replayed from another robot)"
             )
-        key = self._macs.get(header.robot)
-        if key is None:
-            key = self._keys.mac(self.robot, header.robot)
-            if len(self._macs) < 4096:
-                self._macs[header.robot] = key
-        if not hmac.compare_digest(key.datagram_mac(signed), mac):
+        if not hmac.compare_digest(self._mac(header.robot).datagram_mac(signed), mac):
             raise AuthenticationError(f"datagram MAC does not verify for {header.robot!r}")
-        with self._lock:
-            s = self._sessions.get((header.robot, header.channel))
-            if s is None or s.session != header.session:
-                raise StaleError(
-                    f"{header.robot}/{header.channel}: session {header.session} is not open "
-                    "here (an old session, or this receiver restarted)"
-                )
-            if header.seq <= s.last_seq:
-                raise ReplayError(
-                    f"{header.robot}/{header.channel}: sequence {header.seq} not newer than "
-                    f"{s.last_seq}"
-                )
-            age = now - (header.sent_ns + s.offset_ns)
-            if age > self.max_age_ns:
-                raise StaleError(
-                    f"{header.robot}/{header.channel}: datagram {header.seq} is "
-                    f"{age / 1e9:.1f} s old (limit {self.max_age_ns / 1e9:g} s)"
-                )
-            s.last_seq = header.seq
-            if age < 0:
-                s.offset_ns += age  # it came sooner than the offset allowed: tighten
-        return Message(
-            "ls",
+        return (
             header.robot,
             header.channel,
+            header.session,
             header.seq,
-            bytes(payload),
             header.sent_ns,
-            now,
-            now,
             header.deadline_ns,
-            peer,
+            payload,
         )
+
+    def _admit(
+        self, robot: str, channel: str, session: int, seq: int, sent_ns: int, now: int
+    ) -> None:
+        """Session, order and freshness of an authenticated datagram; records it."""
+        with self._lock:
+            s = self._sessions.get((robot, channel))
+            if s is None or s.session != session:
+                raise StaleError(
+                    f"{robot}/{channel}: session {session} is not open "
+                    "here (an old session, or this receiver restarted)"
+                )
+            if seq <= s.last_seq:
+                raise ReplayError(f"{robot}/{channel}: sequence {seq} not newer than {s.last_seq}")
+            age = now - (sent_ns + s.offset_ns)
+            if age > self.max_age_ns:
+                raise StaleError(
+                    f"{robot}/{channel}: datagram {seq} is "
+                    f"{age / 1e9:.1f} s old (limit {self.max_age_ns / 1e9:g} s)"
+                )
+            s.last_seq = seq
+            if age < 0:
+                s.offset_ns += age  # it came sooner than the offset allowed: tighten
 
 
 @dataclass(frozen=True, slots=True)

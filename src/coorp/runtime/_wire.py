@@ -57,6 +57,7 @@ __all__ = [
     "StatsQuery",
     "StatsReply",
     "Welcome",
+    "canonical_fields",
     "decode_envelope",
     "decode_message",
     "encode_envelope",
@@ -373,6 +374,41 @@ def ls_header_prefix(robot: str, dest: str, channel: str, session: int) -> bytes
 def ls_datagram_head(prefix: bytes, seq: int, sent_ns: int, deadline_ns: int, nbytes: int) -> bytes:
     """Prefix + the per-message fields: everything of a datagram before its payload."""
     return prefix + _LS_TAIL.pack(0xCF, seq, 0xCF, sent_ns, 0xCF, deadline_ns, 0xCE, nbytes)
+
+
+#: A canonical datagram's prefix is this much shorter than 2 + its header length.
+_TAIL_OFFSET: Final = _LS_TAIL.size - _DGRAM_PREFIX.size
+_U64_MAX: Final = 2**63 - 1
+
+
+def canonical_fields(data: bytes) -> tuple[bytes, int, int, int, int] | None:
+    """``(prefix, seq, sent_ns, deadline_ns, payload_start)`` of a datagram laid out
+    exactly as :func:`ls_datagram_head` makes it, with sizes that add up and values
+    within the header's bounds; None for any other datagram (parse that one with
+    :func:`split_datagram`). Nothing is verified: the caller accepts the fields only
+    if ``prefix`` is one of its open sessions' and the MAC verifies, so the names
+    need no parsing at all (the receiver's fast path)."""
+    n = len(data)
+    if n > MAX_DATAGRAM_BYTES or n < _DGRAM_PREFIX.size + _LS_TAIL.size + MAC_BYTES:
+        return None
+    start = ((data[0] << 8) | data[1]) - _TAIL_OFFSET
+    if start < 3 or start + _LS_TAIL.size + MAC_BYTES > n:
+        return None
+    m1, seq, m2, sent_ns, m3, deadline_ns, m4, nbytes = _LS_TAIL.unpack_from(data, start)
+    body = start + _LS_TAIL.size
+    if (
+        m1 != 0xCF
+        or m2 != 0xCF
+        or m3 != 0xCF
+        or m4 != 0xCE
+        or body + nbytes + MAC_BYTES != n
+        or nbytes > MAX_LS_PAYLOAD_BYTES
+        or seq > _U64_MAX
+        or sent_ns > _U64_MAX
+        or deadline_ns > _U64_MAX
+    ):
+        return None
+    return data[:start], seq, sent_ns, deadline_ns, body
 
 
 def split_datagram(
