@@ -133,6 +133,10 @@ def _show(d: dict[str, float], scale: float = 1.0, unit: str = "") -> str:
     return f"{d['mean'] * scale:.3g}{pm}{unit}"
 
 
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
 def _exit_on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
@@ -292,6 +296,108 @@ def _learn_runtime(
         raise InvariantError("a parameter sync arrived altered or incomplete (see learn.json)")
 
 
+def _learn_robot(
+    *,
+    scenario_path: str,
+    sc: Any,
+    spec: Any,
+    team: Path,
+    robot: str | None,
+    host: str | None,
+    server: str | None,
+    port: int | None,
+    seeds: tuple[int, ...],
+    modes: str | None,
+    max_versions: int | None,
+    streams: str | None,
+    target: float | None,
+    out: Path,
+    formats: tuple[str, ...],
+    t_wall: float,
+) -> None:
+    """``coorp learn --team``: this robot's role until the leader stops the run; the
+    leader prints the learning, a worker its MPC reaction."""
+    from rich.table import Table
+
+    from coorp.learn._network import summarize
+    from coorp.learn._robots import leader_report, run_robot, worker_report
+    from coorp.learn._runtime import MODES
+
+    if robot is None or host is None:
+        raise UsageError(
+            "--team needs --robot (which robot this machine is) and --host (its address)"
+        )
+    mode = (modes or "coorp").strip()
+    if mode not in MODES:
+        raise UsageError(f"--modes with --team takes one of {', '.join(MODES)}, got {mode!r}")
+    if len(seeds) != 1:
+        raise UsageError(
+            f"--seeds with --team takes one seed (the same on every robot), got {len(seeds)}"
+        )
+    if port is not None and not 0 <= port <= 65534:
+        raise UsageError(f"--port must be within 0..65534, got {port}")
+    out_dir = require_out_dir(out)
+    wl = sc.workload
+    shared_console.print(
+        f"{robot}: {'leader' if wl is not None and robot == wl.leader else 'worker'} of "
+        f"{sc.name} ({mode}, seed {seeds[0]}); waiting for the team"
+    )
+    result = run_robot(
+        sc, team, robot, mode=mode, seed=seeds[0], spec=spec, host=host, server=server,
+        port=port, out_dir=out_dir, max_versions=max_versions,
+        reuse_streams=_reuse_streams(streams),
+    )  # fmt: skip
+    cfg = json.loads((out_dir / f"{robot}.json.in").read_text())
+    report: dict[str, Any] = {"robot": robot, "mode": mode, "seed": seeds[0]}
+    if wl is not None and robot == wl.leader:
+        import numpy as np
+
+        versions = np.load(out_dir / f"{robot}.json.npy")
+        curve, extra = leader_report(
+            result, versions, spec, mode=mode, seed=seeds[0], sync=cfg["sync"],
+            duration_s=float(cfg["duration_s"]),
+        )  # fmt: skip
+        summary = summarize([curve], float(cfg["duration_s"]), target)
+        report.update(summary=summary, **extra)
+        row = summary["policies"][mode]
+        table = Table(title=f"{sc.name} on the team ({mode}, {cfg['sync'].upper()}): the leader")
+        for col in ("versions", "initial return", "final return", "time to target (s)"):
+            table.add_column(col, justify="right")
+        table.add_row(_show(row["epochs"]), f"{curve.initial_return:.2f}",
+                      _show(row["final_reward"]), _show(row["time_to_target_s"]))  # fmt: skip
+        shared_console.print(table)
+        lat = Table(title="perception latency above each worker's smallest (ms; queueing)")
+        for col in ("worker", "p50", "p99", "max"):
+            lat.add_column(col, justify="right")
+        for w, p in extra["perception_above_min_ms"].items():
+            lat.add_row(w, *(_num(p[q]) for q in ("p50", "p99", "max")))
+        shared_console.print(lat)
+        for fig in _plot(summary, out_dir / "reward", formats,
+                         f"{sc.name}: reward vs wall time on the team ({mode})",
+                         xlabel="wall time (s)"):  # fmt: skip
+            shared_console.print(f"figure: {fig}")
+    else:
+        rep = worker_report(result, int(cfg["deadline_ns"]))
+        report.update(rep)
+        table = Table(title=f"{robot}: MPC reaction while learning ({mode}), its own clock")
+        for col in ("loops", "reaction p50/p99/max (ms)", "misses", "clock offset (ms)", "updates"):
+            table.add_column(col, justify="right")
+        r = rep["reaction_ms"]
+        table.add_row(
+            str(rep["loops"]), f"{_num(r['p50'])} / {_num(r['p99'])} / {_num(r['max'])}",
+            f"{rep['missed']} ({100 * rep['miss_rate']:.1f}%)", _num(rep["clock_offset_ms"]),
+            str(rep["updates"]),
+        )  # fmt: skip
+        shared_console.print(table)
+    (out_dir / f"{robot}-report.json").write_text(json.dumps(json_safe(report), indent=1) + "\n")
+    write_json(out_dir / f"{robot}-manifest.json", build_manifest(
+        scenario=sc.model_dump(mode="json"), scenario_path=scenario_path, seed=seeds[0],
+        wall_s=time.monotonic() - t_wall,
+        extra={"command": "learn --team", "robot": robot, "mode": mode, "team": str(team)},
+    ))  # fmt: skip
+    shared_console.print(f"json: {out_dir / f'{robot}-report.json'}")
+
+
 def register(app: typer.Typer) -> None:
     """Add ``learn`` and ``bench rl``."""
     bench = _bench_group(app)
@@ -303,7 +409,9 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option(help="Comma-separated policies (default edca,schedwifi,coorp)."),
         ] = None,
-        seeds: Annotated[str, typer.Option(help="Seeds: 1-3 or 1,2,5.")] = "1-3",
+        seeds: Annotated[
+            str | None, typer.Option(help="Seeds: 1-3 or 1,2,5 (default 1-3; --team: one, 1).")
+        ] = None,
         sync: Annotated[
             str | None, typer.Option(help="bsp, ssp or asp (default: the scenario's).")
         ] = None,
@@ -371,10 +479,37 @@ def register(app: typer.Typer) -> None:
                 "reuse (one stream per peer for the whole run) (default fresh)."
             ),
         ] = None,
+        team: Annotated[
+            Path | None,
+            typer.Option(
+                help="Learn on a real team: run this robot's role (--robot) with its keys "
+                "and the permit service from this team file. See docs/learn.md."
+            ),
+        ] = None,
+        robot: Annotated[
+            str | None, typer.Option(help="--team: the robot this machine is.")
+        ] = None,
+        host: Annotated[
+            str | None,
+            typer.Option(
+                help="--team: this robot's own address (its inbox binds and is announced there)."
+            ),
+        ] = None,
+        server: Annotated[
+            str | None,
+            typer.Option(help="--team, on a worker: the leader's learning inbox, host:port."),
+        ] = None,
+        port: Annotated[
+            int | None,
+            typer.Option(
+                help="--team: this robot's inbox port (leader default 7410; workers: any)."
+            ),
+        ] = None,
     ) -> None:
         """Real PPO over the team's network: each robot a worker, parameter syncs as bulk
         transfers of the real tensor. Simulated channel: reward vs simulated time per
-        policy. --runtime: real sockets, reward vs wall time per mode (95% CIs)."""
+        policy. --runtime: real sockets, reward vs wall time per mode (95% CIs).
+        --team: this machine's robot of a real team (run it on every robot)."""
         from rich.console import Console
         from rich.table import Table
 
@@ -400,6 +535,26 @@ def register(app: typer.Typer) -> None:
             sync=mode,
             duration_s=duration,
         )
+        if team is not None:
+            for flag, value in (("--runtime", runtime or None), ("--policies", policies),
+                                ("--net", net), ("--rate-mbit", rate_mbit),
+                                ("--medium", medium)):  # fmt: skip
+                if value is not None:
+                    raise UsageError(
+                        f"{flag} does not apply with --team (a real team's own network)"
+                    )
+            _learn_robot(
+                scenario_path=str(path), sc=sc, spec=spec, team=team, robot=robot, host=host,
+                server=server, port=port, seeds=_seeds(seeds or "1"), modes=modes,
+                max_versions=max_versions, streams=streams, target=target, out=out,
+                formats=formats, t_wall=t_wall,
+            )  # fmt: skip
+            return
+        for flag, value in (("--robot", robot), ("--host", host), ("--server", server),
+                            ("--port", port)):  # fmt: skip
+            if value is not None:
+                raise UsageError(f"{flag} applies only with --team")
+        seeds = seeds or "1-3"
         if runtime:
             if policies is not None:
                 raise UsageError(

@@ -80,6 +80,17 @@ _HDR = struct.Struct("<4sBIIdII")  # magic, kind, version, n_params, return, sam
 _MAGIC = b"CLRN"
 HELLO, MODEL, UPDATE, STOP = 0, 1, 2, 3
 
+# Robots without a shared clock (a team file, see coorp.learn._robots): the leader sends
+# every worker CLOCK_ROUNDS datagrams on its control channel, marked with loop number
+# CLOCK_K and carrying the loop grid on the leader's clock; a worker maps the grid to its
+# own clock with the smallest (arrival − sent) it saw (exact up to the smallest one-way
+# delay). The leader broadcasts the first model once WARM_LOOPS loops were complete.
+CLOCK_K = 2**64 - 1
+CLOCK_ROUNDS = 8
+CLOCK_GAP_S = 0.02
+WARM_LOOPS = 8
+_U64 = struct.Struct("<Q")
+
 
 class SyncMessage(NamedTuple):
     kind: int
@@ -194,13 +205,22 @@ class _Common:
         self.cfg: dict[str, Any] = json.loads(Path(args.config).read_text())
         self.args = args
         self.coordinated = self.cfg["mode"] == "coorp"
-        key = TeamKey.from_hex(os.environ[KEY_ENV])
-        settings = TeamSettings(join_timeout_s=5.0)
-        leader = self.cfg["permits"] if self.coordinated else None
-        self.team = join(leader, args.robot, key, settings=settings)
+        if getattr(args, "team", None):  # a robot of a real team: its own key, the daemon's permits
+            from coorp.learn._robots import join_team
+
+            self.team, self.keys, self.permits = join_team(
+                args.team, args.robot, coordinated=self.coordinated
+            )
+        else:
+            self.keys = TeamKey.from_hex(os.environ[KEY_ENV])
+            self.permits = self.cfg["permits"] if self.coordinated else None
+            settings = TeamSettings(join_timeout_s=5.0)
+            self.team = join(self.permits, args.robot, self.keys, settings=settings)
         if self.coordinated and not self.team.wait_mode("coordinated", 10):
-            raise ConfigurationError(f"{args.robot}: the permit service is not reachable")
-        self.inbox = self.team.listen(f"{args.host}:0")
+            raise ConfigurationError(
+                f"{args.robot}: the permit service at {self.permits} is not reachable"
+            )
+        self.inbox = self.team.listen(f"{args.host}:{getattr(args, 'port', 0) or 0}")
         self.stop = threading.Event()
         # One send at a time, in order (each worker its own stream or connection).
         self.pool = ThreadPoolExecutor(max_workers=1)
@@ -280,11 +300,18 @@ class _Server(_Common):
         self.loops: dict[int, set[str]] = {}
         self.tcp_conns: dict[str, tuple[socket.socket, threading.Lock]] = {}
         self.listener: socket.socket | None = None
-        if not self.coordinated:
-            self.listener = socket.create_server((args.host, 0))
+        # Loops complete (every worker's perception in): the team mode's warm-up.
+        self.completed_loops = 0
+        self.warm = threading.Event()
+        if not self.coordinated:  # next to a fixed inbox port, the port after it
+            port = getattr(args, "port", 0) or 0
+            self.listener = socket.create_server((args.host, port + 1 if port else 0))
             self.listener.settimeout(self.timeout)
         tcp_port = 0 if self.listener is None else self.listener.getsockname()[1]
-        print(f"READY {self.inbox.address[1]} {tcp_port}", flush=True)
+        if getattr(args, "team", None):  # a person started this robot: say where it listens
+            print(f"leader: learning inbox at {args.host}:{self.inbox.address[1]}", flush=True)
+        else:  # the orchestrator reads the ports from this line
+            print(f"READY {self.inbox.address[1]} {tcp_port}", flush=True)
         self.dispatcher = threading.Thread(target=self._dispatch, daemon=True)
         self.dispatcher.start()
 
@@ -300,6 +327,9 @@ class _Server(_Common):
             got = self.loops.setdefault(k, set())
             got.add(msg.robot)
             if len(got) == n and len(self.controls) == n:
+                self.completed_loops += 1
+                if self.completed_loops >= WARM_LOOPS:
+                    self.warm.set()
                 ctrl[:8] = k.to_bytes(8, "little")
                 for w in self.workers:  # the inference itself is not modelled (0 ms)
                     self.controls[w].send(bytes(ctrl))
@@ -356,6 +386,9 @@ class _Server(_Common):
                 deadline_ms=cfg["deadline_ns"] / 1e6,
                 period_ms=period_ms,
             )
+        grid = cfg["grid_ns"]
+        if grid is None:
+            grid = self._announce_grid()
         versions = [layout.init(int(cfg["init_seed"]))]
         times = [0.0]
         stale: list[int] = []
@@ -424,20 +457,19 @@ class _Server(_Common):
                     send(w, MODEL, len(versions) - 1)
         self.settle()
         leader_stats: dict[str, Any] = {}
-        if self.coordinated:
-            from coorp.runtime import TeamKey, query_leader_stats
+        if self.coordinated and self.permits is not None:
+            from coorp.runtime import query_leader_stats
 
             with contextlib.suppress(Exception):
                 self.team.sync_leader(timeout_s=5)
-                st = query_leader_stats(
-                    cfg["permits"], TeamKey.from_hex(os.environ[KEY_ENV]), timeout_s=3
-                )
+                st = query_leader_stats(self.permits, self.keys, timeout_s=3)
                 leader_stats = dict(st.counters)
         self.stop.set()
         self.dispatcher.join(timeout=5)
         np.save(self.args.result + ".npy", np.stack(versions))
         out = {
             "robot": self.args.robot,
+            "grid_ns": grid,
             "t0_ns": t0,
             "t_end_ns": t_end,
             "times_s": times,
@@ -453,6 +485,28 @@ class _Server(_Common):
         }
         Path(self.args.result).write_text(json.dumps(out))
 
+    def _announce_grid(self) -> int:
+        """No shared clock: tell every worker the loop grid on this clock, then wait
+        until ``WARM_LOOPS`` loops were complete (its time model has seen the flows)."""
+        for w, ch in self.controls.items():
+            if not ch.ready.wait(self.timeout):
+                raise ConfigurationError(f"{w}'s inbox opened no LS session in {self.timeout:g} s")
+        grid = time.monotonic_ns() + round((CLOCK_ROUNDS * CLOCK_GAP_S + 0.2) * 1e9)
+        msg = bytearray(max(24, int(self.cfg["control_bytes"])))
+        msg[:8], msg[8:16] = _U64.pack(CLOCK_K), _U64.pack(grid)
+        for r in range(CLOCK_ROUNDS):
+            msg[16:24] = _U64.pack(r)
+            for ch in self.controls.values():
+                ch.send(bytes(msg))
+            self.stop.wait(CLOCK_GAP_S)  # rounds apart: one delayed datagram spoils one
+        if not self.warm.wait(self.timeout):
+            raise ConfigurationError(
+                f"{WARM_LOOPS} loops with every worker's perception did not complete in "
+                f"{self.timeout:g} s (perceptions from: "
+                f"{sorted({str(p[0]) for p in self.perceptions})})"
+            )
+        return grid
+
     def close(self) -> None:
         super().close()
         if self.listener is not None:
@@ -467,6 +521,9 @@ class _Worker(_Common):
         super().__init__(args)
         self.modelq: queue.Queue[Delivery] = queue.Queue()
         self.control_in: list[list[int]] = []  # k, sent_ns, received_ns
+        # The leader's clock datagrams: (sent_ns on its clock, received_ns, grid_ns).
+        self.clock_in: list[tuple[int, int, int]] = []
+        self.clock_first, self.clock_all = threading.Event(), threading.Event()
         self.sock: socket.socket | None = None
         self.lock = threading.Lock()
         threading.Thread(target=self._dispatch, daemon=True).start()
@@ -477,6 +534,13 @@ class _Worker(_Common):
                 self.modelq.put((msg.robot, msg.payload, msg.received_ns))
             else:
                 k = int.from_bytes(bytes(msg.payload[:8]), "little")
+                if k == CLOCK_K:
+                    grid = _U64.unpack_from(msg.payload, 8)[0]
+                    self.clock_in.append((msg.sent_ns, msg.received_ns, grid))
+                    self.clock_first.set()
+                    if len(self.clock_in) >= CLOCK_ROUNDS:
+                        self.clock_all.set()
+                    continue
                 self.control_in.append([k, msg.sent_ns, msg.received_ns])
 
     def tcp_send(self, peer: str, payload: bytearray) -> None:
@@ -486,51 +550,66 @@ class _Worker(_Common):
     def run(self) -> None:
         cfg, args = self.cfg, self.args
         period = int(cfg["period_ns"])
-        grid = int(cfg["grid_ns"])
         ls = self.team.latency_sensitive(
             "perception", args.server, deadline_ms=cfg["deadline_ns"] / 1e6,
             period_ms=period / 1e6,
         )  # fmt: skip
         warm = threading.Event()
         sent = [0]
+        sent_at: list[list[int]] = []  # k, sent_ns
         payload = bytearray(int(cfg["perception_bytes"]))
 
-        def periodic() -> None:
+        def periodic(grid: int) -> None:
             k = max(0, -(-(time.monotonic_ns() - grid) // period))
             while not self.stop.is_set():
                 self.stop.wait(max(grid + k * period - time.monotonic_ns(), 0) / 1e9)
                 if self.stop.is_set():
                     return
                 payload[:8] = k.to_bytes(8, "little")
+                sent_at.append([k, time.monotonic_ns()])
                 ls.send(bytes(payload))
                 sent[0] += 1
                 if sent[0] == 8:
                     warm.set()
                 k += 1
 
-        lt = threading.Thread(target=periodic, daemon=True)
-        lt.start()
-        if not warm.wait(timeout=self.timeout):
-            raise ConfigurationError("the perception flow did not start")
+        def start_loop(grid: int) -> threading.Thread:
+            t = threading.Thread(target=periodic, args=(grid,), daemon=True)
+            t.start()
+            return t
+
+        offset: int | None = None
+        if cfg["grid_ns"] is not None:  # one clock: the orchestrator's grid
+            lt = start_loop(int(cfg["grid_ns"]))
+            if not warm.wait(timeout=self.timeout):
+                raise ConfigurationError("the perception flow did not start")
         me = {"robot": args.robot, "inbox": f"{args.host}:{self.inbox.address[1]}"}
         hello = encode(HELLO, 0, extra=json.dumps(me).encode())
-        if self.coordinated:
-            self.bulk_send("server", args.server, hello, HELLO, 0)
-        else:
+        if not self.coordinated:
             host, port = args.server_tcp.rsplit(":", 1)
             self.sock = socket.create_connection((host, int(port)), timeout=self.timeout)
             self.sock.settimeout(None)
             threading.Thread(
                 target=_tcp_reader, args=(self.sock, "server", self.modelq), daemon=True
             ).start()
-            self.bulk_send("server", args.server, hello, HELLO, 0)
+        self.bulk_send("server", args.server, hello, HELLO, 0)
+        if cfg["grid_ns"] is None:  # no shared clock: the leader's grid, mapped to ours
+            if not self.clock_first.wait(self.timeout):
+                raise ConfigurationError(
+                    f"no clock datagram from the leader in {self.timeout:g} s (is its LS "
+                    f"control channel reaching {self.inbox.address}?)"
+                )
+            self.clock_all.wait(CLOCK_ROUNDS * CLOCK_GAP_S + 1.0)  # the rest, if they come
+            offset = min(recv - sent_ns for sent_ns, recv, _g in self.clock_in)
+            lt = start_loop(self.clock_in[-1][2] + offset)
         ppo = PPO(PPOConfig(**cfg["ppo"]), FormationSpec(**cfg["task"]), int(cfg["seed"]))
         pad = int(cfg["air_bytes"])
         compute_ns = 0
         updates = 0
+        first_model_ns: int | None = None
         for _ in range(1_000_000):
             try:
-                _peer, data, _ns = self.modelq.get(timeout=self.timeout)
+                _peer, data, got_ns = self.modelq.get(timeout=self.timeout)
             except queue.Empty:
                 raise ConfigurationError(
                     f"no model from the leader for {self.timeout:g} s"
@@ -540,6 +619,8 @@ class _Worker(_Common):
                 break
             if m.kind != MODEL or m.params is None:
                 raise InvariantError(f"unexpected message kind {m.kind} from the leader")
+            if first_model_ns is None:
+                first_model_ns = got_ns
             c0 = time.monotonic_ns()
             new, ro = ppo.local_update(m.params)
             compute_ns += time.monotonic_ns() - c0
@@ -547,6 +628,7 @@ class _Worker(_Common):
                         pad_to=pad)  # fmt: skip
             self.bulk_send("server", args.server, up, UPDATE, m.version)
             updates += 1
+        stop_ns = time.monotonic_ns()
         self.stop.set()
         lt.join(timeout=5)
         if self.coordinated:
@@ -555,6 +637,10 @@ class _Worker(_Common):
             "robot": args.robot,
             "perceptions_sent": sent[0],
             "controls": self.control_in,
+            "perceptions": sent_at,
+            "clock_offset_ns": offset,
+            "clock_samples": len(self.clock_in),
+            "learning_ns": [first_model_ns, stop_ns],
             "sent": self.sent,
             "received": self.received,
             "receipts": self.receipts,
@@ -591,6 +677,8 @@ def _role_main(argv: Sequence[str] | None = None) -> None:
         q.add_argument("--host", required=True)
         q.add_argument("--config", required=True)
         q.add_argument("--result", required=True)
+        q.add_argument("--team", default="", help="a team file: this robot's key and permits")
+        q.add_argument("--port", type=int, default=0, help="the inbox port (0: any)")
         if name == "worker":
             q.add_argument("--server", required=True, help="the leader's inbox host:port")
             q.add_argument("--server-tcp", default="", help="the leader's TCP host:port")
@@ -766,6 +854,69 @@ def _role_argv() -> list[str]:
     return [sys.executable, "-m", "coorp.learn._runtime"]
 
 
+def role_config(scenario: Scenario, mode: str, spec: LearnSpec, rt: RuntimeSpec) -> dict[str, Any]:
+    """What every role reads (``--config``): the learning, the MPC loop, the limits.
+    ``permits`` and ``grid_ns`` stay None unless an orchestrator on one host sets them
+    (None: the team file's permit service, and the leader's grid handshake)."""
+    wl = scenario.workload
+    if wl is None or not wl.drlc.enabled or not wl.mpc.enabled:
+        raise UsageError("the scenario needs [workload.mpc] and [workload.drlc] for --runtime")
+    sync = spec.sync or wl.drlc.sync
+    if sync is SyncMode.SSP:
+        raise UsageError("--sync ssp is simulated only; --runtime supports bsp and asp")
+    return {
+        "mode": mode,
+        "sync": sync.value,
+        "workers": list(scenario.workers),
+        "ppo": dataclasses.asdict(spec.ppo),
+        "task": dataclasses.asdict(spec.task),
+        "init_seed": spec.init_seed,
+        "air_bytes": spec.air_bytes(),
+        "duration_s": spec.duration_s if spec.duration_s is not None else scenario.duration_s,
+        "max_versions": rt.max_versions,
+        "period_ns": round(wl.mpc.period_us * 1e3),
+        "deadline_ns": round(wl.mpc.deadline_us * 1e3),
+        "perception_bytes": wl.mpc.perception_bytes,
+        "control_bytes": wl.mpc.control_bytes,
+        "timeout_s": rt.timeout_s,
+        "reuse_streams": rt.reuse_streams,
+        "permits": None,
+        "grid_ns": None,
+    }
+
+
+def score_versions(
+    server: dict[str, Any],
+    versions: np.ndarray,
+    spec: LearnSpec,
+    *,
+    mode: str,
+    seed: int,
+    sync: str,
+    duration_s: float,
+    violation_rate: float,
+) -> LearnCurve:
+    """The leader's model versions within ``duration_s``, each scored after the run (the
+    simulated path's greedy score from fixed start states)."""
+    judge = PPO(spec.ppo, spec.task, seed * 1000 + 1)
+    times = [float(t) for t in server["times_s"]]
+    keep = [i for i in range(1, len(times)) if times[i] <= duration_s]
+    return LearnCurve(
+        policy=mode,
+        seed=seed,
+        sync=sync,
+        times_s=[times[i] for i in keep],
+        returns=[judge.evaluate(versions[i], spec.eval_episodes) for i in keep],
+        staleness=[int(server["staleness"][i - 1]) for i in keep],
+        train_returns=[float(server["train_returns"][i - 1]) for i in keep],
+        violation_rate=violation_rate,
+        epochs=len(keep),
+        initial_return=judge.evaluate(versions[0], spec.eval_episodes),
+        air_bytes=spec.air_bytes(),
+        params=int(versions.shape[1]),
+    )
+
+
 def learn_on_runtime(
     scenario: Scenario,
     mode: str,
@@ -808,24 +959,7 @@ def learn_on_runtime(
     run_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, KEY_ENV: os.urandom(32).hex()}
     opts = scenario.policy.coorp if scenario.policy is not None else None
-    cfg: dict[str, Any] = {
-        "mode": mode,
-        "sync": sync.value,
-        "workers": names,
-        "ppo": dataclasses.asdict(spec.ppo),
-        "task": dataclasses.asdict(spec.task),
-        "init_seed": spec.init_seed,
-        "air_bytes": spec.air_bytes(),
-        "duration_s": duration,
-        "max_versions": rt.max_versions,
-        "period_ns": round(wl.mpc.period_us * 1e3),
-        "deadline_ns": round(wl.mpc.deadline_us * 1e3),
-        "perception_bytes": wl.mpc.perception_bytes,
-        "control_bytes": wl.mpc.control_bytes,
-        "timeout_s": rt.timeout_s,
-        "reuse_streams": rt.reuse_streams,
-        "permits": None,
-    }
+    cfg = role_config(scenario, mode, spec, rt)
     say = on_progress or (lambda _m: None)
     t_start = time.monotonic()
     try:
@@ -880,24 +1014,10 @@ def learn_on_runtime(
     intact, checked = _check_syncs(server, workers)
     ls = _ls_metrics(server, workers, cfg)
     # Score the versions in place within the duration (after the run: no CPU taken from it).
-    judge = PPO(spec.ppo, spec.task, seed * 1000 + 1)
-    times = [float(t) for t in server["times_s"]]
-    keep = [i for i in range(1, len(times)) if times[i] <= duration]
-    init_return = judge.evaluate(versions[0], spec.eval_episodes)
-    curve = LearnCurve(
-        policy=mode,
-        seed=seed,
-        sync=sync.value,
-        times_s=[times[i] for i in keep],
-        returns=[judge.evaluate(versions[i], spec.eval_episodes) for i in keep],
-        staleness=[int(server["staleness"][i - 1]) for i in keep],
-        train_returns=[float(server["train_returns"][i - 1]) for i in keep],
+    curve = score_versions(
+        server, versions, spec, mode=mode, seed=seed, sync=sync.value, duration_s=duration,
         violation_rate=ls["miss_rate"],
-        epochs=len(keep),
-        initial_return=init_return,
-        air_bytes=spec.air_bytes(),
-        params=int(versions.shape[1]),
-    )
+    )  # fmt: skip
     recs = [r for res in [server, *workers.values()] for r in res["receipts"]]
     syncs = [r for r in recs if r["kind"] in (MODEL, UPDATE)]
     transfers = {
