@@ -59,6 +59,18 @@ def test_learn_refuses_bad_options(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2 and "--sync must be bsp, ssp or asp" in out
     code, out = _cli(capsys, "learn", "crl-2", "--seeds", "3-1")
     assert code == 2 and "is empty" in out
+    code, out = _cli(capsys, "learn", "crl-2", "--physics", "bullet")
+    assert code == 2 and "physics must be one of points, mujoco, got 'bullet'" in out
+
+
+def test_learn_on_the_mujoco_task(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, out = _cli(
+        capsys, "learn", "crl-2", "--policies", "coorp", "--seeds", "1", "--physics", "mujoco",
+        "--duration", "3", "--hidden", "8", "--envs", "2", "--out", str(tmp_path),
+    )  # fmt: skip
+    assert code == 0, out
+    res = json.loads((tmp_path / "learn.json").read_text())
+    assert res["config"]["physics"] == "mujoco" and res["policies"]["coorp"]["epochs"]["mean"] >= 1
 
 
 def test_learn_asp_reports_staleness(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -74,10 +74,11 @@ def test_micro_benchmark_graphs_run_on_processes() -> None:
     assert out.results["collector"] == 2 * 2 * TINY.envs * SPEC.robots * SPEC.horizon
 
 
-def test_pettingzoo_parallel_api_test_passes() -> None:
+@pytest.mark.parametrize("physics", ["points", "mujoco"])
+def test_pettingzoo_parallel_api_test_passes(physics: str) -> None:
     pz_test = pytest.importorskip("pettingzoo.test", reason="needs the learn extra")
     pz_test.parallel_api_test(
-        FormationParallelEnv(FormationSpec(robots=3, horizon=8)), num_cycles=20
+        FormationParallelEnv(FormationSpec(robots=3, horizon=8, physics=physics)), num_cycles=20
     )
 
 

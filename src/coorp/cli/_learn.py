@@ -233,6 +233,7 @@ def _learn_runtime(
         "medium": rt.medium, "streams": "reuse" if rt.reuse_streams else "fresh",
         "sync": c0.sync, "params": c0.params, "air_bytes": c0.air_bytes, "duration_s": dur,
         "hidden": spec.ppo.hidden, "envs": spec.ppo.envs, "lr": spec.ppo.lr,
+        "physics": spec.task.physics,
         "max_versions": rt.max_versions, "modes": chosen, "seeds": list(seeds),
         "load_before": load0, "load_after": os.getloadavg()[0],
     }  # fmt: skip
@@ -428,6 +429,13 @@ def register(app: typer.Typer) -> None:
         hidden: Annotated[int, typer.Option(help="Hidden units per layer (2 layers).")] = 32,
         envs: Annotated[int, typer.Option(help="Formation-task copies per worker.")] = 8,
         lr: Annotated[float, typer.Option(help="Adam learning rate of the workers.")] = 1e-2,
+        physics: Annotated[
+            str,
+            typer.Option(
+                help="The task's physics: points (damped point masses, numpy) or mujoco "
+                "(MuJoCo bodies with contacts)."
+            ),
+        ] = "points",
         target: Annotated[
             float | None,
             typer.Option(help="Target return (default: half-way from initial to best final)."),
@@ -529,8 +537,11 @@ def register(app: typer.Typer) -> None:
         if duration is not None and not duration > 0:
             raise UsageError(f"--duration must be positive, got {duration:g}")
         formats = figure_formats(fmt)
+        from coorp.learn._env import FormationSpec
+
         spec = LearnSpec(
             ppo=PPOConfig(hidden=hidden, envs=envs, lr=lr),
+            task=FormationSpec(robots=3, horizon=30, physics=physics),
             air_params=air_params,
             sync=mode,
             duration_s=duration,
@@ -590,6 +601,7 @@ def register(app: typer.Typer) -> None:
         summary["config"] = {
             "scenario": str(path), "sync": c0.sync, "params": c0.params,
             "air_bytes": c0.air_bytes, "duration_s": dur, "hidden": hidden, "envs": envs, "lr": lr,
+            "physics": physics,
         }  # fmt: skip
         title = (
             f"learning over the air: {sc.name}, {c0.sync.upper()}, {c0.params} params, "
@@ -619,7 +631,8 @@ def register(app: typer.Typer) -> None:
         (out_dir / "learn.json").write_text(json.dumps(json_safe(summary), indent=1) + "\n")
         for fig in _plot(summary, out_dir / "reward", formats,
                        f"{sc.name}: reward vs simulated time ({c0.sync.upper()}, "
-                       f"{c0.air_bytes / 1e6:.3g} MB per sync on the air)"):  # fmt: skip
+                       f"{c0.air_bytes / 1e6:.3g} MB per sync on the air, "
+                       f"{physics} task)"):  # fmt: skip
             console.print(f"figure: {fig}")
         write_json(out_dir / "manifest.json", build_manifest(
             scenario=sc.model_dump(mode="json"), scenario_path=str(path), seed=curves[0].seed,

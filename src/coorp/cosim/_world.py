@@ -40,8 +40,9 @@ def import_mujoco() -> Any:
         import mujoco
     except ImportError as exc:
         raise ConfigurationError(
-            "the co-simulation needs MuJoCo: pip install 'coorp[cosim]' "
-            f"(or `make`, which installs it): {exc}"
+            "MuJoCo is not installed (the co-simulation and the learning task's "
+            "physics='mujoco' need it): pip install 'coorp[cosim]' or 'coorp[learn]' "
+            f"(or `make`, which installs both): {exc}"
         ) from None
     return mujoco
 

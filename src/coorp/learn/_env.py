@@ -17,6 +17,7 @@ Gymnasium spaces when Gymnasium is installed (``coorp[learn]``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +25,15 @@ import numpy as np
 
 from coorp._errors import UsageError
 
-__all__ = ["N_ACTIONS", "OBS_DIM", "FormationBatch", "FormationParallelEnv", "FormationSpec"]
+__all__ = [
+    "N_ACTIONS",
+    "OBS_DIM",
+    "PHYSICS",
+    "FormationBatch",
+    "FormationParallelEnv",
+    "FormationSpec",
+    "make_batch",
+]
 
 OBS_DIM = 8
 N_ACTIONS = 5
@@ -40,10 +49,15 @@ class FormationSpec:
     damping: float = 0.8
     collide: float = 0.1
     radius: float = 0.5
+    #: Who moves the robots: ``points`` (the damped point masses above, numpy) or
+    #: ``mujoco`` (MuJoCo bodies with contacts, :mod:`coorp.learn._mujoco`).
+    physics: str = "points"
 
     def __post_init__(self) -> None:
         if self.robots < 1 or self.horizon < 1:
             raise UsageError(f"robots and horizon must be >= 1, got {self.robots}, {self.horizon}")
+        if self.physics not in PHYSICS:
+            raise UsageError(f"physics must be one of {', '.join(PHYSICS)}, got {self.physics!r}")
 
 
 class FormationBatch:
@@ -98,6 +112,25 @@ class FormationBatch:
         return self.observe(), reward, self.t >= s.horizon
 
 
+def _mujoco_batch(spec: FormationSpec, envs: int) -> FormationBatch:
+    from coorp.learn._mujoco import MujocoFormationBatch  # MuJoCo only when asked for
+
+    return MujocoFormationBatch(spec, envs)
+
+
+_BATCHES: dict[str, Callable[[FormationSpec, int], FormationBatch]] = {
+    "points": FormationBatch,
+    "mujoco": _mujoco_batch,
+}
+#: The physics a formation task may run on (``FormationSpec.physics``).
+PHYSICS = tuple(_BATCHES)
+
+
+def make_batch(spec: FormationSpec, envs: int) -> FormationBatch:
+    """``envs`` copies of the task on ``spec.physics``."""
+    return _BATCHES[spec.physics](spec, envs)
+
+
 class _Box:
     def __init__(self, shape: tuple[int, ...]) -> None:
         self.shape = shape
@@ -124,7 +157,7 @@ class FormationParallelEnv:
         self.spec = spec or FormationSpec()
         self.possible_agents = [f"robot_{i}" for i in range(self.spec.robots)]
         self.agents: list[str] = []
-        self._batch = FormationBatch(self.spec, 1)
+        self._batch = make_batch(self.spec, 1)
         self._rng = np.random.default_rng(0)
         try:
             from gymnasium import spaces

@@ -22,7 +22,7 @@ import numpy as np
 
 from coorp._errors import UsageError
 from coorp.learn._blas import single_thread_blas
-from coorp.learn._env import N_ACTIONS, OBS_DIM, FormationBatch, FormationSpec
+from coorp.learn._env import N_ACTIONS, OBS_DIM, FormationSpec, make_batch
 
 __all__ = ["PPO", "Layout", "PPOConfig", "Rollout"]
 
@@ -130,7 +130,7 @@ class PPO:
         self.spec = spec
         self.layout = Layout(cfg.hidden, cfg.layers)
         self.rng = np.random.default_rng(seed)
-        self.env = FormationBatch(spec, cfg.envs)
+        self.env = make_batch(spec, cfg.envs)
         self.m = np.zeros(self.layout.size, F32)
         self.v = np.zeros(self.layout.size, F32)
         self.steps = 0
@@ -190,7 +190,7 @@ class PPO:
         """Mean episode return of the greedy policy on ``episodes`` fixed start states
         (the same for every call with this ``seed``: common random numbers, so curves
         compare models, not luck). Leaves this worker's random stream alone."""
-        env = FormationBatch(self.spec, episodes)
+        env = make_batch(self.spec, episodes)
         obs = env.reset(np.random.default_rng(seed))
         total = np.zeros(obs.shape[:2], np.float64)
         done = False
