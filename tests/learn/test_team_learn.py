@@ -204,6 +204,59 @@ def test_the_cli_runs_one_robot_of_the_team(
         assert "MPC reaction while learning" in out
 
 
+def _crl2_team(tmp_path: Path) -> Path:
+    """crl-2's robots (leader, w1) with their keys; no permit service (``--modes tcp``)."""
+    robots = ["leader", "w1"]
+    team = _team_file(tmp_path, 1, robots)
+    write_team_keys(load_team_config(team), team)
+    return team
+
+
+def test_a_worker_with_other_settings_is_refused_on_both_ends(tmp_path: Path) -> None:
+    """Different learning flags on one robot: the leader names what differs, and the
+    worker hears it instead of waiting for a model."""
+    from coorp._errors import ConfigurationError
+
+    team, port, sc = _crl2_team(tmp_path), _free_port(), load_scenario(resolve_scenario("crl-2"))
+    errors: dict[str, BaseException] = {}
+
+    def role(robot: str, hidden: int) -> None:
+        spec = LearnSpec(ppo=PPOConfig(hidden=hidden, envs=2), air_params=20_000)
+        try:
+            run_robot(
+                sc, team, robot, mode="tcp", seed=1, spec=spec, host="127.0.0.1",
+                server=f"127.0.0.1:{port}", port=port if robot == "leader" else None,
+                out_dir=tmp_path / robot, max_versions=1, timeout_s=60,
+            )  # fmt: skip
+        except BaseException as exc:
+            errors[robot] = exc
+
+    threads = [
+        threading.Thread(target=role, args=a, daemon=True) for a in [("leader", 8), ("w1", 16)]
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads)
+    assert isinstance(errors.get("leader"), ConfigurationError)
+    assert "w1 runs with other settings than the leader: ppo" in str(errors["leader"])
+    assert isinstance(errors.get("w1"), ConfigurationError)
+    assert "the leader refused w1" in str(errors["w1"])
+
+
+def test_a_leader_names_the_workers_it_never_heard_from(tmp_path: Path) -> None:
+    from coorp._errors import ConfigurationError
+
+    team = _crl2_team(tmp_path)
+    with pytest.raises(ConfigurationError, match="no hello from w1 within 1 s"):
+        run_robot(
+            load_scenario(resolve_scenario("crl-2")), team, "leader", mode="tcp", seed=1,
+            spec=TINY, host="127.0.0.1", server=None, port=_free_port(),
+            out_dir=tmp_path / "leader", max_versions=1, timeout_s=1,
+        )  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -93,10 +93,12 @@ def run_robot(
     out_dir: Path,
     max_versions: int | None = None,
     reuse_streams: bool = False,
-    timeout_s: float = 120.0,
+    timeout_s: float = 600.0,
 ) -> dict[str, Any]:
     """Run this robot's role until the leader stops the run; its result (also written
-    to ``out_dir/<robot>.json``, the leader's versions to ``<robot>.json.npy``)."""
+    to ``out_dir/<robot>.json``, the leader's versions to ``<robot>.json.npy``). Every
+    wait — the team's hellos, a model, an update — is bounded by ``timeout_s`` (robots
+    are started by hand, one after another)."""
     import json
 
     wl = scenario.workload

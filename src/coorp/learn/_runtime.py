@@ -340,9 +340,45 @@ class _Server(_Common):
         sock, lock = self.tcp_conns[peer]
         _tcp_send(sock, lock, payload)
 
+    def _check_hello(self, robot: str, extra: dict[str, Any]) -> None:
+        """A worker started with other settings would merge tensors of another shape or
+        learn something else: refuse it, naming what differs."""
+        mine = shared_settings(self.cfg)
+        theirs = extra.get("settings", {})
+        diff = [f"{k} {theirs.get(k)!r} (the leader: {v!r})" for k, v in mine.items()
+                if theirs.get(k) != v]  # fmt: skip
+        if diff:
+            why = (
+                f"{robot} runs with other settings than the leader: {'; '.join(diff)}. Start "
+                "every robot with the same scenario, --seeds, --modes and learning flags"
+            )
+            # Tell the worker too (a stop before any model, with the reason), so it does
+            # not wait for a model that will never come.
+            with contextlib.suppress(Exception):
+                stop = encode(STOP, 0, extra=why.encode())
+                if self.coordinated:
+                    stream = self.team.bulk(f"sync-{robot}-refused", str(extra["inbox"]))
+                    stream.send(stop, timeout_s=10)
+                else:
+                    self.tcp_send(robot, stop)
+            raise ConfigurationError(why)
+
     def _hellos(self) -> dict[str, str]:
         """Every worker's hello: its inbox address (and, on TCP, its connection)."""
         inboxes: dict[str, str] = {}
+        try:
+            self._collect_hellos(inboxes)
+        except (queue.Empty, TimeoutError):
+            missing = sorted(set(self.workers) - set(inboxes))
+            raise ConfigurationError(
+                f"no hello from {', '.join(missing)} within {self.timeout:g} s (is "
+                f"`coorp learn` running there, pointed at this leader?)"
+            ) from None
+        if sorted(inboxes) != sorted(self.workers):
+            raise ConfigurationError(f"hellos from {sorted(inboxes)}, expected {self.workers}")
+        return inboxes
+
+    def _collect_hellos(self, inboxes: dict[str, str]) -> None:
         if self.listener is not None:
             for _ in self.workers:
                 conn, _addr = self.listener.accept()
@@ -352,10 +388,12 @@ class _Server(_Common):
                 if body is None:
                     raise ConfigurationError("a worker closed its connection before its hello")
                 m = decode(body)
-                robot = json.loads(m.extra)["robot"]
+                extra = json.loads(m.extra)
+                robot = extra["robot"]
                 self.record_in(robot, body)
-                inboxes[robot] = json.loads(m.extra)["inbox"]
                 self.tcp_conns[robot] = (conn, threading.Lock())
+                self._check_hello(robot, extra)
+                inboxes[robot] = extra["inbox"]
                 threading.Thread(
                     target=_tcp_reader, args=(conn, robot, self.bulkq), daemon=True
                 ).start()
@@ -365,10 +403,9 @@ class _Server(_Common):
                 m = self.record_in(robot, payload)
                 if m.kind != HELLO:
                     raise InvariantError(f"expected a hello from {robot}, got kind {m.kind}")
-                inboxes[robot] = json.loads(m.extra)["inbox"]
-        if sorted(inboxes) != sorted(self.workers):
-            raise ConfigurationError(f"hellos from {sorted(inboxes)}, expected {self.workers}")
-        return inboxes
+                extra = json.loads(m.extra)
+                self._check_hello(robot, extra)
+                inboxes[robot] = extra["inbox"]
 
     def run(self) -> None:
         cfg = self.cfg
@@ -516,14 +553,28 @@ class _Server(_Common):
                 sock.close()
 
 
+class _WakingQueue(queue.Queue[Delivery]):
+    """A queue that also sets ``wake`` on every put (a waiter for something else hears
+    that the leader spoke first)."""
+
+    def __init__(self, wake: threading.Event) -> None:
+        super().__init__()
+        self.wake = wake
+
+    def put(self, item: Delivery, block: bool = True, timeout: float | None = None) -> None:
+        super().put(item, block, timeout)
+        self.wake.set()
+
+
 class _Worker(_Common):
     def __init__(self, args: argparse.Namespace) -> None:
         super().__init__(args)
-        self.modelq: queue.Queue[Delivery] = queue.Queue()
-        self.control_in: list[list[int]] = []  # k, sent_ns, received_ns
         # The leader's clock datagrams: (sent_ns on its clock, received_ns, grid_ns).
         self.clock_in: list[tuple[int, int, int]] = []
         self.clock_first, self.clock_all = threading.Event(), threading.Event()
+        # A message from the leader before its clock (a refusal) wakes the clock waiter.
+        self.modelq: queue.Queue[Delivery] = _WakingQueue(self.clock_first)
+        self.control_in: list[list[int]] = []  # k, sent_ns, received_ns
         self.sock: socket.socket | None = None
         self.lock = threading.Lock()
         threading.Thread(target=self._dispatch, daemon=True).start()
@@ -583,7 +634,8 @@ class _Worker(_Common):
             lt = start_loop(int(cfg["grid_ns"]))
             if not warm.wait(timeout=self.timeout):
                 raise ConfigurationError("the perception flow did not start")
-        me = {"robot": args.robot, "inbox": f"{args.host}:{self.inbox.address[1]}"}
+        me = {"robot": args.robot, "inbox": f"{args.host}:{self.inbox.address[1]}",
+              "settings": shared_settings(cfg)}  # fmt: skip
         hello = encode(HELLO, 0, extra=json.dumps(me).encode())
         if not self.coordinated:
             host, port = args.server_tcp.rsplit(":", 1)
@@ -599,6 +651,12 @@ class _Worker(_Common):
                     f"no clock datagram from the leader in {self.timeout:g} s (is its LS "
                     f"control channel reaching {self.inbox.address}?)"
                 )
+            if not self.clock_in:  # the leader spoke first: a refusal, or out of protocol
+                _peer, data, _ns = self.modelq.get_nowait()
+                m = self.record_in("server", data)
+                if m.kind == STOP and m.extra:
+                    raise ConfigurationError(f"the leader refused {args.robot}: {m.extra.decode()}")
+                raise InvariantError(f"message kind {m.kind} from the leader before its clock")
             self.clock_all.wait(CLOCK_ROUNDS * CLOCK_GAP_S + 1.0)  # the rest, if they come
             offset = min(recv - sent_ns for sent_ns, recv, _g in self.clock_in)
             lt = start_loop(self.clock_in[-1][2] + offset)
@@ -616,6 +674,8 @@ class _Worker(_Common):
                 ) from None
             m = self.record_in("server", data)
             if m.kind == STOP:
+                if first_model_ns is None and m.extra:
+                    raise ConfigurationError(f"the leader refused {args.robot}: {m.extra.decode()}")
                 break
             if m.kind != MODEL or m.params is None:
                 raise InvariantError(f"unexpected message kind {m.kind} from the leader")
@@ -852,6 +912,29 @@ def _check_syncs(server: dict[str, Any], workers: dict[str, dict[str, Any]]) -> 
 
 def _role_argv() -> list[str]:
     return [sys.executable, "-m", "coorp.learn._runtime"]
+
+
+#: What every role of one run must agree on (a worker's hello carries them).
+_SHARED = (
+    "mode",
+    "sync",
+    "workers",
+    "ppo",
+    "task",
+    "init_seed",
+    "air_bytes",
+    "duration_s",
+    "max_versions",
+    "period_ns",
+    "deadline_ns",
+    "perception_bytes",
+    "control_bytes",
+)
+
+
+def shared_settings(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The settings of ``cfg`` every role must share, and the run's seed."""
+    return {**{k: cfg[k] for k in _SHARED}, "seed": int(cfg["seed"]) // 1000}
 
 
 def role_config(scenario: Scenario, mode: str, spec: LearnSpec, rt: RuntimeSpec) -> dict[str, Any]:
