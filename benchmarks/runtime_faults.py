@@ -23,7 +23,12 @@ Needs root and iproute2 for 1, 3, 4 (skipped otherwise, with the reason).
 Usage::
 
     python benchmarks/runtime_faults.py [--only flood,replay,phases,restart,overhead]
-        [--runs 3] [--trace] [--nice N] [--json out.json]
+        [--runs 3] [--trace] [--nice N] [--pm-qos] [--json out.json]
+
+``--pm-qos`` holds ``/dev/cpu_dma_latency`` at 0 µs for the whole run (root), as
+``cyclictest`` does by default and latency-sensitive hosts are configured: no CPU enters
+an idle state it needs time to wake from. Both contenders of every measurement run under
+it alike.
 """
 
 from __future__ import annotations
@@ -386,6 +391,11 @@ def main() -> None:
         "say for the 5 latest LS messages of each run where they waited",
     )
     p.add_argument(
+        "--pm-qos",
+        action="store_true",
+        help="hold /dev/cpu_dma_latency at 0 for the whole run (no deep CPU idle states; root)",
+    )
+    p.add_argument(
         "--nice",
         type=int,
         help="run leader, sink and workers at this nice value (e.g. -10, as a robot "
@@ -393,10 +403,20 @@ def main() -> None:
         "other jobs' CPU load",
     )
     args = p.parse_args()
+    if args.pm_qos:
+        try:  # the request lasts while the file is open: until this process exits
+            qos = os.open("/dev/cpu_dma_latency", os.O_WRONLY)
+            os.write(qos, (0).to_bytes(4, sys.byteorder))
+        except OSError as exc:
+            p.error(f"--pm-qos: cannot hold /dev/cpu_dma_latency ({exc}); it needs root")
     if args.nice is not None:
         NICE[:] = ["nice", "-n", str(args.nice)]
     todo = set(args.only.split(","))
-    res: dict[str, Any] = {"load_before": os.getloadavg()[0], "nice": args.nice}
+    res: dict[str, Any] = {
+        "load_before": os.getloadavg()[0],
+        "nice": args.nice,
+        "pm_qos": args.pm_qos,
+    }
     why = netns_unavailable()
     import tempfile
 
