@@ -34,7 +34,14 @@ import numpy as np
 
 from coorp._errors import UsageError
 from coorp.learn._network import LearnCurve, LearnSpec
-from coorp.learn._runtime import RuntimeSpec, _Server, _Worker, role_config, score_versions
+from coorp.learn._runtime import (
+    RuntimeSpec,
+    _percentiles,
+    _Server,
+    _Worker,
+    role_config,
+    score_versions,
+)
 from coorp.runtime import Keyring, Team
 from coorp.scenario import Scenario
 
@@ -147,17 +154,6 @@ def run_robot(
     return out
 
 
-def _pcts(values: list[float]) -> dict[str, float | None]:
-    if not values:
-        return {"p50": None, "p99": None, "max": None}
-    a = np.asarray(values, dtype=float)
-    return {
-        "p50": float(np.percentile(a, 50)),
-        "p99": float(np.percentile(a, 99)),
-        "max": float(a.max()),
-    }
-
-
 def worker_report(result: dict[str, Any], deadline_ns: int) -> dict[str, Any]:
     """A worker's reaction per loop while it learned (its first model to the stop): its
     perception of loop ``k`` sent → the control of loop ``k`` received, its own clock.
@@ -184,7 +180,7 @@ def worker_report(result: dict[str, Any], deadline_ns: int) -> dict[str, Any]:
         "loops": loops,
         "missed": missed,
         "miss_rate": missed / loops if loops else 0.0,
-        "reaction_ms": _pcts(reactions),
+        "reaction_ms": _percentiles(reactions),
         "clock_offset_ms": None
         if result["clock_offset_ns"] is None
         else result["clock_offset_ns"] / 1e6,
@@ -217,7 +213,7 @@ def leader_report(
             for r, _k, sent, recv in result["perceptions"]
             if r == robot and t0 <= int(recv) <= t1
         ]
-        above[robot] = _pcts(during)
+        above[robot] = _percentiles(during)
     # The loop's misses are the workers' to measure (worker_report): not a number here.
     curve = score_versions(
         result, versions, spec, mode=mode, seed=seed, sync=sync, duration_s=duration_s,

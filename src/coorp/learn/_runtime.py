@@ -937,16 +937,22 @@ def shared_settings(cfg: dict[str, Any]) -> dict[str, Any]:
     return {**{k: cfg[k] for k in _SHARED}, "seed": int(cfg["seed"]) // 1000}
 
 
-def role_config(scenario: Scenario, mode: str, spec: LearnSpec, rt: RuntimeSpec) -> dict[str, Any]:
-    """What every role reads (``--config``): the learning, the MPC loop, the limits.
-    ``permits`` and ``grid_ns`` stay None unless an orchestrator on one host sets them
-    (None: the team file's permit service, and the leader's grid handshake)."""
+def _runtime_workload(scenario: Scenario, spec: LearnSpec) -> tuple[Any, SyncMode]:
+    """The scenario's workload and the sync mode, checked for a run on real sockets."""
     wl = scenario.workload
     if wl is None or not wl.drlc.enabled or not wl.mpc.enabled:
         raise UsageError("the scenario needs [workload.mpc] and [workload.drlc] for --runtime")
     sync = spec.sync or wl.drlc.sync
     if sync is SyncMode.SSP:
         raise UsageError("--sync ssp is simulated only; --runtime supports bsp and asp")
+    return wl, sync
+
+
+def role_config(scenario: Scenario, mode: str, spec: LearnSpec, rt: RuntimeSpec) -> dict[str, Any]:
+    """What every role reads (``--config``): the learning, the MPC loop, the limits.
+    ``permits`` and ``grid_ns`` stay None unless an orchestrator on one host sets them
+    (None: the team file's permit service, and the leader's grid handshake)."""
+    wl, sync = _runtime_workload(scenario, spec)
     return {
         "mode": mode,
         "sync": sync.value,
@@ -1016,12 +1022,7 @@ def learn_on_runtime(
 
     if mode not in MODES:
         raise UsageError(f"unknown mode {mode!r}; allowed: {', '.join(MODES)}")
-    wl = scenario.workload
-    if wl is None or not wl.drlc.enabled or not wl.mpc.enabled:
-        raise UsageError("the scenario needs [workload.mpc] and [workload.drlc] for --runtime")
-    sync = spec.sync or wl.drlc.sync
-    if sync is SyncMode.SSP:
-        raise UsageError("--sync ssp is simulated only; --runtime supports bsp and asp")
+    wl, sync = _runtime_workload(scenario, spec)
     if rt.net == "netns":
         why = netns_unavailable()
         if why is not None:
