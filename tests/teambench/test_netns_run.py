@@ -1,4 +1,5 @@
-"""A tiny sweep in network namespaces: raw UDP and coorp.runtime, counts and cleanup."""
+"""A tiny sweep in network namespaces: raw UDP (bare and with a MAC) and coorp.runtime,
+counts and cleanup."""
 
 from __future__ import annotations
 
@@ -21,12 +22,16 @@ def test_echoes_over_udp_and_coorp_and_nothing_left_behind() -> None:
         pytest.skip(reason)
     before = _ours()
     cfg = TeamBenchConfig(
-        robots=[2], rates_hz=[20], sizes_bytes=[1200], carriers=["udp", "coorp"],
+        robots=[2], rates_hz=[20], sizes_bytes=[1200], carriers=["udp", "udp-mac", "coorp"],
         bulk=["none"], duration_s=0.25, drain_s=1.0,
     )  # fmt: skip
     res = run_team(cfg)
     assert _ours() == before  # namespaces deleted, processes gone with them
-    assert [(r["carrier"], r["robots"]) for r in res.rows] == [("udp", 2), ("coorp", 2)]
+    assert [(r["carrier"], r["robots"]) for r in res.rows] == [
+        ("udp", 2),
+        ("udp-mac", 2),
+        ("coorp", 2),
+    ]
     for r in res.rows:
         assert r["sent"] == 2 * 5
         # Loopback-class veths, nothing else on the link: every ping comes back.
@@ -35,8 +40,8 @@ def test_echoes_over_udp_and_coorp_and_nothing_left_behind() -> None:
         assert set(r["cpu_s"]) == {"leader", "r1", "r2"}
     # Coorp reports where an LS message could have gone missing (nothing did here);
     # a raw socket has no counters of its own.
-    udp, coorp = res.rows
-    assert udp["counters"] == {}
+    udp, udp_mac, coorp = res.rows
+    assert udp["counters"] == udp_mac["counters"] == {}
     assert coorp["counters"] == {
         "ls_superseded": 0, "ls_expired": 0, "ls_failed": 0, "inbox_dropped": 0,
     }  # fmt: skip

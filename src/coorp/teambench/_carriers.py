@@ -89,6 +89,7 @@ register_carrier(Carrier(
 ))  # fmt: skip
 _NETNS = {
     "udp": "raw UDP sockets (the floor: no middleware)",
+    "udp-mac": "raw UDP with a keyed BLAKE2b MAC on every datagram (authentication alone)",
     "coorp": "coorp.runtime LS channels; bulk 'coorp' = coordinated bulk streams",
     "dds-be": "Cyclone DDS, best-effort QoS, keep-last 10",
     "dds-rel": "Cyclone DDS, reliable QoS, keep-last 10 (ROS 2's default profile)",
