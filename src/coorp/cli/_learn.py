@@ -424,7 +424,11 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         duration: Annotated[
-            float | None, typer.Option(help="Simulated seconds (default: the scenario's).")
+            float | None,
+            typer.Option(
+                help="Seconds of learning: simulated, or wall time with --runtime/--team "
+                "(default: the scenario's)."
+            ),
         ] = None,
         hidden: Annotated[int, typer.Option(help="Hidden units per layer (2 layers).")] = 32,
         envs: Annotated[int, typer.Option(help="Formation-task copies per worker.")] = 8,
@@ -454,7 +458,8 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option(
                 help="--runtime: how syncs travel, comma-separated: coorp (permits + "
-                "local preemption) and/or tcp (plain TCP) (default coorp,tcp)."
+                "local preemption) and/or tcp (plain TCP) (default coorp,tcp). --team: one of "
+                "them (default coorp)."
             ),
         ] = None,
         net: Annotated[
@@ -470,7 +475,9 @@ def register(app: typer.Typer) -> None:
         ] = None,
         max_versions: Annotated[
             int | None,
-            typer.Option(help="--runtime: stop after this many model versions (and --duration)."),
+            typer.Option(
+                help="--runtime/--team: stop after this many model versions (and --duration)."
+            ),
         ] = None,
         medium: Annotated[
             str | None,
@@ -483,8 +490,8 @@ def register(app: typer.Typer) -> None:
         streams: Annotated[
             str | None,
             typer.Option(
-                help="--runtime --modes coorp: fresh (a new bulk stream per sync message) or "
-                "reuse (one stream per peer for the whole run) (default fresh)."
+                help="--runtime/--team --modes coorp: fresh (a new bulk stream per sync "
+                "message) or reuse (one stream per peer for the whole run) (default fresh)."
             ),
         ] = None,
         team: Annotated[
