@@ -39,10 +39,10 @@ def _two_workers() -> Scenario:
     return sc.model_copy(update={"workload": wl})
 
 
-def _replay(seed: int, workers: int) -> list[np.ndarray]:
+def _replay(seed: int, workers: int, spec: LearnSpec = TINY) -> list[np.ndarray]:
     """BSP in one process with the same PPO, seeds and merge: what the runtime must give."""
-    ppos = [PPO(TINY.ppo, TINY.task, seed * 1000 + i + 1) for i in range(workers)]
-    versions = [Layout(TINY.ppo.hidden, TINY.ppo.layers).init(TINY.init_seed)]
+    ppos = [PPO(spec.ppo, spec.task, seed * 1000 + i + 1) for i in range(workers)]
+    versions = [Layout(spec.ppo.hidden, spec.ppo.layers).init(spec.init_seed)]
     for _ in range(VERSIONS):
         base = versions[-1]
         versions.append(merge_mean_delta(base, base, [p.local_update(base)[0] for p in ppos]))
@@ -74,6 +74,21 @@ def test_loopback_syncs_arrive_whole_and_learning_matches_the_replay(
         assert np.array_equal(a, b)
     if mode == "coorp":
         assert run.leader["max_holders"] == 1 and run.leader["grants"] >= 2 * VERSIONS
+
+
+def test_the_mujoco_task_learns_over_sockets_as_in_one_process(tmp_path: Path) -> None:
+    """The physics travels in the task's spec: every role steps MuJoCo bodies, and the
+    versions are BSP replayed in one process on the same physics."""
+    import dataclasses
+
+    spec = dataclasses.replace(TINY, task=dataclasses.replace(TINY.task, physics="mujoco"))
+    rt = RuntimeSpec(net="loopback", max_versions=VERSIONS, timeout_s=60)
+    run = learn_on_runtime(_two_workers(), "tcp", 3, spec, rt, workdir=tmp_path)
+    assert run.syncs_intact and run.curve.epochs == VERSIONS
+    versions = np.load(tmp_path / "tcp-seed3" / "leader.json.npy")
+    for a, b in zip(versions, _replay(3, 2, spec), strict=True):
+        assert np.array_equal(a, b)
+    assert not np.array_equal(versions[-1], _replay(3, 2)[-1])  # not the point-mass model
 
 
 @pytest.mark.netns
