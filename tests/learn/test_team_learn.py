@@ -89,6 +89,7 @@ def test_a_team_learns_from_a_team_file_without_a_shared_clock(tmp_path: Path) -
     team = _team_file(tmp_path, permits.port)
     leader_port = _free_port()
     results: dict[str, Any] = {}
+    said: dict[str, list[str]] = {r: [] for r in ROBOTS}
 
     def role(robot: str) -> None:
         try:
@@ -96,6 +97,7 @@ def test_a_team_learns_from_a_team_file_without_a_shared_clock(tmp_path: Path) -
                 sc, team, robot, mode="coorp", seed=3, spec=TINY, host="127.0.0.1",
                 server=f"127.0.0.1:{leader_port}", port=leader_port if robot == "leader" else None,
                 out_dir=tmp_path / robot, max_versions=VERSIONS, timeout_s=60,
+                on_progress=said[robot].append,
             )  # fmt: skip
         except BaseException as exc:  # reported by the assertion below
             results[robot] = exc
@@ -114,6 +116,16 @@ def test_a_team_learns_from_a_team_file_without_a_shared_clock(tmp_path: Path) -
     errors = {r: v for r, v in results.items() if isinstance(v, BaseException)}
     assert not errors, errors
     leader, workers = results["leader"], {w: results[w] for w in ("r1", "r2")}
+    # Progress, as the CLI shows it: the handshake, then every version and update.
+    assert said["leader"][0].startswith("every worker said hello")
+    assert [x.split(" at ")[0] for x in said["leader"][1:]] == [
+        f"model version {v}" for v in range(1, VERSIONS + 1)
+    ]
+    for w in ("r1", "r2"):
+        assert said[w][0].startswith("loop grid from the leader (clock offset")
+        assert said[w][1:] == [
+            f"update {u + 1} sent (trained on model version {u})" for u in range(VERSIONS)
+        ]
 
     # Every sync arrived whole, and the learning is BSP replayed in one process.
     intact, checked = _check_syncs(leader, workers)

@@ -343,10 +343,13 @@ def _learn_robot(
         f"{robot}: {'leader' if wl is not None and robot == wl.leader else 'worker'} of "
         f"{sc.name} ({mode}, seed {seeds[0]}); waiting for the team"
     )
+    from rich.console import Console
+
+    err = Console(stderr=True, quiet=not sys.stderr.isatty())
     result = run_robot(
         sc, team, robot, mode=mode, seed=seeds[0], spec=spec, host=host, server=server,
         port=port, out_dir=out_dir, max_versions=max_versions,
-        reuse_streams=_reuse_streams(streams),
+        reuse_streams=_reuse_streams(streams), on_progress=lambda line: err.log(line),
     )  # fmt: skip
     cfg = json.loads((out_dir / f"{robot}.json.in").read_text())
     report: dict[str, Any] = {"robot": robot, "mode": mode, "seed": seeds[0]}

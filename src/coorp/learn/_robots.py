@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +102,7 @@ def run_robot(
     max_versions: int | None = None,
     reuse_streams: bool = False,
     timeout_s: float = 600.0,
+    on_progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Run this robot's role until the leader stops the run; its result (also written
     to ``out_dir/<robot>.json``, the leader's versions to ``<robot>.json.npy``). Every
@@ -146,6 +148,8 @@ def run_robot(
         args.server = server
         args.server_tcp = f"{srv_host}:{int(srv_port) + 1}"
     role = _Server(args) if leads else _Worker(args)
+    if on_progress is not None:
+        role.progress = on_progress
     try:
         role.run()
     finally:

@@ -232,6 +232,8 @@ class _Common:
         self.streams: dict[str, Any] = {}  # peer -> its BulkStream (one per peer)
         self.streams_lock = threading.Lock()
         self.n_streams = 0
+        #: Told what happens, one line at a time (the team mode's CLI shows it).
+        self.progress: Callable[[str], None] = lambda _line: None
 
     def bulk_send(self, peer: str, dest: str, payload: bytearray, kind: int, version: int) -> None:
         """Send one sync message to ``peer`` (its inbox address ``dest``) on the mode's
@@ -480,6 +482,7 @@ class _Server(_Common):
             versions.append(nxt)
             now = time.monotonic_ns()
             times.append((now - t0) / 1e9)
+            self.progress(f"model version {len(versions) - 1} at {times[-1]:.1f} s")
             done = (now - t0) / 1e9 >= cfg["duration_s"] or (
                 limit_v > 0 and len(versions) - 1 >= limit_v
             )
@@ -528,6 +531,9 @@ class _Server(_Common):
         for w, ch in self.controls.items():
             if not ch.ready.wait(self.timeout):
                 raise ConfigurationError(f"{w}'s inbox opened no LS session in {self.timeout:g} s")
+        self.progress(
+            f"every worker said hello; handing out the loop grid, then {WARM_LOOPS} loops"
+        )
         grid = time.monotonic_ns() + round((CLOCK_ROUNDS * CLOCK_GAP_S + 0.2) * 1e9)
         msg = bytearray(max(24, int(self.cfg["control_bytes"])))
         msg[:8], msg[8:16] = _U64.pack(CLOCK_K), _U64.pack(grid)
@@ -659,6 +665,7 @@ class _Worker(_Common):
                 raise InvariantError(f"message kind {m.kind} from the leader before its clock")
             self.clock_all.wait(CLOCK_ROUNDS * CLOCK_GAP_S + 1.0)  # the rest, if they come
             offset = min(recv - sent_ns for sent_ns, recv, _g in self.clock_in)
+            self.progress(f"loop grid from the leader (clock offset {offset / 1e6:.3f} ms)")
             lt = start_loop(self.clock_in[-1][2] + offset)
         ppo = PPO(PPOConfig(**cfg["ppo"]), FormationSpec(**cfg["task"]), int(cfg["seed"]))
         pad = int(cfg["air_bytes"])
@@ -688,6 +695,7 @@ class _Worker(_Common):
                         pad_to=pad)  # fmt: skip
             self.bulk_send("server", args.server, up, UPDATE, m.version)
             updates += 1
+            self.progress(f"update {updates} sent (trained on model version {m.version})")
         stop_ns = time.monotonic_ns()
         self.stop.set()
         lt.join(timeout=5)
