@@ -23,6 +23,12 @@ pauses: the fast path (a datagram in the senders' own layout, from an open sessi
 the full parse (the same datagrams as ``bytearray``, which always take it), alternated::
 
     python benchmarks/ls_path_breakdown.py --decoder --gaps-ms 0.5,10 --count 400
+
+``--cold`` times what any code pays after such a pause, with nothing of Coorp in it:
+copying 1 kB, and one keyed BLAKE2b-256 MAC of 1 kB (the datagram MAC), each after its
+own pause (median µs)::
+
+    python benchmarks/ls_path_breakdown.py --cold --gaps-ms 0.5,10 --count 400
 """
 
 from __future__ import annotations
@@ -157,6 +163,29 @@ def decoder_ab(gap_s: float, count: int, size: int) -> dict[str, float]:
     return {path: float(np.median(v)) / 1e3 for path, v in times.items()}
 
 
+def cold_costs(gap_s: float, count: int, size: int) -> dict[str, float]:
+    """Median µs of a ``size``-byte copy and of a keyed BLAKE2b-256 MAC over it, each
+    right after a pause of ``gap_s`` (alternated)."""
+    import hashlib
+
+    mac = hashlib.blake2b(key=os.urandom(32), digest_size=32)
+    data = bytearray(size)
+    times: dict[str, list[int]] = {"copy": [], "MAC": []}
+    for i in range(count):
+        data[0] = i & 0xFF  # a new message each time
+        time.sleep(gap_s)
+        t0 = time.perf_counter_ns()
+        bytes(data)
+        times["copy"].append(time.perf_counter_ns() - t0)
+        time.sleep(gap_s)
+        t0 = time.perf_counter_ns()
+        h = mac.copy()
+        h.update(data)
+        h.digest()
+        times["MAC"].append(time.perf_counter_ns() - t0)
+    return {what: float(np.median(v)) / 1e3 for what, v in times.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gaps-ms", default="0.5,10", help="pauses between messages, ms")
@@ -165,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=1000, help="payload bytes")
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--decoder", action="store_true", help="time the inbox's check alone")
+    ap.add_argument("--cold", action="store_true", help="time a 1 kB copy and MAC after pauses")
     args = ap.parse_args(argv)
     try:
         gaps = [float(g) / 1e3 for g in args.gaps_ms.split(",")]
@@ -172,6 +202,16 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--gaps-ms {args.gaps_ms!r}: expected comma-separated numbers")
     if args.count < 1 or args.runs < 1 or not 4 <= args.size <= 1400:
         ap.error("--count and --runs must be >= 1, --size within 4..1400 bytes")
+    if args.cold:
+        for gap in gaps:
+            for run in range(args.runs):
+                got = cold_costs(gap, args.count, args.size)
+                print(
+                    f"gap {gap * 1e3:g} ms, run {run}: "
+                    + ", ".join(f"{k} {v:.1f} µs" for k, v in got.items()),
+                    flush=True,
+                )
+        return 0
     if args.decoder:
         for gap in gaps:
             for run in range(args.runs):

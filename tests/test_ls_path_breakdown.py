@@ -51,6 +51,11 @@ def test_the_decoder_comparison_times_both_paths(monkeypatch: pytest.MonkeyPatch
     assert parsed == [bytearray] * 5
 
 
+def test_the_cold_costs_time_a_copy_and_a_mac() -> None:
+    got = ls_path_breakdown.cold_costs(0.0, 5, 1000)
+    assert set(got) == {"copy", "MAC"} and min(got.values()) > 0
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [(["--gaps-ms", "x"], "--gaps-ms 'x'"), (["--size", "2"], "--size within 4..1400")],
