@@ -306,4 +306,8 @@ def test_run_robot_refuses_what_cannot_work(tmp_path: Path) -> None:
         run_robot(sc, tmp_path / "t.toml", "r1", host="0.0.0.0", server="h:1", port=None, **kw)
     with pytest.raises(UsageError, match="--server is needed on a worker"):
         run_robot(sc, tmp_path / "t.toml", "r1", host="127.0.0.1", server=None, port=None, **kw)
+    with pytest.raises(UsageError, match="--server 'leaderhost': expected host:port"):
+        run_robot(
+            sc, tmp_path / "t.toml", "r1", host="127.0.0.1", server="leaderhost", port=None, **kw
+        )
     assert not (tmp_path / "o").exists()

@@ -126,6 +126,10 @@ def run_robot(
             f"--server is needed on a worker: the leader's learning inbox, host:port "
             f"(the leader listens on port {DEFAULT_LEADER_PORT} unless --port says otherwise)"
         )
+    srv_host, _, srv_port = (server or "").rpartition(":")
+    if not leads and (not srv_host or not srv_port.isdigit()):
+        raise UsageError(f"--server {server!r}: expected host:port")
+    # RuntimeSpec's network fields are the orchestrator's; a team's network is its own.
     rt = RuntimeSpec(
         net="loopback", max_versions=max_versions, reuse_streams=reuse_streams,
         timeout_s=timeout_s,
@@ -141,10 +145,6 @@ def run_robot(
         port=(DEFAULT_LEADER_PORT if port is None else port) if leads else (port or 0),
     )  # fmt: skip
     if not leads:
-        assert server is not None
-        srv_host, _, srv_port = server.rpartition(":")
-        if not srv_host or not srv_port.isdigit():
-            raise UsageError(f"--server {server!r}: expected host:port")
         args.server = server
         args.server_tcp = f"{srv_host}:{int(srv_port) + 1}"
     role = _Server(args) if leads else _Worker(args)
