@@ -202,20 +202,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--gaps-ms {args.gaps_ms!r}: expected comma-separated numbers")
     if args.count < 1 or args.runs < 1 or not 4 <= args.size <= 1400:
         ap.error("--count and --runs must be >= 1, --size within 4..1400 bytes")
-    if args.cold:
+    in_process = cold_costs if args.cold else decoder_ab if args.decoder else None
+    if in_process is not None:  # one process, medians per pause
         for gap in gaps:
             for run in range(args.runs):
-                got = cold_costs(gap, args.count, args.size)
-                print(
-                    f"gap {gap * 1e3:g} ms, run {run}: "
-                    + ", ".join(f"{k} {v:.1f} µs" for k, v in got.items()),
-                    flush=True,
-                )
-        return 0
-    if args.decoder:
-        for gap in gaps:
-            for run in range(args.runs):
-                got = decoder_ab(gap, args.count, args.size)
+                got = in_process(gap, args.count, args.size)
                 print(
                     f"gap {gap * 1e3:g} ms, run {run}: "
                     + ", ".join(f"{k} {v:.1f} µs" for k, v in got.items()),

@@ -100,7 +100,10 @@ class _UdpMac(_Udp):
     """Raw UDP plus authentication and nothing else: every datagram carries a keyed
     BLAKE2b-256 MAC (the algorithm of Coorp's LS datagrams, on the team key), made by
     its sender and checked by its receiver; one that fails is dropped. What a round trip
-    costs for the MACs alone, next to everything else Coorp's LS path does."""
+    costs for the MACs alone, next to everything else Coorp's LS path does.
+
+    Its receive loops are its own on purpose: the raw carrier's stay free of any
+    per-datagram hook, so the floor measures a bare socket."""
 
     _MAC = 32
 
