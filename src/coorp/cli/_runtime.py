@@ -16,10 +16,15 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from coorp._errors import PeerError, UsageError
+
+if TYPE_CHECKING:
+    from coorp.runtime import TeamConfig
+    from coorp.runtime._nft import Ruleset
 
 __all__ = ["register"]
 
@@ -171,10 +176,24 @@ def agent(
     control: Path | None = typer.Option(
         None, help="control socket for `coorp send` (default: per team and robot)"
     ),
+    transparent: bool = typer.Option(
+        False,
+        "--transparent",
+        help="also protect programs that know nothing of Coorp, per the team file's "
+        "[transparent] selectors (kernel rules; needs root)",
+    ),
+    show_rules: bool = typer.Option(
+        False, "--show-rules", help="print the kernel rules --transparent would install; exit"
+    ),
+    remove_rules: bool = typer.Option(
+        False, "--remove-rules", help="delete this robot's kernel rules (after a crash); exit"
+    ),
     log_level: str = typer.Option("info", help="debug, info, warning or error"),
 ) -> None:
     """Join a team as one robot: receive messages (and serve `coorp send`), optionally
-    send a file (handed to the running agent if there is one) or generate LS traffic."""
+    send a file (handed to the running agent if there is one) or generate LS traffic.
+    With --transparent, unmodified programs' LS traffic is marked and observed and their
+    bulk TCP connections are sent under the robot's permit (docs/ros2.md)."""
     from coorp.cli._agent_tools import (
         LsGenerator,
         PingEcho,
@@ -186,6 +205,7 @@ def agent(
     from coorp.runtime import Message, ajoin, load_team_config, resolve_team_key
     from coorp.runtime._sockets import parse_address
     from coorp.runtime._team import team_settings
+    from coorp.runtime._transparent import TransparentAgent
 
     _setup_logging(log_level)
     cfg = load_team_config(config)
@@ -195,6 +215,19 @@ def agent(
         )
     if (send is None) != (to is None):
         raise UsageError("--send and --to go together")
+    if show_rules or remove_rules or transparent:
+        if cfg.transparent is None:
+            raise UsageError(
+                f"{config} has no [transparent] section: list LS and bulk selectors there "
+                "first (docs/ros2.md)"
+            )
+        ruleset = _ruleset(cfg, robot, leader_addr, listen)
+        if show_rules:
+            print(ruleset.render())
+            return
+        if remove_rules:
+            _remove_rules(ruleset)
+            return
     ls_spec = parse_ls_spec(ls) if ls is not None else None
     control_path = control or control_socket_path(cfg.team.name, robot)
     if send is not None and to is not None and control_path.exists():
@@ -215,6 +248,7 @@ def agent(
 
     async def run() -> None:
         team = await ajoin(leader_addr or a.leader, robot, key, settings=settings)
+        stack = contextlib.AsyncExitStack()
         try:
             if payload is not None and to is not None:
                 receipt = await team.bulk("file", to).send(payload)
@@ -231,6 +265,21 @@ def agent(
                 f"{inbox.address[0]}:{inbox.address[1]}",
                 flush=True,
             )
+            if transparent:
+                assert cfg.transparent is not None
+                tmode = TransparentAgent(
+                    team,
+                    cfg.transparent,
+                    team_hosts=cfg.team_hosts(besides=robot),
+                    coorp_ports=_coorp_ports(cfg, leader_addr, listen),
+                )
+                await tmode.start()
+                stack.push_async_callback(tmode.close)
+                print(
+                    f"coorp agent: transparent mode on (table ip {tmode.ruleset.table}; "
+                    f"relay 127.0.0.1:{cfg.transparent.relay_port})",
+                    flush=True,
+                )
             if save_dir is not None:
                 save_dir.mkdir(parents=True, exist_ok=True)
 
@@ -289,10 +338,50 @@ def agent(
             for msg in inbox.drain():
                 handle(msg)
         finally:
+            await stack.aclose()
             await team.close()
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run())
+
+
+def _coorp_ports(cfg: TeamConfig, leader_addr: str | None, listen: str | None) -> tuple[int, ...]:
+    """Ports of Coorp's own connections (never intercepted): the leader's, the inbox's."""
+    from coorp.runtime._sockets import parse_address
+
+    ports = [parse_address(listen or cfg.agent.listen)[1], parse_address(cfg.leader.listen)[1]]
+    if leader_addr or cfg.agent.leader:
+        ports.append(parse_address(leader_addr or cfg.agent.leader or "")[1])
+    return tuple(sorted(set(ports)))
+
+
+def _ruleset(cfg: TeamConfig, robot: str, leader_addr: str | None, listen: str | None) -> Ruleset:
+    from coorp.runtime._transparent import transparent_ruleset
+
+    assert cfg.transparent is not None
+    return transparent_ruleset(
+        robot,
+        cfg.transparent,
+        team_hosts=cfg.team_hosts(besides=robot),
+        coorp_ports=_coorp_ports(cfg, leader_addr, listen),
+    )
+
+
+def _remove_rules(ruleset: Ruleset) -> None:
+    from coorp.runtime._nft import NftTable
+
+    async def go() -> bool:
+        table = NftTable(ruleset)
+        try:
+            return await table.remove()
+        finally:
+            table.close()
+
+    removed = asyncio.run(go())
+    print(
+        f"coorp agent: {'removed' if removed else 'no'} table ip {ruleset.table}"
+        + ("" if removed else " (nothing to remove)")
+    )
 
 
 def _print_send_reply(reply: dict[str, object]) -> None:

@@ -25,6 +25,7 @@ Example::
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 from typing import Annotated
@@ -36,6 +37,7 @@ from coorp.scenario import load_scenario
 
 from ._auth import KEY_ENV, Keyring, TeamKey, load_key_file
 from ._errors import RuntimeUsageError
+from ._selectors import TransparentSection
 from ._sockets import parse_address
 
 __all__ = [
@@ -74,6 +76,20 @@ class TeamSection(_Model):
     key_dir: str = Field(
         "keys", description="directory of per-robot keys (<robot>.key), relative to this file"
     )
+    hosts: dict[RobotName, str] = Field(
+        default_factory=dict,
+        description="robot -> IPv4 address (transparent mode's 'to_team' bulk selector)",
+    )
+
+    @field_validator("hosts")
+    @classmethod
+    def _ipv4_hosts(cls, hosts: dict[str, str]) -> dict[str, str]:
+        for robot, host in hosts.items():
+            try:
+                ipaddress.IPv4Address(host)
+            except ValueError:
+                raise ValueError(f"{robot} = {host!r}: expected an IPv4 address") from None
+        return hosts
 
     @field_validator("robots")
     @classmethod
@@ -123,6 +139,8 @@ class TeamConfig(_Model):
     team: TeamSection
     leader: LeaderSection = LeaderSection()
     agent: AgentSection = AgentSection()
+    transparent: TransparentSection | None = None
+    """Protect programs that know nothing of Coorp (``coorp agent --transparent``)."""
 
     @model_validator(mode="after")
     def _limit_fits(self) -> TeamConfig:
@@ -131,7 +149,20 @@ class TeamConfig(_Model):
                 f"leader.limit={self.leader.limit} exceeds the {len(self.team.robots)} "
                 "robots in team.robots"
             )
+        unknown = sorted(set(self.team.hosts) - set(self.team.robots))
+        if unknown:
+            raise ValueError(f"team.hosts names robots not in team.robots: {', '.join(unknown)}")
+        t = self.transparent
+        if t is not None and any(b.to_team for b in t.bulk) and not self.team.hosts:
+            raise ValueError(
+                "transparent.bulk selects to_team, but team.hosts is empty: list each "
+                "robot's address under [team.hosts]"
+            )
         return self
+
+    def team_hosts(self, *, besides: str | None = None) -> list[str]:
+        """The team's addresses (``team.hosts``), without robot ``besides``."""
+        return [h for r, h in self.team.hosts.items() if r != besides]
 
 
 class TeamFileError(ScenarioError):

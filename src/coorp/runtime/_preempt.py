@@ -38,6 +38,7 @@ class SharedPlanner:
         self._planner = planner
         self._clock = clock
         self._lock = threading.Lock()
+        self._last: dict[str, int] = {}
 
     @property
     def planner(self) -> ProtectionPlanner:
@@ -54,6 +55,17 @@ class SharedPlanner:
             self._planner.observe(flow, now)
             return now
 
+    def observe_at(self, flow: str, send_ns: int) -> None:
+        """Record a send of ``flow`` at ``send_ns`` (a kernel timestamp): clamped to the
+        flow's previous send, so a timestamp converted between clocks never runs
+        backwards."""
+        with self._lock:
+            last = self._last.get(flow)
+            if last is not None and send_ns < last:
+                send_ns = last
+            self._last[flow] = send_ns
+            self._planner.observe(flow, send_ns)
+
     def has_flows(self) -> bool:
         with self._lock:
             return bool(self._planner.flows)
@@ -61,6 +73,7 @@ class SharedPlanner:
     def forget(self, flow: str) -> None:
         with self._lock:
             self._planner.forget(flow)
+            self._last.pop(flow, None)
 
     def next_window(self, now_ns: int) -> Interval | None:
         with self._lock:

@@ -1,0 +1,234 @@
+"""Bulk uploads as learning jobs make them, knowing nothing of Coorp.
+
+``send`` pushes deterministic pseudo-random bytes to a sink over one plain TCP
+connection (as a parameter server push or an rsync would), or as an HTTP POST with a
+chunked body (``--http``, as an upload to a model store would); ``sink`` receives them.
+Both ends hash what they saw (SHA-256), so a test can check that every byte arrived
+exactly once and in order.
+
+* plain TCP: the sender writes, then half-closes (``shutdown(SHUT_WR)``); the sink
+  answers with its byte count and digest and closes. The sender prints both.
+* HTTP: ``POST /upload`` with ``Transfer-Encoding: chunked``; the sink replies with JSON.
+
+The sink also counts bytes per 10 ms so a benchmark can read the throughput inside a
+time window (``CLOCK_MONOTONIC``). Lines printed: ``READY``, ``DONE {json}`` per
+connection (sink), ``RESULT {json}`` at the end.
+
+    python bulk_tcp.py sink --listen 0.0.0.0:9000 [--http] --until NS
+    python bulk_tcp.py send --to 10.0.0.1:9000 [--http] (--bytes N | --until NS)
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import http.client
+import json
+import socket
+import struct
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+CHUNK = 64 * 1024
+BIN_NS = 10_000_000
+
+
+def _pattern(seed: int) -> bytes:
+    import random
+
+    return random.Random(seed).randbytes(1 << 20)
+
+
+class Counter:
+    """Bytes received per 10 ms bin (CLOCK_MONOTONIC), all connections together."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.bins: dict[int, int] = {}
+        self.done: list[dict[str, Any]] = []
+
+    def add(self, n: int) -> None:
+        b = time.monotonic_ns() // BIN_NS
+        with self.lock:
+            self.bins[b] = self.bins.get(b, 0) + n
+
+    def between(self, t0: int, t1: int) -> int:
+        with self.lock:
+            return sum(v for b, v in self.bins.items() if t0 <= b * BIN_NS < t1)
+
+
+def _serve_tcp(conn: socket.socket, peer: Any, counter: Counter) -> None:
+    h = hashlib.sha256()
+    total = 0
+    buf = bytearray(CHUNK)
+    with conn:
+        while True:
+            n = conn.recv_into(buf)
+            if n == 0:
+                break
+            h.update(memoryview(buf)[:n])
+            total += n
+            counter.add(n)
+        digest = h.hexdigest()
+        reply = {"peer": f"{peer[0]}:{peer[1]}", "bytes": total, "sha256": digest}
+        conn.sendall(json.dumps(reply).encode() + b"\n")
+    with counter.lock:
+        counter.done.append(reply)
+    print("DONE " + json.dumps(reply), flush=True)
+
+
+def _http_handler(counter: Counter) -> type[BaseHTTPRequestHandler]:
+    class Upload(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            h = hashlib.sha256()
+            total = 0
+            while True:  # chunked body
+                size = int(self.rfile.readline().split(b";")[0].strip(), 16)
+                if size == 0:
+                    self.rfile.readline()
+                    break
+                left = size
+                while left:
+                    data = self.rfile.read(min(left, CHUNK))
+                    if not data:
+                        raise ConnectionError("truncated chunk")
+                    h.update(data)
+                    counter.add(len(data))
+                    left -= len(data)
+                total += size
+                self.rfile.readline()
+            reply = {"peer": self.client_address[0], "bytes": total, "sha256": h.hexdigest()}
+            body = json.dumps(reply).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            with counter.lock:
+                counter.done.append(reply)
+            print("DONE " + json.dumps(reply), flush=True)
+
+    return Upload
+
+
+def sink(args: argparse.Namespace) -> dict[str, Any]:
+    host, port = args.listen.rsplit(":", 1)
+    counter = Counter()
+    if args.http:
+        server = ThreadingHTTPServer((host, int(port)), _http_handler(counter))
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    else:
+        lsock = socket.create_server((host, int(port)), backlog=64)
+
+        def accept() -> None:
+            while True:
+                conn, peer = lsock.accept()
+                threading.Thread(target=_serve_tcp, args=(conn, peer, counter), daemon=True).start()
+
+        threading.Thread(target=accept, daemon=True).start()
+    print("READY", flush=True)
+    for line in sys.stdin if args.until is None else ():
+        cmd = json.loads(line)
+        if cmd.get("cmd") == "count":
+            print("COUNT " + json.dumps({"bytes": counter.between(cmd["t0"], cmd["t1"])}), flush=True)
+        elif cmd.get("cmd") == "quit":
+            break
+    if args.until is not None:
+        while time.monotonic_ns() < args.until:
+            time.sleep(0.05)
+    with counter.lock:
+        return {"role": "sink", "done": list(counter.done)}
+
+
+def _chunks(args: argparse.Namespace) -> Any:
+    pattern = _pattern(args.seed)
+    sent = 0
+    i = 0
+    while True:
+        if args.bytes is not None and sent >= args.bytes:
+            return
+        if args.until is not None and time.monotonic_ns() >= args.until:
+            return
+        off = (i * CHUNK) % len(pattern)
+        piece = pattern[off : off + CHUNK] + struct.pack("!Q", i)
+        if args.bytes is not None:
+            piece = piece[: args.bytes - sent]
+        yield piece
+        sent += len(piece)
+        i += 1
+
+
+def send(args: argparse.Namespace) -> dict[str, Any]:
+    host, port = args.to.rsplit(":", 1)
+    h = hashlib.sha256()
+    total = 0
+    t0 = time.monotonic_ns()
+    if args.http:
+        conn = http.client.HTTPConnection(host, int(port), timeout=60)
+
+        def body() -> Any:
+            nonlocal total
+            for piece in _chunks(args):
+                h.update(piece)
+                total += len(piece)
+                yield piece
+
+        conn.request("POST", "/upload", body=body(), encode_chunked=True,
+                     headers={"Content-Type": "application/octet-stream"})  # fmt: skip
+        resp = conn.getresponse()
+        reply = json.loads(resp.read())
+        conn.close()
+    else:
+        sock = socket.create_connection((host, int(port)), timeout=60)
+        for piece in _chunks(args):
+            sock.sendall(piece)
+            h.update(piece)
+            total += len(piece)
+        sock.shutdown(socket.SHUT_WR)  # half-close: the sink answers, then closes
+        data = b""
+        while not data.endswith(b"\n"):
+            more = sock.recv(4096)
+            if not more:
+                break
+            data += more
+        sock.close()
+        reply = json.loads(data) if data else {}
+    elapsed = (time.monotonic_ns() - t0) / 1e9
+    return {
+        "role": "send",
+        "bytes": total,
+        "sha256": h.hexdigest(),
+        "seconds": elapsed,
+        "sink": reply,
+        "intact": reply.get("sha256") == h.hexdigest() and reply.get("bytes") == total,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("role", choices=["send", "sink"])
+    ap.add_argument("--to", help="send: host:port")
+    ap.add_argument("--listen", default="0.0.0.0:9000", help="sink: host:port")
+    ap.add_argument("--http", action="store_true")
+    ap.add_argument("--bytes", type=int, default=None)
+    ap.add_argument("--until", type=int, default=None, help="CLOCK_MONOTONIC ns")
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args(argv)
+    if args.role == "send" and (args.to is None or (args.bytes is None) == (args.until is None)):
+        ap.error("send needs --to and one of --bytes or --until")
+    out = sink(args) if args.role == "sink" else send(args)
+    print("RESULT " + json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
