@@ -38,7 +38,6 @@ import argparse
 import contextlib
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -61,8 +60,10 @@ BOUND_MS = 33.0
 
 
 def _cyclone_env() -> dict[str, str]:
-    uri = ("<CycloneDDS><Domain><General><Interfaces><NetworkInterface name=\"eth0\"/>"
-           "</Interfaces></General></Domain></CycloneDDS>")  # fmt: skip
+    uri = (
+        '<CycloneDDS><Domain><General><Interfaces><NetworkInterface name="eth0"/>'
+        "</Interfaces></General></Domain></CycloneDDS>"
+    )
     return {**os.environ, "CYCLONEDDS_URI": uri, "PYTHONUNBUFFERED": "1"}
 
 
@@ -79,8 +80,7 @@ def team_file(d: Path, net: Network, app: str) -> Path:
         f'[agent]\nleader = "{net.addr("ld")}:7300"\nlisten = "0.0.0.0:7301"\n'
         f"[transparent]\nls = [{ls}]\nbulk = [{{ ports = {BULK_PORT} }}]\n"
     )
-    if not (d / "team.key").exists():
-        write_team_keys(load_team_config(path), path)
+    write_team_keys(load_team_config(path), path, force=True)
     return path
 
 
@@ -94,8 +94,9 @@ class Run:
     def start(self, host: str, argv: list[str], name: str, stdin: bool = False) -> Proc:
         # stderr to a file per process (kept with --logs): what went wrong, afterwards.
         with open(self.d / f"{name}.log", "ab") as err:
-            popen = StarNetwork.popen(self.net, host, argv, env=_cyclone_env(), stdin=stdin,
-                                      stderr=err)  # fmt: skip
+            popen = StarNetwork.popen(
+                self.net, host, argv, env=_cyclone_env(), stdin=stdin, stderr=err
+            )
         p = Proc(name, popen)
         self.procs.append(p)
         return p
@@ -116,8 +117,21 @@ def start_coorp(run: Run, team: Path, robots: list[str]) -> None:
     leader.expect("coorp leader: serving", 30)
     for host in ["ld", *robots]:
         name = "leader" if host == "ld" else host
-        a = run.start(host, [*COORP, "agent", "--config", str(team), "--robot", name,
-                             "--transparent", "--log-level", "warning"], f"agent-{name}")  # fmt: skip
+        a = run.start(
+            host,
+            [
+                *COORP,
+                "agent",
+                "--config",
+                str(team),
+                "--robot",
+                name,
+                "--transparent",
+                "--log-level",
+                "warning",
+            ],
+            f"agent-{name}",
+        )
         a.expect("coorp agent: transparent mode on", 30)
 
 
@@ -126,7 +140,13 @@ def result(p: Proc, timeout: float) -> dict[str, Any]:
 
 
 def measure(
-    net: Network, d: Path, *, app: str, mode: str, args: argparse.Namespace, ls: bool = True,
+    net: Network,
+    d: Path,
+    *,
+    app: str,
+    mode: str,
+    args: argparse.Namespace,
+    ls: bool = True,
     bulk_port: int = BULK_PORT,
 ) -> dict[str, Any]:
     """One (app, mode) run; LS latencies and bulk bytes inside the window."""
@@ -135,26 +155,78 @@ def measure(
     try:
         if mode == "transparent":
             start_coorp(run, team_file(d, net, app if app != "none" else "dds"), robots)
-        sink = run.start("ld", [*PY, str(APPS / "bulk_tcp.py"), "sink", "--listen",
-                                f"0.0.0.0:{bulk_port}"], "sink", stdin=True)  # fmt: skip
+        sink = run.start(
+            "ld",
+            [*PY, str(APPS / "bulk_tcp.py"), "sink", "--listen", f"0.0.0.0:{bulk_port}"],
+            "sink",
+            stdin=True,
+        )
         sink.expect("READY", 30)
         lead = args.warmup + 3.0
         start_at = time.monotonic_ns() + int(lead * 1e9)
         end_at = start_at + int(args.duration * 1e9)
         loop_procs: list[Proc] = []
         if ls:
-            common = ["--transport", app, "--start-at", str(start_at), "--duration",
-                      str(args.duration), "--warmup", str(args.warmup), "--seed", str(args.seed)]  # fmt: skip
-            ldr = run.start("ld", [*PY, str(APPS / "mpc_loop.py"), "leader", "--robots",
-                                   ",".join(robots), "--addr", net.addr("ld"), *common], "mpc-ld")  # fmt: skip
+            common = [
+                "--transport",
+                app,
+                "--start-at",
+                str(start_at),
+                "--duration",
+                str(args.duration),
+                "--warmup",
+                str(args.warmup),
+                "--seed",
+                str(args.seed),
+            ]
+            ldr = run.start(
+                "ld",
+                [
+                    *PY,
+                    str(APPS / "mpc_loop.py"),
+                    "leader",
+                    "--robots",
+                    ",".join(robots),
+                    "--addr",
+                    net.addr("ld"),
+                    *common,
+                ],
+                "mpc-ld",
+            )
             loop_procs.append(ldr)
             for r in robots:
-                loop_procs.append(run.start(r, [*PY, str(APPS / "mpc_loop.py"), "robot", "--name",
-                                                r, "--leader", net.addr("ld"), *common], f"mpc-{r}"))  # fmt: skip
+                loop_procs.append(
+                    run.start(
+                        r,
+                        [
+                            *PY,
+                            str(APPS / "mpc_loop.py"),
+                            "robot",
+                            "--name",
+                            r,
+                            "--leader",
+                            net.addr("ld"),
+                            *common,
+                        ],
+                        f"mpc-{r}",
+                    )
+                )
         senders = [
-            run.start(r, [*PY, str(APPS / "bulk_tcp.py"), "send", "--to",
-                          f"{net.addr('ld')}:{bulk_port}", "--until", str(end_at),
-                          "--seed", str(i)], f"send-{r}")  # fmt: skip
+            run.start(
+                r,
+                [
+                    *PY,
+                    str(APPS / "bulk_tcp.py"),
+                    "send",
+                    "--to",
+                    f"{net.addr('ld')}:{bulk_port}",
+                    "--until",
+                    str(end_at),
+                    "--seed",
+                    str(i),
+                ],
+                f"send-{r}",
+            )
             for i, r in enumerate(robots)
         ]
         timeout = lead + args.duration + 60
@@ -220,7 +292,10 @@ def main() -> int:
     modes = [m for m in args.modes.split(",") if m]
     rows: list[dict[str, Any]] = []
     extras: list[dict[str, float]] = []
-    with tempfile.TemporaryDirectory(prefix="coorp-transparent-") as tmp, Network(args.robots) as net:
+    with (
+        tempfile.TemporaryDirectory(prefix="coorp-transparent-") as tmp,
+        Network(args.robots) as net,
+    ):
         net.create(rate_mbit=args.rate_mbit, queue_ms=100.0)
         d = Path(tmp) if args.logs is None else args.logs
         d.mkdir(parents=True, exist_ok=True)
@@ -231,38 +306,62 @@ def main() -> int:
                     row["repetition"] = rep
                     rows.append(row)
                     s = pooled([row])
-                    print(f"rep {rep} {app:5s} {mode:11s}: LS p50 {s['ls_p50_ms']:.2f} ms, "
-                          f"p99 {s['ls_p99_ms']:.2f} ms, misses {s['ls_miss_rate']:.1%}; "
-                          f"bulk {row['bulk_mbps']:.1f} Mb/s, intact {row['intact']}", flush=True)  # fmt: skip
+                    print(
+                        f"rep {rep} {app:5s} {mode:11s}: LS p50 {s['ls_p50_ms']:.2f} ms, "
+                        f"p99 {s['ls_p99_ms']:.2f} ms, misses {s['ls_miss_rate']:.1%}; "
+                        f"bulk {row['bulk_mbps']:.1f} Mb/s, intact {row['intact']}",
+                        flush=True,
+                    )
             if not args.no_extras:
                 plain = measure(net, d, app="none", mode="none", args=args, ls=False)
                 relayed = measure(net, d, app="none", mode="transparent", args=args, ls=False)
-                other_plain = measure(net, d, app="none", mode="none", args=args, ls=False,
-                                      bulk_port=OTHER_PORT)  # fmt: skip
-                other_tp = measure(net, d, app="none", mode="transparent", args=args, ls=False,
-                                   bulk_port=OTHER_PORT)  # fmt: skip
-                extras.append({
-                    "interception_cost": 1 - relayed["bulk_mbps"] / plain["bulk_mbps"],
-                    "untouched_flow_ratio": other_tp["bulk_mbps"] / other_plain["bulk_mbps"],
-                })  # fmt: skip
-                print(f"rep {rep} no LS: plain {plain['bulk_mbps']:.1f}, relayed "
-                      f"{relayed['bulk_mbps']:.1f} Mb/s; untouched {other_plain['bulk_mbps']:.1f}"
-                      f" -> {other_tp['bulk_mbps']:.1f} Mb/s", flush=True)  # fmt: skip
+                other_plain = measure(
+                    net, d, app="none", mode="none", args=args, ls=False, bulk_port=OTHER_PORT
+                )
+                other_tp = measure(
+                    net,
+                    d,
+                    app="none",
+                    mode="transparent",
+                    args=args,
+                    ls=False,
+                    bulk_port=OTHER_PORT,
+                )
+                extras.append(
+                    {
+                        "interception_cost": 1 - relayed["bulk_mbps"] / plain["bulk_mbps"],
+                        "untouched_flow_ratio": other_tp["bulk_mbps"] / other_plain["bulk_mbps"],
+                    }
+                )
+                print(
+                    f"rep {rep} no LS: plain {plain['bulk_mbps']:.1f}, relayed "
+                    f"{relayed['bulk_mbps']:.1f} Mb/s; untouched {other_plain['bulk_mbps']:.1f}"
+                    f" -> {other_tp['bulk_mbps']:.1f} Mb/s",
+                    flush=True,
+                )
     results = []
     for app in apps:
         plain = [r["bulk_mbps"] for r in rows if r["app"] == app and r["mode"] == "none"]
         for mode in modes:
             mine = [r for r in rows if r["app"] == app and r["mode"] == mode]
-            results.append({
-                "app": app, "mode": mode, **pooled(mine),
-                "bulk_mbps": float(np.mean([r["bulk_mbps"] for r in mine])),
-                "plain_tcp_bulk_mbps": float(np.mean(plain)) if plain else None,
-            })  # fmt: skip
+            results.append(
+                {
+                    "app": app,
+                    "mode": mode,
+                    **pooled(mine),
+                    "bulk_mbps": float(np.mean([r["bulk_mbps"] for r in mine])),
+                    "plain_tcp_bulk_mbps": float(np.mean(plain)) if plain else None,
+                }
+            )
     out = {
         "results": results,
-        "interception_cost": float(np.mean([e["interception_cost"] for e in extras])) if extras else None,
-        "untouched_flow_ratio": float(np.mean([e["untouched_flow_ratio"] for e in extras])) if extras else None,
-    }  # fmt: skip
+        "interception_cost": float(np.mean([e["interception_cost"] for e in extras]))
+        if extras
+        else None,
+        "untouched_flow_ratio": float(np.mean([e["untouched_flow_ratio"] for e in extras]))
+        if extras
+        else None,
+    }
     print(json.dumps(out, indent=2))
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -139,7 +139,9 @@ def sink(args: argparse.Namespace) -> dict[str, Any]:
     for line in sys.stdin if args.until is None else ():
         cmd = json.loads(line)
         if cmd.get("cmd") == "count":
-            print("COUNT " + json.dumps({"bytes": counter.between(cmd["t0"], cmd["t1"])}), flush=True)
+            print(
+                "COUNT " + json.dumps({"bytes": counter.between(cmd["t0"], cmd["t1"])}), flush=True
+            )
         elif cmd.get("cmd") == "quit":
             break
     if args.until is not None:

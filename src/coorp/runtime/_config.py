@@ -123,7 +123,21 @@ class AgentSection(_Model):
     fallback_ms: float = Field(900.0, ge=50, le=60_000)
     local_preemption: bool = True
     protection_margin_ms: float = Field(2.0, ge=0, le=1000)
+    protection_tolerance_ms: float = Field(
+        0.0,
+        ge=0,
+        le=1000,
+        description="how long this robot's LS may wait behind its own bulk bytes "
+        "(0 = none: the paper's gate)",
+    )
     chunk_bytes: int = Field(16 * 1024, ge=1024, le=16 * 1024 * 1024)
+    release_linger_ms: float = Field(
+        20.0,
+        ge=0,
+        le=10_000,
+        description="a robot keeps its permit this long after its last bulk message, for "
+        "the next one (0 = release at once)",
+    )
     inflight_budget_ms: float = Field(
         6.0,
         ge=0,

@@ -46,9 +46,11 @@ log = logging.getLogger("coorp.runtime.agent")
 class Coordinator:
     """Permit bookkeeping for one robot's BH streams (runs on the event loop)."""
 
-    def __init__(self, robot: str, clock: Callable[[], int]) -> None:
+    def __init__(self, robot: str, clock: Callable[[], int], *, release_linger_ns: int = 0) -> None:
         self.robot = robot
         self._clock = clock
+        self.release_linger_ns = release_linger_ns
+        self._linger: asyncio.TimerHandle | None = None
         self.link: ControlLink | None = None
         self.state: LinkState | None = None  # None: no leader, never coordinated
         self._client = BulkClient(robot)
@@ -62,6 +64,7 @@ class Coordinator:
             "requests": 0,
             "stalls": 0,
             "confirmations": 0,
+            "kept": 0,
         }
         self.stall_ns = 200_000_000
         self._awake_ns = clock()
@@ -127,6 +130,9 @@ class Coordinator:
             self._notify()
 
     def close(self) -> None:
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
         if self._ticker is not None:
             self._ticker.cancel()
             self._ticker = None
@@ -186,17 +192,40 @@ class Coordinator:
     def begin(self) -> None:
         """A stream has data to send."""
         self._active += 1
+        if self._linger is not None:
+            # The permit of the previous message is still held: keep it (no release,
+            # no new request, no hand-over between back-to-back messages).
+            self._linger.cancel()
+            self._linger = None
+            self.counters["kept"] += 1
         if self._active == 1 and self.state is LinkState.JOINED:
             self._request()
 
     def end(self) -> None:
-        """A stream finished its message."""
+        """A stream finished its message. The last one to finish releases the permit,
+        ``release_linger_ns`` later unless another message starts meanwhile."""
         self._active -= 1
-        if self._active == 0:
-            gid = self._client.finished(self._clock())
-            if gid is not None and self.state is LinkState.JOINED:
-                self.counters["releases"] += 1
-                self._send(Release(gid))
+        if self._active:
+            return
+        if self.release_linger_ns > 0 and self.state is LinkState.JOINED:
+            if self._linger is None:
+                self._linger = asyncio.get_running_loop().call_later(
+                    self.release_linger_ns / 1e9, self.release_now
+                )
+        else:
+            self.release_now()
+
+    def release_now(self) -> None:
+        """Release the permit at once if no stream has data (a lingering one too)."""
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
+        if self._active:
+            return
+        gid = self._client.finished(self._clock())
+        if gid is not None and self.state is LinkState.JOINED:
+            self.counters["releases"] += 1
+            self._send(Release(gid))
 
     async def wait_permitted(self, max_wait_s: float) -> bool:
         """Wait (at most ``max_wait_s``) until BH may be sent; re-requests as needed."""
@@ -240,7 +269,9 @@ class Coordinator:
 
     async def flush(self, timeout_s: float) -> None:
         """Wait (at most ``timeout_s``) until the permit messages already queued for
-        the leader (requests, releases) have been written to the link."""
+        the leader (requests, releases) have been written to the link; a lingering
+        permit is released first."""
+        self.release_now()
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=timeout_s)
 

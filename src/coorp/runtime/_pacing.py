@@ -34,6 +34,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from coorp.control import Gate
+
 from ._coordination import Coordinator
 from ._errors import PeerTimeoutError, RuntimeUsageError
 from ._preempt import DrainTracker, SharedPlanner, new_gate, within_budget
@@ -68,6 +70,12 @@ class BulkSettings:
     for as long as that lasts. A robot's LS send times come from a general-purpose OS
     (threads, GC, a loaded CPU), so that happens in practice."""
 
+    protection_tolerance_ns: int = 0
+    """How long this robot's own LS datagram may wait behind its own bulk bytes: the
+    gate admits a chunk that would still be in flight up to this long after a
+    protection window opens (0: the paper's rule, the chunk must have drained).
+    Every ms of tolerance is a ms less of pause ahead of each LS send."""
+
     inflight_budget_ns: int | None = 6_000_000
     """Bytes in flight, in time: while LS is protected, a chunk is written only if the
     completion-time table predicts it drains within this long (or nothing is in
@@ -78,6 +86,8 @@ class BulkSettings:
     no bound (the congestion window decides)."""
 
     def __post_init__(self) -> None:
+        if self.protection_tolerance_ns < 0:
+            raise RuntimeUsageError("protection_tolerance_ns must be >= 0")
         if self.inflight_budget_ns is not None and self.inflight_budget_ns <= 0:
             raise RuntimeUsageError("inflight_budget_ns must be positive (or None)")
         if not 1024 <= self.chunk_bytes <= MAX_SEGMENT_BYTES:
@@ -107,6 +117,7 @@ def new_counters() -> dict[str, int]:
         "revocation_pauses": 0,
         "probes": 0,
         "explorations": 0,
+        "early_resumes": 0,
         "ctt_resets": 0,
         "inflight_waits": 0,
         "inflight_max_bytes": 0,
@@ -138,9 +149,7 @@ class Pacer:
         self._planner = planner
         self._clock = clock
         self.counters = counters if counters is not None else new_counters()
-        self.gate = (
-            new_gate(planner, default_ns=settings.ctt_default_ns) if planner is not None else None
-        )
+        self.gate = self._new_gate()
         self._regime = coordinator.regime
         self._sock: socket.socket | None = None
         self._tracker: DrainTracker | None = None
@@ -245,7 +254,9 @@ class Pacer:
                     prog.preemptions += 1
                     self.counters["preemptions"] += 1
                     until = min(decision.resume_ns or now, self._paused_since + s.max_pause_ns)
-                    self.counters["gate_pause_ns"] += await self._hold_until(until, prog)
+                    self.counters["gate_pause_ns"] += await self._hold_until(
+                        until, prog, recheck=True
+                    )
                     continue
                 if not decision.allow:
                     self.counters["probes"] += 1
@@ -302,14 +313,22 @@ class Pacer:
             self._tracker.settle(self._clock())
 
     # -- waits ----------------------------------------------------------------------------------
+    def _new_gate(self) -> Gate | None:
+        if self._planner is None:
+            return None
+        s = self.settings
+        return new_gate(
+            self._planner, default_ns=s.ctt_default_ns, tolerance_ns=s.protection_tolerance_ns
+        )
+
     def _new_regime(self) -> None:
         """The robot went into or out of uncoordinated mode: completion times learned
         before describe another contention; start a fresh table."""
         self._regime = self._coord.regime
         if self.gate is not None and self._planner is not None:
-            self.gate = new_gate(self._planner, default_ns=self.settings.ctt_default_ns)
+            self.gate = self._new_gate()
             self.counters["ctt_resets"] += 1
-            if self._tracker is not None:
+            if self._tracker is not None and self.gate is not None:
                 self._tracker.rebind(self.gate)
 
     async def _wait_for_permit(
@@ -324,14 +343,20 @@ class Pacer:
         self.counters["permit_wait_ns"] += waited
         prog.last_progress_ns = self._clock()
 
-    async def _hold_until(self, until_ns: int, prog: Progress) -> int:
+    async def _hold_until(self, until_ns: int, prog: Progress, *, recheck: bool = False) -> int:
         """Write nothing until ``until_ns``, sampling what drains meanwhile; returns
-        how long that was."""
+        how long that was. With ``recheck``, stop early once the gate would admit a
+        chunk: the bytes in flight drained enough to fit the gap, or this robot's LS
+        send came and consumed the window (the simulator's ``drain_recheck``)."""
         t0 = self._clock()
         now = t0
         while now < until_ns:
-            if self._tracker is not None:
-                self._tracker.poll(now)
+            tracker = self._tracker
+            if tracker is not None:
+                tracker.poll(now)
+                if recheck and self.gate is not None and self.gate.admits(now, tracker.depth()):
+                    self.counters["early_resumes"] += 1
+                    break
             await asyncio.sleep(min((until_ns - now) / 1e9, self.settings.poll_s))
             now = self._clock()
         prog.preempted_ns += now - t0

@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 from coorp.control import CompletionTimeTable, Gate, Interval, ProtectionPlanner
 
-__all__ = ["DrainTracker", "SharedPlanner", "new_gate", "within_budget"]
+__all__ = ["DrainTracker", "SharedPlanner", "TolerantWindows", "new_gate", "within_budget"]
 
 
 class SharedPlanner:
@@ -84,12 +84,30 @@ class SharedPlanner:
 CTT_MAX_AGE_NS = 2_000_000_000
 
 
+class TolerantWindows:
+    """The planner's windows with their start moved ``tolerance_ns`` later (never past
+    their end): a gate over it admits a chunk that would still be in flight up to
+    ``tolerance_ns`` after the window opens, i.e. lets this robot's own LS datagram
+    wait at most that long behind its own bulk bytes. 0: the paper's rule."""
+
+    def __init__(self, planner: SharedPlanner, tolerance_ns: int) -> None:
+        self._planner = planner
+        self.tolerance_ns = tolerance_ns
+
+    def next_window(self, now_ns: int) -> Interval | None:
+        w = self._planner.next_window(now_ns)
+        if w is None or self.tolerance_ns <= 0:
+            return w
+        return Interval(min(w.start_ns + self.tolerance_ns, w.end_ns), w.end_ns)
+
+
 def new_gate(
     planner: SharedPlanner,
     *,
     default_ns: int,
     max_depth: int = 256,
     max_age_ns: int | None = CTT_MAX_AGE_NS,
+    tolerance_ns: int = 0,
 ) -> Gate:
     """A gate with its own completion-time table (one per BH socket: each has its own
     path and queue) over the robot's shared planner.
@@ -101,7 +119,8 @@ def new_gate(
     contention ended. Streams also start a fresh table whenever the robot switches
     into or out of uncoordinated mode (:attr:`Coordinator.regime`)."""
     ctt = CompletionTimeTable(max_depth=max_depth, default_ns=default_ns, max_age_ns=max_age_ns)
-    return Gate(planner, ctt)
+    source = planner if tolerance_ns <= 0 else TolerantWindows(planner, tolerance_ns)
+    return Gate(source, ctt)
 
 
 def within_budget(ctt: CompletionTimeTable, depth: int, now_ns: int, budget_ns: int | None) -> bool:

@@ -63,6 +63,10 @@ class TeamSettings:
     protection_margin_ns: int = 2_000_000
     fallback_ns: int = 900_000_000
     """Leader silent this long: BH goes uncoordinated (must stay under 1 s)."""
+    release_linger_ns: int = 20_000_000
+    """A robot whose last bulk message finished keeps its permit this long, so that
+    back-to-back messages go out under one permit instead of handing it over (and
+    asking for it again) between every two of them. 0: release at once (the paper)."""
     join_timeout_s: float = 2.0
     """How long :func:`join` waits for the leader before going on uncoordinated."""
     ls_keepalive_s: float = 1.0
@@ -99,7 +103,7 @@ class AsyncTeam:
         self.planner = SharedPlanner(
             ProtectionPlanner(margin_ns=settings.protection_margin_ns), clock
         )
-        self.coordinator = Coordinator(robot, clock)
+        self.coordinator = Coordinator(robot, clock, release_linger_ns=settings.release_linger_ns)
         self.link: ControlLink | None = None
         self._ls: dict[str, LatencySensitiveChannel] = {}
         self._bulk: dict[str, AsyncBulkStream] = {}
@@ -589,8 +593,10 @@ def team_settings(config: TeamConfig) -> TeamSettings:
         local_preemption=a.local_preemption,
         protection_margin_ns=round(a.protection_margin_ms * 1e6),
         fallback_ns=round(a.fallback_ms * 1e6),
+        release_linger_ns=round(a.release_linger_ms * 1e6),
         bulk=BulkSettings(
             chunk_bytes=a.chunk_bytes,
+            protection_tolerance_ns=round(a.protection_tolerance_ms * 1e6),
             inflight_budget_ns=round(budget * 1e6) if budget > 0 else None,
         ),
     )

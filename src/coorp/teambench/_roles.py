@@ -248,12 +248,18 @@ class _Coorp:
         superseded (keep-last), expired and failed sends, and its inbox's drops."""
         stats = [ch.stats for ch in list(self.channels.values())]
         inbox = self.inbox.stats() if self.inbox is not None else {}
-        return {
+        out = {
             "ls_superseded": sum(st.superseded for st in stats),
             "ls_expired": sum(st.expired for st in stats),
             "ls_failed": sum(st.failed for st in stats),
             "inbox_dropped": int(inbox.get("dropped", 0)),
         }
+        if self._bulk is not None:
+            # Where the coordinated bulk stream's time went (ns) and what it did.
+            for k, v in self._bulk.counters.items():
+                if k != "inflight_max_bytes":
+                    out[f"bulk_{k}"] = int(v)
+        return out
 
     def bulk_stream(self) -> Any:
         # One stream for every cell (a team refuses a second stream of the same name).
