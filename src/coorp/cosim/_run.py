@@ -44,6 +44,7 @@ from coorp.policies import Team, get_policy
 from coorp.sim import Simulation
 from coorp.sim.packets import FlowState, Message
 from coorp.sim.station import BulkTransfer
+from coorp.stats import percentile
 from coorp.units import s, us
 from coorp.workload import Drlc, LoopRecord, MpcLoop
 
@@ -169,7 +170,8 @@ class CosimResult:
         r = self.reaction_ns
 
         def pct(a: np.ndarray, q: float, scale: float = 1.0) -> float | None:
-            return float(np.percentile(a, q, method="inverted_cdf")) / scale if a.size else None
+            p = percentile(a, q, empty=None)
+            return None if p is None else p / scale
 
         finite = r[np.isfinite(r)]
         return {

@@ -45,6 +45,7 @@ from coorp.runtime._leader import LeaderSettings, PermitService
 from coorp.runtime._marking import Marking, mark_socket, probe_marking
 from coorp.runtime._observer import query_leader_stats
 from coorp.runtime._receiver import Message, ReceiverLimits
+from coorp.runtime._sockets import format_address, parse_address
 from coorp.runtime._team import (
     AsyncTeam,
     BulkStream,
@@ -53,6 +54,7 @@ from coorp.runtime._team import (
     ajoin,
     join,
     join_config,
+    team_settings,
 )
 
 __all__ = [
@@ -92,12 +94,15 @@ __all__ = [
     "TransferError",
     "UnsupportedVersionError",
     "ajoin",
+    "format_address",
     "join",
     "join_config",
     "load_team_config",
     "mark_socket",
+    "parse_address",
     "probe_marking",
     "query_leader_stats",
     "resolve_team_key",
+    "team_settings",
     "write_team_keys",
 ]
