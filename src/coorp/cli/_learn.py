@@ -30,17 +30,10 @@ def _ints(text: str, what: str) -> tuple[int, ...]:
 
 
 def _seeds(text: str) -> tuple[int, ...]:
-    """``1-3`` or ``1,2,5``."""
-    if "-" in text and "," not in text:
-        lo, _, hi = text.partition("-")
-        try:
-            a, b = int(lo), int(hi)
-        except ValueError:
-            raise UsageError(f"--seeds must look like 1-3 or 1,2,5, got {text!r}") from None
-        if b < a:
-            raise UsageError(f"--seeds range {text!r} is empty")
-        return tuple(range(a, b + 1))
-    return _ints(text, "--seeds")
+    """``1-3``, ``1,2,5`` or ``1-3,7`` (sorted, each once)."""
+    from coorp.seeds import seeds_option
+
+    return tuple(seeds_option(text))
 
 
 def _bench_group(app: typer.Typer) -> typer.Typer:
@@ -65,7 +58,7 @@ def _plot(
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from coorp.report._style import policy_style
+    from coorp.figures import policy_style
 
     grid = np.asarray(summary["grid_s"])
     pols = summary["policies"]
@@ -119,7 +112,7 @@ def _plot(
 
 
 def _ci(vals: list[float]) -> dict[str, float]:
-    from coorp.sweep._stats import mean_ci
+    from coorp.stats import mean_ci
 
     m = mean_ci([v for v in vals if v is not None])
     return {"mean": m.mean, "ci95": m.ci95, "n": m.n}
@@ -170,8 +163,8 @@ def _learn_runtime(
     from rich.console import Console
     from rich.table import Table
 
-    from coorp.learn._network import summarize
-    from coorp.learn._runtime import MODES, RuntimeSpec, learn_on_runtime
+    from coorp.learn import RUNTIME_MODES as MODES
+    from coorp.learn import RuntimeSpec, learn_on_runtime, summarize
 
     chosen = [m.strip() for m in (modes or "coorp,tcp").split(",") if m.strip()]
     bad = [m for m in chosen if m not in MODES]
@@ -195,7 +188,7 @@ def _learn_runtime(
     )
     if rt.net == "netns":
         from coorp._errors import ConfigurationError
-        from coorp.learn._netns import netns_unavailable
+        from coorp.learn import netns_unavailable
 
         why = netns_unavailable()
         if why is not None:
@@ -320,9 +313,8 @@ def _learn_robot(
     leader prints the learning, a worker its MPC reaction."""
     from rich.table import Table
 
-    from coorp.learn._network import summarize
-    from coorp.learn._robots import leader_report, run_robot, worker_report
-    from coorp.learn._runtime import MODES
+    from coorp.learn import RUNTIME_MODES as MODES
+    from coorp.learn import leader_report, run_robot, summarize, worker_report
 
     if robot is None or host is None:
         raise UsageError(
@@ -531,8 +523,7 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.table import Table
 
-        from coorp.learn._network import LearnSpec, learn_on_channel, summarize
-        from coorp.learn._ppo import PPOConfig
+        from coorp.learn import LearnSpec, PPOConfig, learn_on_channel, summarize
         from coorp.policies import get_policy
         from coorp.scenario import SyncMode
 
@@ -547,7 +538,7 @@ def register(app: typer.Typer) -> None:
         if duration is not None and not duration > 0:
             raise UsageError(f"--duration must be positive, got {duration:g}")
         formats = figure_formats(fmt)
-        from coorp.learn._env import FormationSpec
+        from coorp.learn import FormationSpec
 
         spec = LearnSpec(
             ppo=PPOConfig(hidden=hidden, envs=envs, lr=lr),
@@ -674,7 +665,7 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.table import Table
 
-        from coorp.learn._bench import RlBenchConfig, run_rl_bench
+        from coorp.learn import RlBenchConfig, run_rl_bench
 
         try:
             mbs = tuple(float(x) for x in bcast_mb.split(",") if x.strip())
