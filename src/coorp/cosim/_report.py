@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from coorp.cosim._config import CosimConfig
-from coorp.cosim._run import CosimResult
+from coorp.cosim._result import CosimResult
 from coorp.stats import mean_ci
 
 __all__ = ["EXTRA_METRICS", "METRICS", "aggregate", "plot_cosim", "run_scalars"]
