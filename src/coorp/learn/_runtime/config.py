@@ -4,15 +4,13 @@ and the :class:`RoleConfig` every role reads (``--config``, a JSON file)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
 from coorp._errors import UsageError
-from coorp.learn._env import FormationSpec
 from coorp.learn._network import LearnSpec
-from coorp.learn._ppo import PPOConfig
-from coorp.learn._runtime.wire import SharedSettings
+from coorp.learn._runtime.wire import Learning, Mode, SharedSettings
 from coorp.scenario import Scenario, SyncMode
 
 __all__ = [
@@ -32,8 +30,6 @@ NETS = ("netns", "loopback")
 #: The team key of a run on one host travels in this environment variable, never on a
 #: command line.
 KEY_ENV = "COORP_LEARN_KEY_HEX"
-
-Mode = Literal["coorp", "tcp"]
 
 
 @dataclass(frozen=True)
@@ -72,25 +68,12 @@ class RuntimeSpec:
             raise UsageError(f"--max-versions must be >= 1, got {self.max_versions!r}")
 
 
-class RoleConfig(msgspec.Struct, kw_only=True):
+class RoleConfig(Learning, kw_only=True):
     """What every role reads (``--config``): the learning, the MPC loop, the limits.
 
     ``permits`` and ``grid_ns`` stay None unless an orchestrator on one host sets them
     (None: the team file's permit service, and the leader's grid handshake)."""
 
-    mode: Mode
-    sync: SyncMode
-    workers: list[str]
-    ppo: PPOConfig
-    task: FormationSpec
-    init_seed: int
-    air_bytes: int
-    duration_s: float
-    max_versions: int | None
-    period_ns: int
-    deadline_ns: int
-    perception_bytes: int
-    control_bytes: int
     timeout_s: float
     reuse_streams: bool
     #: The permit service's address (``host:port``); None: the team file's.
@@ -109,14 +92,7 @@ class RoleConfig(msgspec.Struct, kw_only=True):
 
     def shared(self) -> SharedSettings:
         """The settings every role must share, and the run's seed."""
-        return SharedSettings(
-            mode=self.mode, sync=self.sync.value, workers=list(self.workers), ppo=self.ppo,
-            task=self.task, init_seed=self.init_seed, air_bytes=self.air_bytes,
-            duration_s=self.duration_s, max_versions=self.max_versions,
-            period_ns=self.period_ns, deadline_ns=self.deadline_ns,
-            perception_bytes=self.perception_bytes, control_bytes=self.control_bytes,
-            seed=self.seed // 1000,
-        )  # fmt: skip
+        return SharedSettings(**self.learning_fields(), seed=self.seed // 1000)
 
     def to_json(self) -> bytes:
         return msgspec.json.encode(self)

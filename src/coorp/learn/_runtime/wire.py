@@ -21,14 +21,15 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 import numpy as np
 
-from coorp._errors import MalformedFrameError
+from coorp._errors import InvariantError, MalformedFrameError
 from coorp.learn._env import FormationSpec
 from coorp.learn._ppo import PPOConfig
+from coorp.scenario import SyncMode
 
 __all__ = [
     "CLOCK_GAP_S",
@@ -37,6 +38,8 @@ __all__ = [
     "WARM_LOOPS",
     "Frame",
     "Hello",
+    "Learning",
+    "Mode",
     "Model",
     "SharedSettings",
     "Stop",
@@ -53,11 +56,15 @@ __all__ = [
 ]
 
 
-class SharedSettings(msgspec.Struct, frozen=True, kw_only=True):
-    """What every role of one run must agree on (a worker's hello carries them)."""
+#: How syncs travel: coorp.runtime bulk streams with permits and the gate, or plain TCP.
+Mode = Literal["coorp", "tcp"]
 
-    mode: str
-    sync: str
+
+class Learning(msgspec.Struct, kw_only=True):
+    """The learning and the MPC loop of one run: what every role must agree on."""
+
+    mode: Mode
+    sync: SyncMode
     workers: list[str]
     ppo: PPOConfig
     task: FormationSpec
@@ -69,6 +76,16 @@ class SharedSettings(msgspec.Struct, frozen=True, kw_only=True):
     deadline_ns: int
     perception_bytes: int
     control_bytes: int
+
+    def learning_fields(self) -> dict[str, Any]:
+        """This struct's :class:`Learning` fields, by name."""
+        return {name: getattr(self, name) for name in Learning.__struct_fields__}
+
+
+class SharedSettings(Learning, kw_only=True):
+    """What every role of one run must agree on, and the run's seed (a worker's hello
+    carries them)."""
+
     #: The run's seed (a role's own seed is ``seed * 1000 + its index``).
     seed: int
 
@@ -140,9 +157,8 @@ def encode(msg: SyncMessage, params: np.ndarray | None = None, *, pad_to: int = 
     """The frame of ``msg`` (with ``params`` as ``float32`` for a model or an update),
     zero-padded to ``pad_to`` bytes."""
     if isinstance(msg, _WITH_TENSOR) != (params is not None):
-        raise ValueError(
-            f"a {kind_of(msg)} message {'needs' if params is None else 'has no'} tensor"
-        )
+        need = "needs a" if params is None else "has no"
+        raise InvariantError(f"a {kind_of(msg)} message {need} tensor")
     head = _ENCODER.encode(msg)
     body = b"" if params is None else np.ascontiguousarray(params, np.float32).tobytes()
     n = 0 if params is None else len(params)
