@@ -32,7 +32,7 @@ import numpy as np
 from coorp._netns import Proc
 from coorp.learn._netns import Topology, netns_unavailable
 from coorp.runtime import load_team_config, write_team_keys
-from coorp.sweep._stats import mean_ci
+from coorp.stats import mean_ci
 
 COORP = [str(Path(sys.executable).with_name("coorp"))]
 ROBOTS = ["leader", "r1", "r2", "r3", "r4"]

@@ -47,6 +47,8 @@ from typing import Any
 
 import numpy as np
 
+from coorp.stats import mean_ci as _mean_ci
+
 HERE = Path(__file__).resolve().parent
 TESTS = HERE.parent / "tests" / "runtime"
 sys.path[:0] = [str(HERE), str(TESTS)]
@@ -304,14 +306,9 @@ def where_late(
 
 
 def mean_ci(xs: list[float]) -> str:
-    """mean ± 95% CI half-width (Student t) of a few runs."""
-    from scipy import stats as st
-
-    a = np.array(xs, dtype=float)
-    if len(a) < 2:
-        return f"{a.mean():.2f}"
-    half = st.t.ppf(0.975, len(a) - 1) * a.std(ddof=1) / np.sqrt(len(a))
-    return f"{a.mean():.2f} ± {half:.2f}"
+    """mean ± 95% CI half-width (Student t, :func:`coorp.stats.mean_ci`) of a few runs."""
+    m = _mean_ci(xs)
+    return f"{m.mean:.2f}" if m.n < 2 else f"{m.mean:.2f} ± {m.ci95:.2f}"
 
 
 def summarize_phases(rows: list[dict[str, Any]]) -> None:

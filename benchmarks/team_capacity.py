@@ -29,7 +29,7 @@ from typing import Any
 
 from rich.console import Console
 
-from coorp.sweep._stats import mean_ci
+from coorp.stats import mean_ci
 from coorp.teambench._report import load_result, plot_cslv, render_tables
 from coorp.teambench._run import TeamBenchResult, summarize_fits
 

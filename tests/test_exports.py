@@ -9,11 +9,12 @@ from types import ModuleType
 
 import pytest
 
-CORE = ["coorp", "coorp.sim", "coorp.scenario"]
+#: The ground floor (coorp.stats, coorp.seeds, coorp.figures) and the plain-data core.
+CORE = ["coorp", "coorp.stats", "coorp.seeds", "coorp.figures", "coorp.sim", "coorp.scenario"]
 OPTIONAL = [
     "coorp.control", "coorp.runtime", "coorp.transport", "coorp.analysis",
     "coorp.policies", "coorp.workload", "coorp.testing", "coorp.sweep", "coorp.cosim",
-    "coorp.flow", "coorp.learn", "coorp.report", "coorp.teambench",
+    "coorp.flow", "coorp.learn", "coorp.report", "coorp.teambench", "coorp.bench",
 ]  # fmt: skip
 
 

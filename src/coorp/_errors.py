@@ -9,6 +9,9 @@ level says *whose fault* it is, so callers can decide what to do without parsing
   whose schedule does not fit the team).
 * :class:`PeerError` — a remote party sent something invalid (a malformed, oversized,
   unauthenticated or replayed frame). Servers count and drop these and keep serving.
+  :class:`MalformedFrameError` is the one class for a frame that does not decode, in
+  every package that decodes frames (``coorp.runtime``, ``coorp.transport``,
+  ``coorp.learn``).
 * :class:`ConfigurationError` — the environment cannot do what was asked (a missing
   optional dependency, no permission for a socket option).
 * :class:`InvariantError` — Coorp itself broke one of its own invariants: a bug.
@@ -25,6 +28,7 @@ __all__ = [
     "CoorpError",
     "InfeasibleError",
     "InvariantError",
+    "MalformedFrameError",
     "PeerError",
     "ScenarioError",
     "ScenarioProblem",
@@ -47,6 +51,15 @@ class InfeasibleError(UsageError):
 
 class PeerError(CoorpError):
     """A remote peer sent something invalid; the local side is fine."""
+
+
+class MalformedFrameError(PeerError):
+    """A peer sent a frame that does not decode as any message of the wire format it
+    arrived on: truncated, oversized for its declared length, of an unknown kind, or
+    not allowed there."""
+
+    #: What servers count it as (``coorp.runtime``'s counters group peer errors by kind).
+    kind = "malformed"
 
 
 class ConfigurationError(CoorpError):

@@ -18,7 +18,7 @@ from cli_run import run_cli
 from coorp.learn import FormationSpec, PPOConfig
 from coorp.learn._network import LearnSpec
 from coorp.learn._ppo import PPO, Layout
-from coorp.learn._runtime import MODEL, RuntimeSpec, encode, learn_on_runtime
+from coorp.learn._runtime import Model, RuntimeSpec, encode, learn_on_runtime
 from coorp.learn._sync import merge_mean_delta
 from coorp.scenario import Scenario, load_scenario, resolve_scenario
 
@@ -67,8 +67,8 @@ def test_loopback_syncs_arrive_whole_and_learning_matches_the_replay(
             (k, v): dg for _p, k, v, dg, _n in json.loads((d / f"{w}.json").read_text())["received"]
         }
         for v in range(VERSIONS):
-            want = encode(MODEL, v, versions[v], pad_to=TINY.air_bytes())
-            assert got[(MODEL, v)] == hashlib.sha256(want).hexdigest()
+            want = encode(Model(v), versions[v], pad_to=TINY.air_bytes())
+            assert got[("model", v)] == hashlib.sha256(want).hexdigest()
     # Same algorithm code everywhere: bit-identical to BSP replayed in one process.
     for a, b in zip(versions, _replay(3, 2), strict=True):
         assert np.array_equal(a, b)

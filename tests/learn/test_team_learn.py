@@ -23,7 +23,7 @@ from coorp.learn import FormationSpec, PPOConfig
 from coorp.learn._network import LearnSpec
 from coorp.learn._ppo import PPO, Layout
 from coorp.learn._robots import leader_report, run_robot, worker_report
-from coorp.learn._runtime import _check_syncs
+from coorp.learn._runtime import ServerResult, WorkerResult, check_syncs
 from coorp.learn._sync import merge_mean_delta
 from coorp.runtime import LeaderSettings, PermitService, TeamKey, load_team_config, write_team_keys
 from coorp.runtime._team import _LoopThread
@@ -128,7 +128,9 @@ def test_a_team_learns_from_a_team_file_without_a_shared_clock(tmp_path: Path) -
         ]
 
     # Every sync arrived whole, and the learning is BSP replayed in one process.
-    intact, checked = _check_syncs(leader, workers)
+    assert isinstance(leader, ServerResult)
+    assert all(isinstance(w, WorkerResult) for w in workers.values())
+    intact, checked = check_syncs(leader, workers)
     assert intact and checked == 2 * (1 + 2 * VERSIONS + 1)
     versions = np.load(tmp_path / "leader" / "leader.json.npy")
     ppos = [PPO(TINY.ppo, TINY.task, 3 * 1000 + i + 1) for i in range(2)]
@@ -143,10 +145,10 @@ def test_a_team_learns_from_a_team_file_without_a_shared_clock(tmp_path: Path) -
     # workers' perceptions of a loop reach the leader within a fraction of the period.
     period = round(sc.workload.mpc.period_us * 1e3)  # type: ignore[union-attr]
     for res in workers.values():
-        assert res["clock_samples"] >= 1 and 0 <= res["clock_offset_ns"] < 50_000_000
+        assert res.clock_samples >= 1 and 0 <= res.clock_offset_ns < 50_000_000
     arrivals: dict[int, dict[str, int]] = {}
-    for robot, k, _sent, recv in leader["perceptions"]:
-        arrivals.setdefault(int(k), {})[robot] = int(recv)
+    for robot, k, _sent, recv in leader.perceptions:
+        arrivals.setdefault(k, {})[robot] = recv
     both = [abs(a["r1"] - a["r2"]) for a in arrivals.values() if len(a) == 2]
     assert len(both) >= 8 and float(np.median(both)) < period / 4
 

@@ -10,11 +10,10 @@ import matplotlib
 import pyarrow.parquet as pq
 import pytest
 
-from coorp import UsageError
+from coorp import UsageError, figures
 from coorp.report import (
     FIGURE_FORMATS,
     Comparison,
-    _style,
     compare,
     parse_formats,
     plot_comparison,
@@ -67,7 +66,7 @@ def test_unknown_policies_get_stable_distinct_styles() -> None:
 
 
 def test_a_registered_style_wins(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_style, "_USER", {})
+    monkeypatch.setattr(figures, "_USER", {})
     register_policy_style("mine", color="#123456", linestyle="--")
     assert policy_style("mine").color == "#123456"
     assert policy_styles(["mine", "edca"])["mine"].linestyle == "--"

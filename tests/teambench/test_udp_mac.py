@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from coorp.teambench._roles import Ctx, _UdpMac
+from coorp.teambench._transports import Ctx, _UdpMac
 
 
 def _carrier(key_hex: str) -> _UdpMac:

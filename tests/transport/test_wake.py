@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from coorp._errors import ConfigurationError, UsageError
-from coorp.transport import Bus, Reach, Topic, _shm, _wake
+from coorp.transport import Bus, Reach, Topic, Wake, _shm, _wake
 
 from .conftest import needs_iceoryx2
 
@@ -314,8 +314,15 @@ def test_blocked_receive_is_woken_by_wake_and_in_process_delivery(topic_name: st
 
 
 def test_bad_wake_mode_is_a_usage_error() -> None:
-    with pytest.raises(UsageError):
+    with pytest.raises(UsageError, match=r"wake='nope'.*allowed: 'auto', 'futex', 'iceoryx2'"):
         Bus("w-bad", reach=Reach.PROCESS, wake="nope")
+
+
+def test_wake_modes_are_an_enum_and_their_values_work_too() -> None:
+    assert [Wake.parse(v) for v in ("auto", "futex", "iceoryx2")] == list(Wake)
+    assert Wake.parse(Wake.FUTEX) is Wake.FUTEX
+    with Bus("w-enum", reach=Reach.PROCESS, wake=Wake.ICEORYX2) as bus:
+        assert bus.shm is None  # no machine reach: the mode is checked, nothing opened
 
 
 @needs_iceoryx2

@@ -46,7 +46,7 @@ def version_text() -> str:
     modules run (mypyc-compiled, or plain Python and why; see ``coorp.sim._loader``)."""
     from coorp import __version__
     from coorp.sim import COMPILED
-    from coorp.sim._loader import describe
+    from coorp.sim import describe_build as describe
 
     sim = describe(COMPILED)
     return f"coorp {__version__} (simulator: {sim}; Python {sys.version.split()[0]})"

@@ -30,7 +30,7 @@ def _list(flag: str, text: str | None, kind: type[int] | type[float]) -> list[An
         if not item:
             continue
         if kind is int:
-            from coorp.transport._bench import parse_sizes
+            from coorp.bench import parse_sizes
 
             if flag == "--sizes":
                 try:
@@ -93,8 +93,11 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
 
         from coorp._errors import UsageError
-        from coorp.transport._bench import IMPLS, BenchConfig, parse_sizes, run
-        from coorp.transport._bench_report import plot, render_tables, write_json
+        from coorp.bench import IMPLS, BenchConfig, parse_sizes
+        from coorp.bench import plot_broadcast as plot
+        from coorp.bench import render_broadcast_tables as render_tables
+        from coorp.bench import run_broadcast as run
+        from coorp.bench import write_broadcast_json as write_json
 
         chosen = [s.strip() for s in impls.split(",") if s.strip()]
         unknown = sorted(set(chosen) - set(IMPLS))
@@ -193,8 +196,7 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-        from coorp.teambench import CARRIERS, load_config, run_team
-        from coorp.teambench._report import render_tables, write_outputs
+        from coorp.teambench import CARRIERS, load_config, render_tables, run_team, write_outputs
 
         console = Console(quiet=not sys.stdout.isatty())
         if list_carriers:

@@ -103,7 +103,7 @@ def load_policy_options(modules: list[Path] | None) -> list[str]:
 
 def figure_formats(value: str) -> tuple[str, ...]:
     """Parse ``--format`` (``png,pdf``); :class:`UsageError` names what is allowed."""
-    from coorp.report import parse_formats
+    from coorp.figures import parse_formats
 
     return parse_formats(value)
 

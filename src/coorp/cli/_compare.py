@@ -40,12 +40,12 @@ from coorp.report import (
     write_comparison_raw_tables,
 )
 from coorp.scenario import Scenario, load_scenario
+from coorp.seeds import seeds_option
 from coorp.sweep import (
     RunCache,
     aggregate,
     aggregate_warnings,
     multi_seed_json,
-    parse_seeds,
     parse_sweep_spec,
     plan_sweep,
     render_aggregate,
@@ -104,10 +104,7 @@ def _seed_list(seed: int | None, seeds: str | None) -> list[int] | None:
         return None if seed is None else [seed]
     if seed is not None:
         raise UsageError("give --seed N or --seeds LIST, not both")
-    try:
-        return parse_seeds(seeds)
-    except ValueError as exc:
-        raise UsageError(f"--seeds {seeds!r}: {exc}") from None
+    return seeds_option(seeds)
 
 
 def _json_target(json_path: str | None) -> Path | None:

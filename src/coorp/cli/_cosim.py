@@ -45,7 +45,7 @@ def _cell(m: dict[str, Any], scale: float, digits: int) -> str:
 
 
 def render_cosim(agg: dict[str, Any], title: str) -> Table:
-    from coorp.cosim._report import METRICS
+    from coorp.cosim import METRICS
     from coorp.policies import policy_label
 
     t = Table(title=escape(title))
@@ -71,12 +71,9 @@ def render_cosim(agg: dict[str, Any], title: str) -> Table:
 def _seed_list(text: str | None, default: int) -> list[int]:
     if text is None:
         return [default]
-    from coorp.sweep import parse_seeds
+    from coorp.seeds import seeds_option
 
-    try:
-        return parse_seeds(text)
-    except ValueError as exc:
-        raise UsageError(f"--seeds {text!r}: {exc}") from None
+    return seeds_option(text)
 
 
 def register(app: typer.Typer) -> None:
@@ -133,9 +130,7 @@ def register(app: typer.Typer) -> None:
         fmt: FormatOption = "png",
     ) -> None:
         """Co-simulate robots (MuJoCo) and the channel: control outcomes per policy."""
-        from coorp.cosim import Coupling, load_cosim, run_cosim
-        from coorp.cosim._report import aggregate, plot_cosim
-        from coorp.cosim._trace import Tracer
+        from coorp.cosim import Coupling, Tracer, aggregate, load_cosim, plot_cosim, run_cosim
         from coorp.policies import get_policy
         from coorp.scenario import resolve_scenario
 

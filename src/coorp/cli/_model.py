@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-import numpy as np
 import typer
 from rich.table import Table
 
@@ -25,6 +24,7 @@ from coorp.analysis.crl_model import (
 )
 from coorp.cli._common import console, progress_bar, require_out_dir
 from coorp.scenario import Scenario, load_scenario
+from coorp.stats import percentile
 from coorp.units import NS_PER_MS, s
 from coorp.workload import run_crl
 
@@ -92,7 +92,7 @@ def simulate_team(
     window_s = (result.duration_ns - bulk_from) / 1e9
 
     def pct(q: float) -> float:
-        return float(np.percentile(r, q, method="inverted_cdf")) if r.size else math.nan
+        return percentile(r, q)
 
     return SimPoint(
         n=n,

@@ -23,8 +23,7 @@ import typer
 from coorp._errors import PeerError, UsageError
 
 if TYPE_CHECKING:
-    from coorp.runtime import TeamConfig
-    from coorp.runtime._nft import Ruleset
+    from coorp.runtime import Ruleset, TeamConfig
 
 __all__ = ["register"]
 
@@ -73,7 +72,7 @@ def _status_target(override: str | None, listen: str, agent_leader: str | None) 
     """Where to ask a running leader: ``--listen`` if given; else ``leader.listen``,
     unless it is a wildcard, then ``agent.leader`` (where the robots reach it), and
     only without that loopback on the listen port."""
-    from coorp.runtime._sockets import format_address, parse_address
+    from coorp.runtime import format_address, parse_address
 
     address = override or listen
     host, port = parse_address(address, what="leader.listen")
@@ -106,11 +105,12 @@ def leader(
         LeaderSettings,
         PermitService,
         TeamKey,
+        format_address,
         load_team_config,
+        parse_address,
         query_leader_stats,
         resolve_team_key,
     )
-    from coorp.runtime._sockets import format_address, parse_address
 
     _setup_logging(log_level)
     cfg = load_team_config(config)
@@ -202,10 +202,15 @@ def agent(
         send_via_agent,
         serve_control,
     )
-    from coorp.runtime import Message, ajoin, load_team_config, resolve_team_key
-    from coorp.runtime._sockets import parse_address
-    from coorp.runtime._team import team_settings
-    from coorp.runtime._transparent import TransparentAgent
+    from coorp.runtime import (
+        Message,
+        TransparentAgent,
+        ajoin,
+        load_team_config,
+        parse_address,
+        resolve_team_key,
+        team_settings,
+    )
 
     _setup_logging(log_level)
     cfg = load_team_config(config)
@@ -347,7 +352,7 @@ def agent(
 
 def _coorp_ports(cfg: TeamConfig, leader_addr: str | None, listen: str | None) -> tuple[int, ...]:
     """Ports of Coorp's own connections (never intercepted): the leader's, the inbox's."""
-    from coorp.runtime._sockets import parse_address
+    from coorp.runtime import parse_address
 
     ports = [parse_address(listen or cfg.agent.listen)[1], parse_address(cfg.leader.listen)[1]]
     if leader_addr or cfg.agent.leader:
@@ -356,7 +361,7 @@ def _coorp_ports(cfg: TeamConfig, leader_addr: str | None, listen: str | None) -
 
 
 def _ruleset(cfg: TeamConfig, robot: str, leader_addr: str | None, listen: str | None) -> Ruleset:
-    from coorp.runtime._transparent import transparent_ruleset
+    from coorp.runtime import transparent_ruleset
 
     assert cfg.transparent is not None
     return transparent_ruleset(
@@ -368,7 +373,7 @@ def _ruleset(cfg: TeamConfig, robot: str, leader_addr: str | None, listen: str |
 
 
 def _remove_rules(ruleset: Ruleset) -> None:
-    from coorp.runtime._nft import NftTable
+    from coorp.runtime import NftTable
 
     async def go() -> bool:
         table = NftTable(ruleset)
@@ -405,8 +410,7 @@ def send_cmd(
     """Hand a file to this robot's running `coorp agent`, which sends it as a
     coordinated bulk message (as itself: no second join under the robot's name)."""
     from coorp.cli._agent_tools import control_socket_path, send_via_agent
-    from coorp.runtime import load_team_config
-    from coorp.runtime._sockets import parse_address
+    from coorp.runtime import load_team_config, parse_address
 
     cfg = load_team_config(config)
     if robot not in cfg.team.robots:
@@ -425,8 +429,7 @@ def keys(
     """Write the team key (team.key_file, if missing) and one key per robot
     (team.key_dir/<robot>.key), all owner-only (mode 600). The leader keeps the team
     key; copy each robot only its own file."""
-    from coorp.runtime import load_team_config
-    from coorp.runtime._config import write_team_keys
+    from coorp.runtime import load_team_config, write_team_keys
 
     cfg = load_team_config(config)
     team_path, paths = write_team_keys(cfg, config, force=force)

@@ -14,9 +14,13 @@ from coorp.cosim._config import (
     parse_cosim,
 )
 from coorp.cosim._radio import LinkState, Radio
-from coorp.cosim._run import CosimResult, CosimRun, run_cosim
+from coorp.cosim._report import METRICS, aggregate, plot_cosim
+from coorp.cosim._result import CosimResult
+from coorp.cosim._run import CosimRun, run_cosim
+from coorp.cosim._trace import Tracer
 
 __all__ = [
+    "METRICS",
     "CosimConfig",
     "CosimResult",
     "CosimRun",
@@ -25,7 +29,10 @@ __all__ = [
     "LinkState",
     "Radio",
     "RobotKind",
+    "Tracer",
+    "aggregate",
     "load_cosim",
     "parse_cosim",
+    "plot_cosim",
     "run_cosim",
 ]

@@ -19,8 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from coorp._errors import ScenarioError, ScenarioProblem
-from coorp.scenario import Scenario, parse_scenario
-from coorp.scenario._load import problems_from_validation
+from coorp.scenario import Scenario, parse_scenario, problems_from_validation
 
 __all__ = [
     "CosimConfig",

@@ -2,7 +2,7 @@
 
 Each run's outcome is reduced to scalars (:data:`METRICS`); over seeds each becomes a
 mean and the half-width of its Student-t 95% confidence interval
-(:func:`coorp.sweep.mean_ci`, the same statistics as ``coorp sweep``). Figures:
+(:func:`coorp.stats.mean_ci`, the same statistics as ``coorp sweep``). Figures:
 trajectories per policy side by side (the first seed), and the CDF of the tracking
 error and of the MPC reaction time per policy (all seeds pooled).
 """
@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from coorp.cosim._config import CosimConfig
-from coorp.cosim._run import CosimResult
-from coorp.sweep import mean_ci
+from coorp.cosim._result import CosimResult
+from coorp.stats import mean_ci
 
 __all__ = ["EXTRA_METRICS", "METRICS", "aggregate", "plot_cosim", "run_scalars"]
 
@@ -107,9 +107,8 @@ def plot_cosim(
     import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
 
+    from coorp.figures import policy_styles, save_figure
     from coorp.policies import policy_label
-    from coorp.report import policy_styles
-    from coorp.report._plots import save_figure
 
     names = list(results)
     styles = policy_styles(names)

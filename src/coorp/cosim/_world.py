@@ -19,32 +19,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from coorp._errors import ConfigurationError
+from coorp._optional import import_mujoco
 from coorp.cosim._config import CosimConfig, RobotKind
 
-__all__ = ["World", "import_mujoco"]
+__all__ = ["World"]
 
 #: Geom groups: robots (0) and obstacles (1); rays see group 1 only.
 _OBSTACLE_GROUP = 1
 #: Velocity-servo gains (N·s/m per kg of body, and N·m·s/rad): ~25 ms time constants.
 _KV_PER_KG = 40.0
 _MASS_KG = 5.0
-
-
-def import_mujoco() -> Any:
-    try:
-        import mujoco
-    except ImportError as exc:
-        raise ConfigurationError(
-            "MuJoCo is not installed (the co-simulation and the learning task's "
-            "physics='mujoco' need it): pip install 'coorp[cosim]' or 'coorp[learn]' "
-            f"(or `make`, which installs both): {exc}"
-        ) from None
-    return mujoco
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,7 @@ workers on :mod:`coorp.flow` or Ray, and learning whose parameter syncs ride the
 simulated channel or real sockets (``coorp learn``, ``coorp learn --runtime``). See
 ``docs/learn.md``."""
 
+from coorp.learn._bench import RlBenchConfig, run_rl_bench
 from coorp.learn._env import FormationBatch, FormationParallelEnv, FormationSpec
 from coorp.learn._graphs import (
     Collector,
@@ -15,12 +16,16 @@ from coorp.learn._graphs import (
     ppo_graph,
     sampling_graph,
 )
+from coorp.learn._netns import netns_unavailable
 from coorp.learn._network import LearnCurve, LearnSpec, learn_on_channel, summarize
 from coorp.learn._ppo import PPO, Layout, PPOConfig, Rollout
+from coorp.learn._robots import leader_report, run_robot, worker_report
+from coorp.learn._runtime import MODES as RUNTIME_MODES
 from coorp.learn._runtime import RuntimeRun, RuntimeSpec, learn_on_runtime
 
 __all__ = [
     "PPO",
+    "RUNTIME_MODES",
     "Collector",
     "Echo",
     "FormationBatch",
@@ -32,15 +37,21 @@ __all__ = [
     "PPOConfig",
     "PPOWorker",
     "ParamServer",
+    "RlBenchConfig",
     "Rollout",
     "RuntimeRun",
     "RuntimeSpec",
     "Sampler",
     "Source",
     "broadcast_graph",
+    "leader_report",
     "learn_on_channel",
     "learn_on_runtime",
+    "netns_unavailable",
     "ppo_graph",
+    "run_rl_bench",
+    "run_robot",
     "sampling_graph",
     "summarize",
+    "worker_report",
 ]

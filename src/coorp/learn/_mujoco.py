@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from coorp.cosim._world import import_mujoco
+from coorp._optional import import_mujoco
 from coorp.learn._env import _PUSH, FormationBatch, FormationSpec
 
 __all__ = ["PHYSICS_STEP_S", "MujocoFormationBatch"]

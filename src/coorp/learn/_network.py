@@ -104,7 +104,7 @@ class LearnCurve:
 
 
 def _scenario(scenario: Scenario, spec: LearnSpec, source: str) -> Scenario:
-    from coorp.sweep._overrides import apply_overrides
+    from coorp.scenario import apply_overrides
 
     wl = scenario.workload
     if wl is None or not wl.drlc.enabled:
@@ -204,7 +204,7 @@ def summarize(
     """Per policy: mean reward on a time grid with 95% CIs over seeds, time to ``target``
     (default: half-way from the initial return to the best final return of any run),
     final reward, epochs, staleness and MPC violation rate."""
-    from coorp.sweep._stats import mean_ci
+    from coorp.stats import mean_ci
 
     if not curves:
         raise UsageError("no learning curves to summarize")

@@ -37,12 +37,16 @@ from coorp._errors import UsageError
 from coorp.learn._network import LearnCurve, LearnSpec
 from coorp.learn._runtime import (
     RuntimeSpec,
-    _percentiles,
-    _Server,
-    _Worker,
+    ServerResult,
+    WorkerResult,
+    percentiles,
     role_config,
     score_versions,
 )
+from coorp.learn._runtime.results import read_result
+from coorp.learn._runtime.role import Role
+from coorp.learn._runtime.server import Server
+from coorp.learn._runtime.worker import Worker
 from coorp.runtime import Keyring, Team
 from coorp.scenario import Scenario
 
@@ -57,8 +61,7 @@ def join_team(
 ) -> tuple[Team, Keyring, str | None]:
     """Join as ``robot`` with its keys and the team file's settings: (team, keys, the
     permit service's address or None)."""
-    from coorp.runtime import join, load_team_config, resolve_team_key
-    from coorp.runtime._team import team_settings
+    from coorp.runtime import join, load_team_config, resolve_team_key, team_settings
 
     config = load_team_config(path)
     if robot not in config.team.robots:
@@ -103,13 +106,11 @@ def run_robot(
     reuse_streams: bool = False,
     timeout_s: float = 600.0,
     on_progress: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
+) -> ServerResult | WorkerResult:
     """Run this robot's role until the leader stops the run; its result (also written
     to ``out_dir/<robot>.json``, the leader's versions to ``<robot>.json.npy``). Every
     wait — the team's hellos, a model, an update — is bounded by ``timeout_s`` (robots
     are started by hand, one after another)."""
-    import json
-
     wl = scenario.workload
     if wl is None:
         raise UsageError("the scenario needs [workload.mpc] and [workload.drlc]")
@@ -135,10 +136,10 @@ def run_robot(
         timeout_s=timeout_s,
     )  # fmt: skip
     cfg = role_config(scenario, mode, spec, rt)
-    cfg["seed"] = seed * 1000 + roles.index(robot)  # the simulated path's seeds
+    cfg.seed = seed * 1000 + roles.index(robot)  # the simulated path's seeds
     out_dir.mkdir(parents=True, exist_ok=True)
     conf = out_dir / f"{robot}.json.in"
-    conf.write_text(json.dumps(cfg))
+    conf.write_bytes(cfg.to_json())
     result = out_dir / f"{robot}.json"
     args = argparse.Namespace(
         robot=robot, host=host, config=str(conf), result=str(result), team=str(team_file),
@@ -147,53 +148,55 @@ def run_robot(
     if not leads:
         args.server = server
         args.server_tcp = f"{srv_host}:{int(srv_port) + 1}"
-    role = _Server(args) if leads else _Worker(args)
+    role: Role = Server(args) if leads else Worker(args)
     if on_progress is not None:
         role.progress = on_progress
     try:
         role.run()
     finally:
         role.close()
-    out: dict[str, Any] = json.loads(result.read_text())
-    return out
+    if leads:
+        return read_result(result, ServerResult)
+    return read_result(result, WorkerResult)
 
 
-def worker_report(result: dict[str, Any], deadline_ns: int) -> dict[str, Any]:
+def worker_report(result: ServerResult | WorkerResult, deadline_ns: int) -> dict[str, Any]:
     """A worker's reaction per loop while it learned (its first model to the stop): its
     perception of loop ``k`` sent → the control of loop ``k`` received, its own clock.
     Loops sent less than a deadline before the stop are left out (undecided)."""
-    start, stop = result["learning_ns"]
+    if not isinstance(result, WorkerResult):
+        raise UsageError(f"{result.robot} is the leader: its report is leader_report's")
+    start, stop = result.learning_ns
     if start is None:
         start = stop
     stop -= deadline_ns
     controls: dict[int, int] = {}
-    for k, _sent, recv in result["controls"]:
-        controls.setdefault(int(k), int(recv))
+    for c in result.controls:
+        controls.setdefault(c.k, c.received_ns)
     reactions: list[float] = []
     missed = loops = 0
-    for k, sent in result["perceptions"]:
+    for k, sent in result.perceptions:
         if not start <= sent <= stop:
             continue
         loops += 1
-        got = controls.get(int(k))
+        got = controls.get(k)
         if got is None or got - sent > deadline_ns:
             missed += 1
         if got is not None:
             reactions.append((got - sent) / 1e6)
+    offset = result.clock_offset_ns
     return {
         "loops": loops,
         "missed": missed,
         "miss_rate": missed / loops if loops else 0.0,
-        "reaction_ms": _percentiles(reactions),
-        "clock_offset_ms": None
-        if result["clock_offset_ns"] is None
-        else result["clock_offset_ns"] / 1e6,
-        "updates": result["updates"],
+        "reaction_ms": percentiles(reactions),
+        "clock_offset_ms": None if offset is None else offset / 1e6,
+        "updates": result.updates,
     }
 
 
 def leader_report(
-    result: dict[str, Any],
+    result: ServerResult | WorkerResult,
     versions: np.ndarray,
     spec: LearnSpec,
     *,
@@ -205,19 +208,21 @@ def leader_report(
     """The learning curve, and per worker its perceptions' latency above the smallest
     one seen (sender and leader clocks differ by a constant, which the subtraction
     cancels): what the perceptions waited in queues while the team learned."""
-    t0, t1 = int(result["t0_ns"]), int(result["t_end_ns"])
+    if not isinstance(result, ServerResult):
+        raise UsageError(f"{result.robot} is a worker: its report is worker_report's")
+    t0, t1 = result.t0_ns, result.t_end_ns
     by_robot: dict[str, list[int]] = {}
-    for robot, _k, sent, recv in result["perceptions"]:
-        by_robot.setdefault(str(robot), []).append(int(recv) - int(sent))
+    for p in result.perceptions:
+        by_robot.setdefault(p.robot, []).append(p.received_ns - p.sent_ns)
     above: dict[str, Any] = {}
     for robot, deltas in sorted(by_robot.items()):
         floor = min(deltas)
         during = [
-            (int(recv) - int(sent) - floor) / 1e6
-            for r, _k, sent, recv in result["perceptions"]
-            if r == robot and t0 <= int(recv) <= t1
+            (p.received_ns - p.sent_ns - floor) / 1e6
+            for p in result.perceptions
+            if p.robot == robot and t0 <= p.received_ns <= t1
         ]
-        above[robot] = _percentiles(during)
+        above[robot] = percentiles(during)
     # The loop's misses are the workers' to measure (worker_report): not a number here.
     curve = score_versions(
         result, versions, spec, mode=mode, seed=seed, sync=sync, duration_s=duration_s,

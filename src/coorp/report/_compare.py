@@ -25,7 +25,7 @@ from coorp.policies import get_policy, policy_names
 from coorp.scenario import Scenario
 from coorp.workload import comparison_warnings, run_crl
 
-__all__ = ["BH_ONLY", "Comparison", "PolicyRun", "compare", "deployable"]
+__all__ = ["BH_ONLY", "Comparison", "PolicyRun", "compare", "deployable", "run_policy"]
 
 #: Name of the reference run in reports.
 BH_ONLY = "bh-only"
@@ -66,9 +66,11 @@ _NO_METRICS: dict[str, Any] = {
 }  # fmt: skip
 
 
-def _run_one(
+def run_policy(
     scenario: Scenario, policy: str, seed: int, duration_ns: int | None, source: str
 ) -> PolicyRun:
+    """One policy (or :data:`BH_ONLY`) on ``scenario`` with ``seed``: what a report keeps
+    of it; an infeasible policy gives a run whose ``infeasible`` says why."""
     bh_only = policy == BH_ONLY
     try:
         r = run_crl(
@@ -192,13 +194,13 @@ def compare(
     done: dict[str, PolicyRun] = {}
     if jobs == 1:
         for name in names:
-            done[name] = _run_one(scenario, name, seed, duration_ns, source)
+            done[name] = run_policy(scenario, name, seed, duration_ns, source)
             if on_done is not None:
                 on_done(done[name])
     else:
         with ProcessPoolExecutor(max_workers=min(jobs, len(names))) as pool:
             futures = {
-                pool.submit(_run_one, scenario, name, seed, duration_ns, source): name
+                pool.submit(run_policy, scenario, name, seed, duration_ns, source): name
                 for name in names
             }
             for fut in as_completed(futures):

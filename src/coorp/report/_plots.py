@@ -2,7 +2,7 @@
 and of one run (time series of bulk throughput, ring depth and gate state).
 
 Every figure draws each policy in its own colour and line style
-(:mod:`coorp.report._style`) and is saved in each of ``formats`` (``png``, ``pdf``,
+(:mod:`coorp.figures`) and is saved in each of ``formats`` (``png``, ``pdf``,
 ``svg``). A bar with no value says why (``infeasible``, ``no epoch in 10 s``) and the
 epoch-time bars carry the number of epochs behind them.
 """
@@ -10,7 +10,7 @@ epoch-time bars carry the number of epochs behind them.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,61 +22,14 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from coorp._errors import UsageError
+from coorp.figures import parse_formats, policy_styles, save_figure
 from coorp.policies import policy_label
 from coorp.report._compare import Comparison
-from coorp.report._style import policy_styles
 
 if TYPE_CHECKING:
     from coorp.workload import CrlResult
 
-__all__ = [
-    "FIGURE_FORMATS",
-    "comparison_figures",
-    "parse_formats",
-    "plot_comparison",
-    "plot_run",
-    "save_figure",
-]
-
-#: Formats figures can be written in (matplotlib backends, no extra dependency).
-FIGURE_FORMATS = ("png", "pdf", "svg")
-_DPI = 130
-_NO_DATE: dict[str, dict[str, None]] = {
-    "png": {"Software": None}, "pdf": {"CreationDate": None}, "svg": {"Date": None},
-}  # fmt: skip
-
-
-def parse_formats(value: str | Iterable[str], option: str = "--format") -> tuple[str, ...]:
-    """``"png,pdf"`` (or a list) -> ``("png", "pdf")``; raises :class:`UsageError` naming
-    ``option``, the bad value and the allowed ones."""
-    items = value.split(",") if isinstance(value, str) else list(value)
-    formats = tuple(dict.fromkeys(f.strip().lower().lstrip(".") for f in items if f.strip()))
-    bad = [f for f in formats if f not in FIGURE_FORMATS]
-    if bad or not formats:
-        given = value if isinstance(value, str) else ",".join(items)
-        raise UsageError(
-            f"{option} {given!r}: unknown figure format {', '.join(map(repr, bad)) or '(none)'}"
-            f"; allowed: {', '.join(FIGURE_FORMATS)} (comma-separated, e.g. png,pdf)"
-        )
-    return formats
-
-
-def save_figure(fig: Figure, out: Path, stem: str, formats: Sequence[str] = ("png",)) -> list[Path]:
-    """Save ``fig`` as ``out/<stem>.<fmt>`` for each format, close it, return the paths."""
-    formats = parse_formats(formats)
-    out.mkdir(parents=True, exist_ok=True)
-    if fig.get_layout_engine() is None:  # a figure laid out its own way keeps it
-        fig.tight_layout()
-    paths = []
-    for fmt in formats:
-        path = out / f"{stem}.{fmt}"
-        # No creation date, fixed SVG ids: the same figure gives the same bytes.
-        with matplotlib.rc_context({"svg.hashsalt": "coorp"}):
-            fig.savefig(path, dpi=_DPI, format=fmt, metadata=_NO_DATE[fmt])
-        paths.append(path)
-    plt.close(fig)
-    return paths
+__all__ = ["comparison_figures", "plot_comparison", "plot_run"]
 
 
 def comparison_figures(cmp: Comparison) -> dict[str, Figure]:

@@ -43,8 +43,11 @@ from coorp.runtime._inbox import AsyncInbox, Inbox
 from coorp.runtime._latency import ChannelStats, LatencySensitiveChannel
 from coorp.runtime._leader import LeaderSettings, PermitService
 from coorp.runtime._marking import Marking, mark_socket, probe_marking
+from coorp.runtime._nft import NftTable, Ruleset, TransparentUnavailableError
 from coorp.runtime._observer import query_leader_stats
 from coorp.runtime._receiver import Message, ReceiverLimits
+from coorp.runtime._selectors import BulkSelector, LsSelector, TransparentSection
+from coorp.runtime._sockets import format_address, parse_address
 from coorp.runtime._team import (
     AsyncTeam,
     BulkStream,
@@ -53,7 +56,9 @@ from coorp.runtime._team import (
     ajoin,
     join,
     join_config,
+    team_settings,
 )
+from coorp.runtime._transparent import TransparentAgent, transparent_ruleset
 
 __all__ = [
     "AgentSection",
@@ -62,6 +67,7 @@ __all__ = [
     "AsyncTeam",
     "AuthenticationError",
     "BulkReceipt",
+    "BulkSelector",
     "BulkSettings",
     "BulkStream",
     "ChannelStats",
@@ -71,16 +77,19 @@ __all__ = [
     "LatencySensitiveChannel",
     "LeaderSection",
     "LeaderSettings",
+    "LsSelector",
     "MalformedFrameError",
     "Marking",
     "MarkingError",
     "Message",
+    "NftTable",
     "PeerTimeoutError",
     "PermitService",
     "ReceiverLimits",
     "RefusedError",
     "ReplayError",
     "RobotKey",
+    "Ruleset",
     "RuntimeUsageError",
     "StaleError",
     "Team",
@@ -90,14 +99,21 @@ __all__ = [
     "TeamSection",
     "TeamSettings",
     "TransferError",
+    "TransparentAgent",
+    "TransparentSection",
+    "TransparentUnavailableError",
     "UnsupportedVersionError",
     "ajoin",
+    "format_address",
     "join",
     "join_config",
     "load_team_config",
     "mark_socket",
+    "parse_address",
     "probe_marking",
     "query_leader_stats",
     "resolve_team_key",
+    "team_settings",
+    "transparent_ruleset",
     "write_team_keys",
 ]

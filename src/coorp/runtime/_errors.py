@@ -7,7 +7,7 @@ so counters and tests can tell a forged frame from a truncated one.
 
 from __future__ import annotations
 
-from coorp._errors import ConfigurationError, PeerError, UsageError
+from coorp._errors import ConfigurationError, MalformedFrameError, PeerError, UsageError
 
 __all__ = [
     "AuthenticationError",
@@ -23,12 +23,6 @@ __all__ = [
     "TransferError",
     "UnsupportedVersionError",
 ]
-
-
-class MalformedFrameError(PeerError):
-    """A frame that does not decode as any message of the wire format."""
-
-    kind = "malformed"
 
 
 class FrameTooLargeError(PeerError):

@@ -18,7 +18,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -27,7 +27,7 @@ from coorp._errors import PeerError
 from coorp.control import ProtectionPlanner
 
 from ._auth import Keyring, TeamKey
-from ._bulk import AsyncBulkStream, BulkReceipt, BulkSettings
+from ._bulk import AsyncBulkStream, BulkReceipt
 from ._config import TeamConfig, load_team_config, resolve_team_key
 from ._coordination import Coordinator
 from ._errors import MalformedFrameError, RefusedError, RuntimeUsageError
@@ -43,7 +43,7 @@ from ._latency import LatencySensitiveChannel
 from ._link import ControlLink, LinkState
 from ._marking import Marking, mark_socket, probe_marking
 from ._preempt import SharedPlanner
-from ._receiver import ReceiverLimits
+from ._settings import TeamSettings, team_settings
 from ._sockets import Address, format_address, parse_address, resolve
 from ._wire import LsAccept, LsOpen, Ping, Pong
 
@@ -52,31 +52,6 @@ __all__ = ["AsyncTeam", "BulkStream", "Team", "TeamSettings", "ajoin", "join", "
 log = logging.getLogger("coorp.runtime.agent")
 _LS_MIN_BACKOFF_S = 0.05
 _LS_MAX_BACKOFF_S = 2.0
-
-
-@dataclass(frozen=True, slots=True)
-class TeamSettings:
-    """Tuning of a robot's runtime; the defaults suit a WiFi team."""
-
-    local_preemption: bool = True
-    """Pause BH ahead of this robot's predicted LS sends (the gate)."""
-    protection_margin_ns: int = 2_000_000
-    fallback_ns: int = 900_000_000
-    """Leader silent this long: BH goes uncoordinated (must stay under 1 s)."""
-    release_linger_ns: int = 20_000_000
-    """A robot whose last bulk message finished keeps its permit this long, so that
-    back-to-back messages go out under one permit instead of handing it over (and
-    asking for it again) between every two of them. 0: release at once (the paper)."""
-    join_timeout_s: float = 2.0
-    """How long :func:`join` waits for the leader before going on uncoordinated."""
-    ls_keepalive_s: float = 1.0
-    """Keep-alive period of an LS channel's session with its receiver (also how often
-    the receiver re-measures the clock offset for its freshness check)."""
-    ls_session_wait_s: float = 1.0
-    """How long the threaded ``Team.latency_sensitive`` waits for the receiver to open
-    the channel's session (sends before that are parked, keep-last)."""
-    bulk: BulkSettings = field(default_factory=BulkSettings)
-    receiver: ReceiverLimits = field(default_factory=ReceiverLimits)
 
 
 class AsyncTeam:
@@ -583,20 +558,3 @@ def join_config(
         raise RuntimeUsageError(f"robot {robot!r} is not in team.robots of the team file")
     k = TeamKey.coerce(key) if key is not None else resolve_team_key(config, source, robot=robot)
     return join(config.agent.leader, robot, k, settings=team_settings(config))
-
-
-def team_settings(config: TeamConfig) -> TeamSettings:
-    """An agent's :class:`TeamSettings` from the team file's ``[agent]`` section."""
-    a = config.agent
-    budget = a.inflight_budget_ms
-    return TeamSettings(
-        local_preemption=a.local_preemption,
-        protection_margin_ns=round(a.protection_margin_ms * 1e6),
-        fallback_ns=round(a.fallback_ms * 1e6),
-        release_linger_ns=round(a.release_linger_ms * 1e6),
-        bulk=BulkSettings(
-            chunk_bytes=a.chunk_bytes,
-            protection_tolerance_ns=round(a.protection_tolerance_ms * 1e6),
-            inflight_budget_ns=round(budget * 1e6) if budget > 0 else None,
-        ),
-    )

@@ -1,6 +1,12 @@
 """Scenario files: the validated, plain-data description of a simulated channel."""
 
-from ._load import builtin_scenarios, load_scenario, parse_scenario, resolve_scenario
+from ._load import (
+    builtin_scenarios,
+    load_scenario,
+    parse_scenario,
+    problems_from_validation,
+    resolve_scenario,
+)
 from ._models import (
     EDCA_DEFAULTS,
     LINK_TABLE_BYTES_PER_PAIR,
@@ -22,6 +28,7 @@ from ._models import (
     Scenario,
     StationConfig,
 )
+from ._overrides import OverrideError, apply_overrides, canonical_key, override_label
 from ._workload import (
     CoorpOptions,
     DrlcConfig,
@@ -56,6 +63,7 @@ __all__ = [
     "LsTransport",
     "MacConfig",
     "MpcConfig",
+    "OverrideError",
     "PathLossConfig",
     "PhyConfig",
     "PolicyOptions",
@@ -65,8 +73,12 @@ __all__ = [
     "StationConfig",
     "SyncMode",
     "WorkloadConfig",
+    "apply_overrides",
     "builtin_scenarios",
+    "canonical_key",
     "load_scenario",
+    "override_label",
     "parse_scenario",
+    "problems_from_validation",
     "resolve_scenario",
 ]

@@ -110,6 +110,9 @@ def parse_scenario(
 def problems_from_validation(
     exc: ValidationError, model: type[BaseModel], data: Mapping[str, Any]
 ) -> list[ScenarioProblem]:
+    """pydantic's errors for ``data`` against ``model`` as problems that name the field
+    (in the file's own spelling), the value and what is allowed there; any file format
+    validated with a pydantic model (sweep, cosim and team-bench files) reports this way."""
     problems = []
     for err in exc.errors(include_url=False):
         field = _render_loc(model, err["loc"])

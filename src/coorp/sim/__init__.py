@@ -10,6 +10,7 @@ instead (with a warning), so a stale build never runs old code. ``COORP_SIM_PURE
 forces the plain modules. :data:`COMPILED` says which ones are in use.
 """
 
+from coorp.sim._loader import describe as describe_build
 from coorp.sim._loader import load_modules as _load_modules
 
 #: Whether the mypyc-compiled simulator modules are in use.
@@ -38,5 +39,6 @@ __all__ = [
     "SimResult",
     "Simulation",
     "StationStats",
+    "describe_build",
     "simulate",
 ]

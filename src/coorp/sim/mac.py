@@ -16,6 +16,17 @@ A station whose hooks give an airtime budget (``AirtimeBudgetHooks``) has each b
 A-MPDU trimmed to it when its EDCAF wins the medium, or its frame held until the budget
 has passed if not even one MPDU fits. :meth:`Channel.ring_drain` is the matching
 read-only model: when a station's rings would be empty at best.
+
+Why one module above the project's 600-line guide: speed. :class:`Channel` is the
+simulator's hottest state machine: every access, exchange, success, failure and retry
+runs through its methods, several calls per frame, and mypyc compiles it as one native
+class whose fields are C struct slots and whose method calls are direct vtable calls.
+Splitting it by concern would mean either trait mixins (mypyc's only multiple
+inheritance, with indirect attribute access and method dispatch) or helper objects that
+hand the channel's state to each other on every event: extra work on the hottest path
+for no change in behaviour (the golden digests pin this code). What is not per-event
+channel state already lives in its own module: exchange timing (``timing``), rings and
+EDCAFs (``station``), links (``links``), the event loop (``events``).
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from coorp.stats import percentile
 from coorp.units import NS_PER_MS
 
 if TYPE_CHECKING:
@@ -18,10 +19,6 @@ if TYPE_CHECKING:
     from coorp.sim.mac import ChannelStats
 
 __all__ = ["FlowStats", "SimResult", "StationStats"]
-
-
-def _pct(values: np.ndarray, q: float) -> float | None:
-    return float(np.percentile(values, q)) if values.size else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +108,8 @@ class SimResult:
                 throughput_mbps=f.delivered_bytes * 8 / secs / 1e6,
                 messages_sent=int(mask.sum()), messages_delivered=int(done.size),
                 messages_lost=int(messages["lost"][mask].sum()),
-                latency_ms_p50=_pct(done, 50), latency_ms_p99=_pct(done, 99),
+                latency_ms_p50=percentile(done, 50, empty=None, method="linear"),
+                latency_ms_p99=percentile(done, 99, empty=None, method="linear"),
                 latency_ms_max=float(done.max()) if done.size else None,
             )  # fmt: skip
         stations = {}

@@ -4,10 +4,16 @@ summarised with 95% confidence intervals (``docs/sweep.md``).
 ``plan_sweep(spec)`` checks everything and lists the tasks; ``run_sweep(plan)`` runs the
 ones not in the cache; ``save_sweep(result, out, manifest)`` writes the long table, the
 aggregate and the figures.
+
+``mean_ci``, ``MeanCI``, ``t_quantile_975`` and ``parse_seeds`` live on the ground floor
+(:mod:`coorp.stats`, :mod:`coorp.seeds`), ``apply_overrides``, ``canonical_key`` and
+``OverrideError`` in :mod:`coorp.scenario`; they are re-exported here.
 """
 
+from coorp.scenario import OverrideError, apply_overrides, canonical_key
+from coorp.seeds import parse_seeds
+from coorp.stats import MeanCI, mean_ci, t_quantile_975
 from coorp.sweep._compare import multi_seed_json
-from coorp.sweep._overrides import OverrideError, apply_overrides, canonical_key
 from coorp.sweep._plan import SweepPlan, Task, code_version, plan_sweep
 from coorp.sweep._plots import plot_sweep, sweep_figures
 from coorp.sweep._results import (
@@ -37,11 +43,9 @@ from coorp.sweep._spec import (
     SweepSpecError,
     load_sweep_spec,
     parse_override,
-    parse_seeds,
     parse_sweep_spec,
     resolve_scenario,
 )
-from coorp.sweep._stats import MeanCI, mean_ci, t_quantile_975
 
 __all__ = [
     "LONG_COLUMNS",

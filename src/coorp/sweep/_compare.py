@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from coorp.report._compare import BH_ONLY, deployable
+from coorp.report import BH_ONLY, deployable
 from coorp.sweep._results import aggregate, aggregate_warnings, clean_json
 from coorp.sweep._run import SweepResult, split_warnings
 

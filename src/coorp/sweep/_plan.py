@@ -14,9 +14,9 @@ import numpy as np
 
 from coorp._errors import UsageError
 from coorp.policies import get_policy, policy_names
-from coorp.report._compare import BH_ONLY
-from coorp.scenario import PolicyOptions, Scenario, load_scenario
-from coorp.sweep._overrides import apply_overrides, combinations, label
+from coorp.report import BH_ONLY
+from coorp.scenario import PolicyOptions, Scenario, apply_overrides, load_scenario
+from coorp.sweep._overrides import combinations, label
 from coorp.sweep._spec import SweepSpec, resolve_scenario
 
 __all__ = ["SweepPlan", "Task", "code_version", "plan_sweep"]

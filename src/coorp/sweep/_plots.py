@@ -22,10 +22,9 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from coorp.figures import PolicyStyle, parse_formats, policy_styles, save_figure
 from coorp.policies import policy_label
-from coorp.report._compare import BH_ONLY
-from coorp.report._plots import parse_formats, save_figure
-from coorp.report._style import PolicyStyle, policy_styles
+from coorp.report import BH_ONLY
 from coorp.sweep._overrides import split_overrides
 
 __all__ = ["plot_sweep", "sweep_figures"]

@@ -16,11 +16,11 @@ from rich.table import Table
 from coorp._errors import UsageError
 from coorp._tables import write_table
 from coorp.policies import policy_label
-from coorp.report._compare import BH_ONLY, deployable
+from coorp.report import BH_ONLY, deployable
 from coorp.scenario import parse_scenario
+from coorp.stats import mean_ci
 from coorp.sweep._overrides import split_overrides
 from coorp.sweep._run import METRICS, join_warnings, split_warnings
-from coorp.sweep._stats import mean_ci
 
 __all__ = [
     "LONG_COLUMNS",

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from coorp._errors import ConfigurationError, UsageError
-from coorp.report._compare import BH_ONLY, _run_one
+from coorp.report import BH_ONLY, run_policy
 from coorp.sweep._plan import SweepPlan, Task, code_version
 from coorp.workload import comparison_warnings
 
@@ -78,7 +78,7 @@ def _number(v: Any) -> bool:
 
 def simulate_task(task: Task) -> Outcome:
     """The default runner: the same single run ``coorp compare`` makes."""
-    run = _run_one(task.scenario, task.policy, task.seed, task.duration_ns, task.source)
+    run = run_policy(task.scenario, task.policy, task.seed, task.duration_ns, task.source)
     metrics = _flatten(run.metrics)
     metrics["events"] = float(run.events)
     warnings = run.metrics.get("warnings") or []

@@ -7,7 +7,6 @@ what is allowed.
 
 from __future__ import annotations
 
-import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -16,21 +15,18 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from coorp._errors import ScenarioProblem, UsageError
+from coorp.scenario import problems_from_validation
 from coorp.scenario import resolve_scenario as scenario_resolver
-from coorp.scenario._load import problems_from_validation
+from coorp.seeds import parse_seeds
 
 __all__ = [
     "SweepSpec",
     "SweepSpecError",
     "load_sweep_spec",
     "parse_override",
-    "parse_seeds",
     "parse_sweep_spec",
     "resolve_scenario",
 ]
-
-#: Largest number of seeds one range may expand to (a typo like ``1-100000`` is refused).
-MAX_SEEDS = 10_000
 
 
 class SweepSpecError(UsageError):
@@ -41,47 +37,6 @@ class SweepSpecError(UsageError):
         self.problems = tuple(problems)
         lines = [f"invalid sweep {source}:"] + [f"  - {p.render()}" for p in self.problems]
         super().__init__("\n".join(lines))
-
-
-def parse_seeds(value: str | int | Sequence[int | str]) -> list[int]:
-    """``"1-10"``, ``"1,3,5"``, ``"1-3,7"``, ``5`` or ``[1, 2]`` -> sorted distinct seeds.
-
-    Raises :class:`ValueError` with what is allowed (the caller adds where it came from).
-    """
-    parts: list[int | str]
-    if isinstance(value, bool):
-        raise ValueError("seeds must be integers >= 0, ranges like '1-10', or lists like '1,3,5'")
-    if isinstance(value, int):
-        parts = [value]
-    elif isinstance(value, str):
-        parts = [p.strip() for p in value.split(",")]
-    else:
-        parts = list(value)
-    seeds: set[int] = set()
-    for part in parts:
-        if isinstance(part, bool):
-            raise ValueError(f"seed {part!r} is not an integer")
-        if isinstance(part, int):
-            lo = hi = part
-        else:
-            m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
-            if m is None:
-                raise ValueError(
-                    f"{part!r} is not a seed; allowed: integers >= 0, ranges like '1-10', "
-                    "lists like '1,3,5'"
-                )
-            lo = int(m.group(1))
-            hi = int(m.group(2)) if m.group(2) is not None else lo
-        if lo < 0:
-            raise ValueError(f"seed {lo} is negative; seeds are integers >= 0")
-        if hi < lo:
-            raise ValueError(f"range {part!r} is empty (write the smaller seed first)")
-        if hi - lo + 1 + len(seeds) > MAX_SEEDS:
-            raise ValueError(f"more than {MAX_SEEDS} seeds")
-        seeds.update(range(lo, hi + 1))
-    if not seeds:
-        raise ValueError("no seeds given")
-    return sorted(seeds)
 
 
 def _split_top_level(text: str) -> list[str]:

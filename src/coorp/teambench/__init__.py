@@ -13,6 +13,7 @@ from __future__ import annotations
 from coorp.teambench._carriers import CARRIERS, Carrier, CellMeasurement, register_carrier
 from coorp.teambench._config import TeamBenchConfig, load_config
 from coorp.teambench._fit import CslvFit, fit_cslv
+from coorp.teambench._report import render_tables, write_outputs
 from coorp.teambench._run import TeamBenchResult, run_team
 
 __all__ = [
@@ -25,5 +26,7 @@ __all__ = [
     "fit_cslv",
     "load_config",
     "register_carrier",
+    "render_tables",
     "run_team",
+    "write_outputs",
 ]

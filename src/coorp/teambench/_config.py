@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from coorp._errors import UsageError
-from coorp.scenario._load import problems_from_validation
+from coorp.scenario import problems_from_validation
 
 __all__ = ["BULK_MODES", "MAX_LS_BYTES", "TeamBenchConfig", "load_config"]
 

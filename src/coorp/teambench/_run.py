@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from coorp._errors import ConfigurationError
-from coorp.sweep._stats import mean_ci
+from coorp.stats import mean_ci, percentile
 from coorp.teambench._carriers import CARRIERS, CellMeasurement, Session
 from coorp.teambench._config import TeamBenchConfig
 from coorp.teambench._fit import CslvFit, fit_cslv
@@ -35,10 +35,6 @@ class TeamBenchResult:
     wall_s: float = 0.0
 
 
-def _pct(rtt_ms: np.ndarray, q: float) -> float:
-    return float(np.percentile(rtt_ms, q, method="inverted_cdf")) if rtt_ms.size else math.inf
-
-
 def cell_row(
     carrier: str, bulk: str, robots: int, rate_hz: float, size: int, rep: int,
     m: CellMeasurement, cfg: TeamBenchConfig,
@@ -46,7 +42,7 @@ def cell_row(
     """One result row (JSON/CSV) from a measurement."""
     rtt = m.rtt_ns / 1e6
     loss = 1 - m.echoed / m.sent if m.sent else math.nan
-    p99 = _pct(rtt, 99)
+    p99 = percentile(rtt, 99, empty=math.inf)
     robot_cpu = [v for k, v in m.cpu_s.items() if k.startswith("r")]
     other = {k: v for k, v in m.cpu_s.items() if not k.startswith("r")}
     wall = max(m.wall_s, 1e-9)
@@ -54,7 +50,7 @@ def cell_row(
         "carrier": carrier, "bulk": bulk, "robots": robots, "rate_hz": rate_hz,
         "size_bytes": size, "rep": rep, "load_Bps": robots * rate_hz * size,
         "sent": m.sent, "echoed": m.echoed, "loss": loss,
-        "rtt_p50_ms": _pct(rtt, 50), "rtt_p99_ms": p99,
+        "rtt_p50_ms": percentile(rtt, 50, empty=math.inf), "rtt_p99_ms": p99,
         "rtt_max_ms": float(rtt.max()) if rtt.size else math.inf,
         "ok": bool(p99 <= cfg.bound_ms and loss <= cfg.loss_limit),
         "cpu_leader_pct": 100 * other.get("leader", other.get("simulator", math.nan)) / wall,

@@ -17,8 +17,13 @@ import numpy as np
 
 from coorp._errors import UsageError
 from coorp.policies import Team, get_policy
-from coorp.scenario import AccessCategory, Scenario, StationConfig
-from coorp.scenario._load import load_scenario, resolve_scenario
+from coorp.scenario import (
+    AccessCategory,
+    Scenario,
+    StationConfig,
+    load_scenario,
+    resolve_scenario,
+)
 from coorp.sim import Simulation
 from coorp.sim.packets import FlowState, Message
 from coorp.teambench._carriers import CellMeasurement

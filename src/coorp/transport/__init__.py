@@ -30,7 +30,7 @@ from coorp.transport._errors import (
 )
 from coorp.transport._message import Message
 from coorp.transport._network import FrameSink, NetworkTransport
-from coorp.transport._options import DeadlineMissKind, QueuePolicy, Reach
+from coorp.transport._options import DeadlineMissKind, QueuePolicy, Reach, Wake
 from coorp.transport._publisher import Loan, Publisher, PublisherStats
 from coorp.transport._shm import iceoryx2_available
 from coorp.transport._subscriber import Subscriber, SubscriberStats
@@ -63,5 +63,6 @@ __all__ = [
     "TopicTypeMismatchError",
     "TransportClosedError",
     "UnsupportedPayloadError",
+    "Wake",
     "iceoryx2_available",
 ]

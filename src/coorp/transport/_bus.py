@@ -23,9 +23,9 @@ from coorp.transport._errors import (
     TransportClosedError,
 )
 from coorp.transport._network import NetworkTransport
-from coorp.transport._options import Reach
+from coorp.transport._options import Reach, Wake
 from coorp.transport._publisher import Publisher
-from coorp.transport._shm import WAKE_MODES, ShmNode, iceoryx2_available
+from coorp.transport._shm import ShmNode, iceoryx2_available
 from coorp.transport._subscriber import Subscriber, local_message
 from coorp.transport._topic import Topic
 
@@ -41,13 +41,14 @@ class Bus:
     the extra to install. ``clock`` returns integer nanoseconds (``time.monotonic_ns``,
     shared by all processes of a machine, so same-machine latencies are meaningful).
 
-    ``wake`` chooses how this bus's subscribers sleep when nothing is waiting:
-    ``"futex"`` on the topic's shared wake word, which every publisher on the machine
-    advances and wakes in one system call however many subscribers there are (Linux on
-    x86_64/aarch64); ``"iceoryx2"`` on iceoryx2's event, one notification per
-    subscriber; ``"auto"`` (default) is ``"futex"`` where it works and otherwise
-    ``"iceoryx2"`` with one ``RuntimeWarning``. Publishers signal both ways, so buses
-    with different settings share topics.
+    ``wake`` (a :class:`~coorp.transport.Wake`, or its value as a string) chooses how
+    this bus's subscribers sleep when nothing is waiting: ``Wake.FUTEX`` on the topic's
+    shared wake word, which every publisher on the machine advances and wakes in one
+    system call however many subscribers there are (Linux on x86_64/aarch64);
+    ``Wake.ICEORYX2`` on iceoryx2's event, one notification per subscriber;
+    ``Wake.AUTO`` (default) is ``FUTEX`` where it works and otherwise ``ICEORYX2`` with
+    one ``RuntimeWarning``. Publishers signal both ways, so buses with different
+    settings share topics. Any other value is a ``UsageError`` naming the allowed ones.
     """
 
     def __init__(
@@ -57,7 +58,7 @@ class Bus:
         reach: Reach | None = None,
         network: NetworkTransport | None = None,
         clock: Callable[[], int] = time.monotonic_ns,
-        wake: str = "auto",
+        wake: Wake | str = Wake.AUTO,
     ) -> None:
         if reach is None:
             reach = Reach.PROCESS
@@ -65,8 +66,7 @@ class Bus:
                 reach |= Reach.MACHINE
             if network is not None:
                 reach |= Reach.NETWORK
-        if wake not in WAKE_MODES:
-            raise UsageError(f"wake must be one of {WAKE_MODES}, got {wake!r}")
+        wake = Wake.parse(wake)
         if Reach.NETWORK in reach and network is None:
             raise UsageError(
                 "Reach.NETWORK needs a network transport, e.g. Bus(network=TcpTransport(...))"

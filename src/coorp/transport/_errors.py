@@ -7,7 +7,7 @@ peer's (:class:`PeerError`) or the environment's (:class:`ConfigurationError`).
 
 from __future__ import annotations
 
-from coorp._errors import ConfigurationError, PeerError, UsageError
+from coorp._errors import ConfigurationError, MalformedFrameError, PeerError, UsageError
 
 __all__ = [
     "BorrowLimitError",
@@ -56,10 +56,6 @@ class TransportClosedError(UsageError):
 
 class DeliveryTimeoutError(PeerError):
     """A ``QueuePolicy.BLOCK`` publish waited longer than its timeout for a slow subscriber."""
-
-
-class MalformedFrameError(PeerError):
-    """A peer sent a frame that is truncated, oversized, of an unknown kind or not allowed."""
 
 
 class MissingDependencyError(ConfigurationError):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["DeadlineMissKind", "QueuePolicy", "Reach"]
+from coorp._errors import UsageError
+
+__all__ = ["DeadlineMissKind", "QueuePolicy", "Reach", "Wake"]
 
 
 class QueuePolicy(enum.Enum):
@@ -39,3 +41,28 @@ class DeadlineMissKind(enum.Enum):
     LATE = "late"
     #: No message arrived within ``deadline`` of the previous one (or of subscribing).
     SILENT = "silent"
+
+
+class Wake(enum.StrEnum):
+    """How a bus's subscribers sleep while nothing is waiting (``Bus(wake=...)``)."""
+
+    #: :attr:`FUTEX` where it works, else :attr:`ICEORYX2` with one ``RuntimeWarning``.
+    AUTO = "auto"
+    #: On the topic's shared futex wake word: every publisher on the machine advances it
+    #: and wakes all its sleepers in one system call (Linux on x86_64/aarch64).
+    FUTEX = "futex"
+    #: On iceoryx2's event: one notification per subscriber.
+    ICEORYX2 = "iceoryx2"
+
+    @classmethod
+    def parse(cls, value: Wake | str) -> Wake:
+        """``value`` as a :class:`Wake` (its name in lower case works too); a
+        :class:`~coorp.UsageError` naming the value and the allowed ones otherwise."""
+        try:
+            return cls(value)
+        except ValueError:
+            allowed = ", ".join(repr(m.value) for m in cls)
+            raise UsageError(
+                f"Bus(wake={value!r}): not a wake mode; allowed: {allowed} "
+                f"(or Wake.AUTO, Wake.FUTEX, Wake.ICEORYX2)"
+            ) from None

@@ -26,7 +26,7 @@ from coorp.transport._errors import (
     TopicTypeMismatchError,
 )
 from coorp.transport._message import SampleOwner
-from coorp.transport._options import QueuePolicy
+from coorp.transport._options import QueuePolicy, Wake
 from coorp.transport._topic import Topic
 from coorp.transport._wake import (
     Waiter,
@@ -37,10 +37,7 @@ from coorp.transport._wake import (
     sweep_stale,
 )
 
-__all__ = ["WAKE_MODES", "ShmInlet", "ShmNode", "ShmOutlet", "iceoryx2_available"]
-
-#: ``Bus(wake=...)``: how subscribers sleep. ``"auto"`` is ``"futex"`` where it works.
-WAKE_MODES = ("auto", "futex", "iceoryx2")
+__all__ = ["ShmInlet", "ShmNode", "ShmOutlet", "iceoryx2_available"]
 _noticed = False
 _swept = False
 
@@ -94,20 +91,19 @@ class _Services:
 class ShmNode:
     """The iceoryx2 node of one bus and the services it opened."""
 
-    def __init__(self, name: str, wake: str = "auto") -> None:
-        if wake not in WAKE_MODES:
-            raise UsageError(f"wake must be one of {WAKE_MODES}, got {wake!r}")
+    def __init__(self, name: str, wake: Wake | str = Wake.AUTO) -> None:
+        wake = Wake.parse(wake)
         reason = futex_supported()
         if reason is not None:
-            if wake == "futex":
-                raise ConfigurationError(f"Bus(wake='futex') is not possible here: {reason}")
-            if wake == "auto":
+            if wake is Wake.FUTEX:
+                raise ConfigurationError(f"Bus(wake=Wake.FUTEX) is not possible here: {reason}")
+            if wake is Wake.AUTO:
                 _notice(reason)
         #: Publishers wake futex waiters whenever the platform allows (whatever ``wake``
         #: says), so subscribers of both kinds can share a topic.
         self.futex = reason is None
         #: Whether this node's subscribers sleep on the futex word.
-        self.futex_waits = self.futex and wake != "iceoryx2"
+        self.futex_waits = self.futex and wake is not Wake.ICEORYX2
         global _swept
         if self.futex and not _swept:
             _swept = True

@@ -13,18 +13,13 @@ from coorp._errors import UsageError
 from coorp.policies import Team, get_policy
 from coorp.scenario import Scenario, SyncMode
 from coorp.sim import SimResult, Simulation
+from coorp.stats import percentile
 from coorp.units import NS_PER_MS, s, us
 from coorp.workload._drlc import Drlc, EpochRecord
 from coorp.workload._mpc import LoopRecord, MpcLoop
 from coorp.workload._series import Sampler
 
 __all__ = ["CrlResult", "comparison_warnings", "run_crl"]
-
-
-def _pct(values: np.ndarray, q: float) -> float:
-    # The empirical quantile (no interpolation): abandoned loops are inf, and a
-    # percentile that falls among them must be inf, not inf - inf = NaN.
-    return float(np.percentile(values, q, method="inverted_cdf")) if values.size else math.nan
 
 
 @dataclass(frozen=True)
@@ -83,8 +78,10 @@ class CrlResult:
         lat = self.ls_latency_ns / NS_PER_MS
         return {
             "violation_rate": self.violation_rate,
-            "reaction_ms": {"p50": _pct(r, 50), "p90": _pct(r, 90), "p99": _pct(r, 99)},
-            "ls_latency_ms": {"p50": _pct(lat, 50), "p99": _pct(lat, 99)},
+            # Empirical quantiles (coorp.stats.percentile): abandoned loops are inf, and a
+            # percentile that falls among them must be inf, not inf - inf = NaN.
+            "reaction_ms": {q: percentile(r, int(q[1:])) for q in ("p50", "p90", "p99")},
+            "ls_latency_ms": {"p50": percentile(lat, 50), "p99": percentile(lat, 99)},
             "bh_mbps": self.bh_mbps,
             "epoch_s": self.epoch_s,
             "loops": len(self.loops),

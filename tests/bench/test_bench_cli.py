@@ -13,9 +13,14 @@ from pathlib import Path
 import pytest
 
 from coorp._errors import UsageError
-from coorp.transport._bench import BenchConfig, checksum, parse_sizes, run
+from coorp.bench import BenchConfig, checksum, parse_sizes
+from coorp.bench import run_broadcast as run
+from coorp.transport import iceoryx2_available
 
-from .conftest import needs_iceoryx2
+needs_iceoryx2 = pytest.mark.skipif(
+    not iceoryx2_available(), reason="iceoryx2 not installed (pip install 'coorp[transport]')"
+)
+
 
 CLI = [sys.executable, "-c", "from coorp.cli import main; main()"]
 
@@ -122,7 +127,7 @@ def test_unknown_implementation_is_a_usage_error() -> None:
 def test_an_interrupted_run_removes_its_directory(
     monkeypatch: pytest.MonkeyPatch, error: type[BaseException]
 ) -> None:
-    import coorp.transport._bench as bench
+    import coorp.bench._broadcast as bench
 
     made: list[Path] = []
 

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from coorp._errors import UsageError
-from coorp.transport._bench_impls import (
+from coorp.bench._impls import (
     IMPLS,
     REFERENCES,
     bench_payload,

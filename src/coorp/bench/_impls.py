@@ -2,7 +2,7 @@
 
 Every implementation provides a *sender* and a *receiver* endpoint for a named channel,
 built inside the process that uses it. A receiver returns a usable numpy array (or
-``None`` on timeout); the harness in :mod:`coorp.transport._bench` measures from just
+``None`` on timeout); the harness in :mod:`coorp.bench._broadcast` measures from just
 before ``send`` until the last receiver holds its array. ``coorp`` loans a sample and
 fills it, ``coorp_copy`` publishes the array (one copy into shared memory), and
 ``coorp_spin`` is ``coorp`` with subscribers that busy-poll up to :data:`SPIN` before

@@ -1,12 +1,25 @@
-"""Means and 95% confidence intervals over seeds (Student's t)."""
+"""Statistics every layer reports the same way: means with 95% confidence intervals over
+seeds (Student's t) and percentiles of samples.
+
+Part of the ground floor (see README, "Layout"): any package may import it, and it
+imports nothing of Coorp's.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Literal, overload
 
-__all__ = ["MeanCI", "mean_ci", "t_quantile_975"]
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["MeanCI", "PercentileMethod", "mean_ci", "percentile", "t_quantile_975"]
+
+#: How :func:`percentile` picks between samples (numpy's names): ``inverted_cdf`` is the
+#: empirical quantile (a sample itself, no interpolation), ``linear`` interpolates.
+PercentileMethod = Literal["inverted_cdf", "linear"]
 
 #: t_{0.975, df} for df = 1..30 (two-sided 95%), to 9 decimals.
 _T975 = (
@@ -60,6 +73,7 @@ class MeanCI:
 
 
 def mean_ci(values: Iterable[float]) -> MeanCI:
+    """Mean and 95% CI half-width of ``values``; NaNs are left out (see :class:`MeanCI`)."""
     vals = [float(v) for v in values if not math.isnan(v)]
     n = len(vals)
     if n == 0:
@@ -71,3 +85,31 @@ def mean_ci(values: Iterable[float]) -> MeanCI:
         return MeanCI(mean, math.nan, n)
     var = math.fsum((v - mean) ** 2 for v in vals) / (n - 1)
     return MeanCI(mean, t_quantile_975(n - 1) * math.sqrt(var / n), n)
+
+
+@overload
+def percentile(values: npt.ArrayLike, q: float, *, method: PercentileMethod = ...) -> float: ...
+@overload
+def percentile(
+    values: npt.ArrayLike, q: float, *, empty: float, method: PercentileMethod = ...
+) -> float: ...
+@overload
+def percentile(
+    values: npt.ArrayLike, q: float, *, empty: None, method: PercentileMethod = ...
+) -> float | None: ...
+def percentile(
+    values: npt.ArrayLike | Sequence[float],
+    q: float,
+    *,
+    empty: float | None = math.nan,
+    method: PercentileMethod = "inverted_cdf",
+) -> float | None:
+    """The ``q``-th percentile (0..100) of ``values``, or ``empty`` when there are none.
+
+    The default is the empirical quantile (``inverted_cdf``): a percentile that falls
+    among infinite samples (abandoned loops) is infinite, never ``inf - inf = NaN``.
+    """
+    a = np.asarray(values)
+    if not a.size:
+        return empty
+    return float(np.percentile(a, q, method=method))

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from coorp.transport._bench import PUBLISHED, BenchResult
+from coorp.bench._broadcast import PUBLISHED, BenchResult
 
 __all__ = ["format_size", "plot", "render_tables", "write_json"]
 

@@ -1,4 +1,8 @@
-"""One colour and line style per policy, the same in every figure.
+"""Figure style every package shares: one colour and line style per policy, the figure
+formats, and :func:`save_figure` (reproducible bytes).
+
+Part of the ground floor (see README, "Layout"): any package may import it; it imports
+only :mod:`coorp._errors` (matplotlib is imported when a figure is saved).
 
 The shipped policies (and the BH-only reference) have fixed styles; any other name (a
 user's policy) gets a deterministic one: the same name always draws the same way, and
@@ -11,11 +15,26 @@ in grey print too.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["PolicyStyle", "policy_style", "policy_styles", "register_policy_style"]
+from coorp._errors import UsageError
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "FIGURE_FORMATS",
+    "LineStyle",
+    "PolicyStyle",
+    "parse_formats",
+    "policy_style",
+    "policy_styles",
+    "register_policy_style",
+    "save_figure",
+]
 
 LineStyle = str | tuple[float, tuple[float, ...]]
 
@@ -112,3 +131,48 @@ def policy_styles(names: Iterable[str]) -> dict[str, PolicyStyle]:
         used.add(k)
         out[name] = _fallback(k)
     return {n: out[n] for n in names}
+
+
+# -- formats and saving -------------------------------------------------------------------
+
+#: Formats figures can be written in (matplotlib backends, no extra dependency).
+FIGURE_FORMATS = ("png", "pdf", "svg")
+_DPI = 130
+_NO_DATE: dict[str, dict[str, None]] = {
+    "png": {"Software": None}, "pdf": {"CreationDate": None}, "svg": {"Date": None},
+}  # fmt: skip
+
+
+def parse_formats(value: str | Iterable[str], option: str = "--format") -> tuple[str, ...]:
+    """``"png,pdf"`` (or a list) -> ``("png", "pdf")``; raises :class:`UsageError` naming
+    ``option``, the bad value and the allowed ones."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    formats = tuple(dict.fromkeys(f.strip().lower().lstrip(".") for f in items if f.strip()))
+    bad = [f for f in formats if f not in FIGURE_FORMATS]
+    if bad or not formats:
+        given = value if isinstance(value, str) else ",".join(items)
+        raise UsageError(
+            f"{option} {given!r}: unknown figure format {', '.join(map(repr, bad)) or '(none)'}"
+            f"; allowed: {', '.join(FIGURE_FORMATS)} (comma-separated, e.g. png,pdf)"
+        )
+    return formats
+
+
+def save_figure(fig: Figure, out: Path, stem: str, formats: Sequence[str] = ("png",)) -> list[Path]:
+    """Save ``fig`` as ``out/<stem>.<fmt>`` for each format, close it, return the paths."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    formats = parse_formats(formats)
+    out.mkdir(parents=True, exist_ok=True)
+    if fig.get_layout_engine() is None:  # a figure laid out its own way keeps it
+        fig.tight_layout()
+    paths = []
+    for fmt in formats:
+        path = out / f"{stem}.{fmt}"
+        # No creation date, fixed SVG ids: the same figure gives the same bytes.
+        with matplotlib.rc_context({"svg.hashsalt": "coorp"}):
+            fig.savefig(path, dpi=_DPI, format=fmt, metadata=_NO_DATE[fmt])
+        paths.append(path)
+    plt.close(fig)
+    return paths

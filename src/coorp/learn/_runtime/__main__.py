@@ -1,0 +1,75 @@
+"""``python -m coorp.learn._runtime permits|server|worker``: one role of a run (the team
+key in ``COORP_LEARN_KEY_HEX``, never on the command line)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Sequence
+
+from coorp.learn._runtime.config import KEY_ENV
+from coorp.learn._runtime.role import Role
+from coorp.learn._runtime.server import Server
+from coorp.learn._runtime.worker import Worker
+
+
+def _permits(args: argparse.Namespace) -> None:
+    """The team's permit service, until SIGTERM (or ``--timeout``)."""
+    from coorp.runtime import LeaderSettings, PermitService, TeamKey
+
+    key = TeamKey.from_hex(os.environ[KEY_ENV])
+    settings = LeaderSettings(limit=args.limit, timeslice_ns=round(args.timeslice_s * 1e9))
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        service = PermitService(args.robots.split(","), key, settings)
+        _host, port = await service.start((args.host, 0))
+        print(f"READY {port}", flush=True)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), args.timeout)
+        await service.close()
+
+    asyncio.run(main())
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m coorp.learn._runtime")
+    sub = p.add_subparsers(dest="role", required=True)
+    pm = sub.add_parser("permits")
+    pm.add_argument("--host", required=True)
+    pm.add_argument("--robots", required=True)
+    pm.add_argument("--limit", type=int, default=1)
+    pm.add_argument("--timeslice-s", type=float, default=5.0)
+    pm.add_argument("--timeout", type=float, default=3600)
+    for name in ("server", "worker"):
+        q = sub.add_parser(name)
+        q.add_argument("--robot", required=True)
+        q.add_argument("--host", required=True)
+        q.add_argument("--config", required=True)
+        q.add_argument("--result", required=True)
+        q.add_argument("--team", default="", help="a team file: this robot's key and permits")
+        q.add_argument("--port", type=int, default=0, help="the inbox port (0: any)")
+        if name == "worker":
+            q.add_argument("--server", required=True, help="the leader's inbox host:port")
+            q.add_argument("--server-tcp", default="", help="the leader's TCP host:port")
+    args = p.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if args.role == "permits":
+        _permits(args)
+        return
+    role: Role = Server(args) if args.role == "server" else Worker(args)
+    try:
+        role.run()
+    finally:
+        role.close()
+
+
+if __name__ == "__main__":
+    main()
