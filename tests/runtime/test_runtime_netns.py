@@ -232,9 +232,9 @@ def test_ls_latency_lower_with_coordination_and_one_bh_sender_at_a_time(
         },
         "link": f"tbf {RATE_MBIT} Mbit/s, {QUEUE_MS} ms queue",
         # Local preemption per coordinated robot: pauses, gate probes (explorations)
-        # and starvation-guard chunks (probes).
+        # and starvation-guard bypasses (gate_bypasses).
         "coordinated_bulk": {
-            w["robot"]: {k: w["bulk"][k] for k in ("preemptions", "explorations", "probes")}
+            w["robot"]: {k: w["bulk"][k] for k in ("preemptions", "explorations", "gate_bypasses")}
             for w in coord_workers
         },
     }

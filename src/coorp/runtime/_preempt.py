@@ -32,13 +32,29 @@ __all__ = ["DrainTracker", "SharedPlanner", "TolerantWindows", "new_gate", "with
 
 
 class SharedPlanner:
-    """A lock around one robot's protection planner (a ``WindowSource`` for gates)."""
+    """A lock around one robot's protection planner (a ``WindowSource`` for gates).
 
-    def __init__(self, planner: ProtectionPlanner, clock: Callable[[], int]) -> None:
+    A flow silent for ``restart_after_ns`` starts a fresh time model at its next send:
+    a loop that stopped and resumed (a restarted node, a new phase) has nothing to do
+    with the phase it had, and a model still predicting the old one would protect the
+    wrong instants while it re-learns (bulk paused for nothing). Until the new model
+    has its first few sends it predicts no window; the in-flight budget still bounds
+    what the LS datagram waits behind. None: keep models across silences.
+    """
+
+    def __init__(
+        self,
+        planner: ProtectionPlanner,
+        clock: Callable[[], int],
+        *,
+        restart_after_ns: int | None = 1_000_000_000,
+    ) -> None:
         self._planner = planner
         self._clock = clock
         self._lock = threading.Lock()
         self._last: dict[str, int] = {}
+        self.restart_after_ns = restart_after_ns
+        self.restarts = 0
 
     @property
     def planner(self) -> ProtectionPlanner:
@@ -52,7 +68,7 @@ class SharedPlanner:
         """
         with self._lock:
             now = self._clock()
-            self._planner.observe(flow, now)
+            self._observe(flow, now)
             return now
 
     def observe_at(self, flow: str, send_ns: int) -> None:
@@ -61,10 +77,19 @@ class SharedPlanner:
         backwards."""
         with self._lock:
             last = self._last.get(flow)
-            if last is not None and send_ns < last:
-                send_ns = last
-            self._last[flow] = send_ns
-            self._planner.observe(flow, send_ns)
+            self._observe(flow, send_ns if last is None else max(send_ns, last))
+
+    def _observe(self, flow: str, send_ns: int) -> None:
+        last = self._last.get(flow)
+        if (
+            last is not None
+            and self.restart_after_ns is not None
+            and send_ns - last > self.restart_after_ns
+        ):
+            self._planner.forget(flow)
+            self.restarts += 1
+        self._last[flow] = send_ns
+        self._planner.observe(flow, send_ns)
 
     def has_flows(self) -> bool:
         with self._lock:

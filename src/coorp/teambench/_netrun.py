@@ -95,18 +95,21 @@ class NetnsSession:
         cfg = self.cfg
         t0 = time.monotonic()
         before = self._leader_stats()
+        start_ns = time.monotonic_ns() + round(START_LEAD_S * 1e9)
         cmd = {"cmd": "run", "rate_hz": rate_hz, "size": size, "duration_s": cfg.duration_s,
                "drain_s": cfg.drain_s, "bulk": bulk, "bulk_message_bytes": cfg.bulk_message_bytes,
                "bulk_timeout_s": BULK_STOP_S,
-               "start_ns": time.monotonic_ns() + round(START_LEAD_S * 1e9)}  # fmt: skip
+               "start_ns": start_ns}  # fmt: skip
         active = self.robots[:robots]
+        window_ns = round(cfg.duration_s * 1e9)
+        self.leader.send(json.dumps({"cmd": "window", "t0_ns": start_ns,
+                                     "t1_ns": start_ns + window_ns}))  # fmt: skip
         for p in active:
             p.send(json.dumps(cmd))
         budget = START_LEAD_S + cfg.duration_s + cfg.drain_s + 2 * BULK_STOP_S + 30
         results = [json.loads(p.expect_rest("RESULT ", budget)) for p in active]
         wall = time.monotonic() - t0
         after = self._leader_stats()
-        window = time.monotonic() - t0
         if bulk != "none":
             self._settle()
         rtt = np.array([x for r in results for x in r["rtt_ns"]], dtype=np.int64)
@@ -118,8 +121,11 @@ class NetnsSession:
         cpu.update({p.name.split(":")[1]: r["cpu_s"] for p, r in zip(active, results, strict=True)})
         return CellMeasurement(
             rtt_ns=rtt, sent=sum(r["sent"] for r in results), echoed=int(rtt.size), cpu_s=cpu,
-            wall_s=wall, bulk_bytes=after["bulk_bytes"] - before["bulk_bytes"],
-            notes=sorted({e for r in results for e in r["errors"]}), bulk_window_s=window,
+            wall_s=wall, bulk_bytes=int(after["window_bytes"] or 0),
+            notes=sorted({e for r in results for e in r["errors"]}
+                         | ({f"bulk window: {after['window_error']}"}
+                            if after.get("window_error") else set())),
+            bulk_window_s=cfg.duration_s,
             counters=counters,
         )  # fmt: skip
 

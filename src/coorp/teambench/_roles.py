@@ -152,11 +152,41 @@ def leader(args: argparse.Namespace) -> None:
     t = TRANSPORTS[args.carrier](ctx)
     t.serve()
     sink = _BulkSink(ctx.addr)
+
+    def bulk_bytes() -> int:
+        """Bulk bytes received so far, as they arrive (not per finished message)."""
+        progress = getattr(t, "bulk_progress", None)
+        return sink.bytes + (progress() if progress is not None else getattr(t, "bulk_bytes", 0))
+
+    window: dict[str, Any] = {"bytes": None}
+
+    def measure_window(t0_ns: int, t1_ns: int) -> None:
+        # Bytes that arrived while the robots' pings ran: every carrier and bulk mode
+        # timed over the same instants (not over the cell's start and stop phases).
+        try:
+            time.sleep(max(t0_ns - time.monotonic_ns(), 0) / 1e9)
+            b0 = bulk_bytes()
+            time.sleep(max(t1_ns - time.monotonic_ns(), 0) / 1e9)
+            window["bytes"] = bulk_bytes() - b0
+        except Exception as exc:
+            window["error"] = f"{type(exc).__name__}: {exc}"
+
     _out("READY")
     for cmd in _commands(args.timeout):
         if cmd["cmd"] == "stats":
-            _out("RESULT", {"cpu_s": _cpu(), "bulk_bytes": sink.bytes + getattr(t, "bulk_bytes", 0),
+            measuring = window.get("thread")
+            if measuring is not None:
+                # The robots may report before the window's last instant: wait for it.
+                measuring.join(timeout=10)
+            _out("RESULT", {"cpu_s": _cpu(), "bulk_bytes": bulk_bytes(),
+                            "window_bytes": window["bytes"], "window_error": window.get("error"),
                             "counters": _counters(t)})  # fmt: skip
+        elif cmd["cmd"] == "window":
+            window.update(bytes=None, error=None)
+            window["thread"] = threading.Thread(
+                target=measure_window, args=(int(cmd["t0_ns"]), int(cmd["t1_ns"])), daemon=True
+            )
+            window["thread"].start()
     sink.stop.set()
     t.close()
 

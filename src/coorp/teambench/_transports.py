@@ -241,6 +241,10 @@ class _Coorp:
                     out[f"bulk_{k}"] = int(v)
         return out
 
+    def bulk_progress(self) -> int:
+        """Bulk payload bytes the leader's inbox has received, segment by segment."""
+        return int(self.inbox.stats().get("bulk_bytes", 0)) if self.inbox is not None else 0
+
     def bulk_stream(self) -> Any:
         # One stream for every cell (a team refuses a second stream of the same name).
         if self._bulk is None:
