@@ -7,29 +7,30 @@ an access point. Every robot runs, for ``--duration`` seconds after a warm-up:
 * the MPC loop of ``examples/unmodified/mpc_loop.py`` — a 12 KB perception at 30 Hz to
   the leader, a 1 KB command back for each — over Cyclone DDS (``--apps dds``) or Zenoh
   (``zenoh``), programs that know nothing of Coorp;
-* a bulk upload to the leader (``examples/unmodified/bulk_tcp.py``, plain TCP) for the
-  whole window.
+* a bulk upload to the leader for the whole window (``examples/unmodified/bulk_tcp.py``:
+  plain TCP, as a parameter push or an rsync would be).
 
-Modes, interleaved per repetition (the same programs, the same instant for every
-contender):
+Modes, interleaved per repetition (the same programs; every contender timed over the
+same window):
 
 * ``none``: no Coorp at all — what a team gets today;
 * ``transparent``: ``coorp leader`` and ``coorp agent --transparent`` on every host,
   the team file selecting the middleware's LS traffic (preset ``dds``/``zenoh``) and
   the uploads' TCP port as bulk;
-* ``api``: the loop and the uploads rewritten on Coorp's own API (LS channels and bulk
-  streams), for comparison (app ``coorp``).
+* ``api``: the loop and the uploads rewritten on Coorp's own API (LS channels, bulk
+  streams of 4 MB messages; ``benchmarks/_transparent_api.py``), app ``coorp``.
 
 Reported per (app, mode), pooled over repetitions: LS one-way latency p50/p99 and miss
-rate (every perception and command; late > 33 ms or lost), bulk Mb/s that reached the
-leader inside the window, and ``plain_tcp_bulk_mbps``: the ``none`` run's in the same
-repetitions. Two more measurements without LS traffic: ``interception_cost`` (1 −
-bulk through the relay / plain bulk) and ``untouched_flow_ratio`` (a TCP flow that
-matches no selector, with transparent agents running vs without).
+rate (every perception and every command; late > 33 ms or lost), bulk Mb/s that reached
+the leader inside the window, and ``plain_tcp_bulk_mbps``: the ``none`` runs' in the same
+repetitions. Two measurements without LS traffic, per repetition: ``interception_cost``
+(1 − bulk through the relay / plain bulk) and ``untouched_flow_ratio`` (a TCP flow that
+matches no selector, with transparent agents running vs without). Per-repetition values
+are in ``runs``; a ``manifest.json`` lands next to ``--json``.
 
     sudo .venv/bin/python benchmarks/transparent.py --repetitions 5 --json results/transparent.json
 
-Needs root, iproute2 and ``pip install 'coorp[team,transparent]'``.
+Needs root, iproute2 and the ``team`` and ``transparent`` extras (``make test`` installs them).
 """
 
 from __future__ import annotations
@@ -46,12 +47,15 @@ from typing import Any
 
 import numpy as np
 
+from coorp._manifest import build_manifest, write_json
 from coorp._netns import Proc, StarNetwork
 from coorp.runtime import load_team_config, write_team_keys
+from coorp.stats import mean_ci
 from coorp.teambench._netns import Network, netns_unavailable
 
 ROOT = Path(__file__).resolve().parents[1]
 APPS = ROOT / "examples" / "unmodified"
+API = Path(__file__).resolve().with_name("_transparent_api.py")
 COORP = [str(Path(sys.executable).with_name("coorp"))]
 PY = [sys.executable, "-u"]
 BULK_PORT = 9000
@@ -59,7 +63,8 @@ OTHER_PORT = 9100
 BOUND_MS = 33.0
 
 
-def _cyclone_env() -> dict[str, str]:
+def _env() -> dict[str, str]:
+    # Cyclone DDS on the namespace's veth only (discovery and data on the bridge).
     uri = (
         '<CycloneDDS><Domain><General><Interfaces><NetworkInterface name="eth0"/>'
         "</Interfaces></General></Domain></CycloneDDS>"
@@ -68,16 +73,18 @@ def _cyclone_env() -> dict[str, str]:
 
 
 def team_file(d: Path, net: Network, app: str) -> Path:
+    """The team file: Coorp on ports 7300/7301 (DDS domain 0 owns 7400-7649), LS by the
+    middleware's preset, bulk = TCP to the upload port."""
     robots = ["leader", *net.hosts[1:]]
-    hosts = {("leader" if h == "ld" else h): net.addr(h) for h in net.hosts}
-    ls = '{ preset = "dds", domain_id = 0 }' if app == "dds" else '{ preset = "zenoh" }'
+    hosts = ", ".join(f'{"leader" if h == "ld" else h} = "{net.addr(h)}"' for h in net.hosts)
+    ls = '{ preset = "zenoh" }' if app == "zenoh" else '{ preset = "dds", domain_id = 0 }'
+    ld = net.addr("ld")
     path = d / f"team-{app}.toml"
-    host_lines = ", ".join(f'{k} = "{v}"' for k, v in hosts.items())
     path.write_text(
         f'[team]\nname = "tbench"\nkey_file = "team.key"\nrobots = {json.dumps(robots)}\n'
-        f"hosts = {{ {host_lines} }}\n"
-        f'[leader]\nlisten = "{net.addr("ld")}:7300"\n'
-        f'[agent]\nleader = "{net.addr("ld")}:7300"\nlisten = "0.0.0.0:7301"\n'
+        f"hosts = {{ {hosts} }}\n"
+        f'[leader]\nlisten = "{ld}:7300"\n'
+        f'[agent]\nleader = "{ld}:7300"\nlisten = "0.0.0.0:7301"\n'
         f"[transparent]\nls = [{ls}]\nbulk = [{{ ports = {BULK_PORT} }}]\n"
     )
     write_team_keys(load_team_config(path), path, force=True)
@@ -85,18 +92,15 @@ def team_file(d: Path, net: Network, app: str) -> Path:
 
 
 class Run:
-    """One measurement: processes started in the network, stopped at the end."""
+    """The processes of one measurement; stderr of each kept in a file."""
 
     def __init__(self, net: Network, d: Path) -> None:
         self.net, self.d = net, d
         self.procs: list[Proc] = []
 
     def start(self, host: str, argv: list[str], name: str, stdin: bool = False) -> Proc:
-        # stderr to a file per process (kept with --logs): what went wrong, afterwards.
         with open(self.d / f"{name}.log", "ab") as err:
-            popen = StarNetwork.popen(
-                self.net, host, argv, env=_cyclone_env(), stdin=stdin, stderr=err
-            )
+            popen = StarNetwork.popen(self.net, host, argv, env=_env(), stdin=stdin, stderr=err)
         p = Proc(name, popen)
         self.procs.append(p)
         return p
@@ -112,151 +116,116 @@ class Run:
         self.procs.clear()
 
 
-def start_coorp(run: Run, team: Path, robots: list[str]) -> None:
-    leader = run.start("ld", [*COORP, "leader", "--config", str(team)], "coorp-leader")
-    leader.expect("coorp leader: serving", 30)
-    for host in ["ld", *robots]:
-        name = "leader" if host == "ld" else host
-        a = run.start(
-            host,
-            [
-                *COORP,
-                "agent",
-                "--config",
-                str(team),
-                "--robot",
-                name,
-                "--transparent",
-                "--log-level",
-                "warning",
-            ],
-            f"agent-{name}",
-        )
-        a.expect("coorp agent: transparent mode on", 30)
-
-
 def result(p: Proc, timeout: float) -> dict[str, Any]:
     return dict(json.loads(p.expect_rest("RESULT ", timeout)))
+
+
+def start_coorp(run: Run, team: Path, robots: list[str], *, transparent: bool) -> None:
+    leader = run.start("ld", [*COORP, "leader", "--config", str(team)], "coorp-leader")
+    leader.expect("coorp leader: serving", 30)
+    if not transparent:
+        return
+    for host in ["ld", *robots]:
+        name = "leader" if host == "ld" else host
+        argv = [*COORP, "agent", "--config", str(team), "--robot", name, "--transparent"]
+        a = run.start(host, [*argv, "--log-level", "warning"], f"agent-{name}")
+        a.expect("coorp agent: transparent mode on", 30)
 
 
 def measure(
     net: Network,
     d: Path,
+    args: argparse.Namespace,
     *,
     app: str,
     mode: str,
-    args: argparse.Namespace,
     ls: bool = True,
     bulk_port: int = BULK_PORT,
 ) -> dict[str, Any]:
-    """One (app, mode) run; LS latencies and bulk bytes inside the window."""
+    """One (app, mode) run: LS latencies, and bulk bytes inside the window."""
     robots = net.hosts[1:]
     run = Run(net, d)
     try:
-        if mode == "transparent":
-            start_coorp(run, team_file(d, net, app if app != "none" else "dds"), robots)
-        sink = run.start(
-            "ld",
-            [*PY, str(APPS / "bulk_tcp.py"), "sink", "--listen", f"0.0.0.0:{bulk_port}"],
-            "sink",
-            stdin=True,
-        )
-        sink.expect("READY", 30)
+        team = team_file(d, net, app)
+        if mode != "none":
+            start_coorp(run, team, robots, transparent=mode == "transparent")
         lead = args.warmup + 3.0
         start_at = time.monotonic_ns() + int(lead * 1e9)
         end_at = start_at + int(args.duration * 1e9)
-        loop_procs: list[Proc] = []
-        if ls:
-            common = [
-                "--transport",
-                app,
-                "--start-at",
-                str(start_at),
-                "--duration",
-                str(args.duration),
-                "--warmup",
-                str(args.warmup),
-                "--seed",
-                str(args.seed),
-            ]
-            ldr = run.start(
-                "ld",
-                [
-                    *PY,
-                    str(APPS / "mpc_loop.py"),
-                    "leader",
-                    "--robots",
-                    ",".join(robots),
-                    "--addr",
-                    net.addr("ld"),
-                    *common,
-                ],
-                "mpc-ld",
-            )
-            loop_procs.append(ldr)
-            for r in robots:
-                loop_procs.append(
-                    run.start(
-                        r,
-                        [
-                            *PY,
-                            str(APPS / "mpc_loop.py"),
-                            "robot",
-                            "--name",
-                            r,
-                            "--leader",
-                            net.addr("ld"),
-                            *common,
-                        ],
-                        f"mpc-{r}",
-                    )
-                )
-        senders = [
-            run.start(
-                r,
-                [
-                    *PY,
-                    str(APPS / "bulk_tcp.py"),
-                    "send",
-                    "--to",
-                    f"{net.addr('ld')}:{bulk_port}",
-                    "--until",
-                    str(end_at),
-                    "--seed",
-                    str(i),
-                ],
-                f"send-{r}",
-            )
-            for i, r in enumerate(robots)
-        ]
         timeout = lead + args.duration + 60
+        window = [
+            "--start-at", str(start_at), "--duration", str(args.duration),
+            "--warmup", str(args.warmup), "--seed", str(args.seed),
+        ]  # fmt: skip
+        if mode == "api":
+            return _measure_api(run, net, team, window, timeout)
+        sink = run.start("ld", [*PY, str(APPS / "bulk_tcp.py"), "sink", "--listen",
+                                f"0.0.0.0:{bulk_port}"], "sink", stdin=True)  # fmt: skip
+        sink.expect("READY", 30)
+        loops: list[Proc] = []
+        if ls:
+            mpc = [*PY, str(APPS / "mpc_loop.py")]
+            common = ["--transport", app, *window]
+            leader = [*mpc, "leader", "--robots", ",".join(robots), "--addr", net.addr("ld")]
+            loops.append(run.start("ld", [*leader, *common], "mpc-ld"))
+            loops += [run.start(r, [*mpc, "robot", "--name", r, "--leader", net.addr("ld"),
+                                    *common], f"mpc-{r}") for r in robots]  # fmt: skip
+        senders = [
+            run.start(r, [*PY, str(APPS / "bulk_tcp.py"), "send", "--to",
+                          f"{net.addr('ld')}:{bulk_port}", "--until", str(end_at),
+                          "--seed", str(i)], f"send-{r}")
+            for i, r in enumerate(robots)
+        ]  # fmt: skip
         sent = [result(s, timeout) for s in senders]
-        loops = [result(p, timeout) for p in loop_procs]
+        outs = [result(p, timeout) for p in loops]
         sink.send(json.dumps({"cmd": "count", "t0": start_at, "t1": end_at}))
         window_bytes = json.loads(sink.expect_rest("COUNT ", 30))["bytes"]
-        return {
+        row = {
             "app": app,
             "mode": mode,
             "bulk_mbps": window_bytes * 8 / args.duration / 1e6,
             "intact": all(s["intact"] for s in sent),
-            **(_ls_stats(loops) if ls else {}),
         }
+        return {**row, **(_ls(outs) if ls else {})}
     finally:
         run.stop()
 
 
-def _ls_stats(loops: list[dict[str, Any]]) -> dict[str, Any]:
-    ldr = next(x for x in loops if x["role"] == "leader")
-    robots = [x for x in loops if x["role"] == "robot"]
+def _measure_api(
+    run: Run, net: Network, team: Path, window: list[str], timeout: float
+) -> dict[str, Any]:
+    robots = net.hosts[1:]
+    api = [*PY, str(API)]
+    ldr = run.start("ld", [*api, "leader", "--config", str(team), "--robots", ",".join(robots),
+                           *window], "api-ld")  # fmt: skip
+    ldr.expect("READY", 30)
+    procs = [run.start(r, [*api, "robot", "--config", str(team), "--name", r, "--leader-host",
+                           net.addr("ld"), *window], f"api-{r}") for r in robots]  # fmt: skip
+    outs = [result(p, timeout) for p in procs]
+    lead = result(ldr, timeout)
+    sent = {h for o in outs for h in o["bulk_digests"]}
+    got = lead["bulk_digests"]
+    intact = len(got) == sum(len(o["bulk_digests"]) for o in outs) and set(got) <= sent
+    duration = float(window[window.index("--duration") + 1])
+    row = {"app": "coorp", "mode": "api", "intact": intact,
+           "bulk_mbps": lead["bulk_bytes"] * 8 / duration / 1e6}  # fmt: skip
+    return {**row, **_ls([lead, *outs])}
+
+
+def _ls(outs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every perception and every command: one-way latencies, late and lost."""
+    ldr = next(x for x in outs if x["role"] == "leader")
     lat: list[float] = []
     expected = 0
-    for r in robots:
-        expected += 2 * r["sent"]  # its perceptions and their commands
-        lat += r["command_ms"]
-        lat += ldr["perception_ms"].get(r["name"], [])
-    late = sum(1 for x in lat if x > BOUND_MS)
-    lost = max(expected - len(lat), 0)
-    return {"ls_latencies_ms": lat, "ls_expected": expected, "ls_late": late, "ls_lost": lost}
+    for r in (x for x in outs if x["role"] == "robot"):
+        expected += 2 * r["sent"]
+        lat += r["command_ms"] + ldr["perception_ms"].get(r["name"], [])
+    return {
+        "ls_latencies_ms": lat,
+        "ls_expected": expected,
+        "ls_late": sum(1 for x in lat if x > BOUND_MS),
+        "ls_lost": max(expected - len(lat), 0),
+    }
 
 
 def pooled(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -270,17 +239,76 @@ def pooled(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _plain(rows: list[dict[str, Any]], app: str, mode: str, rep: int | None = None) -> float:
+    """Plain TCP's bulk (mode none) in the same repetitions: of the same app, or of
+    every app for ``api`` (its LS traffic is Coorp's own)."""
+    plain = [
+        r["bulk_mbps"]
+        for r in rows
+        if r["mode"] == "none"
+        and (mode == "api" or r["app"] == app)
+        and (rep is None or r["repetition"] == rep)
+    ]
+    return float(np.mean(plain)) if plain else float("nan")
+
+
+def _without_samples(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in row.items() if k != "ls_latencies_ms"} | pooled([row])
+
+
+def summarize(rows: list[dict[str, Any]], extras: list[dict[str, float]]) -> dict[str, Any]:
+    results = []
+    ratios: dict[str, dict[str, float]] = {}
+    for app, mode in dict.fromkeys((r["app"], r["mode"]) for r in rows):
+        mine = [r for r in rows if (r["app"], r["mode"]) == (app, mode)]
+        plain = _plain(rows, app, mode)
+        results.append(
+            {
+                "app": app,
+                "mode": mode,
+                **pooled(mine),
+                "bulk_mbps": float(np.mean([r["bulk_mbps"] for r in mine])),
+                "plain_tcp_bulk_mbps": None if np.isnan(plain) else plain,
+            }
+        )
+        if mode != "none" and not np.isnan(plain):
+            per_rep = [r["bulk_mbps"] / _plain(rows, app, mode, r["repetition"]) for r in mine]
+            m = mean_ci(per_rep)
+            ratios[f"{app}/{mode}"] = {"mean": m.mean, "ci95": m.ci95, "n": m.n}
+
+    def mean(key: str) -> float | None:
+        return float(np.mean([e[key] for e in extras])) if extras else None
+
+    return {
+        "results": results,
+        "interception_cost": mean("interception_cost"),
+        "untouched_flow_ratio": mean("untouched_flow_ratio"),
+        "bulk_ratio_to_plain_tcp": ratios,
+        "runs": [_without_samples(r) for r in rows],
+        "extras": extras,
+    }
+
+
+def _line(rep: int, row: dict[str, Any]) -> str:
+    s = pooled([row])
+    return (
+        f"rep {rep} {row['app']:5s} {row['mode']:11s}: LS p50 {s['ls_p50_ms']:.2f} ms, "
+        f"p99 {s['ls_p99_ms']:.2f} ms, misses {s['ls_miss_rate']:.2%}; "
+        f"bulk {row['bulk_mbps']:.1f} Mb/s, intact {row['intact']}"
+    )
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--robots", type=int, default=4)
     p.add_argument("--rate-mbit", type=float, default=50.0)
-    p.add_argument("--duration", type=float, default=15.0)
+    p.add_argument("--duration", type=float, default=15.0, help="seconds measured per run")
     p.add_argument("--warmup", type=float, default=3.0)
     p.add_argument("--repetitions", type=int, default=5)
     p.add_argument("--apps", default="dds,zenoh")
-    p.add_argument("--modes", default="none,transparent")
+    p.add_argument("--modes", default="none,transparent,api")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--no-extras", action="store_true", help="skip the no-LS measurements")
+    p.add_argument("--no-extras", action="store_true", help="skip the runs without LS")
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--logs", type=Path, default=None, help="keep every process's stderr here")
     args = p.parse_args()
@@ -290,6 +318,10 @@ def main() -> int:
         return 2
     apps = [a for a in args.apps.split(",") if a]
     modes = [m for m in args.modes.split(",") if m]
+    bad = sorted(set(apps) - {"dds", "zenoh"}) + sorted(set(modes) - {"none", "transparent", "api"})
+    if bad:
+        p.error(f"unknown app or mode {bad}: apps dds, zenoh; modes none, transparent, api")
+    t0 = time.monotonic()
     rows: list[dict[str, Any]] = []
     extras: list[dict[str, float]] = []
     with (
@@ -297,75 +329,42 @@ def main() -> int:
         Network(args.robots) as net,
     ):
         net.create(rate_mbit=args.rate_mbit, queue_ms=100.0)
-        d = Path(tmp) if args.logs is None else args.logs
+        d = args.logs or Path(tmp)
         d.mkdir(parents=True, exist_ok=True)
         for rep in range(args.repetitions):
-            for app in apps:
-                for mode in modes:
-                    row = measure(net, d, app=app, mode=mode, args=args)
-                    row["repetition"] = rep
-                    rows.append(row)
-                    s = pooled([row])
-                    print(
-                        f"rep {rep} {app:5s} {mode:11s}: LS p50 {s['ls_p50_ms']:.2f} ms, "
-                        f"p99 {s['ls_p99_ms']:.2f} ms, misses {s['ls_miss_rate']:.1%}; "
-                        f"bulk {row['bulk_mbps']:.1f} Mb/s, intact {row['intact']}",
-                        flush=True,
-                    )
-            if not args.no_extras:
-                plain = measure(net, d, app="none", mode="none", args=args, ls=False)
-                relayed = measure(net, d, app="none", mode="transparent", args=args, ls=False)
-                other_plain = measure(
-                    net, d, app="none", mode="none", args=args, ls=False, bulk_port=OTHER_PORT
-                )
-                other_tp = measure(
-                    net,
-                    d,
-                    app="none",
-                    mode="transparent",
-                    args=args,
-                    ls=False,
-                    bulk_port=OTHER_PORT,
-                )
-                extras.append(
-                    {
-                        "interception_cost": 1 - relayed["bulk_mbps"] / plain["bulk_mbps"],
-                        "untouched_flow_ratio": other_tp["bulk_mbps"] / other_plain["bulk_mbps"],
-                    }
-                )
-                print(
-                    f"rep {rep} no LS: plain {plain['bulk_mbps']:.1f}, relayed "
-                    f"{relayed['bulk_mbps']:.1f} Mb/s; untouched {other_plain['bulk_mbps']:.1f}"
-                    f" -> {other_tp['bulk_mbps']:.1f} Mb/s",
-                    flush=True,
-                )
-    results = []
-    for app in apps:
-        plain = [r["bulk_mbps"] for r in rows if r["app"] == app and r["mode"] == "none"]
-        for mode in modes:
-            mine = [r for r in rows if r["app"] == app and r["mode"] == mode]
-            results.append(
-                {
-                    "app": app,
-                    "mode": mode,
-                    **pooled(mine),
-                    "bulk_mbps": float(np.mean([r["bulk_mbps"] for r in mine])),
-                    "plain_tcp_bulk_mbps": float(np.mean(plain)) if plain else None,
-                }
-            )
-    out = {
-        "results": results,
-        "interception_cost": float(np.mean([e["interception_cost"] for e in extras]))
-        if extras
-        else None,
-        "untouched_flow_ratio": float(np.mean([e["untouched_flow_ratio"] for e in extras]))
-        if extras
-        else None,
-    }
-    print(json.dumps(out, indent=2))
+            todo = [(a, m) for a in apps for m in modes if m != "api"]
+            todo += [("coorp", "api")] if "api" in modes else []
+            for app, mode in todo:
+                row = measure(net, d, args, app=app, mode=mode) | {"repetition": rep}
+                rows.append(row)
+                print(_line(rep, row), flush=True)
+            if args.no_extras:
+                continue
+            runs = {
+                (port, mode): measure(net, d, args, app="dds", mode=mode, ls=False,
+                                      bulk_port=port)["bulk_mbps"]
+                for port in (BULK_PORT, OTHER_PORT) for mode in ("none", "transparent")
+            }  # fmt: skip
+            extras.append({
+                "interception_cost": 1 - runs[BULK_PORT, "transparent"] / runs[BULK_PORT, "none"],
+                "untouched_flow_ratio": runs[OTHER_PORT, "transparent"] / runs[OTHER_PORT, "none"],
+                **{f"{'relayed' if port == BULK_PORT else 'untouched'}_{mode}_mbps": v
+                   for (port, mode), v in runs.items()},
+            })  # fmt: skip
+            print(f"rep {rep} no LS: {extras[-1]}", flush=True)
+    out = summarize(rows, extras)
+    print(json.dumps({k: v for k, v in out.items() if k not in ("runs", "extras")}, indent=2))
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(out, indent=2))
+        write_json(args.json, out)
+        config = {k: v for k, v in vars(args).items() if k not in ("json", "logs")}
+        manifest = build_manifest(
+            scenario=config,
+            scenario_path=None,
+            seed=args.seed,
+            wall_s=time.monotonic() - t0,
+            extra={"benchmark": "transparent"},
+        )
+        write_json(args.json.with_name("manifest.json"), manifest)
     return 0
 
 
