@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import struct
 import sys
@@ -73,7 +74,9 @@ class Dds:
 
         def on_data(reader: Any) -> None:
             for s in reader.take(N=64):
-                fn(bytes(s.data))
+                data = getattr(s, "data", None)  # None: an InvalidSample (writer gone)
+                if data is not None:
+                    fn(bytes(data))
 
         t = Topic(self.dp, topic, self.blob, qos=self.qos)
         self.keep.append(
@@ -85,7 +88,8 @@ class Dds:
 
 
 class Zenoh:
-    """Zenoh peers over TCP (leader listens, robots connect), reliable, shared memory off
+    """Zenoh peers over TCP (leader listens on 7447, robots connect to it and listen on
+    nothing, as rmw_zenoh's nodes reach their router), reliable, shared memory off
     (robots are separate machines; namespaces would share /dev/shm)."""
 
     def __init__(self, listen: str | None, connect: str | None) -> None:
@@ -99,7 +103,11 @@ class Zenoh:
         if listen:
             conf["listen"] = {"endpoints": [f"tcp/{listen}:{ZENOH_PORT}"]}
         if connect:
+            # As rmw_zenoh's nodes reach their router: through its locator only (no
+            # listening port of their own, no peer-to-peer links learnt by gossip).
             conf["connect"] = {"endpoints": [f"tcp/{connect}:{ZENOH_PORT}"]}
+            conf["listen"] = {"endpoints": []}
+            conf["scouting"]["gossip"] = {"enabled": False}
         self.z = zenoh
         self.session = zenoh.open(zenoh.Config.from_json5(json.dumps(conf)))
         self.keep: list[Any] = []
@@ -166,7 +174,6 @@ def leader(args: argparse.Namespace) -> dict[str, Any]:
     with lock:
         out = {"role": "leader", "perception_ms": latencies,
                "perceptions": {r: len(s) for r, s in seqs.items()}}  # fmt: skip
-    t.close()
     return out
 
 
@@ -207,7 +214,6 @@ def robot(args: argparse.Namespace) -> dict[str, Any]:
     with lock:
         out = {"role": "robot", "name": args.name, "sent": n, "command_ms": latencies,
                "reaction_ms": reaction}  # fmt: skip
-    t.close()
     return out
 
 
@@ -230,7 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     out = leader(args) if args.role == "leader" else robot(args)
     print("RESULT " + json.dumps(out), flush=True)
-    return 0
+    # The middleware's threads (DDS listeners, Zenoh) must not keep the process alive
+    # or deadlock its teardown: the result is out, leave now.
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ COMMAND_MODULES = (
     "coorp.cli._sweep",
     "coorp.cli._bench",
     "coorp.cli._runtime",
+    "coorp.cli._watch",
     "coorp.cli._model",
     "coorp.cli._cosim",
     "coorp.cli._learn",

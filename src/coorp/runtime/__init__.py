@@ -26,6 +26,7 @@ from coorp.runtime._config import (
     resolve_team_key,
     write_team_keys,
 )
+from coorp.runtime._doctor import Finding, diagnose
 from coorp.runtime._errors import (
     AuthenticationError,
     FrameTooLargeError,
@@ -44,7 +45,7 @@ from coorp.runtime._latency import ChannelStats, LatencySensitiveChannel
 from coorp.runtime._leader import LeaderSettings, PermitService
 from coorp.runtime._marking import Marking, mark_socket, probe_marking
 from coorp.runtime._nft import NftTable, Ruleset, TransparentUnavailableError
-from coorp.runtime._observer import query_leader_stats
+from coorp.runtime._observer import TeamStatus, aquery_team, query_leader_stats
 from coorp.runtime._receiver import Message, ReceiverLimits
 from coorp.runtime._selectors import BulkSelector, LsSelector, TransparentSection
 from coorp.runtime._sockets import format_address, parse_address
@@ -71,6 +72,7 @@ __all__ = [
     "BulkSettings",
     "BulkStream",
     "ChannelStats",
+    "Finding",
     "FrameTooLargeError",
     "Inbox",
     "Keyring",
@@ -98,12 +100,15 @@ __all__ = [
     "TeamKey",
     "TeamSection",
     "TeamSettings",
+    "TeamStatus",
     "TransferError",
     "TransparentAgent",
     "TransparentSection",
     "TransparentUnavailableError",
     "UnsupportedVersionError",
     "ajoin",
+    "aquery_team",
+    "diagnose",
     "format_address",
     "join",
     "join_config",

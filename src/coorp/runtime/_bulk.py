@@ -124,6 +124,9 @@ class AsyncBulkStream:
         self._lock = asyncio.Lock()
         self._closed = False
         self.marking: Marking | None = None
+        #: Payload bytes written of the message under way (``counters["bytes"]`` counts
+        #: whole messages): a rate taken between two reports stays smooth.
+        self.progress_bytes = 0
 
     @property
     def gate(self) -> Gate | None:
@@ -201,6 +204,7 @@ class AsyncBulkStream:
         finished = self._clock()
         self.counters["messages"] += 1
         self.counters["bytes"] += len(view)
+        self.progress_bytes = 0
         self.counters["reconnects"] += prog.reconnects
         return BulkReceipt(
             self.name,
@@ -242,6 +246,7 @@ class AsyncBulkStream:
                 prog.first_write_ns = self._clock()
             await self._write_segment(conn, msg_id, off, view[off : off + n], depth)
             off += n
+            self.progress_bytes = off
             prog.last_progress_ns = self._clock()
 
     async def _write_segment(

@@ -37,7 +37,7 @@ from coorp.scenario import load_scenario
 
 from ._auth import KEY_ENV, Keyring, TeamKey, load_key_file
 from ._errors import RuntimeUsageError
-from ._selectors import TransparentSection
+from ._selectors import TransparentSection, dds_binds, dds_port_range
 from ._sockets import parse_address
 
 __all__ = [
@@ -167,12 +167,36 @@ class TeamConfig(_Model):
         if unknown:
             raise ValueError(f"team.hosts names robots not in team.robots: {', '.join(unknown)}")
         t = self.transparent
+        if t is not None:
+            self._ports_clear_of_dds(t)
         if t is not None and any(b.to_team for b in t.bulk) and not self.team.hosts:
             raise ValueError(
                 "transparent.bulk selects to_team, but team.hosts is empty: list each "
                 "robot's address under [team.hosts]"
             )
         return self
+
+    def _ports_clear_of_dds(self, t: TransparentSection) -> None:
+        """Coorp's own ports must not be ports a DDS participant of a domain the team
+        file selects may bind (domain 0: 7400, 7401, 7410-7649; Coorp's default leader
+        and inbox ports are 7400 and 7401)."""
+        ports = {
+            "agent.listen": parse_address(self.agent.listen)[1],
+            "leader.listen": parse_address(self.leader.listen)[1],
+            "transparent.relay_port": t.relay_port,
+        }
+        for i, sel in enumerate(t.ls):
+            if sel.preset != "dds":
+                continue
+            domain = sel.domain_id or 0
+            lo, hi = dds_port_range(domain)
+            for what, port in ports.items():
+                if dds_binds(domain, port):
+                    raise ValueError(
+                        f"{what} = {port} is an RTPS port of DDS domain {domain} "
+                        f"(transparent.ls[{i}]; the domain's ports are {lo}-{hi}): DDS "
+                        "binds it; give Coorp ports outside that range (e.g. 7300, 7301)"
+                    )
 
     def team_hosts(self, *, besides: str | None = None) -> list[str]:
         """The team's addresses (``team.hosts``), without robot ``besides``."""

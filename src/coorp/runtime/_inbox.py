@@ -31,6 +31,7 @@ from coorp._errors import PeerError
 from ._auth import Keyring
 from ._counters import DropLog
 from ._errors import RuntimeUsageError
+from ._latency_book import LatencyBook
 from ._receiver import BulkReceiver, LsDecoder, Message, ReceiverLimits
 from ._sockets import Address, format_address, open_tcp_listener, resolve
 from ._wire import MAX_DATAGRAM_BYTES
@@ -97,6 +98,7 @@ class _InboxCore:
         self.decoder = LsDecoder(key, robot, clock, max_age_ns=round(limits.ls_max_age_s * 1e9))
         self.drops = drops
         self.ls_received = 0
+        self.latency = LatencyBook()
         self._peers: dict[tuple[Any, ...], str] = {}
 
     def read_datagram(self) -> Message | None:
@@ -129,6 +131,11 @@ class _InboxCore:
             self.drops.drop(peer, exc, "datagram")
             return None
         self.ls_received += 1
+        offset = self.decoder.offset_ns(msg.robot, msg.channel)
+        if offset is not None:
+            arrived = msg.received_ns - offset  # on the sender's clock
+            late = msg.deadline_ns is not None and arrived > msg.deadline_ns
+            self.latency.record(msg.robot, arrived - msg.sent_ns, late)
         return msg
 
 
@@ -248,6 +255,11 @@ class AsyncInbox:
     async def _iterate(self) -> AsyncIterator[Message]:
         while True:
             yield await self._box.get()
+
+    @property
+    def latency(self) -> LatencyBook:
+        """What this inbox measured of each sender's LS latency."""
+        return self._core.latency
 
     def stats(self) -> dict[str, int]:
         out = {
@@ -402,6 +414,11 @@ class Inbox:
     def __iter__(self) -> Iterator[Message]:
         while not self._closed:
             yield self.recv()
+
+    @property
+    def latency(self) -> LatencyBook:
+        """What this inbox measured of each sender's LS latency."""
+        return self._core.latency
 
     def stats(self) -> dict[str, int]:
         out = {

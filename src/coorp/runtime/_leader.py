@@ -30,8 +30,10 @@ from ._auth import TeamKey
 from ._counters import DropLog
 from ._errors import LimitedError, MalformedFrameError, RefusedError, RuntimeUsageError
 from ._framing import FramedConnection, PeerClosed, server_handshake
+from ._report import TeamBoard
 from ._sockets import Address, format_address, open_tcp_listener, tune_tcp
 from ._wire import (
+    AgentReport,
     Granted,
     Ping,
     Pong,
@@ -41,6 +43,8 @@ from ._wire import (
     Revoked,
     StatsQuery,
     StatsReply,
+    TeamQuery,
+    TeamReply,
     Welcome,
 )
 
@@ -87,7 +91,10 @@ class PermitService:
         self._key = key
         self.settings = settings
         self._clock = clock
+        robots = list(robots)
         self.team = frozenset(robots)
+        #: The robots' latest reports (``coorp top``), in team-file order.
+        self.board = TeamBoard(list(dict.fromkeys(robots)))
         self.controller = GlobalController(
             sorted(self.team), limit=settings.limit, timeslice_ns=settings.timeslice_ns
         )
@@ -269,6 +276,10 @@ class PermitService:
                 )
             elif isinstance(msg, StatsQuery):
                 await conn.send(self._stats_reply())
+            elif isinstance(msg, AgentReport):
+                self.board.record(robot, now, msg)
+            elif isinstance(msg, TeamQuery):
+                await conn.send(self._team_reply(msg.offset))
             else:
                 # Authenticated but out of place: a confused team member. Count it and
                 # carry on; the framing is intact.
@@ -289,10 +300,21 @@ class PermitService:
             msg = await conn.recv()
             if isinstance(msg, StatsQuery):
                 await conn.send(self._stats_reply())
+            elif isinstance(msg, TeamQuery):
+                await conn.send(self._team_reply(msg.offset))
             elif isinstance(msg, Ping):
                 await conn.send(Pong(msg.token))
             else:
                 raise MalformedFrameError(f"unexpected {type(msg).__name__} from an observer")
+
+    def _team_reply(self, offset: int) -> TeamReply:
+        return self.board.page(
+            offset,
+            self._clock(),
+            set(self._agents),
+            [g.robot for g in self.controller.holders],
+            list(self.controller.waiting),
+        )
 
     def _stats_reply(self) -> StatsReply:
         return StatsReply(

@@ -1,22 +1,33 @@
-"""Asking a leader for its counters (an authenticated "observer" connection).
+"""Asking a leader for its counters or its team's status (an authenticated "observer"
+connection).
 
-Used by ``coorp leader --status``, tests and benchmarks. Observers need the team key
+Used by ``coorp leader --status``, ``coorp top``, tests and benchmarks. Observers need the team key
 but no robot slot; they cannot request permits.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
+
+import msgspec
 
 from ._auth import Keyring, TeamKey
 from ._errors import MalformedFrameError, PeerTimeoutError
 from ._framing import FramedConnection, client_handshake, recv_first_reply
 from ._sockets import format_address, parse_address, resolve, tune_tcp
-from ._wire import StatsQuery, StatsReply
+from ._wire import RobotRow, StatsQuery, StatsReply, TeamQuery, TeamReply
 
-__all__ = ["LeaderStats", "aquery_leader_stats", "query_leader_stats"]
+__all__ = [
+    "LeaderStats",
+    "TeamStatus",
+    "aquery_leader_stats",
+    "aquery_team",
+    "query_leader_stats",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,9 +37,11 @@ class LeaderStats:
     waiting: tuple[str, ...]
 
 
-async def aquery_leader_stats(
-    leader: str, key: Keyring | bytes | str, *, timeout_s: float = 2.0, name: str = "observer"
-) -> LeaderStats:
+@contextlib.asynccontextmanager
+async def _observer(
+    leader: str, key: Keyring | bytes | str, timeout_s: float, name: str = "observer"
+) -> AsyncIterator[FramedConnection]:
+    """An authenticated observer connection to the leader at ``leader``."""
     addr = parse_address(leader, what="leader")
     family, sockaddr = resolve(addr, socket.SOCK_STREAM)
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -52,13 +65,20 @@ async def aquery_leader_stats(
         await client_handshake(
             conn, keys, robot=keys.identity or name, role="observer", service="leader"
         )
+        yield conn
+    finally:
+        conn.close()
+
+
+async def aquery_leader_stats(
+    leader: str, key: Keyring | bytes | str, *, timeout_s: float = 2.0, name: str = "observer"
+) -> LeaderStats:
+    async with _observer(leader, key, timeout_s, name) as conn:
         await conn.send(StatsQuery())
         reply = await recv_first_reply(conn)
         if not isinstance(reply, StatsReply):
             raise MalformedFrameError(f"expected stats, got {type(reply).__name__}")
         return LeaderStats(dict(reply.counters), tuple(reply.holders), tuple(reply.waiting))
-    finally:
-        conn.close()
 
 
 def query_leader_stats(
@@ -66,3 +86,39 @@ def query_leader_stats(
 ) -> LeaderStats:
     """The leader's counters (grants, drops, ``max_holders``...), from any thread."""
     return asyncio.run(aquery_leader_stats(leader, key, timeout_s=timeout_s))
+
+
+@dataclass(frozen=True, slots=True)
+class TeamStatus:
+    """What ``coorp top`` shows: the permit holders and queue, a row per robot."""
+
+    holders: tuple[str, ...]
+    waiting: tuple[str, ...]
+    rows: tuple[RobotRow, ...]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "holders": list(self.holders),
+            "waiting": list(self.waiting),
+            "robots": [msgspec.structs.asdict(r) for r in self.rows],
+        }
+
+
+async def aquery_team(
+    leader: str, key: Keyring | bytes | str, *, timeout_s: float = 2.0
+) -> TeamStatus:
+    """Every robot's row from the leader (as many pages as the team needs)."""
+    async with _observer(leader, key, timeout_s) as conn:
+        rows: list[RobotRow] = []
+        holders: list[str] = []
+        waiting: list[str] = []
+        for _ in range(64):  # 64 pages of 32 rows: more than a team may have
+            await conn.send(TeamQuery(len(rows)))
+            reply = await recv_first_reply(conn) if not rows else await conn.recv()
+            if not isinstance(reply, TeamReply):
+                raise MalformedFrameError(f"expected team status, got {type(reply).__name__}")
+            holders, waiting = list(reply.holders), list(reply.waiting)
+            rows += reply.rows
+            if not reply.rows or len(rows) >= reply.total:
+                break
+        return TeamStatus(tuple(holders), tuple(waiting), tuple(rows))

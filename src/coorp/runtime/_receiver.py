@@ -193,6 +193,11 @@ class LsDecoder:
     def sessions(self) -> int:
         return len(self._sessions)
 
+    def offset_ns(self, robot: str, channel: str) -> int | None:
+        """The session's clock offset (receiver − sender, an upper bound), or None."""
+        s = self._sessions.get((robot, channel))
+        return None if s is None else s.offset_ns
+
     def decode(self, data: bytes | bytearray | memoryview, peer: str) -> Message:
         now = self._clock()
         # Fast path: a datagram in our senders' own layout whose constant prefix is an

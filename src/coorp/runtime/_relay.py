@@ -123,6 +123,7 @@ class Relay:
         clock: Callable[[], int] = time.monotonic_ns,
         host: str = "127.0.0.1",
         max_flows: int = 1024,
+        destination: Callable[[socket.socket], tuple[str, int] | None] = original_destination,
     ) -> None:
         self.host = host
         self.port = port
@@ -133,6 +134,9 @@ class Relay:
         self.idle_release_ns = idle_release_ns
         self._clock = clock
         self.max_flows = max_flows
+        #: Where an accepted connection was going (the kernel's NAT record; tests on
+        #: loopback inject their own).
+        self._destination = destination
         self._listener: socket.socket | None = None
         self._accept_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -206,7 +210,7 @@ class Relay:
                     await asyncio.sleep(0.1)
                     continue
                 raise
-            dest = original_destination(app)
+            dest = self._destination(app)
             if dest is None:
                 self.counters["not_redirected"] += 1
                 app.close()

@@ -37,6 +37,7 @@ __all__ = [
     "LsSelector",
     "Match",
     "TransparentSection",
+    "dds_binds",
     "dds_port_range",
     "parse_dscp",
     "parse_ports",
@@ -94,6 +95,15 @@ def dds_port_range(domain_id: int) -> tuple[int, int]:
     """Every RTPS port of ``domain_id`` (discovery and user traffic, all participants)."""
     low = DDS_PORT_BASE + DDS_DOMAIN_GAIN * domain_id
     return low, low + DDS_DOMAIN_GAIN - 1
+
+
+def dds_binds(domain_id: int, port: int) -> bool:
+    """Whether a DDS participant of ``domain_id`` may bind ``port``: the multicast ports
+    (offsets d0 = 0, d2 = 1) and the unicast ones of participants 0..119 (d1 = 10,
+    d3 = 11, participant gain 2) — not offsets 2..9."""
+    low = DDS_PORT_BASE + DDS_DOMAIN_GAIN * domain_id
+    off = port - low
+    return off in (0, 1) or 10 <= off <= 10 + 2 * 119 + 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,8 @@ class TeamSettings:
     """A robot whose last bulk message finished keeps its permit this long, so that
     back-to-back messages go out under one permit instead of handing it over (and
     asking for it again) between every two of them. 0: release at once (the paper)."""
+    report_interval_s: float = 1.0
+    """How often a joined robot reports to its leader (``coorp top``); 0: never."""
     join_timeout_s: float = 2.0
     """How long :func:`join` waits for the leader before going on uncoordinated."""
     ls_keepalive_s: float = 1.0

@@ -40,9 +40,11 @@ from ._framing import (
 )
 from ._inbox import AsyncInbox, Inbox, bind_endpoints
 from ._latency import LatencySensitiveChannel
+from ._latency_book import LatencyBook
 from ._link import ControlLink, LinkState
 from ._marking import Marking, mark_socket, probe_marking
 from ._preempt import SharedPlanner
+from ._report import Reporter, ReportPart
 from ._settings import TeamSettings, team_settings
 from ._sockets import Address, format_address, parse_address, resolve
 from ._wire import LsAccept, LsOpen, Ping, Pong
@@ -83,6 +85,12 @@ class AsyncTeam:
         self._ls: dict[str, LatencySensitiveChannel] = {}
         self._bulk: dict[str, AsyncBulkStream] = {}
         self._inboxes: list[AsyncInbox] = []
+        #: What this robot's inboxes measured of each sender's LS latency.
+        self._latency_books: list[LatencyBook] = []
+        #: Sources of this robot's reports to the leader (``coorp top``); transparent
+        #: mode adds its own.
+        self.report_sources: list[Callable[[], ReportPart]] = [self._report_part]
+        self.reporter: Reporter | None = None
         self.marking = {"ls": probe_marking("ls"), "bh": probe_marking("bh")}
 
     async def _start(self) -> None:
@@ -108,6 +116,16 @@ class AsyncTeam:
         self.link = link
         self.coordinator.attach(link)
         link.start()
+        self.reporter = Reporter(
+            mode=lambda: self.mode,
+            ls_flows=lambda: len(self.planner.planner.flows),
+            books=self._latency_books,
+            sources=self.report_sources,
+            send=link.send,
+            interval_s=self.settings.report_interval_s,
+        )
+        if self.settings.report_interval_s > 0:
+            self.reporter.start()
         await link.wait_settled(self.settings.join_timeout_s)
         if link.refused is not None and link.state is not LinkState.JOINED:
             await self.close()
@@ -293,9 +311,22 @@ class AsyncTeam:
             limits=self.settings.receiver,
         )
         self._inboxes.append(inbox)
+        self._latency_books.append(inbox.latency)
         return inbox
 
+    def _report_part(self) -> ReportPart:
+        """The API's share of a report: its LS channels and bulk streams."""
+        part = ReportPart(ls_sends=sum(ch.stats.sent for ch in self._ls.values()))
+        for stream in self._bulk.values():
+            c = stream.counters
+            part.bulk_bytes += c["bytes"] + stream.progress_bytes
+            part.gate_pause_ns += c["gate_pause_ns"]
+            part.permit_wait_ns += c["permit_wait_ns"]
+        return part
+
     async def close(self) -> None:
+        if self.reporter is not None:
+            await self.reporter.close()
         for task in self._ls_tasks.values():
             task.cancel()
         await asyncio.gather(*self._ls_tasks.values(), return_exceptions=True)
@@ -497,6 +528,7 @@ class Team:
             limits=self._team.settings.receiver,
         )
         self._inboxes.append(inbox)
+        self._team._latency_books.append(inbox.latency)
         return inbox
 
     def close(self) -> None:

@@ -26,7 +26,9 @@ from typing import TYPE_CHECKING, Any
 from ._nft import NftTable, Ruleset, build_ruleset
 from ._observe import PacketObserver, SendGrouper
 from ._relay import Relay
+from ._report import ReportPart
 from ._selectors import TransparentSection
+from ._wire import FlowSummary
 
 if TYPE_CHECKING:
     from ._team import AsyncTeam
@@ -102,6 +104,7 @@ class TransparentAgent:
             await self.close()
             raise
         self._started = True
+        self.team.report_sources.append(self._report_part)
         if self.table.stale_removed:
             log.warning(
                 "%s: removed kernel rules left by an earlier agent (table %s)",
@@ -117,7 +120,26 @@ class TransparentAgent:
             "" if self.table.owned else " (kernel < 5.12: removed at exit or next start)",
         )
 
+    def _report_part(self) -> ReportPart:
+        """Transparent mode's share of the robot's report (``coorp top``)."""
+        part = ReportPart(ls_sends=self.observer.counters["sends"])
+        relay = self.relay
+        if relay is None:
+            return part
+        part.bulk_bytes = relay.counters["bytes_up"]
+        part.relayed = relay.counters["accepted"]
+        part.gate_pause_ns = relay.pacing["gate_pause_ns"]
+        part.permit_wait_ns = relay.pacing["permit_wait_ns"]
+        flows = sorted(relay.flows.values(), key=lambda f: (not f.active, -f.bytes_up))
+        for f in flows:
+            part.gate_pause_ns += f.counters["gate_pause_ns"]
+            part.permit_wait_ns += f.counters["permit_wait_ns"]
+        part.intercepted = [FlowSummary(f.dest, f.bytes_up, f.active) for f in flows[:16]]
+        return part
+
     async def close(self) -> None:
+        if self._report_part in self.team.report_sources:
+            self.team.report_sources.remove(self._report_part)
         loop = asyncio.get_running_loop()
         try:
             await self.table.remove()

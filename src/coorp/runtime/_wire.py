@@ -35,15 +35,18 @@ __all__ = [
     "MAX_SEGMENT_BYTES",
     "NONCE_BYTES",
     "WIRE_VERSION",
+    "AgentReport",
     "BulkAccept",
     "BulkData",
     "BulkDone",
     "BulkOpen",
     "BulkReject",
     "Envelope",
+    "FlowSummary",
     "Granted",
     "Hello",
     "Join",
+    "LatencySummary",
     "LsAccept",
     "LsHeader",
     "LsOpen",
@@ -54,8 +57,11 @@ __all__ = [
     "Release",
     "Request",
     "Revoked",
+    "RobotRow",
     "StatsQuery",
     "StatsReply",
+    "TeamQuery",
+    "TeamReply",
     "Welcome",
     "canonical_fields",
     "decode_envelope",
@@ -181,6 +187,80 @@ class StatsReply(_Msg, tag="stats"):
     waiting: Annotated[list[Name], Meta(max_length=256)]
 
 
+Addr = Annotated[str, Meta(max_length=64)]
+
+
+class LatencySummary(Struct, array_like=True, frozen=True):
+    """LS messages of one sender received by one inbox, over its recent ones."""
+
+    sender: Name
+    received: U64
+    late: U64
+    """Received after their deadline (on the sender's clock, mapped)."""
+    p50_us: U64
+    p99_us: U64
+
+
+class FlowSummary(Struct, array_like=True, frozen=True):
+    """One intercepted bulk connection (transparent mode)."""
+
+    dest: Addr
+    bytes_up: U64
+    active: bool
+
+
+class AgentReport(_Msg, tag="report"):
+    """Agent -> leader, every second: what ``coorp top`` shows. Counters are
+    cumulative; the leader turns two reports into rates."""
+
+    mode: Annotated[str, Meta(max_length=16)]
+    ls_sends: U64
+    """LS sends this robot made (its API channels and, in transparent mode, observed)."""
+    ls_flows: U64
+    bulk_bytes: U64
+    """Bulk payload bytes sent (API streams and intercepted connections)."""
+    gate_pause_ns: U64
+    permit_wait_ns: U64
+    latency: Annotated[list[LatencySummary], Meta(max_length=32)]
+    intercepted: Annotated[list[FlowSummary], Meta(max_length=16)]
+    relayed: U64
+    """Intercepted connections so far."""
+
+
+class TeamQuery(_Msg, tag="team?"):
+    """Observer -> leader: rows ``offset``.. of the team's status (``coorp top``)."""
+
+    offset: U64 = 0
+
+
+class RobotRow(Struct, array_like=True, frozen=True):
+    robot: Name
+    connected: bool
+    age_ms: U64
+    """Since its last report (0 if it never sent one)."""
+    mode: Annotated[str, Meta(max_length=16)]
+    ls_rate_hz: float
+    ls_flows: U64
+    ls_p50_ms: float | None
+    ls_p99_ms: float | None
+    """Its LS messages as the inboxes that received them measured (API path)."""
+    ls_received: U64
+    ls_late: U64
+    bulk_mbps: float
+    gate_paused: float
+    """Share of the last interval its bulk was paused by local preemption."""
+    relayed: U64
+    intercepted: Annotated[list[FlowSummary], Meta(max_length=16)]
+
+
+class TeamReply(_Msg, tag="team"):
+    holders: Annotated[list[Name], Meta(max_length=256)]
+    waiting: Annotated[list[Name], Meta(max_length=256)]
+    rows: Annotated[list[RobotRow], Meta(max_length=32)]
+    total: U64
+    """Robots in the team (query again with ``offset`` for the rest)."""
+
+
 class Refused(_Msg, tag="refused"):
     """Server -> client before closing: why (unknown robot, wrong role)."""
 
@@ -249,6 +329,9 @@ Message = (
     | Pong
     | StatsQuery
     | StatsReply
+    | AgentReport
+    | TeamQuery
+    | TeamReply
     | Refused
     | BulkOpen
     | BulkData

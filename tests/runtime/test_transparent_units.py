@@ -1,0 +1,390 @@
+"""Transparent mode's pieces without the kernel: selectors and the team file, the rules
+they compile to, what a copied LS packet says, how packets group into sends, and the
+relay on loopback (its original-destination lookup injected)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import socket
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coorp.runtime import TeamFileError, load_team_config
+from coorp.runtime._coordination import Coordinator
+from coorp.runtime._link import LinkState
+from coorp.runtime._nft import LS_PRIORITY, build_ruleset
+from coorp.runtime._observe import LsPacket, PacketObserver, SendGrouper, parse_ls_packet
+from coorp.runtime._pacing import BulkSettings
+from coorp.runtime._relay import Relay
+from coorp.runtime._selectors import (
+    DSCP_NAMES,
+    BulkSelector,
+    LsSelector,
+    TransparentSection,
+    dds_port_range,
+    parse_ports,
+)
+
+# -- selectors ---------------------------------------------------------------------------------
+
+
+def test_dds_preset_is_the_rtps_port_range_of_its_domain() -> None:
+    # DDSI-RTPS 9.6.1.1: PB 7400, DG 250; user unicast of participant i: PB+DG*d+11+2i.
+    assert dds_port_range(0) == (7400, 7649)
+    assert dds_port_range(3) == (8150, 8399)
+    (m,) = LsSelector(preset="dds", domain_id=3).matches()
+    assert (m.proto, m.dport) == ("udp", (8150, 8399))
+    assert m.dport[1] >= 7400 + 250 * 3 + 11 + 2 * 119  # every participant fits
+
+
+def test_zenoh_preset_matches_its_tcp_port_in_both_directions() -> None:
+    ms = LsSelector(preset="zenoh").matches()
+    assert [(m.proto, m.dport, m.sport) for m in ms] == [
+        ("tcp", (7447, 7447), None),
+        ("tcp", None, (7447, 7447)),
+    ]
+    ms = LsSelector(preset="zenoh", ports="7500").matches()
+    assert {m.dport or m.sport for m in ms} == {(7500, 7500)}
+
+
+def test_selectors_render_in_nft_syntax() -> None:
+    assert LsSelector(ports="9000-9010", to="10.0.0.0/8").matches()[0].render() == (
+        "ip daddr 10.0.0.0/8 udp dport 9000-9010"
+    )
+    assert LsSelector(dscp="ef", uid=1000).matches()[0].render() == "meta skuid 1000 ip dscp ef"
+    cg = LsSelector(cgroup="/system.slice//ros2.service/").matches()[0]
+    assert cg.render() == 'socket cgroupv2 level 2 "system.slice/ros2.service"'
+    hosts = ["192.168.50.1", "192.168.50.12"]
+    assert [m.render() for m in BulkSelector(to_team=True, ports=29500).matches(hosts)] == [
+        "ip daddr 192.168.50.1 tcp dport 29500",
+        "ip daddr 192.168.50.12 tcp dport 29500",
+    ]
+
+
+def test_ports_and_dscp_parse_or_say_what_is_allowed() -> None:
+    assert parse_ports(80) == (80, 80)
+    assert parse_ports(" 7400 - 7410 ") == (7400, 7410)
+    assert DSCP_NAMES["cs6"] == 48 and DSCP_NAMES["ef"] == 46 and DSCP_NAMES["af41"] == 34
+    for bad in ("0", "70000", "9-3", "x", True):
+        with pytest.raises(ValueError, match=r"1\.\.65535|port"):
+            parse_ports(bad)  # type: ignore[arg-type]
+
+
+TEAM = """
+[team]
+robots = ["leader", "r1"]
+key_file = "team.key"
+{hosts}
+[agent]
+leader = "10.0.0.1:7300"
+listen = "0.0.0.0:7301"
+[leader]
+listen = "0.0.0.0:7300"
+[transparent]
+{body}
+"""
+
+
+def _team(tmp_path: Path, body: str, hosts: str = "") -> Path:
+    path = tmp_path / "team.toml"
+    path.write_text(TEAM.format(body=body, hosts=hosts))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("body", "hosts", "field", "says"),
+    [
+        ('ls = [{ ports = "99999" }]', "", "transparent.ls[0].ports", "1..65535"),
+        ("ls = [{}]", "", "transparent.ls[0]", "at least one of"),
+        ("bulk = [{ uid = 5, nope = 1 }]", "", "transparent.bulk[0].nope", "unknown key"),
+        ('ls = [{ preset = "dds", ports = 7400 }]', "", "transparent.ls[0]", "preset 'dds'"),
+        ('ls = [{ dscp = "gold" }]', "", "transparent.ls[0].dscp", "unknown DSCP name"),
+        ('ls = [{ to = "robot-1" }]', "", "transparent.ls[0].to", "IPv4 address or CIDR"),
+        ("bulk = [{ to_team = true }]", "", "transparent", "team.hosts is empty"),
+        ("", "", "transparent", "at least one selector"),
+        ("bulk = [{ ports = 1 }]", 'hosts = { r9 = "10.0.0.9" }', "", "not in team.robots"),
+        (
+            'ls = [{ preset = "dds" }]\nrelay_port = 7412',
+            "",
+            "",
+            "relay_port = 7412 is an RTPS port of DDS domain 0",
+        ),
+    ],
+)
+def test_bad_transparent_sections_name_field_and_value(
+    tmp_path: Path, body: str, hosts: str, field: str, says: str
+) -> None:
+    with pytest.raises(TeamFileError) as err:
+        load_team_config(_team(tmp_path, body, hosts))
+    text = str(err.value)
+    assert str(tmp_path / "team.toml") in text
+    assert field in text and says in text
+
+
+def test_a_dds_preset_refuses_coorp_ports_inside_the_domain(tmp_path: Path) -> None:
+    path = _team(tmp_path, 'ls = [{ preset = "dds", domain_id = 0 }]')
+    path.write_text(path.read_text().replace("7301", "7401"))
+    with pytest.raises(TeamFileError, match=r"agent\.listen = 7401 is an RTPS port"):
+        load_team_config(path)
+    path.write_text(path.read_text().replace("7401", "7405"))  # offsets 2..9: never bound
+    assert load_team_config(path).agent.listen == "0.0.0.0:7405"
+
+
+def test_a_good_section_loads(tmp_path: Path) -> None:
+    cfg = load_team_config(
+        _team(
+            tmp_path,
+            'ls = [{ preset = "zenoh" }]\nbulk = [{ to_team = true }]\nrelay_port = 7310',
+            'hosts = { leader = "10.0.0.1", r1 = "10.0.0.11" }',
+        )
+    )
+    assert cfg.transparent is not None
+    assert cfg.team_hosts(besides="r1") == ["10.0.0.1"]
+    bulk = cfg.transparent.bulk_matches(cfg.team_hosts(besides="r1"))
+    assert [m.render() for m in bulk] == ["ip daddr 10.0.0.1 meta l4proto tcp"]
+
+
+# -- the rules -----------------------------------------------------------------------------------
+
+
+def test_ruleset_marks_ls_and_redirects_bulk_after_every_exception() -> None:
+    sec = TransparentSection(ls=[{"preset": "zenoh"}], bulk=[{"ports": 9000}])
+    rs = build_ruleset(
+        "r1",
+        sec.ls_matches(),
+        sec.bulk_matches([]),
+        relay_port=7409,
+        relay_mark=0xC0F,
+        coorp_ports=(7300, 7301),
+    )
+    assert rs.render().splitlines() == [
+        "table ip coorp-r1 {",
+        "  chain ls_mark {",
+        "    type filter hook output priority mangle; policy accept;",
+        '    tcp dport 7447 counter meta priority set 0:106 ip dscp set cs6 comment "ls 0"',
+        '    tcp sport 7447 counter meta priority set 0:106 ip dscp set cs6 comment "ls 1"',
+        "  }",
+        "  chain bh_redirect {",
+        "    type nat hook output priority dstnat; policy accept;",
+        '    meta mark 0xc0f counter return comment "relay\'s own"',
+        '    tcp dport 7300 counter return comment "coorp\'s own port 7300"',
+        '    tcp dport 7301 counter return comment "coorp\'s own port 7301"',
+        '    tcp dport 7447 counter return comment "ls 0 (never bulk)"',
+        '    tcp sport 7447 counter return comment "ls 1 (never bulk)"',
+        '    tcp dport 9000 counter redirect to :7409 comment "bulk 0"',
+        "  }",
+        "}",
+    ]
+    assert LS_PRIORITY == 256 + 6  # cfg80211: priority 256+UP selects UP directly
+
+
+def test_udp_ls_needs_no_nat_exception() -> None:
+    sec = TransparentSection(ls=[{"preset": "dds"}], bulk=[{"ports": 9000}])
+    rs = build_ruleset("r", sec.ls_matches(), sec.bulk_matches([]), relay_port=1, relay_mark=1,
+                       coorp_ports=())  # fmt: skip
+    assert [r.label for r in rs.bh_redirect] == ["relay's own", "bulk 0"]
+
+
+# -- what a copied packet says ---------------------------------------------------------------------
+
+
+def _ipv4(proto: int, l4: bytes, *, frag: int = 0, total: int | None = None) -> bytes:
+    total = total if total is not None else 20 + len(l4)
+    hdr = struct.pack("!BBHHHBBH4s4s", 0x45, 0xC0, total, 1, frag, 64, proto, 0,
+                      socket.inet_aton("10.0.0.11"), socket.inet_aton("10.0.0.1"))  # fmt: skip
+    return hdr + l4
+
+
+def _rtps(writer: bytes, prefix: bytes = bytes(range(12))) -> bytes:
+    head = b"RTPS" + b"\x02\x03" + b"\x01\x10" + prefix
+    info_ts = bytes([0x09, 0x01]) + (8).to_bytes(2, "little") + bytes(8)
+    # DATA: extraFlags, octetsToInlineQos, readerId, writerId, writerSN
+    body = bytes(4) + bytes(4) + writer + bytes(8)
+    data = bytes([0x15, 0x05]) + len(body).to_bytes(2, "little") + body
+    return head + info_ts + data
+
+
+def test_a_udp_datagram_is_one_send_of_its_whole_size() -> None:
+    udp = struct.pack("!HHHH", 40000, 9001, 8 + 12_000, 0) + bytes(100)
+    pkt = parse_ls_packet(_ipv4(17, udp, frag=0x2000, total=1500))  # first fragment, MF set
+    assert pkt == LsPacket("udp 10.0.0.1:9001<40000", 12_000)
+    later = _ipv4(17, bytes(100), frag=0x2000 | 185)  # offset 1480: not a new send
+    assert parse_ls_packet(later) is None
+
+
+def test_rtps_datagrams_are_flows_per_writer() -> None:
+    def flow(writer: bytes) -> str:
+        rtps = _rtps(writer)
+        udp = struct.pack("!HHHH", 40000, 7411, 8 + len(rtps), 0) + rtps
+        pkt = parse_ls_packet(_ipv4(17, udp))
+        assert pkt is not None
+        return pkt.flow
+
+    a, b = flow(b"\x00\x00\x01\x03"), flow(b"\x00\x00\x02\x03")
+    assert a.startswith("rtps 000102030405060708090a0b/") and a != b
+
+
+def test_tcp_segments_without_payload_are_not_sends() -> None:
+    tcp = struct.pack("!HHIIBBHHH", 7447, 50000, 1, 1, 5 << 4, 0x10, 1000, 0, 0)
+    assert parse_ls_packet(_ipv4(6, tcp)) is None
+    seg = parse_ls_packet(_ipv4(6, tcp + bytes(1200)))
+    assert seg == LsPacket("tcp 10.0.0.1:50000<7447", 1200)
+    assert parse_ls_packet(b"\x60" + bytes(40)) is None  # IPv6: not ours
+    assert parse_ls_packet(_ipv4(1, bytes(8))) is None  # ICMP
+
+
+def test_packets_close_together_are_one_send_and_small_bursts_none() -> None:
+    g = SendGrouper(burst_gap_ns=1_000_000, min_bytes=200)
+    big, ack = LsPacket("f", 1448), LsPacket("f", 60)
+    # A message in three segments, then a lone acknowledgement, then the next message.
+    assert g.packet(10_000_000, big) == 10_000_000
+    assert g.packet(10_300_000, big) is None
+    assert g.packet(10_600_000, big) is None
+    assert g.packet(20_000_000, ack) is None
+    assert g.packet(43_000_000, LsPacket("f", 150)) is None  # not yet 200 bytes...
+    assert g.packet(43_500_000, LsPacket("f", 150)) == 43_000_000  # ...now: from its start
+    assert (g.packets, g.sends, g.small) == (6, 2, 1)
+
+
+def test_observer_feeds_the_planner_with_each_send() -> None:
+    seen: list[tuple[str, int]] = []
+    obs = PacketObserver(lambda f, t: seen.append((f, t)), SendGrouper(burst_gap_ns=0,
+                                                                       min_bytes=0))  # fmt: skip
+    udp = struct.pack("!HHHH", 1, 2, 8 + 500, 0) + bytes(500)
+    obs.feed(_ipv4(17, udp), 5)
+    obs.feed(b"junk", 6)
+    assert seen == [("udp 10.0.0.1:2<1", 5)]
+    assert obs.counters == {"packets": 2, "sends": 1, "ignored": 1, "read_errors": 0}
+
+
+# -- the relay on loopback --------------------------------------------------------------------
+
+
+class Sink:
+    """A TCP server that hashes what it receives, answers with its digest after the
+    client's half-close, then closes (or resets, if told)."""
+
+    def __init__(self) -> None:
+        self.done = asyncio.Event()
+        self.digest = ""
+        self.nbytes = 0
+        self.reset_after: int | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def _serve(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        h = hashlib.sha256()
+        while data := await r.read(65536):
+            h.update(data)
+            self.nbytes += len(data)
+            if self.reset_after is not None and self.nbytes >= self.reset_after:
+                sock = w.get_extra_info("socket")
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                w.transport.abort()
+                self.done.set()
+                return
+        self.digest = h.hexdigest()
+        w.write(self.digest.encode())
+        await w.drain()
+        w.close()
+        self.done.set()
+
+
+async def _relay(coord: Coordinator, sink_port: int, **kw: Any) -> Relay:
+    relay = Relay(port=0, mark=1, coordinator=coord, planner=None, settings=BulkSettings(),
+                  idle_release_ns=5_000_000, destination=lambda s: ("127.0.0.1", sink_port),
+                  **kw)  # fmt: skip
+    await relay.start()
+    return relay
+
+
+def test_relay_delivers_every_byte_once_and_passes_half_close_on() -> None:
+    async def go() -> None:
+        sink = Sink()
+        coord = Coordinator("r1", lambda: 0)  # no leader: always permitted
+        relay = await _relay(coord, await sink.start())
+        data = bytes(range(256)) * 12_000  # 3 MB
+        r, w = await asyncio.open_connection("127.0.0.1", relay.port)
+        w.write(data)
+        await w.drain()
+        w.write_eof()  # half-close: the sink answers only after it
+        reply = await asyncio.wait_for(r.read(), 20)
+        assert reply.decode() == hashlib.sha256(data).hexdigest()
+        assert sink.nbytes == len(data)
+        w.close()
+        await asyncio.wait_for(_until(lambda: not relay.flows), 10)
+        assert relay.counters["accepted"] == relay.counters["completed"] == 1
+        assert relay.counters["bytes_up"] == len(data) and relay.counters["bytes_down"] == 64
+        assert coord._active == 0  # the flow no longer counts towards the permit
+        await relay.close()
+
+    asyncio.run(go())
+
+
+def test_a_reset_at_the_destination_resets_the_application() -> None:
+    async def go() -> None:
+        sink = Sink()
+        sink.reset_after = 100_000
+        relay = await _relay(Coordinator("r1", lambda: 0), await sink.start())
+        _, w = await asyncio.open_connection("127.0.0.1", relay.port)
+        with pytest.raises(ConnectionError):
+            for _ in range(2000):  # bounded: the reset comes after 100 kB
+                w.write(bytes(65536))
+                await w.drain()
+        assert sink.done.is_set() and relay.counters["resets"] == 1
+        await relay.close()
+
+    asyncio.run(go())
+
+
+def test_without_a_permit_nothing_is_read_and_the_application_feels_it() -> None:
+    async def go() -> None:
+        sink = Sink()
+        coord = Coordinator("r1", lambda: 0)
+        coord.state = LinkState.PENDING  # joined nothing yet: no BH may go out
+        relay = await _relay(coord, await sink.start())
+        sock = socket.create_connection(("127.0.0.1", relay.port))
+        sock.setblocking(False)
+        written = 0
+        with pytest.raises(BlockingIOError):
+            for _ in range(100_000):  # bounded: the buffers fill well before
+                written += sock.send(bytes(65536))
+        await asyncio.wait_for(_until(lambda: coord._active == 1), 10)
+        assert relay.counters["bytes_up"] == 0 and sink.nbytes == 0
+        assert written < 16 << 20  # kernel buffers, not an unbounded queue in the relay
+        coord.state = None  # the permit comes (here: no leader any more)
+        coord._notify()
+        sock.setblocking(True)
+        sock.shutdown(socket.SHUT_WR)
+        await asyncio.wait_for(sink.done.wait(), 20)
+        assert sink.nbytes == written
+        sock.close()
+        await relay.close()
+
+    asyncio.run(go())
+
+
+def test_a_connection_nobody_redirected_is_closed() -> None:
+    async def go() -> None:
+        coord = Coordinator("r1", lambda: 0)
+        relay = Relay(port=0, mark=1, coordinator=coord, planner=None, settings=BulkSettings(),
+                      idle_release_ns=0, destination=lambda s: None)  # fmt: skip
+        await relay.start()
+        r, w = await asyncio.open_connection("127.0.0.1", relay.port)
+        assert await asyncio.wait_for(r.read(), 10) == b""
+        assert relay.counters["not_redirected"] == 1 and relay.counters["accepted"] == 0
+        w.close()
+        await relay.close()
+
+    asyncio.run(go())
+
+
+async def _until(pred: Any) -> None:
+    while not pred():
+        await asyncio.sleep(0.01)
