@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-EXTRAS ?= dev,transport,ray,cosim,learn,team
+EXTRAS ?= dev,transport,ray,cosim,learn,team,transparent
 
 .PHONY: demo test lint typecheck bench clean venv native
 
