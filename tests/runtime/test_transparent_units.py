@@ -280,6 +280,12 @@ class Sink:
 
     async def _serve(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         h = hashlib.sha256()
+        try:
+            await self._read(r, w, h)
+        except ConnectionResetError:
+            self.done.set()
+
+    async def _read(self, r: asyncio.StreamReader, w: asyncio.StreamWriter, h: Any) -> None:
         while data := await r.read(65536):
             h.update(data)
             self.nbytes += len(data)
@@ -366,6 +372,24 @@ def test_without_a_permit_nothing_is_read_and_the_application_feels_it() -> None
         assert sink.nbytes == written
         sock.close()
         await relay.close()
+
+    asyncio.run(go())
+
+
+def test_closing_the_relay_resets_open_connections_never_ends_them_cleanly() -> None:
+    async def go() -> None:
+        sink = Sink()
+        relay = await _relay(Coordinator("r1", lambda: 0), await sink.start())
+        r, w = await asyncio.open_connection("127.0.0.1", relay.port)
+        w.write(bytes(100_000))
+        await w.drain()
+        await asyncio.wait_for(_until(lambda: sink.nbytes == 100_000), 10)
+        await relay.close()  # the transfer is not finished: both ends must see a reset
+        with pytest.raises(ConnectionResetError):
+            await asyncio.wait_for(r.read(), 10)
+        await asyncio.wait_for(sink.done.wait(), 10)
+        assert sink.digest == ""  # the sink never took it for a whole upload (no EOF)
+        assert relay.counters["resets"] == 1
 
     asyncio.run(go())
 

@@ -253,6 +253,7 @@ class Relay:
             pacer.attach(up)
             upward = asyncio.create_task(self._upward(flow, app, up, pacer))
             downward = asyncio.create_task(self._downward(flow, up, app))
+            reset = False
             try:
                 done, _ = await asyncio.wait(
                     {upward, downward}, return_when=asyncio.FIRST_EXCEPTION
@@ -262,15 +263,21 @@ class Relay:
                 flow.ended = "closed"
                 self.counters["completed"] += 1
             except (ConnectionError, PeerTimeoutError, OSError) as exc:
-                flow.ended = f"reset: {exc}"
-                self.counters["resets"] += 1
-                _reset(app)
-                _reset(up)
+                flow.ended, reset = f"reset: {exc}", True
+            except asyncio.CancelledError:
+                # The relay is closing with the connection still open: a reset, so that
+                # neither end takes a cut-off transfer for a finished one.
+                flow.ended, reset = "reset: relay closed", True
+                raise
             finally:
                 for t in (upward, downward):
                     t.cancel()
                 await asyncio.gather(upward, downward, return_exceptions=True)
                 pacer.detach()
+                if reset:
+                    self.counters["resets"] += 1
+                    _reset(app)
+                    _reset(up)
         finally:
             self._deactivate(flow)
             app.close()
