@@ -146,8 +146,7 @@ def test_mutated_valid_datagrams(data: st.DataObject) -> None:
     pos = data.draw(st.integers(0, len(dgram) - 1))
     dgram[pos] ^= data.draw(st.integers(1, 255))
     decoder = LsDecoder(KEY, "sink", clock=lambda: 5)
-    decoder.open_session("r1", "ch", 5)
-    decoder._sessions[("r1", "ch")].session = 1
+    decoder._install_session("r1", "ch", 1, 0)
     assert only_peer_errors(decoder.decode, bytes(dgram), "fuzz") is None
 
 

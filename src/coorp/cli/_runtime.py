@@ -98,13 +98,13 @@ def leader(
 ) -> None:
     """Run the permit service (global controller) of a team."""
     from coorp.runtime import (
-        LeaderSettings,
         PermitService,
         TeamKey,
         load_team_config,
         query_leader_stats,
         resolve_team_key,
     )
+    from coorp.runtime._leader import leader_settings
     from coorp.runtime._sockets import format_address, parse_address
 
     _setup_logging(log_level)
@@ -128,11 +128,7 @@ def leader(
             {"holders": ", ".join(st.holders) or "-", "waiting": ", ".join(st.waiting) or "-"},
         )
         return
-    settings = LeaderSettings(
-        limit=cfg.leader.limit,
-        timeslice_ns=cfg.leader.timeslice_ns,
-        heartbeat_ns=cfg.leader.heartbeat_ns,
-    )
+    settings = leader_settings(cfg)
 
     async def run() -> dict[str, int]:
         service = PermitService(cfg.team.robots, key, settings)

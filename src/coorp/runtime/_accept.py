@@ -1,24 +1,40 @@
-"""Accept loops that cannot die: bounded connections, per-source limits, fd exhaustion.
+"""Accept loops that cannot die: floods from many sources, greedy members, fd exhaustion.
 
 Every TCP service of the runtime (the leader's permit service, an inbox's bulk and LS
-session port) accepts through one :class:`AcceptLoop`:
+session port) accepts through one :class:`AcceptLoop`. It never stops accepting: the
+kernel's listen queue is first come, first served, so a loop that paused while a flood
+held its slots left a robot's connection waiting behind hundreds of the flood's.
+Instead every connection is taken at once and triaged:
 
-* **bounded before accepting** — at ``max_connections`` open connections the loop
-  stops calling ``accept`` (the kernel's listen queue holds or refuses newcomers) and
-  resumes when one closes; the bound defaults to what the process's file-descriptor
-  limit leaves room for;
-* **pre-authentication limit per source address** — at most ``max_preauth_per_source``
-  connections from one host may be in their handshake at once; more are closed at
-  once (counted as ``limited``), so one flooding host cannot occupy the slots an
-  honest robot needs;
+* **pre-authentication limit per source address** — at most
+  ``max_preauth_per_source`` connections from one host may be in their handshake at
+  once; more are closed at once (counted as ``limited``);
+* **pre-authentication budget across all sources** — connections from hosts that
+  never authenticated here share ``preauth_budget`` slots. Above half of it, each new
+  one closes the *oldest* such connection with a probability rising linearly to 1 at
+  the full budget (random early drop, at the head: the newcomer gets its chance, the
+  one that has waited longest without authenticating goes; ``preauth_evicted``). An
+  honest client answers the greeting within a round trip, so it completes unless the
+  budget turns over within that time;
+* **a reserve for known members** — hosts from which a member authenticated before
+  (``known_hosts``) do not count against that budget and are never early-dropped;
+  the budget is at most ``max_connections - member_reserve``, and at the bound a
+  known host's connection closes an unknown one's pre-auth connection to get in;
+* **bounded** — at ``max_connections`` (never more than the fd limit minus 64) a new
+  connection closes the oldest unknown pre-auth connection, or is closed itself if
+  there is none (``dropped_full``);
 * **a deadline for the whole greeting** — the handler runs its handshake inside
-  :meth:`AcceptLoop.handshake_deadline`, which bounds the handshake as a whole (not
-  each read: a peer trickling one byte per read interval cannot hold a slot);
-* **file-descriptor exhaustion** (``EMFILE``/``ENFILE``/``ENOBUFS``/``ENOMEM``) is
-  logged once per episode, the loop backs off (10 ms doubling to 1 s) and resumes;
-  any other unexpected error is logged and the loop goes on.
+  :meth:`AcceptLoop.handshake_deadline` (not per read: a peer trickling one byte per
+  read interval cannot hold a slot);
+* **per-member quotas** after authentication (:meth:`AcceptLoop.authenticated`,
+  :class:`~._quota.MemberQuotas`): connections per member and frames per second;
+* **file-descriptor exhaustion** (``EMFILE``/``ENFILE``/``ENOBUFS``/``ENOMEM``): the
+  loop backs off (10 ms doubling to 1 s) and resumes; any other unexpected error is
+  logged and the loop goes on.
 
-:meth:`AcceptLoop.health` is the one-line state shown by ``coorp leader --status``.
+Warnings go through the service's :class:`~._counters.LogLimiter` (per kind, at most
+5 lines per second). :meth:`AcceptLoop.health` is the one-line state shown by
+``coorp leader --status``.
 """
 
 from __future__ import annotations
@@ -27,14 +43,19 @@ import asyncio
 import contextlib
 import errno
 import logging
+import os
+import random
 import resource
 import socket
-from collections import Counter
+import time
+from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
-from ._counters import host_of
+from ._counters import LogLimiter, host_of
 from ._errors import PeerTimeoutError
+from ._quota import MemberQuotas, QuotaSettings
 from ._sockets import format_address
 
 __all__ = ["AcceptLoop", "default_max_connections"]
@@ -44,6 +65,10 @@ _FD_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 _FD_RESERVE = 64
 _MIN_BACKOFF_S = 0.01
 _MAX_BACKOFF_S = 1.0
+#: Accepts in a row before the loop lets the handlers run (accept returns without
+#: suspending while connections are queued).
+_YIELD_EVERY = 16
+_MAX_KNOWN_HOSTS = 4096
 
 
 def default_max_connections(configured: int) -> int:
@@ -52,6 +77,18 @@ def default_max_connections(configured: int) -> int:
     if soft == resource.RLIM_INFINITY:
         return configured
     return min(configured, max(8, int(soft) - _FD_RESERVE))
+
+
+@dataclass(slots=True)
+class _Conn:
+    sock: socket.socket
+    peer: str
+    host: str
+    known: bool
+    task: asyncio.Task[None] | None = None
+    preauth: bool = True
+    evicted: bool = False
+    robot: str | None = None
 
 
 class AcceptLoop:
@@ -67,30 +104,46 @@ class AcceptLoop:
         max_connections: int,
         max_preauth_per_source: int,
         handshake_timeout_s: float,
+        preauth_budget: int = 256,
+        member_reserve: int = 64,
+        quotas: QuotaSettings | None = None,
+        limiter: LogLimiter | None = None,
         on_limited: Callable[[str], None] | None = None,
         accept: Callable[[socket.socket], Awaitable[tuple[socket.socket, Any]]] | None = None,
+        clock: Callable[[], int] = time.monotonic_ns,
+        rng: random.Random | None = None,
     ) -> None:
         self._listener = listener
         self._handler = handler
         self.name = name
         self._log = logger
+        self.limiter = limiter if limiter is not None else LogLimiter(logger, clock)
         self.max_connections = default_max_connections(max_connections)
         self.max_preauth_per_source = max_preauth_per_source
         self.handshake_timeout_s = handshake_timeout_s
+        self.member_reserve = min(member_reserve, self.max_connections // 2)
+        self.preauth_budget = max(
+            2, min(preauth_budget, self.max_connections - self.member_reserve)
+        )
+        self.quotas = MemberQuotas(quotas or QuotaSettings(), clock)
         self._on_limited = on_limited
         self._accept_fn = accept
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._rng = rng if rng is not None else random.Random(os.urandom(16))
+        # Every handler task, evicted ones included until they have ended.
+        self._conns: dict[asyncio.Task[None], _Conn] = {}
+        self._open = 0
         self._preauth: Counter[str] = Counter()
-        self._in_handshake: set[str] = set()
-        self._slot_free = asyncio.Event()
+        # Pre-auth connections from unknown hosts, oldest first (the early-drop queue).
+        self._unknown: OrderedDict[asyncio.Task[None], _Conn] = OrderedDict()
+        self._known: OrderedDict[str, None] = OrderedDict()
         self._task: asyncio.Task[None] | None = None
         self.state = "accepting"
         self.counters = {
             "accepted": 0,
-            "open_connections": 0,
             "limited_connections": 0,
+            "preauth_evicted": 0,
+            "dropped_full": 0,
             "handshake_timeouts": 0,
-            "accept_paused": 0,
             "fd_exhaustions": 0,
             "accept_errors": 0,
         }
@@ -104,7 +157,7 @@ class AcceptLoop:
             await asyncio.gather(self._task, return_exceptions=True)
 
     async def close(self) -> None:
-        tasks = list(self._tasks)
+        tasks = list(self._conns)
         if self._task is not None:
             tasks.append(self._task)
         for t in tasks:
@@ -113,28 +166,45 @@ class AcceptLoop:
 
     @property
     def open_connections(self) -> int:
-        return len(self._tasks)
+        return self._open
+
+    @property
+    def in_handshake(self) -> int:
+        return sum(self._preauth.values())
 
     def health(self) -> str:
         c = self.counters
+        q = self.quotas.counters
         return (
-            f"{self.state}: {len(self._tasks)}/{self.max_connections} connections, "
-            f"{sum(self._preauth.values())} in handshake, {c['limited_connections']} limited, "
-            f"{c['handshake_timeouts']} handshake timeouts, {c['fd_exhaustions']} fd exhaustions"
+            f"{self.state}: {self._open}/{self.max_connections} connections, "
+            f"{self.in_handshake} in handshake ({len(self._unknown)}/{self.preauth_budget} "
+            f"from unknown hosts), {c['preauth_evicted']} dropped early, "
+            f"{c['limited_connections']} limited, {c['handshake_timeouts']} handshake "
+            f"timeouts, {c['fd_exhaustions']} fd exhaustions, {q['quota_refused']} over quota"
         )
 
     def stats(self) -> dict[str, int]:
         out = dict(self.counters)
-        out["open_connections"] = len(self._tasks)
+        out.update(self.quotas.counters)
+        out["open_connections"] = self._open
         out["max_connections"] = self.max_connections
+        out["preauth_budget"] = self.preauth_budget
+        out["preauth_open"] = self.in_handshake
+        out["known_hosts"] = len(self._known)
         out["accept_healthy"] = int(self.state == "accepting")
         return out
 
     # -- for handlers ----------------------------------------------------------------------
+    def _current(self) -> _Conn | None:
+        task = asyncio.current_task()
+        conn = None if task is None else self._conns.get(task)
+        return None if conn is None or conn.evicted else conn
+
     @contextlib.asynccontextmanager
     async def handshake_deadline(self, peer: str) -> AsyncIterator[None]:
         """The handshake of ``peer`` as a whole must finish within the deadline; the
-        connection stops counting against its source's pre-auth limit afterwards."""
+        connection stops counting against the pre-auth limits afterwards."""
+        conn = self._current()
         try:
             async with asyncio.timeout(self.handshake_timeout_s):
                 yield
@@ -144,35 +214,47 @@ class AcceptLoop:
                 f"{peer}: handshake not complete within {self.handshake_timeout_s:g} s"
             ) from None
         finally:
-            self._release_preauth(peer)
+            if conn is not None:
+                self._end_preauth(conn)
 
-    def _release_preauth(self, peer: str) -> None:
-        """Idempotent: the handshake ended (or the handler did without one)."""
-        if peer not in self._in_handshake:
+    async def authenticated(self, robot: str) -> None:
+        """The current connection authenticated as ``robot``: its host is a known
+        member's from now on; it counts against ``robot``'s connection quota
+        (:class:`~._errors.LimitedError` when over it) and its handshake against the
+        member's frame rate (this waits if the member is over it)."""
+        conn = self._current()
+        if conn is None:
             return
-        self._in_handshake.discard(peer)
-        host = host_of(peer)
-        self._preauth[host] -= 1
-        if self._preauth[host] <= 0:
-            del self._preauth[host]
+        self._end_preauth(conn)
+        self._known[conn.host] = None
+        self._known.move_to_end(conn.host)
+        while len(self._known) > _MAX_KNOWN_HOSTS:
+            self._known.popitem(last=False)
+        self.quotas.open(robot)
+        conn.robot = robot
+        await self.quotas.pace(robot)
+
+    async def pace(self, robot: str, frames: int = 1) -> None:
+        """Charge ``frames`` handled for ``robot`` to its frame rate (waits when over)."""
+        await self.quotas.pace(robot, frames)
+
+    def _end_preauth(self, conn: _Conn) -> None:
+        """Idempotent: the handshake ended (or the handler did without one)."""
+        if not conn.preauth:
+            return
+        conn.preauth = False
+        self._preauth[conn.host] -= 1
+        if self._preauth[conn.host] <= 0:
+            del self._preauth[conn.host]
+        if conn.task is not None:
+            self._unknown.pop(conn.task, None)
 
     # -- the loop ---------------------------------------------------------------------------
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         backoff = _MIN_BACKOFF_S
+        streak = 0
         for _ in iter(int, 1):  # until cancelled; every iteration accepts or waits
-            if len(self._tasks) >= self.max_connections:
-                if self.state != "paused":
-                    self.state = "paused"
-                    self.counters["accept_paused"] += 1
-                    self._log.warning(
-                        "%s: %d connections open (the limit): not accepting until one closes",
-                        self.name,
-                        len(self._tasks),
-                    )
-                self._slot_free.clear()
-                await self._slot_free.wait()
-                continue
             try:
                 if self._accept_fn is not None:
                     sock, addr = await self._accept_fn(self._listener)
@@ -185,11 +267,13 @@ class AcceptLoop:
                     if self.state != "backing off":
                         self.state = "backing off"
                         self.counters["fd_exhaustions"] += 1
-                        self._log.error(
+                        self.limiter.log(
+                            "accept-fd",
+                            logging.ERROR,
                             "%s: cannot accept: %s (%d connections open); backing off and retrying",
                             self.name,
                             exc.strerror,
-                            len(self._tasks),
+                            self._open,
                         )
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, _MAX_BACKOFF_S)
@@ -200,29 +284,82 @@ class AcceptLoop:
                 continue
             except Exception as exc:  # never let the loop die
                 self.counters["accept_errors"] += 1
-                self._log.exception("%s: unexpected accept error: %s", self.name, exc)
+                self.limiter.log(
+                    "accept-error", logging.ERROR, "%s: unexpected accept error: %r", self.name, exc
+                )
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, _MAX_BACKOFF_S)
                 continue
             backoff = _MIN_BACKOFF_S
             if self.state != "accepting":
-                self._log.warning("%s: accepting connections again", self.name)
+                self.limiter.warning("accept-fd", "%s: accepting connections again", self.name)
                 self.state = "accepting"
-            peer = format_address(addr)
-            host = host_of(peer)
-            if self._preauth[host] >= self.max_preauth_per_source:
-                self.counters["limited_connections"] += 1
-                with contextlib.suppress(OSError):
-                    sock.close()
-                if self._on_limited is not None:
-                    self._on_limited(peer)
-                continue
-            self._preauth[host] += 1
-            self._in_handshake.add(peer)
-            self.counters["accepted"] += 1
-            task = asyncio.create_task(self._guard(sock, peer), name=f"coorp-{self.name}-{peer}")
-            self._tasks.add(task)
-            task.add_done_callback(self._done)
+            self._triage(sock, format_address(addr))
+            streak += 1
+            if streak >= _YIELD_EVERY:
+                streak = 0
+                await asyncio.sleep(0)  # let the handlers (and evictions) run
+
+    def _triage(self, sock: socket.socket, peer: str) -> None:
+        """Admit the new connection (closing an older unknown one if need be), or close it."""
+        host = host_of(peer)
+        if self._preauth[host] >= self.max_preauth_per_source:
+            self.counters["limited_connections"] += 1
+            self._close(sock)
+            if self._on_limited is not None:
+                self._on_limited(peer)
+            return
+        known = host in self._known
+        if not known and self._unknown:
+            n, budget = len(self._unknown), self.preauth_budget
+            low = budget // 2
+            if n >= budget or (n >= low and self._rng.random() < (n - low) / (budget - low)):
+                self._evict_oldest_unknown()
+        if self._open >= self.max_connections:
+            if not self._unknown:
+                self.counters["dropped_full"] += 1
+                self._close(sock)
+                self.limiter.warning(
+                    "accept-full",
+                    "%s: %d connections open (the bound), none of them an unauthenticated "
+                    "one to close: closing new connections",
+                    self.name,
+                    self._open,
+                )
+                return
+            self._evict_oldest_unknown()
+        self._preauth[host] += 1
+        self.counters["accepted"] += 1
+        conn = _Conn(sock, peer, host, known)
+        task = asyncio.create_task(self._guard(sock, peer), name=f"coorp-{self.name}-{peer}")
+        conn.task = task
+        self._conns[task] = conn
+        self._open += 1
+        if not known:
+            self._unknown[task] = conn
+        task.add_done_callback(self._done)
+
+    def _evict_oldest_unknown(self) -> None:
+        task, conn = self._unknown.popitem(last=False)
+        self.counters["preauth_evicted"] += 1
+        self._end_preauth(conn)
+        conn.evicted = True
+        self._open -= 1
+        task.cancel()  # its socket is closed when it ends (_done), started or not
+        self.limiter.warning(
+            "accept-flood",
+            "%s: %d connections from hosts that never authenticated here are in their "
+            "handshake (budget %d): closing the oldest ones early (preauth_evicted %d)",
+            self.name,
+            len(self._unknown) + 1,
+            self.preauth_budget,
+            self.counters["preauth_evicted"],
+        )
+
+    @staticmethod
+    def _close(sock: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            sock.close()
 
     async def _guard(self, sock: socket.socket, peer: str) -> None:
         try:
@@ -232,10 +369,18 @@ class AcceptLoop:
         except Exception as exc:  # a handler bug must not leak the slot or the fd
             self._log.exception("%s: handler for %s failed: %s", self.name, peer, exc)
         finally:
-            self._release_preauth(peer)
-            with contextlib.suppress(OSError):
-                sock.close()
+            self._close(sock)
 
     def _done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        self._slot_free.set()
+        conn = self._conns.pop(task, None)
+        if conn is None:
+            return
+        # A task cancelled before it ever ran never reached _guard's finally.
+        self._close(conn.sock)
+        if conn.evicted:
+            return  # already accounted for
+        self._open -= 1
+        self._end_preauth(conn)
+        if conn.robot is not None:
+            self.quotas.close(conn.robot)
+            conn.robot = None

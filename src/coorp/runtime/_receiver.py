@@ -13,12 +13,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import mmap
 import os
 import socket
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -42,6 +42,8 @@ from ._errors import (
     StaleError,
 )
 from ._framing import FramedConnection, PeerClosed, server_handshake
+from ._lssessions import DEFAULT_WINDOW, LsSession, SessionTable
+from ._quota import QuotaSettings
 from ._sockets import format_address, tune_tcp
 from ._wire import (
     MAC_BYTES,
@@ -51,7 +53,9 @@ from ._wire import (
     BulkOpen,
     BulkReject,
     LsAccept,
+    LsKeepAlive,
     LsOpen,
+    LsStatus,
     Ping,
     Pong,
     Refused,
@@ -96,18 +100,6 @@ class Message(msgspec.Struct, frozen=True):
         return self.received_ns - self.sent_ns
 
 
-@dataclass(slots=True)
-class _LsSession:
-    session: int
-    offset_ns: int
-    """receiver clock − sender clock, an upper bound (refreshed by keep-alives and
-    lowered by every datagram: a datagram never arrives before it was sent)."""
-    last_seq: int = 0
-    prefix: bytes = b""
-    """The constant start of its datagrams as this robot's senders encode them (the
-    key of :attr:`LsDecoder._canonical`)."""
-
-
 @dataclass(frozen=True, slots=True)
 class _Canonical:
     """What a session's datagram prefix stands for: names already validated, the MAC
@@ -127,8 +119,11 @@ class LsDecoder:
     carries the session this receiver opened for (sender, channel) — sessions are
     handed out over an authenticated connection (:meth:`open_session`) and live only
     as long as this decoder, so a restarted receiver rejects every old session —,
-    its sequence number is above the last one accepted, and it is fresh: sent at
-    most ``max_age_ns`` before now, on the sender's clock mapped to ours.
+    its sequence number was not accepted before and is inside the session's
+    anti-replay window (reordered datagrams are accepted and counted as such), and it
+    is fresh: sent at most ``max_age_ns`` before now, on the sender's clock mapped to
+    ours. Sessions, quotas and per-flow counts live in a
+    :class:`~._lssessions.SessionTable`.
     """
 
     def __init__(
@@ -139,40 +134,59 @@ class LsDecoder:
         *,
         max_age_ns: int = 2_000_000_000,
         max_sessions: int = 4096,
+        sessions_per_member: int | None = None,
+        replay_window: int = DEFAULT_WINDOW,
     ) -> None:
         self._keys = keys
         self.robot = robot
         self._clock = clock
         self.max_age_ns = max_age_ns
-        self._max_sessions = max_sessions
-        self._sessions: OrderedDict[tuple[str, str], _LsSession] = OrderedDict()
+        self.table = SessionTable(
+            per_member=sessions_per_member if sessions_per_member is not None else max_sessions,
+            max_sessions=max_sessions,
+            window=replay_window,
+        )
+        self._sessions = self.table._sessions  # read without the lock on the fast path
         self._macs: dict[str, MacKey] = {}
         # Open sessions by their datagrams' constant prefix: the fast path for
         # datagrams in the canonical layout our senders use (see decode).
         self._canonical: dict[bytes, _Canonical] = {}
-        self._lock = threading.Lock()
+        self._lock = self.table.lock
 
-    def open_session(self, robot: str, channel: str, sender_now_ns: int) -> int:
-        """A new session for ``robot``'s ``channel`` (replacing an older one)."""
+    def open_session(
+        self,
+        robot: str,
+        channel: str,
+        sender_now_ns: int,
+        on_gone: Callable[[], None] | None = None,
+    ) -> int:
+        """A new session for ``robot``'s ``channel`` (replacing an older one, whose
+        ``on_gone`` is called); :class:`LimitedError` when ``robot`` is over its quota."""
         session = int.from_bytes(os.urandom(8), "big") >> 1
-        self._install_session(robot, channel, session, self._clock() - sender_now_ns)
+        self._install_session(robot, channel, session, self._clock() - sender_now_ns, on_gone)
         return session
 
-    def _install_session(self, robot: str, channel: str, session: int, offset_ns: int) -> None:
+    def _install_session(
+        self,
+        robot: str,
+        channel: str,
+        session: int,
+        offset_ns: int,
+        on_gone: Callable[[], None] | None = None,
+    ) -> None:
         prefix = ls_header_prefix(robot, self.robot, channel, session)
         try:
             mac: MacKey | None = self._mac(robot)
         except PeerError:
             mac = None
+        s, ended = self.table.open(robot, channel, session, offset_ns, prefix, on_gone)
         with self._lock:
-            old = self._sessions.pop((robot, channel), None)
-            if old is not None:
+            for old in ended:
                 self._canonical.pop(old.prefix, None)
-            self._sessions[(robot, channel)] = _LsSession(session, offset_ns, prefix=prefix)
-            self._canonical[prefix] = _Canonical(robot, channel, session, mac)
-            while len(self._sessions) > self._max_sessions:
-                _, evicted = self._sessions.popitem(last=False)
-                self._canonical.pop(evicted.prefix, None)
+            self._canonical[prefix] = _Canonical(robot, channel, s.session, mac)
+        for old in ended:
+            if old.on_gone is not None:
+                old.on_gone()
 
     def _mac(self, robot: str) -> MacKey:
         key = self._macs.get(robot)
@@ -182,16 +196,26 @@ class LsDecoder:
                 self._macs[robot] = key
         return key
 
-    def refresh(self, robot: str, channel: str, session: int, sender_now_ns: int) -> None:
-        """A keep-alive of the session: re-measure the clock offset (drift)."""
-        with self._lock:
-            s = self._sessions.get((robot, channel))
-            if s is not None and s.session == session:
-                s.offset_ns = self._clock() - sender_now_ns
+    def refresh(
+        self, robot: str, channel: str, session: int, sender_now_ns: int, sent: int, last_seq: int
+    ) -> LsSession | None:
+        """A keep-alive of the session: re-measure the clock offset (drift), update its
+        loss count from the sender's; None if the session is gone."""
+        return self.table.report(
+            robot, channel, session, self._clock() - sender_now_ns, sent, last_seq
+        )
+
+    def detach(self, robot: str, channel: str, session: int) -> None:
+        self.table.detach(robot, channel, session)
 
     @property
     def sessions(self) -> int:
-        return len(self._sessions)
+        return len(self.table)
+
+    def flows(self) -> dict[str, dict[str, int]]:
+        """Per-flow counts, ``"robot/channel"`` -> received, lost, reordered, replayed,
+        sessions."""
+        return self.table.flows()
 
     def decode(self, data: bytes | bytearray | memoryview, peer: str) -> Message:
         now = self._clock()
@@ -253,7 +277,7 @@ class LsDecoder:
     def _admit(
         self, robot: str, channel: str, session: int, seq: int, sent_ns: int, now: int
     ) -> None:
-        """Session, order and freshness of an authenticated datagram; records it."""
+        """Session, window and freshness of an authenticated datagram; records it."""
         with self._lock:
             s = self._sessions.get((robot, channel))
             if s is None or s.session != session:
@@ -261,15 +285,17 @@ class LsDecoder:
                     f"{robot}/{channel}: session {session} is not open "
                     "here (an old session, or this receiver restarted)"
                 )
-            if seq <= s.last_seq:
-                raise ReplayError(f"{robot}/{channel}: sequence {seq} not newer than {s.last_seq}")
+            try:
+                s.window.check(seq)
+            except ReplayError as exc:
+                raise ReplayError(f"{robot}/{channel}: {exc}") from None
             age = now - (sent_ns + s.offset_ns)
             if age > self.max_age_ns:
                 raise StaleError(
                     f"{robot}/{channel}: datagram {seq} is "
                     f"{age / 1e9:.1f} s old (limit {self.max_age_ns / 1e9:g} s)"
                 )
-            s.last_seq = seq
+            s.window.commit(seq)
             if age < 0:
                 s.offset_ns += age  # it came sooner than the offset allowed: tighten
 
@@ -285,6 +311,24 @@ class ReceiverLimits:
     """Open connections at most (bounded further by the fd limit)."""
     max_preauth_per_source: int = 8
     """Connections from one host still in their handshake at once; more are closed."""
+    preauth_budget: int = 64
+    """Connections in their handshake from hosts no member authenticated from, across
+    all of them; above half of it the oldest are dropped early (see :mod:`._accept`)."""
+    member_reserve: int = 32
+    """Connections kept out of that budget for known members' hosts."""
+    connections_per_member: int = 64
+    """Authenticated connections one robot may hold here (LS sessions + bulk streams)."""
+    frames_per_s_per_member: float = 200.0
+    """Handshakes, session and control frames one robot may have handled per second
+    (bulk payload frames not counted); beyond, its frames are read later."""
+    frame_burst_per_member: int = 400
+    ls_sessions_per_member: int = 64
+    """LS sessions one robot may hold here; beyond, its own detached sessions go first,
+    then new ones are refused. Other robots' sessions are never evicted."""
+    max_ls_sessions: int = 4096
+    ls_replay_window: int = 1024
+    """Sequence numbers an LS session's anti-replay window spans: a datagram that
+    arrives after a newer one, within this many, is accepted (counted ``reordered``)."""
     partial_ttl_s: float = 600.0
     remember_completed: int = 4096
     ls_max_age_s: float = 2.0
@@ -364,9 +408,16 @@ class BulkReceiver:
             max_connections=lim.max_connections,
             max_preauth_per_source=lim.max_preauth_per_source,
             handshake_timeout_s=lim.handshake_timeout_s,
+            preauth_budget=lim.preauth_budget,
+            member_reserve=lim.member_reserve,
+            quotas=QuotaSettings(
+                lim.connections_per_member, lim.frames_per_s_per_member, lim.frame_burst_per_member
+            ),
+            limiter=self.drops.limiter,
             on_limited=lambda peer: self.drops.drop(
                 peer, LimitedError("too many connections in handshake from this host")
             ),
+            clock=self._clock,
         )
         self._accept.start()
 
@@ -378,6 +429,9 @@ class BulkReceiver:
         out = dict(self.counters)
         if self._accept is not None:
             out.update(self._accept.stats())
+        if self.ls is not None:
+            out["ls_sessions_refused"] = self.ls.table.refused
+            out["ls_sessions_evicted"] = self.ls.table.evicted
         return out
 
     def health(self) -> str:
@@ -397,15 +451,20 @@ class BulkReceiver:
                 join = await server_handshake(
                     conn, self._key, service="receiver", epoch=self._epoch, local=self.robot
                 )
+            try:
+                await slot.authenticated(join.robot)
+            except LimitedError as exc:
+                await conn.send(Refused(str(exc)))
+                raise
             if join.role == "ls" and self.ls is not None:
                 conn.read_timeout_s = lim.idle_timeout_s
-                await self._serve_ls(conn, join.robot, self.ls)
+                await self._serve_ls(conn, join.robot, self.ls, slot)
                 return
             if join.role != "sender":
                 await conn.send(Refused(f"role {join.role!r} is not served by a receiver"))
                 raise RefusedError(f"role {join.role!r} is not served by a receiver")
             conn.read_timeout_s = lim.idle_timeout_s
-            await self._serve(conn, join.robot)
+            await self._serve(conn, join.robot, slot)
         except PeerClosed:
             pass
         except PeerError as exc:
@@ -415,25 +474,52 @@ class BulkReceiver:
         finally:
             conn.close()
 
-    async def _serve_ls(self, conn: FramedConnection, robot: str, ls: LsDecoder) -> None:
-        """An LS sender's session: open it, then keep-alives until the sender goes."""
+    async def _serve_ls(
+        self, conn: FramedConnection, robot: str, ls: LsDecoder, slot: AcceptLoop
+    ) -> None:
+        """An LS sender's session: open it, then answer keep-alives with the session's
+        counts until the sender goes — or say it is gone (replaced, evicted), so the
+        sender opens a new one at once."""
         first = await conn.recv()
         if not isinstance(first, LsOpen):
             raise MalformedFrameError(f"expected LsOpen, got {type(first).__name__}")
-        session = ls.open_session(robot, first.channel, first.sent_ns)
-        self.counters["ls_sessions"] += 1
-        await conn.send(LsAccept(session))
-        while True:
-            msg = await conn.recv()
-            if not isinstance(msg, Ping):
-                raise MalformedFrameError(f"unexpected {type(msg).__name__} on an LS session")
-            ls.refresh(robot, first.channel, session, msg.token)
-            await conn.send(Pong(msg.token))
+        await slot.pace(robot)
+        task = asyncio.current_task()
 
-    async def _serve(self, conn: FramedConnection, robot: str) -> None:
+        def gone() -> None:  # replaced or evicted: end this connection (the sender reopens)
+            if task is not None:
+                task.cancel()
+
+        try:
+            session = ls.open_session(robot, first.channel, first.sent_ns, on_gone=gone)
+        except LimitedError as exc:
+            await conn.send(Refused(str(exc)))
+            raise
+        self.counters["ls_sessions"] += 1
+        try:
+            await conn.send(LsAccept(session))
+            while True:
+                msg = await conn.recv()
+                await slot.pace(robot)
+                if not isinstance(msg, LsKeepAlive):
+                    raise MalformedFrameError(f"unexpected {type(msg).__name__} on an LS session")
+                s = ls.refresh(robot, first.channel, session, msg.sent_ns, msg.sent, msg.last_seq)
+                if s is None:
+                    await conn.send(LsStatus(session, False, 0, 0, 0, 0))
+                    return
+                w = s.window
+                await conn.send(
+                    LsStatus(session, True, w.received, s.lost, w.reordered, w.replayed)
+                )
+        finally:
+            ls.detach(robot, first.channel, session)
+
+    async def _serve(self, conn: FramedConnection, robot: str, slot: AcceptLoop) -> None:
         current: tuple[_Key, _Partial] | None = None
         while True:
             msg = await conn.recv()
+            if not isinstance(msg, BulkData):  # payload frames run at the data rate
+                await slot.pace(robot)
             if isinstance(msg, BulkOpen):
                 current = await self._open(conn, robot, msg)
             elif isinstance(msg, BulkData):

@@ -45,7 +45,7 @@ from ._marking import Marking, mark_socket, probe_marking
 from ._preempt import SharedPlanner
 from ._receiver import ReceiverLimits
 from ._sockets import Address, format_address, parse_address, resolve
-from ._wire import LsAccept, LsOpen, Ping, Pong
+from ._wire import LsAccept, LsKeepAlive, LsOpen, LsStatus
 
 __all__ = ["AsyncTeam", "BulkStream", "Team", "TeamSettings", "ajoin", "join", "join_config"]
 
@@ -223,7 +223,8 @@ class AsyncTeam:
 
     async def _ls_session(self, ch: LatencySensitiveChannel) -> None:
         """Keep an LS session with the channel's receiver: open it, keep it alive,
-        re-open it when the connection breaks (a restarted receiver)."""
+        re-open it when the connection breaks (a restarted receiver) or when a
+        keep-alive's answer says the receiver no longer has it (at once)."""
         backoff = _LS_MIN_BACKOFF_S
         peer = format_address(ch.dest)
         warned = False
@@ -245,7 +246,11 @@ class AsyncTeam:
                     self._ls_ready[ch.name].set()
                     backoff = _LS_MIN_BACKOFF_S
                     warned = False
-                    await self._ls_keepalive(conn)
+                    await self._ls_keepalive(conn, ch)
+                    log.info(
+                        "LS channel %s: %s no longer has the session; reopening", ch.name, peer
+                    )
+                    continue  # the receiver dropped the session: reopen now
             except asyncio.CancelledError:
                 raise
             except RefusedError as exc:
@@ -258,20 +263,25 @@ class AsyncTeam:
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, _LS_MAX_BACKOFF_S)
 
-    async def _ls_keepalive(self, conn: FramedConnection) -> None:
+    async def _ls_keepalive(self, conn: FramedConnection, ch: LatencySensitiveChannel) -> None:
+        """Keep-alives with this session's counts; returns when the receiver answers
+        that the session is gone (raises when the connection fails)."""
         period = self.settings.ls_keepalive_s
         conn.read_timeout_s = 3 * period
 
         async def pings() -> None:
             while True:
                 await asyncio.sleep(period)
-                await conn.send(Ping(self._clock()))
+                await conn.send(LsKeepAlive(self._clock(), *ch.keepalive_counts()))
 
         async def pongs() -> None:
             while True:
                 msg = await conn.recv()
-                if not isinstance(msg, Pong):
+                if not isinstance(msg, LsStatus):
                     raise MalformedFrameError(f"unexpected {type(msg).__name__} on an LS session")
+                if not msg.alive:
+                    return
+                ch.on_status(msg.received, msg.lost, msg.reordered, msg.replayed)
 
         tasks = [asyncio.create_task(pings()), asyncio.create_task(pongs())]
         try:
@@ -592,5 +602,11 @@ def team_settings(config: TeamConfig) -> TeamSettings:
         bulk=BulkSettings(
             chunk_bytes=a.chunk_bytes,
             inflight_budget_ns=round(budget * 1e6) if budget > 0 else None,
+        ),
+        receiver=ReceiverLimits(
+            connections_per_member=a.inbox_connections_per_member,
+            ls_sessions_per_member=a.inbox_ls_sessions_per_member,
+            frames_per_s_per_member=a.inbox_frames_per_s_per_member,
+            preauth_budget=a.inbox_preauth_budget,
         ),
     )
