@@ -9,7 +9,7 @@ which kinds were folded into it.
 
 Every warning a daemon writes goes through one :class:`LogLimiter` per daemon, by
 **kind** (``drop:limited``, ``accept``, ``quota``, ``join``...): at most
-``max_lines`` lines of one kind in any interval (5 per second by default), the last
+``max_lines`` lines of one kind in any interval (4 per second by default), the last
 of them kept for the summary — what was held back is summed up in one line per kind
 ("held back N more ... lines"). Each limited line ends with its kind in brackets, so
 a log can be counted per kind (``benchmarks/runtime_faults.py`` does).
@@ -56,7 +56,7 @@ class LogLimiter:
         clock: Callable[[], int],
         *,
         interval_ns: int = 1_000_000_000,
-        max_lines: int = 5,
+        max_lines: int = 4,
         max_kinds: int = 64,
     ) -> None:
         if max_lines < 2:

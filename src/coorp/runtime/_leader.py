@@ -30,7 +30,7 @@ from ._auth import TeamKey
 from ._config import TeamConfig
 from ._counters import DropLog
 from ._errors import LimitedError, MalformedFrameError, RefusedError, RuntimeUsageError
-from ._framing import FramedConnection, PeerClosed, server_handshake
+from ._framing import FramedConnection, PeerClosed, greeting, server_handshake
 from ._quota import QuotaSettings
 from ._sockets import Address, format_address, open_tcp_listener, tune_tcp
 from ._wire import (
@@ -143,6 +143,7 @@ class PermitService:
                 s.connections_per_member, s.frames_per_s_per_member, s.frame_burst_per_member
             ),
             limiter=self.drops.limiter,
+            greeting=lambda: greeting("leader", self.epoch),
             on_limited=self._limited,
             clock=self._clock,
         )
@@ -223,7 +224,13 @@ class PermitService:
         robot: str | None = None
         try:
             async with slot.handshake_deadline(peer):
-                join = await server_handshake(conn, self._key, service="leader", epoch=self.epoch)
+                join = await server_handshake(
+                    conn,
+                    self._key,
+                    service="leader",
+                    epoch=self.epoch,
+                    greeted=slot.greeted_nonce(),
+                )
             try:
                 await slot.authenticated(join.robot)
             except LimitedError as exc:

@@ -41,7 +41,7 @@ from ._errors import (
     ReplayError,
     StaleError,
 )
-from ._framing import FramedConnection, PeerClosed, server_handshake
+from ._framing import FramedConnection, PeerClosed, greeting, server_handshake
 from ._lssessions import DEFAULT_WINDOW, LsSession, SessionTable
 from ._quota import QuotaSettings
 from ._sockets import format_address, tune_tcp
@@ -414,6 +414,7 @@ class BulkReceiver:
                 lim.connections_per_member, lim.frames_per_s_per_member, lim.frame_burst_per_member
             ),
             limiter=self.drops.limiter,
+            greeting=lambda: greeting("receiver", self._epoch, self.robot),
             on_limited=lambda peer: self.drops.drop(
                 peer, LimitedError("too many connections in handshake from this host")
             ),
@@ -449,7 +450,12 @@ class BulkReceiver:
         try:
             async with slot.handshake_deadline(peer):
                 join = await server_handshake(
-                    conn, self._key, service="receiver", epoch=self._epoch, local=self.robot
+                    conn,
+                    self._key,
+                    service="receiver",
+                    epoch=self._epoch,
+                    local=self.robot,
+                    greeted=slot.greeted_nonce(),
                 )
             try:
                 await slot.authenticated(join.robot)
