@@ -462,7 +462,11 @@ def reqflood(args: argparse.Namespace) -> None:
     agent.handshake(args.robot, key=key)  # type: ignore[arg-type]
     agent.recv()  # Welcome
     held, refused = [], 0
-    for _ in range(args.observers):
+    last_ping = time.monotonic()
+    for k in range(args.observers):
+        if time.monotonic() - last_ping > 0.1:  # the agent stays alive meanwhile
+            agent.send(Ping(k))
+            last_ping = time.monotonic()
         try:
             c = RawClient(args.leader, timeout=5)
             c.handshake(args.robot, key=key, role="observer")  # type: ignore[arg-type]

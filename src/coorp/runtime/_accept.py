@@ -424,6 +424,7 @@ class AcceptLoop:
         if self._greeting is not None:
             nonce, frame = self._greeting()
             try:  # a few dozen bytes into a fresh socket's empty buffer
+                sock.setblocking(False)
                 if sock.send(frame) != len(frame):
                     raise OSError(errno.EAGAIN, "greeting not written whole")
             except OSError:

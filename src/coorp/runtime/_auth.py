@@ -21,9 +21,9 @@ With the key of a pair,
   fails (other label), replayed within its connection fails (counter);
 * every LS datagram names its sender, its receiver, its channel and a session the
   receiver handed out (over an authenticated connection) and is MACed whole under
-  the pair's key; the receiver accepts only sessions it opened itself, sequence
-  numbers that increase, and datagrams inside a freshness window (see
-  :mod:`._receiver`).
+  the pair's key; the receiver accepts only sessions it opened itself, each sequence
+  number once (an anti-replay window), and datagrams inside a freshness window (see
+  :mod:`._receiver`, :mod:`._lssessions`).
 
 Different uses get different keys derived from each pair key, so a MAC made for one
 purpose is never valid for another.
