@@ -61,7 +61,8 @@ def test_a_member_opening_sessions_at_an_inbox_loses_only_its_own(
     r = attacks.eviction(topo, tmp_path, count=600)
     print(f"NETNS EVICT {r}")
     assert r["other_ls_lost"] == 0 and r["a3_lost_counted"] == 0 and r["a3_sessions"] == 1
-    assert r["a1_sessions"] == r["attack"]["accepted"] > 400
+    # It opened far more than its quota of 64 (the rest closed by the per-source limit).
+    assert r["a1_sessions"] == r["attack"]["accepted"] > 2 * 64
     assert r["inbox"]["bulk_ls_sessions_evicted"] >= r["a1_sessions"] - 64
     assert_logs_bounded(tmp_path)
 
