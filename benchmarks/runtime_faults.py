@@ -25,7 +25,8 @@ in ``tests/runtime/rt_attacks.py``, namespaces ``c23-*``):
    soon as the leader closes it, against a leader under ``ulimit -n`` 256 and 1,024,
    while three members stay joined; six robots join from the members' hosts (target:
    every join ≤ 1 s, 0 fallbacks to uncoordinated). One more joins from a host no
-   member joined from (printed, not in the target: see docs/runtime.md).
+   member joined from (printed, not in the target: see docs/runtime.md). Then the same
+   flood against a robot's inbox while three robots send it 100 kB each (printed).
 7. **members**: a member opens 4,200 LS sessions at another robot's inbox while a third
    sends LS there at 100 Hz (target: 0 of its messages lost); a member holds 1,030
    observer connections and floods Request/Ping frames while six robots join (target:
@@ -444,6 +445,14 @@ def members_and_floods(todo: set[str], runs: int, impaired_s: float) -> dict[str
             f"{max(j['join_s'] for j in joins):.3f} s, modes "
             f"{sorted({j['mode'] for j in joins})}; from a fresh host: "
             + ", ".join(f"{f['mode']} {f['join_s']:.3f} s" for f in fresh),
+            flush=True,
+        )
+        inbox = [scenario("inbox-flood", attacks.inbox_flood, count=2000) for _ in range(runs)]
+        sends = [x for r in inbox for x in r["sends"]]
+        print(
+            f"inbox-flood: {sum(r['delivered'] for r in inbox)}/{len(sends)} bulk messages of "
+            f"100 kB delivered, max {max(x['bulk_s'] for x in sends):.3f} s, reconnects "
+            f"{sum(x['reconnects'] for x in sends)}",
             flush=True,
         )
         out["distributed_flood"] = {

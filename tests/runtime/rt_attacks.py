@@ -29,6 +29,7 @@ __all__ = [
     "distributed_flood",
     "eviction",
     "impaired_ls",
+    "inbox_flood",
     "log_lines_per_s_max",
     "request_flood",
 ]
@@ -229,6 +230,106 @@ def distributed_flood(
                 "fd_exhaustions",
                 "accept_healthy",
                 "known_hosts",
+            )
+        },
+    }
+
+
+def inbox_flood(topo: Topology, tmp: Path, *, count: int = 2000) -> dict[str, Any]:
+    """The same flood against ``a2``'s inbox (no fd limit beyond its own bound of 256
+    connections); robots that never sent to it (``a1``, ``a3``, ``a5``) each open an LS
+    session there and send one 100 kB bulk message, one after the other."""
+    topo.add_addresses("a4", FLOOD_SOURCES)
+    inbox = f"{topo.addr('a2')}:{INBOX_PORT}"
+    senders = ("a1", "a3", "a5")
+    sink = _start(
+        topo,
+        "a2",
+        [
+            *ROLES,
+            "sink",
+            "--robot",
+            "a2",
+            "--listen",
+            inbox,
+            "--expect-bulk",
+            str(len(senders)),
+            "--key-hex",
+            KEY_HEX,
+            "--timeout",
+            "300",
+        ],
+        "inbox-a2",
+        tmp / "inbox-a2.log",
+    )
+    sink.expect("READY", 30)
+    src = f"{topo.subnet}.{FLOOD_SOURCES.start}-{FLOOD_SOURCES.stop - 1}"
+    flood = _start(
+        topo,
+        "a4",
+        [
+            *ROLES,
+            "dflood",
+            "--to",
+            inbox,
+            "--sources",
+            src,
+            "--count",
+            str(count),
+            "--timeout",
+            "300",
+        ],
+        "dflood",
+    )
+    flood.expect("FLOODED", 60)
+    sends = []
+    for host in senders:
+        w = _start(
+            topo,
+            host,
+            [
+                *ROLES,
+                "worker",
+                "--robot",
+                host,
+                "--dest",
+                inbox,
+                "--bh-bytes",
+                "100000",
+                "--grid-ns",
+                str(time.monotonic_ns()),
+                "--no-local",
+                "--key-hex",
+                KEY_HEX,
+                "--timeout",
+                "60",
+            ],
+            host,
+        )
+        r = _result(w, 90)
+        sends.append(
+            {
+                "host": host,
+                "bulk_s": (r["finished_ns"] - r["started_ns"]) / 1e9,
+                "reconnects": r["reconnects"],
+                "ls_sessions": r["ls"]["sessions"],
+            }
+        )
+    flooded = _stop(flood)
+    got = _result(sink, 60)
+    st = got["stats"]
+    return {
+        "sends": sends,
+        "delivered": len(got["bulk"]),
+        "flood": flooded,
+        "inbox": {
+            k: st.get(f"bulk_{k}", 0)
+            for k in (
+                "dropped_early",
+                "preauth_evicted",
+                "open_connections",
+                "max_connections",
+                "fd_exhaustions",
             )
         },
     }
