@@ -178,6 +178,7 @@ class AsyncBulkStream:
         self._conn: FramedConnection | None = None
         self._tracker: DrainTracker | None = None
         self._poller: select.poll | None = None
+        self._hangup: select.poll | None = None
         self._paced: bool | None = None
         self._regime = coordinator.regime
         self._first_reply = True
@@ -344,6 +345,10 @@ class AsyncBulkStream:
                         raise PeerTimeoutError(
                             f"{self.name}: nothing acknowledged for {s.io_timeout_s:.0f} s"
                         )
+                    if self._hangup is not None and self._hangup.poll(0):
+                        # The receiver closed (it never half-closes mid-message): its
+                        # bytes will not drain, reconnect now rather than at the timeout.
+                        raise PeerClosed(f"{self.name}: the receiver closed the connection")
                     await self._drain_for(s.poll_s)
                     continue
                 budget_since = None
@@ -511,6 +516,8 @@ class AsyncBulkStream:
         self._paced = None
         self._poller = select.poll()
         self._poller.register(sock.fileno(), select.POLLOUT)
+        self._hangup = select.poll()
+        self._hangup.register(sock.fileno(), select.POLLRDHUP | select.POLLERR | select.POLLHUP)
         if self.gate is not None:
             self._tracker = DrainTracker(
                 self.gate, lambda: bytes_outstanding(sock), bucket_bytes=s.chunk_bytes
