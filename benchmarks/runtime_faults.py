@@ -18,12 +18,38 @@ Measures the targets of issue 11 (numbers go to docs/runtime.md, "Faults: measur
 5. **overhead** (loopback): LS one-way p50, Coorp vs raw UDP, in 5 interleaved runs
    (target ≤ 50 µs more in every run); uses ``runtime_latency.py``'s measurement.
 
-Needs root and iproute2 for 1, 3, 4 (skipped otherwise, with the reason).
+And the targets of issue 23 (what one member, or a flood, costs the others; scenarios
+in ``tests/runtime/rt_attacks.py``, namespaces ``c23-*``):
+
+6. **distributed-flood**: 2,000 connections from 150 source addresses, each reopened as
+   soon as the leader closes it, against a leader under ``ulimit -n`` 256 and 1,024,
+   while three members stay joined; six robots join from the members' hosts (target:
+   every join ≤ 1 s, 0 fallbacks to uncoordinated). One more joins from a host no
+   member joined from (printed, not in the target: see docs/runtime.md). Then the same
+   flood against a robot's inbox while three robots send it 100 kB each (printed).
+7. **members**: a member opens 4,200 LS sessions at another robot's inbox while a third
+   sends LS there at 100 Hz (target: 0 of its messages lost); a member holds 1,030
+   observer connections and floods Request/Ping frames while six robots join (target:
+   every join ≤ 1 s).
+8. **impaired-ls**: 100 Hz LS through a user-space relay with 10 % loss and 20 ± 10 ms
+   delay (target: 0 reordered datagrams counted as replays; the receiver's loss count
+   = sent − received).
+
+All of 6–8 also count the log lines of the leader and inboxes under attack (target: ≤ 5
+per second per warning kind). With ``--only`` naming only 6–8, ``--json`` writes
+exactly ``{"distributed_flood": {"join_s_max", "fallbacks"}, "eviction":
+{"other_ls_lost"}, "request_flood": {"join_s_max"}, "impaired_ls":
+{"reorders_as_replay", "lost", "lost_counted"}, "log_lines_per_s_max"}`` (maxima and
+sums over ``--runs``); the details go to stdout.
+
+Needs root and iproute2 for 1, 3, 4, 6, 7, 8 (skipped otherwise, with the reason).
 
 Usage::
 
     python benchmarks/runtime_faults.py [--only flood,replay,phases,restart,overhead]
         [--runs 3] [--trace] [--nice N] [--pm-qos] [--json out.json]
+    python benchmarks/runtime_faults.py --only members,distributed-flood,impaired-ls
+        [--runs 3] [--impaired-seconds 20] --json out.json
 
 ``--pm-qos`` holds ``/dev/cpu_dma_latency`` at 0 µs for the whole run (root), as
 ``cyclictest`` does by default and latency-sensitive hosts are configured: no CPU enters
@@ -375,11 +401,94 @@ def overhead(runs: int, count: int) -> list[dict[str, float]]:
     return out
 
 
+# -- 6-8. what one member, or a flood, costs the others (issue 23) ---------------------------
+ISSUE23 = ("members", "distributed-flood", "impaired-ls")
+
+
+def members_and_floods(todo: set[str], runs: int, impaired_s: float) -> dict[str, Any]:
+    """Runs 6-8 ``runs`` times each; the issue's summary (maxima and sums)."""
+    import tempfile
+
+    import rt_attacks as attacks
+
+    out: dict[str, Any] = {}
+    logs: list[Path] = []
+
+    def scenario(name: str, fn: Any, **kw: Any) -> dict[str, Any]:
+        tmp = Path(tempfile.mkdtemp(prefix=f"coorp-c23-{name}-"))
+        topo = Topology(agents=5, tag="c23")
+        try:
+            topo.create(rate_mbit=RATE_MBIT, queue_ms=QUEUE_MS)
+            r: dict[str, Any] = fn(topo, tmp, **kw)
+        finally:
+            topo.destroy()
+        worst, kind = attacks.log_lines_per_s_max(tmp.glob("*.log"))
+        r["log_lines_per_s_max"], r["log_kind"] = worst, kind
+        r["load"] = os.getloadavg()[0]
+        logs.extend(tmp.glob("*.log"))
+        print(name, json.dumps(r), flush=True)
+        return r
+
+    if "distributed-flood" in todo:
+        rows = [
+            scenario("distributed-flood", attacks.distributed_flood, nofile=n, count=2000, probes=6)
+            for _ in range(runs)
+            for n in (256, 1024)
+        ]
+        joins = [j for r in rows for j in r["joins"]]
+        fresh = [r["fresh_host_join"] for r in rows]
+        print(
+            f"distributed-flood: {len(joins)} joins from members' hosts: max "
+            f"{max(j['join_s'] for j in joins):.3f} s, modes "
+            f"{sorted({j['mode'] for j in joins})}; from a fresh host: "
+            + ", ".join(f"{f['mode']} {f['join_s']:.3f} s" for f in fresh),
+            flush=True,
+        )
+        inbox = [scenario("inbox-flood", attacks.inbox_flood, count=2000) for _ in range(runs)]
+        sends = [x for r in inbox for x in r["sends"]]
+        print(
+            f"inbox-flood: {sum(r['delivered'] for r in inbox)}/{len(sends)} bulk messages of "
+            f"100 kB delivered, max {max(x['bulk_s'] for x in sends):.3f} s, reconnects "
+            f"{sum(x['reconnects'] for x in sends)}",
+            flush=True,
+        )
+        out["distributed_flood"] = {
+            "join_s_max": max(j["join_s"] for j in joins),
+            "fallbacks": sum(r["member_fallbacks"] for r in rows)
+            + sum(j["mode"] != "coordinated" for j in joins),
+        }
+    if "members" in todo:
+        ev = [scenario("eviction", attacks.eviction, count=4200) for _ in range(runs)]
+        out["eviction"] = {"other_ls_lost": sum(r["other_ls_lost"] for r in ev)}
+        rq = [scenario("request-flood", attacks.request_flood, observers=1030) for _ in range(runs)]
+        rq_joins = [j for r in rq for j in r["joins"]]
+        out["request_flood"] = {
+            "join_s_max": max(j["join_s"] if j["mode"] == "coordinated" else 1e9 for j in rq_joins)
+        }
+    if "impaired-ls" in todo:
+        im = [
+            scenario("impaired-ls", attacks.impaired_ls, seconds=impaired_s, seed=k + 1)
+            for k in range(runs)
+        ]
+        out["impaired_ls"] = {
+            "reorders_as_replay": sum(r["reorders_as_replay"] for r in im),
+            "lost": sum(r["lost"] for r in im),
+            "lost_counted": sum(r["lost_counted"] for r in im),
+        }
+    worst, kind = attacks.log_lines_per_s_max(logs)
+    print(f"log lines per second per kind: at most {worst} ({kind})", flush=True)
+    out["log_lines_per_s_max"] = worst
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--only", default="flood,replay,phases,restart,overhead")
     p.add_argument("--runs", type=int, default=3, help="runs of the netns measurements")
     p.add_argument("--ls-count", type=int, default=2000)
+    p.add_argument(
+        "--impaired-seconds", type=float, default=20, help="impaired-ls: seconds of 100 Hz LS"
+    )
     p.add_argument("--json", type=Path)
     p.add_argument(
         "--trace",
@@ -409,6 +518,20 @@ def main() -> None:
     if args.nice is not None:
         NICE[:] = ["nice", "-n", str(args.nice)]
     todo = set(args.only.split(","))
+    unknown = todo - {"flood", "replay", "phases", "restart", "overhead", *ISSUE23}
+    if unknown:
+        p.error(f"--only: unknown part(s) {', '.join(sorted(unknown))}")
+    if todo <= set(ISSUE23):  # the issue's summary, exactly its keys
+        why = netns_unavailable()
+        if why is not None:
+            raise SystemExit(f"runtime_faults.py: needs network namespaces: {why}")
+        print(f"load before: {os.getloadavg()[0]:.2f}", flush=True)
+        summary = members_and_floods(todo, args.runs, args.impaired_seconds)
+        print(f"load after: {os.getloadavg()[0]:.2f}", flush=True)
+        print(json.dumps(summary), flush=True)
+        if args.json:
+            args.json.write_text(json.dumps(summary, indent=2))
+        return
     res: dict[str, Any] = {
         "load_before": os.getloadavg()[0],
         "nice": args.nice,
@@ -443,6 +566,8 @@ def main() -> None:
             for r in res["phases"]:
                 for m in r["late"]:
                     print(f"phases late: {r['variant']} seed {r['seed']}: {json.dumps(m)}")
+        if set(ISSUE23) & todo:
+            res.update(members_and_floods(todo, args.runs, args.impaired_seconds))
         if "restart" in todo:
             res["restart"] = [
                 restart(tmpdir(), kill=k) for _ in range(args.runs) for k in (False, True)

@@ -21,7 +21,7 @@ from coorp.runtime._auth import (
     new_nonce,
     open_hello,
 )
-from coorp.runtime._team import _LoopThread
+from coorp.runtime._threaded import _LoopThread
 from coorp.runtime._wire import Join, Message
 
 KEY = TeamKey(b"test-team-key-0123456789abcdef!!")
@@ -196,11 +196,13 @@ class RawClient:
         return buf
 
     def handshake(self, robot: str, key: TeamKey = KEY, role: str = "agent") -> None:
+        """Greeting and Join, with the key of ``robot`` and the server (the leader, or
+        the robot whose inbox this is)."""
         from coorp.runtime._wire import decode_envelope
 
         hello = open_hello(decode_envelope(self.read_frame()))
         nonce = new_nonce()
-        mac = key.mac(robot, LEADER)
+        mac = key.mac(robot, LEADER if hello.service == "leader" else hello.robot)
         self.sealer = FrameSealer(mac, CLIENT_TO_SERVER, hello.nonce)
         self.opener = FrameOpener(mac, SERVER_TO_CLIENT, nonce)
         self.send(Join(robot, nonce, role))  # type: ignore[arg-type]

@@ -20,9 +20,20 @@ def netns_unavailable() -> str | None:
 class Topology(StarNetwork):
     """Leader + agents behind one bridge; the leader's port shaped with tbf."""
 
-    def __init__(self, agents: int) -> None:
+    def __init__(self, agents: int, *, tag: str = "coorpt") -> None:
         super().__init__(["ld", *(f"a{i}" for i in range(1, agents + 1))],
-                         tag="coorpt", subnet="10.231.0")  # fmt: skip
+                         tag=tag, subnet="10.231.0")  # fmt: skip
+
+    def add_addresses(self, host: str, last_octets: range) -> None:
+        """More addresses on ``host``'s interface (one ``ip -batch`` call): a host that
+        sends from many source addresses."""
+        import subprocess
+
+        batch = "".join(f"addr add {self.subnet}.{i}/24 dev eth0\n" for i in last_octets)
+        r = subprocess.run(["ip", "-n", self.ns(host), "-batch", "-"], input=batch,
+                           capture_output=True, text=True, timeout=30)  # fmt: skip
+        if r.returncode != 0:
+            raise RuntimeError(f"ip -batch on {host}: {r.stderr.strip()}")
 
     def create(self, *, rate_mbit: float, queue_ms: float) -> None:  # type: ignore[override]
         super().create()

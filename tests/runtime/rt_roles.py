@@ -5,6 +5,14 @@
   the same instants, like an MPC loop) and one bulk transfer once the LS flow runs.
 * ``stats``  — print a leader's counters as JSON.
 * ``forge``  — send the leader garbage, an oversized frame and a wrong-key join.
+* ``member`` — join and stay joined (until a line on stdin); its link counters.
+* ``dflood`` — hold ``--count`` connections from many source addresses, reopening
+  every one the server closes (a distributed flood).
+* ``evict``  — a member opening LS sessions at another robot's inbox as fast as it can.
+* ``reqflood`` — a member holding observer connections and sending Request frames
+  as fast as it can.
+* ``lsflow`` — an LS flow at ``--hz`` until a line on stdin; its channel counters.
+* ``impair`` — a user-space impaired link (``rt_impair.ImpairedLink``).
 
 Every program prints ``READY``/``RESULT {json}`` lines on stdout and is bounded in
 time by ``--timeout``.
@@ -13,6 +21,7 @@ time by ``--timeout``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -25,7 +34,17 @@ import time
 from coorp.runtime import BulkSettings, TeamKey, TeamSettings, join, query_leader_stats
 
 
+def _log_to_stderr() -> None:
+    """Warnings with a wall-clock timestamp (benchmarks count lines per second)."""
+    import logging
+
+    logging.basicConfig(
+        level=logging.WARNING, format="%(created).3f %(levelname)s %(name)s: %(message)s"
+    )
+
+
 def sink(args: argparse.Namespace) -> None:
+    _log_to_stderr()
     team = join(None, args.robot, TeamKey.from_hex(args.key_hex))
     inbox = team.listen(args.listen)
     stalls: list[tuple[int, int]] = []
@@ -35,9 +54,12 @@ def sink(args: argparse.Namespace) -> None:
     print("READY", flush=True)
     bulk, ls = [], []
     deadline = time.monotonic() + args.timeout
-    while (len(bulk) < args.expect_bulk or inbox.stats()["dropped"] < args.expect_drops) and (
-        time.monotonic() < deadline
-    ):
+    stop_line = _stdin_line() if args.until_stdin else None
+    while (
+        (stop_line is not None and not stop_line.is_set())
+        or len(bulk) < args.expect_bulk
+        or inbox.stats()["dropped"] < args.expect_drops
+    ) and (time.monotonic() < deadline):
         try:
             # Short rounds: the loop condition also watches the drop counter.
             msg = inbox.recv(timeout=min(max(deadline - time.monotonic(), 0.01), 0.2))
@@ -58,7 +80,13 @@ def sink(args: argparse.Namespace) -> None:
             )
             print(f"BULK {msg.robot} {msg.channel}", flush=True)
     stop.set()
-    out = {"bulk": bulk, "ls": ls, "stats": inbox.stats(), "stalls": stalls}
+    out = {
+        "bulk": bulk,
+        "ls": ls,
+        "stats": inbox.stats(),
+        "stalls": stalls,
+        "flows": inbox.flows(),
+    }
     print("RESULT " + json.dumps(out), flush=True)
     team.close()
 
@@ -208,7 +236,8 @@ def joinprobe(args: argparse.Namespace) -> None:
     settings = TeamSettings(join_timeout_s=args.timeout)
     team = join(args.leader, args.robot, TeamKey.from_hex(args.key_hex), settings=settings)
     ms = (time.monotonic() - t0) * 1e3
-    print(f"JOINED {team.mode} {ms:.1f}", flush=True)
+    link = team.stats().get("link", {})
+    print(f"JOINED {team.mode} {ms:.1f} {json.dumps(link)}", flush=True)
     team.close()
 
 
@@ -289,6 +318,238 @@ def with_eof(s: socket.socket) -> None:
             return
 
 
+def _stdin_line() -> threading.Event:
+    """An event set when a line (or EOF) arrives on stdin."""
+    ev = threading.Event()
+
+    def read() -> None:
+        sys.stdin.readline()
+        ev.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    return ev
+
+
+def _member_key(args: argparse.Namespace) -> object:
+    """Only ``--robot``'s own keys (what a member holds), derived from the team key."""
+    team = TeamKey.from_hex(args.key_hex)
+    return team.robot_key(args.robot, [args.robot, *args.peers.split(",")])
+
+
+def member(args: argparse.Namespace) -> None:
+    """Join and stay joined until a line on stdin; the link's counters."""
+    settings = TeamSettings(join_timeout_s=args.timeout)
+    team = join(args.leader, args.robot, _member_key(args), settings=settings)  # type: ignore[arg-type]
+    print(f"READY {team.mode}", flush=True)
+    _stdin_line().wait(args.timeout)
+    out = {"mode": team.mode, "link": team.stats().get("link", {})}
+    print("RESULT " + json.dumps(out), flush=True)
+    team.close()
+
+
+def dflood(args: argparse.Namespace) -> None:
+    """Hold ``--count`` TCP connections to ``--to`` from the source addresses
+    ``--sources PREFIX.LO-HI`` (round robin); every connection the server closes is
+    opened again at once, until a line on stdin or ``--timeout``. Never speaks."""
+    import resource
+    import selectors
+
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    host, port = args.to.rsplit(":", 1)
+    prefix, rng = args.sources.rsplit(".", 1)
+    lo, hi = (int(x) for x in rng.split("-"))
+    sources = [f"{prefix}.{i}" for i in range(lo, hi + 1)]
+    sel = selectors.DefaultSelector()
+    opened = failed = 0
+
+    def open_one(k: int) -> None:
+        nonlocal opened, failed
+        s = socket.socket()
+        s.setblocking(False)
+        try:
+            s.bind((sources[k % len(sources)], 0))
+            s.connect_ex((host, int(port)))
+        except OSError:
+            failed += 1
+            s.close()
+            return
+        opened += 1
+        sel.register(s, selectors.EVENT_READ, k)
+
+    for k in range(args.count):
+        open_one(k)
+    print(f"FLOODED {opened} from {len(sources)} addresses", flush=True)
+    stop = _stdin_line()
+    deadline = time.monotonic() + args.timeout
+    reopened = 0
+    for _ in range(100_000_000):
+        if stop.is_set() or time.monotonic() > deadline:
+            break
+        for key, _ev in sel.select(0.05):
+            s = key.fileobj
+            try:
+                data = s.recv(4096)  # type: ignore[union-attr]
+            except OSError:
+                data = b""
+            if not data:  # closed by the server: open another one
+                sel.unregister(s)
+                s.close()  # type: ignore[union-attr]
+                open_one(key.data)
+                reopened += 1
+    out = {"opened": opened, "reopened": reopened, "failed": failed}
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def evict(args: argparse.Namespace) -> None:
+    """As member ``--robot`` (its own keys only), open ``--count`` LS sessions at the
+    inbox ``--dest``, each on a new connection dropped once accepted, as fast as the
+    inbox lets it (``--concurrency`` at once)."""
+    import asyncio
+
+    from coorp.runtime._framing import client_handshake, connect_framed, recv_first_reply
+    from coorp.runtime._wire import LsOpen
+
+    key = _member_key(args)
+    host, port = args.dest.rsplit(":", 1)
+    counts = {"accepted": 0, "refused": 0, "errors": 0}
+
+    async def one(i: int) -> None:
+        conn = None
+        try:
+            conn = await connect_framed((host, int(port)), timeout_s=5)
+            await client_handshake(conn, key, robot=args.robot, role="ls", service="receiver")  # type: ignore[arg-type]
+            await conn.send(LsOpen(f"evict{i}", time.monotonic_ns()))
+            await recv_first_reply(conn)
+            counts["accepted"] += 1
+        except Exception as exc:  # count every way it failed
+            counts["refused" if "refused" in type(exc).__name__.lower() else "errors"] += 1
+        finally:
+            if conn is not None:
+                conn.close()
+
+    async def run() -> None:
+        todo = iter(range(args.count))
+
+        async def lane() -> None:
+            for i in todo:
+                await one(i)
+
+        async with asyncio.timeout(args.timeout):
+            await asyncio.gather(*(lane() for _ in range(args.concurrency)))
+
+    t0 = time.monotonic()
+    print("EVICTING", flush=True)
+    try:
+        asyncio.run(run())
+    except TimeoutError:
+        counts["errors"] += 1
+    out = dict(counts, seconds=round(time.monotonic() - t0, 3))
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def reqflood(args: argparse.Namespace) -> None:
+    """As member ``--robot``: hold ``--observers`` observer connections to the leader,
+    then join as an agent and send Request and Ping frames as fast as the socket
+    takes them, until a line on stdin or ``--timeout``."""
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from rt_helpers import RawClient
+
+    from coorp.runtime._wire import Ping, Refused, Request
+
+    key = _member_key(args)
+    agent = RawClient(args.leader, timeout=5)
+    agent.handshake(args.robot, key=key)  # type: ignore[arg-type]
+    agent.recv()  # Welcome
+    held, refused = [], 0
+    last_ping = time.monotonic()
+    for k in range(args.observers):
+        if time.monotonic() - last_ping > 0.1:  # the agent stays alive meanwhile
+            agent.send(Ping(k))
+            last_ping = time.monotonic()
+        try:
+            c = RawClient(args.leader, timeout=5)
+            c.handshake(args.robot, key=key, role="observer")  # type: ignore[arg-type]
+            c.send(Ping(1))
+            if isinstance(c.recv(), Refused):
+                refused += 1
+                c.close()
+                continue
+            held.append(c)
+        except Exception:  # refused and closed, timed out...: not held
+            refused += 1
+    print(f"FLOODING observers={len(held)} refused={refused}", flush=True)
+    stop = _stdin_line()
+    sent = [0]
+    agent.sock.settimeout(None)  # blocking: a timeout mid-frame would break the framing
+
+    def blast() -> None:
+        with contextlib.suppress(OSError):
+            while not stop.is_set():
+                agent.send(Request() if sent[0] % 2 else Ping(sent[0]))
+                sent[0] += 1
+
+    t = threading.Thread(target=blast, daemon=True)
+    t.start()
+    stop.wait(args.timeout)
+    stop.set()
+    agent.sock.shutdown(socket.SHUT_RDWR)  # unblocks a send the leader is not reading
+    t.join(timeout=5)
+    sent_n = sent[0]
+    out = {"observers_held": len(held), "observers_refused": refused, "frames_sent": sent_n}
+    print("RESULT " + json.dumps(out), flush=True)
+    for c in held:
+        c.close()
+    agent.close()
+
+
+def lsflow(args: argparse.Namespace) -> None:
+    """An LS flow of ``--bytes`` at ``--hz`` to ``--dest`` until a line on stdin (or
+    ``--timeout``); then one more keep-alive, so the receiver's counts are complete."""
+    settings = TeamSettings(ls_keepalive_s=args.keepalive_s)
+    team = join(None, args.robot, _member_key(args), settings=settings)  # type: ignore[arg-type]
+    ch = team.latency_sensitive("control", args.dest, deadline_ms=1000 / args.hz)
+    print(f"READY {ch.has_session}", flush=True)
+    stop = _stdin_line()
+    period = 1.0 / args.hz
+    t0 = time.monotonic()
+    k, outcomes = 0, {"sent": 0, "parked": 0, "failed": 0}
+    deadline = t0 + args.timeout
+    while not stop.is_set() and time.monotonic() < deadline:
+        outcomes[ch.send(bytes(args.bytes))] += 1
+        k += 1
+        stop.wait(max(t0 + k * period - time.monotonic(), 0))
+    settle = threading.Event()
+    settle.wait(0.1)  # the last datagrams arrive (the link's delay)
+    before = ch.stats.received
+    for _ in range(int(10 / args.keepalive_s)):  # a keep-alive after them
+        if ch.stats.received != before or ch.stats.received + ch.stats.lost >= ch.stats.sent:
+            break
+        settle.wait(args.keepalive_s / 4)
+    settle.wait(args.keepalive_s * 1.5)
+    out = {"outcomes": outcomes, "stats": dataclasses.asdict(ch.stats)}
+    print("RESULT " + json.dumps(out), flush=True)
+    team.close()
+
+
+def impair(args: argparse.Namespace) -> None:
+    """Forward ``--listen`` to ``--to`` with loss and delay jitter on UDP (TCP as is)
+    until a line on stdin or ``--timeout``; its counters."""
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from rt_impair import ImpairedLink
+
+    lh, lp = args.listen.rsplit(":", 1)
+    th, tp = args.to.rsplit(":", 1)
+    link = ImpairedLink(
+        (th, int(tp)), listen=(lh, int(lp)), loss=args.loss, delay_ms=args.delay_ms,
+        jitter_ms=args.jitter_ms, seed=args.seed,
+    )  # fmt: skip
+    print("READY", flush=True)
+    _stdin_line().wait(args.timeout)
+    print("RESULT " + json.dumps(link.counters()), flush=True)
+    link.close()
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="role", required=True)
@@ -298,6 +559,7 @@ def main() -> None:
     s.add_argument("--expect-drops", type=int, default=0)
     s.add_argument("--robot", default="ld")
     s.add_argument("--stall-ticker", action="store_true")
+    s.add_argument("--until-stdin", action="store_true", help="run until a line on stdin")
     sn = sub.add_parser("sniff")
     sn.add_argument("--ifname", required=True)
     sn.add_argument("--port", type=int, required=True)
@@ -333,12 +595,45 @@ def main() -> None:
     st.add_argument("--leader", required=True)
     f = sub.add_parser("forge")
     f.add_argument("--leader", required=True)
-    for q in (s, w, st, f, fl, jp, sn, rp):
+    mb = sub.add_parser("member")
+    mb.add_argument("--leader", required=True)
+    mb.add_argument("--robot", required=True)
+    df = sub.add_parser("dflood")
+    df.add_argument("--to", required=True)
+    df.add_argument("--sources", required=True, help="PREFIX.LO-HI, e.g. 10.231.0.100-249")
+    df.add_argument("--count", type=int, default=2000)
+    ev = sub.add_parser("evict")
+    ev.add_argument("--dest", required=True)
+    ev.add_argument("--robot", required=True)
+    ev.add_argument("--count", type=int, default=4200)
+    ev.add_argument("--concurrency", type=int, default=16)
+    rf = sub.add_parser("reqflood")
+    rf.add_argument("--leader", required=True)
+    rf.add_argument("--robot", required=True)
+    rf.add_argument("--observers", type=int, default=1030)
+    lf = sub.add_parser("lsflow")
+    lf.add_argument("--dest", required=True)
+    lf.add_argument("--robot", required=True)
+    lf.add_argument("--hz", type=float, default=100)
+    lf.add_argument("--bytes", type=int, default=200)
+    lf.add_argument("--keepalive-s", type=float, default=0.5)
+    im = sub.add_parser("impair")
+    im.add_argument("--listen", required=True)
+    im.add_argument("--to", required=True)
+    im.add_argument("--loss", type=float, default=0.1)
+    im.add_argument("--delay-ms", type=float, default=20)
+    im.add_argument("--jitter-ms", type=float, default=10)
+    im.add_argument("--seed", type=int, default=1)
+    for q in (mb, ev, rf, lf):
+        q.add_argument("--peers", default="ld,a1,a2,a3", help="the robot key's peers")
+    for q in (s, w, st, f, fl, jp, sn, rp, mb, df, ev, rf, lf, im):
         q.add_argument("--key-hex", default="")
         q.add_argument("--timeout", type=float, default=60)
     args = p.parse_args()
     roles = {"sink": sink, "worker": worker, "stats": stats, "forge": forge}
     roles |= {"flood": flood, "joinprobe": joinprobe, "sniff": sniff, "replay": replay}
+    roles |= {"member": member, "dflood": dflood, "evict": evict, "reqflood": reqflood}
+    roles |= {"lsflow": lsflow, "impair": impair}
     roles[args.role](args)
 
 

@@ -41,7 +41,7 @@ def team(tmp_path: Path, extra: str = "") -> Path:
     (tmp_path / "team.key").chmod(0o600)
     path = tmp_path / "team.toml"
     path.write_text(
-        '[team]\nrobots = ["ld", "r1"]\nkey_file = "team.key"\n'
+        '[team]\nrobots = ["ld", "r1"]\nkey_file = "team.key"\nteam_key_fallback = true\n'
         '[leader]\nlisten = "127.0.0.1:0"\n' + extra
     )
     return path

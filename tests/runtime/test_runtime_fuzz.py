@@ -146,8 +146,7 @@ def test_mutated_valid_datagrams(data: st.DataObject) -> None:
     pos = data.draw(st.integers(0, len(dgram) - 1))
     dgram[pos] ^= data.draw(st.integers(1, 255))
     decoder = LsDecoder(KEY, "sink", clock=lambda: 5)
-    decoder.open_session("r1", "ch", 5)
-    decoder._sessions[("r1", "ch")].session = 1
+    decoder._install_session("r1", "ch", 1, 0)
     assert only_peer_errors(decoder.decode, bytes(dgram), "fuzz") is None
 
 
@@ -267,7 +266,7 @@ def test_canonical_fast_path_decides_like_the_full_parse(
 
 
 def test_canonical_fast_path_is_taken_for_our_senders_datagrams(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from coorp.runtime import _receiver
+    from coorp.runtime import _lsdecoder as _receiver
     from coorp.runtime._wire import ls_datagram_head, ls_header_prefix
 
     decoder = LsDecoder(KEY, "sink", clock=lambda: 10)

@@ -10,12 +10,19 @@ import pytest
 
 from coorp import ScenarioError, UsageError
 from coorp.control import CompletionTimeTable, Gate, Interval
-from coorp.runtime import TeamKey, ajoin, join, load_team_config, mark_socket, resolve_team_key
+from coorp.runtime import (
+    TeamKey,
+    ajoin,
+    join,
+    load_team_config,
+    mark_socket,
+    resolve_team_key,
+    team_settings,
+)
 from coorp.runtime._latency import LatencySensitiveChannel
 from coorp.runtime._marking import Marking
 from coorp.runtime._preempt import DrainTracker
-from coorp.runtime._receiver import LsDecoder, _LsSession
-from coorp.runtime._team import team_settings
+from coorp.runtime._receiver import LsDecoder
 
 KEY = TeamKey(b"u" * 32)
 
@@ -72,7 +79,7 @@ def channel(clock: Clock, sock: FakeSocket, armed: list[int]) -> LatencySensitiv
 
 def payloads(sock: FakeSocket) -> list[bytes]:
     dec = LsDecoder(KEY, "sink", clock=lambda: 0, max_age_ns=1 << 62)
-    dec._sessions[("r1", "perception")] = _LsSession(SESSION, 0)
+    dec._install_session("r1", "perception", SESSION, 0)
     return [bytes(dec.decode(d, "x").payload) for d in sock.sent]
 
 

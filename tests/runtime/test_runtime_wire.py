@@ -25,7 +25,8 @@ from coorp.runtime._auth import (
     open_hello,
     seal_hello,
 )
-from coorp.runtime._receiver import LsDecoder, _LsSession
+from coorp.runtime._errors import LimitedError
+from coorp.runtime._receiver import LsDecoder
 from coorp.runtime._wire import (
     LENGTH_PREFIX,
     MAX_CONTROL_FRAME_BYTES,
@@ -180,7 +181,7 @@ def datagram(
 
 def decoder_with_session(clock: int = 150, session: int = 9) -> LsDecoder:
     decoder = LsDecoder(KEY, "sink", clock=lambda: clock)
-    decoder._sessions[("r1", "perception")] = _LsSession(session, 0)
+    decoder._install_session("r1", "perception", session, 0)
     return decoder
 
 
@@ -199,9 +200,13 @@ def test_datagram_forgery_and_replay_are_rejected() -> None:
     decoder.decode(good, "p")
     with pytest.raises(ReplayError):
         decoder.decode(good, "p")
-    with pytest.raises(ReplayError):  # older than the newest: stale for keep-last LS
+    # Older than the newest but never seen, inside the window: reordered, not a replay.
+    assert decoder.decode(datagram(KEY, 4), "p").seq == 4
+    with pytest.raises(ReplayError):  # ...once
         decoder.decode(datagram(KEY, 4), "p")
     decoder.decode(datagram(KEY, 6), "p")
+    flow = decoder.flows()["r1/perception"]
+    assert (flow["received"], flow["reordered"], flow["replayed"]) == (3, 1, 2)
 
 
 def test_datagram_tampering_is_rejected() -> None:
@@ -282,7 +287,7 @@ def test_team_key_rules(tmp_path: object) -> None:
 def test_the_fast_paths_index_follows_reopened_and_evicted_sessions() -> None:
     """A session replaced by a new one, or evicted, no longer admits datagrams by its
     prefix: the index of prefixes holds exactly the open sessions."""
-    decoder = LsDecoder(KEY, "sink", clock=lambda: 10, max_sessions=2)
+    decoder = LsDecoder(KEY, "sink", clock=lambda: 10, max_sessions=2, sessions_per_member=2)
 
     def dgram(channel: str, session: int, seq: int) -> bytes:
         head = ls_datagram_head(ls_header_prefix("r1", "sink", channel, session), seq, 5, 6, 1)
@@ -295,7 +300,10 @@ def test_the_fast_paths_index_follows_reopened_and_evicted_sessions() -> None:
         decoder.decode(dgram("a", old, 2), "p")
     assert decoder.decode(dgram("a", new, 1), "p").seq == 1  # a new session counts anew
     b = decoder.open_session("r1", "b", 10)
-    decoder.open_session("r1", "c", 10)  # evicts "a", the least recently opened
+    with pytest.raises(LimitedError):  # both sessions in use: over r1's quota of 2
+        decoder.open_session("r1", "c", 10)
+    decoder.detach("r1", "a", new)  # its connection ended: the first to go
+    decoder.open_session("r1", "c", 10)  # evicts "a"
     with pytest.raises(StaleError):
         decoder.decode(dgram("a", new, 2), "p")
     assert decoder.decode(dgram("b", b, 1), "p").channel == "b"

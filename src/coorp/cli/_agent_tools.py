@@ -207,8 +207,10 @@ class LsGenerator:
         if not rtts:
             return f"coorp ls: {what}: sent {self.sent}, no echo yet"
         a = np.array(rtts) / 1e6
+        st = self._ch.stats  # the receiver's counts, as of its last keep-alive answer
         return (
             f"coorp ls: {what}: {len(rtts)} echoes / {self.sent} sent to {self.dest} "
             f"({self.hz:g} Hz, {self.nbytes} B): round trip p50 {np.percentile(a, 50):.2f} ms, "
-            f"p99 {np.percentile(a, 99):.2f} ms, max {a.max():.2f} ms; one way ≈ half"
+            f"p99 {np.percentile(a, 99):.2f} ms, max {a.max():.2f} ms; one way ≈ half; "
+            f"receiver: {st.received} received, {st.lost} lost, {st.reordered} reordered"
         )

@@ -85,10 +85,13 @@ def _status_target(override: str | None, listen: str, agent_leader: str | None) 
 
 def health_line(c: dict[str, int]) -> str:
     """The leader's accept-loop health in one line, from its counters."""
-    state = "accepting" if c.get("accept_healthy", 1) else "NOT accepting (paused or backing off)"
+    state = "accepting" if c.get("accept_healthy", 1) else "NOT accepting (backing off)"
+    early = c.get("dropped_early", 0) + c.get("preauth_evicted", 0)
     return (
         f"{state}; {c.get('open_connections', 0)}/{c.get('max_connections', 0)} connections, "
         f"{c.get('agents', 0)} agents, {c.get('limited_connections', 0)} limited, "
+        f"{early} dropped early, {c.get('quota_refused', 0)} over quota, "
+        f"{c.get('throttled_frames', 0)} frames throttled, "
         f"{c.get('handshake_timeouts', 0)} handshake timeouts, "
         f"{c.get('fd_exhaustions', 0)} fd exhaustions, {c.get('dropped', 0)} frames dropped"
     )
@@ -102,10 +105,10 @@ def leader(
 ) -> None:
     """Run the permit service (global controller) of a team."""
     from coorp.runtime import (
-        LeaderSettings,
         PermitService,
         TeamKey,
         format_address,
+        leader_settings,
         load_team_config,
         parse_address,
         query_leader_stats,
@@ -133,11 +136,7 @@ def leader(
             {"holders": ", ".join(st.holders) or "-", "waiting": ", ".join(st.waiting) or "-"},
         )
         return
-    settings = LeaderSettings(
-        limit=cfg.leader.limit,
-        timeslice_ns=cfg.leader.timeslice_ns,
-        heartbeat_ns=cfg.leader.heartbeat_ns,
-    )
+    settings = leader_settings(cfg)
 
     async def run() -> dict[str, int]:
         service = PermitService(cfg.team.robots, key, settings)

@@ -42,23 +42,16 @@ from coorp.runtime._errors import (
 )
 from coorp.runtime._inbox import AsyncInbox, Inbox
 from coorp.runtime._latency import ChannelStats, LatencySensitiveChannel
-from coorp.runtime._leader import LeaderSettings, PermitService
+from coorp.runtime._leader import LeaderSettings, PermitService, leader_settings
 from coorp.runtime._marking import Marking, mark_socket, probe_marking
 from coorp.runtime._nft import NftTable, Ruleset, TransparentUnavailableError
 from coorp.runtime._observer import TeamStatus, aquery_team, query_leader_stats
 from coorp.runtime._receiver import Message, ReceiverLimits
 from coorp.runtime._selectors import BulkSelector, LsSelector, TransparentSection
+from coorp.runtime._settings import TeamSettings, team_settings
 from coorp.runtime._sockets import format_address, parse_address
-from coorp.runtime._team import (
-    AsyncTeam,
-    BulkStream,
-    Team,
-    TeamSettings,
-    ajoin,
-    join,
-    join_config,
-    team_settings,
-)
+from coorp.runtime._team import AsyncTeam, ajoin
+from coorp.runtime._threaded import BulkStream, Team, join, join_config
 from coorp.runtime._transparent import TransparentAgent, transparent_ruleset
 
 __all__ = [
@@ -112,6 +105,7 @@ __all__ = [
     "format_address",
     "join",
     "join_config",
+    "leader_settings",
     "load_team_config",
     "mark_socket",
     "parse_address",

@@ -21,9 +21,9 @@ With the key of a pair,
   fails (other label), replayed within its connection fails (counter);
 * every LS datagram names its sender, its receiver, its channel and a session the
   receiver handed out (over an authenticated connection) and is MACed whole under
-  the pair's key; the receiver accepts only sessions it opened itself, sequence
-  numbers that increase, and datagrams inside a freshness window (see
-  :mod:`._receiver`).
+  the pair's key; the receiver accepts only sessions it opened itself, each sequence
+  number once (an anti-replay window), and datagrams inside a freshness window (see
+  :mod:`._receiver`, :mod:`._lssessions`).
 
 Different uses get different keys derived from each pair key, so a MAC made for one
 purpose is never valid for another.
@@ -58,6 +58,7 @@ __all__ = [
     "MacKey",
     "RobotKey",
     "TeamKey",
+    "check_key_dir_mode",
     "check_key_file_mode",
     "load_key_file",
     "new_nonce",
@@ -305,6 +306,27 @@ def check_key_file_mode(path: Path) -> None:
     if st.st_uid not in (os.geteuid(), 0):
         raise RuntimeUsageError(
             f"key file {path} is owned by uid {st.st_uid}, not by this user ({os.geteuid()})"
+        )
+
+
+def check_key_dir_mode(path: Path) -> None:
+    """Refuse a key directory others can enter, read or write, or owned by someone
+    else: a key file in it could be read, or replaced, through the directory."""
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise RuntimeUsageError(f"cannot read key directory {path}: {exc.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise RuntimeUsageError(f"key directory {path} is not a directory")
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o077:
+        raise RuntimeUsageError(
+            f"key directory {path} is accessible by group or others (mode {mode:04o}); "
+            f"it must be owner-only: chmod 700 {path}"
+        )
+    if st.st_uid not in (os.geteuid(), 0):
+        raise RuntimeUsageError(
+            f"key directory {path} is owned by uid {st.st_uid}, not by this user ({os.geteuid()})"
         )
 
 

@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from coorp._errors import ScenarioError, ScenarioProblem
 from coorp.scenario import load_scenario
 
-from ._auth import KEY_ENV, Keyring, TeamKey, load_key_file
+from ._auth import KEY_ENV, Keyring, TeamKey, check_key_dir_mode, load_key_file
 from ._errors import RuntimeUsageError
 from ._selectors import TransparentSection, dds_binds, dds_port_range
 from ._sockets import parse_address
@@ -80,6 +80,11 @@ class TeamSection(_Model):
         default_factory=dict,
         description="robot -> IPv4 address (transparent mode's 'to_team' bulk selector)",
     )
+    team_key_fallback: bool = Field(
+        False,
+        description="a robot without its key file (key_dir/<robot>.key) uses the team key "
+        "instead; off: a missing robot key is an error",
+    )
 
     @field_validator("hosts")
     @classmethod
@@ -105,6 +110,18 @@ class LeaderSection(_Model):
     limit: int = Field(1, ge=1, le=1024, description="robots sending BH at once")
     timeslice_ms: float = Field(5000.0, gt=0, le=3_600_000)
     heartbeat_ms: float = Field(200.0, ge=10, le=10_000)
+    connections_per_member: int = Field(
+        8, ge=1, le=4096, description="authenticated connections one robot may hold"
+    )
+    frames_per_s_per_member: float = Field(
+        200.0, ge=1, le=1_000_000, description="frames one robot may have handled per second"
+    )
+    preauth_budget: int = Field(
+        256, ge=2, le=65_536, description="handshakes under way from unknown hosts, in all"
+    )
+    member_reserve: int = Field(
+        64, ge=0, le=65_536, description="connections kept for hosts members joined from"
+    )
 
     _listen = field_validator("listen")(_check_address)
 
@@ -144,6 +161,18 @@ class AgentSection(_Model):
         le=1000,
         description="while LS is protected, bulk bytes in flight stay within this drain "
         "time (docs/runtime.md, 'Bytes in flight'); 0 = no bound",
+    )
+    inbox_connections_per_member: int = Field(
+        64, ge=1, le=4096, description="authenticated connections one robot may hold at an inbox"
+    )
+    inbox_ls_sessions_per_member: int = Field(
+        64, ge=1, le=4096, description="LS sessions one robot may hold at an inbox"
+    )
+    inbox_frames_per_s_per_member: float = Field(
+        200.0, ge=1, le=1_000_000, description="non-payload frames per second per robot"
+    )
+    inbox_preauth_budget: int = Field(
+        64, ge=2, le=65_536, description="handshakes under way from unknown hosts, in all"
     )
 
     _addresses = field_validator("leader", "listen")(_check_address)
@@ -240,25 +269,42 @@ def team_key_path(config: TeamConfig, source: str | Path | None) -> Path | None:
 def resolve_team_key(
     config: TeamConfig, source: str | Path | None = None, *, robot: str | None = None
 ) -> Keyring:
-    """The keys to use: for ``robot``, its own key file (``team.key_dir/<robot>.key``)
-    if there is one; else the team key named by ``team.key_file`` (relative to the
-    team file); else the ``COORP_TEAM_KEY`` environment variable (hex). Key files
-    must be owner-only (mode 600)."""
+    """The keys to use: for ``robot``, its own key file (``team.key_dir/<robot>.key``),
+    in an owner-only directory (mode 700); without one, only if
+    ``team.team_key_fallback`` is set, the team key. The team key (for the leader, or
+    that fallback) is the file named by ``team.key_file`` (relative to the team file),
+    else the ``COORP_TEAM_KEY`` environment variable (hex). Key files must be
+    owner-only (mode 600)."""
     where = str(source) if source is not None else "<team config>"
     if robot is not None:
         path = robot_key_path(config, source, robot)
-        if path.exists():
-            try:
+        try:
+            if path.parent.exists():
+                check_key_dir_mode(path.parent)
+            if path.exists():
                 keys = load_key_file(path)
                 if keys.identity != robot:
                     raise RuntimeUsageError(
                         f"{path} holds the key of robot {keys.identity!r}, not {robot!r}"
                     )
                 return keys
-            except RuntimeUsageError as exc:
-                raise TeamFileError(
-                    where, [ScenarioProblem("team.key_dir", config.team.key_dir, str(exc))]
-                ) from None
+        except RuntimeUsageError as exc:
+            raise TeamFileError(
+                where, [ScenarioProblem("team.key_dir", config.team.key_dir, str(exc))]
+            ) from None
+        if not config.team.team_key_fallback:
+            raise TeamFileError(
+                where,
+                [
+                    ScenarioProblem(
+                        "team.key_dir",
+                        config.team.key_dir,
+                        f"robot {robot!r} has no key file: {path} is missing (`coorp keys "
+                        "--config FILE` writes one per robot; copy the robot its own); to "
+                        "use the team key instead, set team.team_key_fallback = true",
+                    )
+                ],
+            )
     team_path = team_key_path(config, source)
     if team_path is not None:
         try:
@@ -296,16 +342,23 @@ def write_team_keys(
             str(source),
             [ScenarioProblem("team.key_file", ScenarioProblem.NO_VALUE, "name the team key file")],
         )
+    robots = list(config.team.robots)
+    key_dir = robot_key_path(config, source, robots[0]).parent
+    key_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:  # an existing directory others can read: refuse before writing a key into it
+        check_key_dir_mode(key_dir)
+    except RuntimeUsageError as exc:
+        raise TeamFileError(
+            str(source), [ScenarioProblem("team.key_dir", config.team.key_dir, str(exc))]
+        ) from None
     if team_path.exists() and not force:
         team = TeamKey.from_file(team_path)
     else:
         team = TeamKey(os.urandom(32))
         _write_private(team_path, team.hex() + "\n")
-    robots = list(config.team.robots)
     paths = []
     for robot in robots:
         path = robot_key_path(config, source, robot)
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         _write_private(path, team.robot_key(robot, robots).to_text())
         paths.append(path)
     return team_path, paths

@@ -51,6 +51,7 @@ __all__ = [
     "PeerClosed",
     "client_handshake",
     "connect_framed",
+    "greeting",
     "recv_first_reply",
     "server_handshake",
 ]
@@ -156,15 +157,31 @@ class FramedConnection:
                 self.sock.close()
 
 
-async def server_handshake(
-    conn: FramedConnection, keys: Keyring, *, service: str, epoch: int, local: str = LEADER
-) -> Join:
-    """Greet, then verify the client's :class:`Join` with the key of the pair
-    (``local``, the robot it names). Raises a PeerError on failure."""
+def greeting(service: str, epoch: int, local: str = LEADER) -> tuple[bytes, bytes]:
+    """A fresh nonce and the greeting frame that carries it."""
     nonce = new_nonce()
     name = "" if local == LEADER else local
-    async with conn._write_lock:
-        await conn.write_raw(seal_hello(Hello(nonce, service, epoch, name)))  # type: ignore[arg-type]
+    return nonce, seal_hello(Hello(nonce, service, epoch, name))  # type: ignore[arg-type]
+
+
+async def server_handshake(
+    conn: FramedConnection,
+    keys: Keyring,
+    *,
+    service: str,
+    epoch: int,
+    local: str = LEADER,
+    greeted: bytes | None = None,
+) -> Join:
+    """Greet (unless the accept loop did already, with nonce ``greeted``), then verify
+    the client's :class:`Join` with the key of the pair (``local``, the robot it
+    names). Raises a PeerError on failure."""
+    if greeted is None:
+        nonce, frame = greeting(service, epoch, local)
+        async with conn._write_lock:
+            await conn.write_raw(frame)
+    else:
+        nonce = greeted
     try:
         env = await conn.read_envelope()
         # The Join names who the client claims to be; only then do we know which key

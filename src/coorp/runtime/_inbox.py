@@ -95,11 +95,33 @@ class _InboxCore:
     ) -> None:
         self.udp = udp
         _grow_receive_buffer(udp, limits.ls_socket_buffer_bytes)
-        self.decoder = LsDecoder(key, robot, clock, max_age_ns=round(limits.ls_max_age_s * 1e9))
+        self.decoder = LsDecoder(
+            key,
+            robot,
+            clock,
+            max_age_ns=round(limits.ls_max_age_s * 1e9),
+            max_sessions=limits.max_ls_sessions,
+            sessions_per_member=limits.ls_sessions_per_member,
+            replay_window=limits.ls_replay_window,
+        )
         self.drops = drops
         self.ls_received = 0
         self.latency = LatencyBook()
         self._peers: dict[tuple[Any, ...], str] = {}
+
+    def stats(self) -> dict[str, int]:
+        """The LS counters shared by both flavours (flows summed)."""
+        flows = self.decoder.flows().values()
+        out = {
+            "ls_received": self.ls_received,
+            "ls_sessions": self.decoder.sessions,
+            "ls_lost": sum(f["lost"] for f in flows),
+            "ls_reordered": sum(f["reordered"] for f in flows),
+            "dropped": self.drops.total(),
+        }
+        out.update({f"dropped_{k}": v for k, v in self.drops.counts.items()})
+        out["log_lines_held_back"] = sum(self.drops.limiter.held_back.values())
+        return out
 
     def read_datagram(self) -> Message | None:
         """One valid LS message from the socket, None if none is waiting.
@@ -262,15 +284,16 @@ class AsyncInbox:
         return self._core.latency
 
     def stats(self) -> dict[str, int]:
-        out = {
-            "ls_received": self._core.ls_received,
-            "ls_overflow": self._box.ls_overflow,
-            "ls_sessions": self._core.decoder.sessions,
-            "dropped": self._core.drops.total(),
-        }
-        out.update({f"dropped_{k}": v for k, v in self._core.drops.counts.items()})
+        out = self._core.stats()
+        out["ls_overflow"] = self._box.ls_overflow
         out.update({f"bulk_{k}": v for k, v in self.bulk.stats().items()})
         return out
+
+    def flows(self) -> dict[str, dict[str, int]]:
+        """LS counts per flow ``"robot/channel"``: received, lost (the sender's count
+        minus what arrived, updated at every keep-alive), reordered (accepted after a
+        newer datagram: not a replay), replayed, sessions."""
+        return self._core.decoder.flows()
 
     async def close(self) -> None:
         """Stop receiving (idempotent). Messages already received stay available to
@@ -421,15 +444,14 @@ class Inbox:
         return self._core.latency
 
     def stats(self) -> dict[str, int]:
-        out = {
-            "ls_received": self._core.ls_received,
-            "ls_sessions": self._core.decoder.sessions,
-            "dropped": self._core.drops.total(),
-        }
-        out.update({f"dropped_{k}": v for k, v in self._core.drops.counts.items()})
+        out = self._core.stats()
         if self.bulk is not None:
             out.update({f"bulk_{k}": v for k, v in self.bulk.stats().items()})
         return out
+
+    def flows(self) -> dict[str, dict[str, int]]:
+        """LS counts per flow (see :meth:`AsyncInbox.flows`)."""
+        return self._core.decoder.flows()
 
     def drain(self) -> list[Message]:
         """The bulk messages received (and confirmed to their senders) but not yet

@@ -48,6 +48,16 @@ class ChannelStats:
     sessions: int = 0
     """Sessions the receiver opened for this channel (1 + re-opens after it restarted
     or the session connection broke)."""
+    received: int = 0
+    """Datagrams the receiver accepted, as it reported at the last keep-alive (summed
+    over sessions; the ones sent since are not in it yet)."""
+    lost: int = 0
+    """Datagrams sent but never accepted by the receiver, as it counted them at the
+    last keep-alive (a datagram still in flight then counts until it arrives)."""
+    reordered: int = 0
+    """Datagrams the receiver accepted after a newer one (delivered, not replays)."""
+    replayed: int = 0
+    """Datagrams the receiver rejected because it had accepted their number before."""
 
 
 class LatencySensitiveChannel:
@@ -97,6 +107,12 @@ class LatencySensitiveChannel:
         self._closed = False
         self._sent = self._superseded = self._expired = self._failed = 0
         self._last_error: str | None = None
+        # Sent in the current session (and the last sequence number among them), for
+        # the keep-alive; the receiver's counts of it, and of the sessions before.
+        self._session_sent = 0
+        self._session_last_seq = 0
+        self._report = (0, 0, 0, 0)
+        self._reports_before = (0, 0, 0, 0)
 
     @property
     def has_session(self) -> bool:
@@ -109,6 +125,9 @@ class LatencySensitiveChannel:
     @property
     def stats(self) -> ChannelStats:
         with self._lock:
+            received, lost, reordered, replayed = (
+                a + b for a, b in zip(self._reports_before, self._report, strict=True)
+            )
             return ChannelStats(
                 self._sent,
                 self._superseded,
@@ -116,7 +135,21 @@ class LatencySensitiveChannel:
                 self._failed,
                 self._last_error,
                 self._sessions,
+                received,
+                lost,
+                reordered,
+                replayed,
             )
+
+    def keepalive_counts(self) -> tuple[int, int]:
+        """(datagrams sent in the current session, the last one's sequence number)."""
+        with self._lock:
+            return self._session_sent, self._session_last_seq
+
+    def on_status(self, received: int, lost: int, reordered: int, replayed: int) -> None:
+        """The receiver's counts of the current session (its keep-alive answer)."""
+        with self._lock:
+            self._report = (received, lost, reordered, replayed)
 
     def set_session(self, session: int, dest_robot: str, key: MacKey) -> None:
         """The receiver opened ``session`` for this channel (called by the team)."""
@@ -124,6 +157,11 @@ class LatencySensitiveChannel:
             prefix = ls_header_prefix(self.robot, dest_robot, self.name, session)
             self._session = (session, dest_robot, key, prefix)
             self._sessions += 1
+            self._reports_before = tuple(  # type: ignore[assignment]
+                a + b for a, b in zip(self._reports_before, self._report, strict=True)
+            )
+            self._report = (0, 0, 0, 0)
+            self._session_sent = 0
             parked = self._parked is not None
         self.ready.set()
         if parked:
@@ -214,4 +252,6 @@ class LatencySensitiveChannel:
             self._last_error = exc.strerror or str(exc)
             return "failed"
         self._sent += 1
+        self._session_sent += 1
+        self._session_last_seq = seq
         return "sent"

@@ -27,9 +27,11 @@ from coorp.control import GlobalController, PermitUpdate, UnknownRobotError
 
 from ._accept import AcceptLoop
 from ._auth import TeamKey
+from ._config import TeamConfig
 from ._counters import DropLog
 from ._errors import LimitedError, MalformedFrameError, RefusedError, RuntimeUsageError
-from ._framing import FramedConnection, PeerClosed, server_handshake
+from ._framing import FramedConnection, PeerClosed, greeting, server_handshake
+from ._quota import QuotaSettings
 from ._report import TeamBoard
 from ._sockets import Address, format_address, open_tcp_listener, tune_tcp
 from ._wire import (
@@ -48,7 +50,7 @@ from ._wire import (
     Welcome,
 )
 
-__all__ = ["LeaderSettings", "PermitService"]
+__all__ = ["LeaderSettings", "PermitService", "leader_settings"]
 
 log = logging.getLogger("coorp.runtime.leader")
 
@@ -65,6 +67,18 @@ class LeaderSettings:
     service stops accepting until one closes."""
     max_preauth_per_source: int = 8
     """Connections from one host still in their handshake at once; more are closed."""
+    preauth_budget: int = 256
+    """Connections in their handshake from hosts no member authenticated from, across
+    all of them; above half of it the oldest are dropped early (see :mod:`._accept`)."""
+    member_reserve: int = 64
+    """Connections kept out of that budget for known members' hosts."""
+    connections_per_member: int = 8
+    """Authenticated connections one robot (or observer name) may hold: its agent's
+    plus observers; one more is refused."""
+    frames_per_s_per_member: float = 200.0
+    """Frames (and handshakes) one robot may have handled per second; beyond, its
+    frames are read later (an agent sends about 5 per second)."""
+    frame_burst_per_member: int = 400
 
     @property
     def silence_timeout_s(self) -> float:
@@ -101,6 +115,7 @@ class PermitService:
         #: Identifies this run of the leader: agents see a restart as a new epoch.
         self.epoch = int.from_bytes(os.urandom(8), "big") >> 1
         self.drops = DropLog(log, clock)
+        self._log = self.drops.limiter
         self._agents: dict[str, FramedConnection] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._timer: asyncio.TimerHandle | None = None
@@ -116,7 +131,9 @@ class PermitService:
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self, listen: Address) -> Address:
         """Listen on ``listen`` (port 0 picks one); returns the bound address."""
-        self._listener = open_tcp_listener(listen, backlog=256)
+        # A long listen queue: a burst of connections is triaged by the accept loop
+        # (fast), instead of SYNs being dropped by the kernel (a 1 s retransmission).
+        self._listener = open_tcp_listener(listen, backlog=4096)
         bound = self._listener.getsockname()
         s = self.settings
         self._accept = AcceptLoop(
@@ -127,7 +144,15 @@ class PermitService:
             max_connections=s.max_connections,
             max_preauth_per_source=s.max_preauth_per_source,
             handshake_timeout_s=s.handshake_timeout_s,
+            preauth_budget=s.preauth_budget,
+            member_reserve=s.member_reserve,
+            quotas=QuotaSettings(
+                s.connections_per_member, s.frames_per_s_per_member, s.frame_burst_per_member
+            ),
+            limiter=self.drops.limiter,
+            greeting=lambda: greeting("leader", self.epoch),
             on_limited=self._limited,
+            clock=self._clock,
         )
         self._accept.start()
         log.info(
@@ -182,6 +207,7 @@ class PermitService:
             out[f"dropped_{kind}"] = n
         out["dropped"] = self.drops.total()
         out["drop_log_lines"] = self.drops.lines
+        out["log_lines_held_back"] = sum(self.drops.limiter.held_back.values())
         if self._accept is not None:
             out.update(self._accept.stats())
         return out
@@ -205,9 +231,20 @@ class PermitService:
         robot: str | None = None
         try:
             async with slot.handshake_deadline(peer):
-                join = await server_handshake(conn, self._key, service="leader", epoch=self.epoch)
+                join = await server_handshake(
+                    conn,
+                    self._key,
+                    service="leader",
+                    epoch=self.epoch,
+                    greeted=slot.greeted_nonce(),
+                )
+            try:
+                await slot.authenticated(join.robot)
+            except LimitedError as exc:
+                await conn.send(Refused(str(exc)))
+                raise
             if join.role == "observer":
-                await self._observer_loop(conn)
+                await self._observer_loop(conn, join.robot, slot)
                 return
             if join.role != "agent" or join.robot not in self.team:
                 why = (
@@ -221,7 +258,7 @@ class PermitService:
             self._attach(robot, conn)
             await conn.send(Welcome(self.epoch, s.limit, s.timeslice_ns, s.heartbeat_ns))
             conn.read_timeout_s = s.silence_timeout_s
-            await self._agent_loop(robot, conn)
+            await self._agent_loop(robot, conn, slot)
         except PeerClosed:
             pass
         except PeerError as exc:
@@ -237,18 +274,24 @@ class PermitService:
         old = self._agents.get(robot)
         if old is not None:
             # The robot reconnected before we noticed the old connection die.
-            log.info("%s rejoined from %s; dropping its old connection", robot, conn.peer)
+            self._log.log(
+                "join",
+                logging.INFO,
+                "%s rejoined from %s; dropping its old connection",
+                robot,
+                conn.peer,
+            )
             self._forget_robot(robot)
             old.close()
         self._agents[robot] = conn
         self._counts["joins"] += 1
-        log.info("%s joined from %s", robot, conn.peer)
+        self._log.log("join", logging.INFO, "%s joined from %s", robot, conn.peer)
 
     def _detach(self, robot: str, conn: FramedConnection) -> None:
         if self._agents.get(robot) is not conn:
             return  # already replaced by a newer connection of the same robot
         del self._agents[robot]
-        log.info("%s left (%s)", robot, conn.peer)
+        self._log.log("join", logging.INFO, "%s left (%s)", robot, conn.peer)
         self._forget_robot(robot)
 
     def _forget_robot(self, robot: str) -> None:
@@ -261,10 +304,11 @@ class PermitService:
             self._counts["disconnect_revocations"] += 1
         self._apply(update, reason="holder disconnected")
 
-    async def _agent_loop(self, robot: str, conn: FramedConnection) -> None:
+    async def _agent_loop(self, robot: str, conn: FramedConnection, slot: AcceptLoop) -> None:
         while True:
             msg = await conn.recv()
             self._counts["frames"] += 1
+            await slot.pace(robot)
             now = self._clock()
             if isinstance(msg, Ping):
                 await conn.send(Pong(msg.token))
@@ -294,10 +338,11 @@ class PermitService:
         except UnknownRobotError:  # cannot happen for a joined robot; never fatal
             return PermitUpdate()
 
-    async def _observer_loop(self, conn: FramedConnection) -> None:
+    async def _observer_loop(self, conn: FramedConnection, name: str, slot: AcceptLoop) -> None:
         conn.read_timeout_s = max(self.settings.silence_timeout_s, 5.0)
         while True:
             msg = await conn.recv()
+            await slot.pace(name)
             if isinstance(msg, StatsQuery):
                 await conn.send(self._stats_reply())
             elif isinstance(msg, TeamQuery):
@@ -362,3 +407,17 @@ class PermitService:
     def _on_timer(self) -> None:
         self._timer = None
         self._apply(self.controller.tick(self._clock()))
+
+
+def leader_settings(config: TeamConfig) -> LeaderSettings:
+    """The permit service's :class:`LeaderSettings` from a team file's ``[leader]``."""
+    ld = config.leader
+    return LeaderSettings(
+        limit=ld.limit,
+        timeslice_ns=ld.timeslice_ns,
+        heartbeat_ns=ld.heartbeat_ns,
+        preauth_budget=ld.preauth_budget,
+        member_reserve=ld.member_reserve,
+        connections_per_member=ld.connections_per_member,
+        frames_per_s_per_member=ld.frames_per_s_per_member,
+    )

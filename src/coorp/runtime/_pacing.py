@@ -38,6 +38,7 @@ from coorp.control import Gate
 
 from ._coordination import Coordinator
 from ._errors import PeerTimeoutError, RuntimeUsageError
+from ._framing import PeerClosed
 from ._preempt import DrainTracker, SharedPlanner, new_gate, within_budget
 from ._sockets import bytes_outstanding, set_notsent_lowat
 from ._wire import MAX_SEGMENT_BYTES
@@ -157,6 +158,7 @@ class Pacer:
         self._sock: socket.socket | None = None
         self._tracker: DrainTracker | None = None
         self._poller: Any = None
+        self._hangup: Any = None
         self._paced: bool | None = None
         self._paused_since: int | None = None
         self._budget_since: int | None = None
@@ -171,6 +173,8 @@ class Pacer:
         self._paused_since = self._budget_since = self._bypass_until = None
         self._poller = select.poll()
         self._poller.register(sock.fileno(), select.POLLOUT)
+        self._hangup = select.poll()
+        self._hangup.register(sock.fileno(), select.POLLRDHUP | select.POLLERR | select.POLLHUP)
         if self.gate is not None:
             self._tracker = DrainTracker(
                 self.gate, lambda: bytes_outstanding(sock), bucket_bytes=self.settings.chunk_bytes
@@ -183,6 +187,7 @@ class Pacer:
             self._tracker = None
         self._sock = None
         self._poller = None
+        self._hangup = None
 
     @property
     def sock(self) -> socket.socket:
@@ -242,6 +247,10 @@ class Pacer:
                     raise PeerTimeoutError(
                         f"{self.name}: nothing acknowledged for {s.io_timeout_s:.0f} s"
                     )
+                if self._hangup is not None and self._hangup.poll(0):
+                    # The receiver closed (it never half-closes mid-message): its
+                    # bytes will not drain; reconnect now rather than at the timeout.
+                    raise PeerClosed(f"{self.name}: the receiver closed the connection")
                 t0 = now
                 await asyncio.sleep(s.poll_s)
                 tracker.poll(self._clock())

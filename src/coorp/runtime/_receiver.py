@@ -1,8 +1,7 @@
 """Receiving: LS datagrams and bulk messages, each delivered whole, exactly once.
 
-* :class:`LsDecoder` checks one datagram (structure, MAC, freshness) and turns it into
-  a :class:`Message`; it is pure, so the sync inbox can run it on the caller's thread
-  (one thread hop less latency) and the async inbox on the event loop.
+* :class:`~._lsdecoder.LsDecoder` (its own module) checks one datagram and turns it
+  into a :class:`Message`;
 * :class:`BulkReceiver` serves bulk senders over TCP. Partial messages are kept per
   (robot, stream, session, message id) with the number of bytes received, so a
   sender that reconnects is told where to resume and no byte is lost or duplicated;
@@ -13,270 +12,49 @@
 
 from __future__ import annotations
 
-import hmac
+import asyncio
 import logging
 import mmap
 import os
 import socket
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Literal
-
-import msgspec
 
 from coorp._errors import PeerError
 
 from ._accept import AcceptLoop
-from ._auth import Keyring, MacKey
+from ._auth import Keyring
 from ._counters import DropLog
 from ._errors import (
-    AuthenticationError,
     FrameTooLargeError,
     LimitedError,
     MalformedFrameError,
     RefusedError,
-    ReplayError,
-    StaleError,
 )
-from ._framing import FramedConnection, PeerClosed, server_handshake
+from ._framing import FramedConnection, PeerClosed, greeting, server_handshake
+from ._lsdecoder import LsDecoder, Message
+from ._quota import QuotaSettings
 from ._sockets import format_address, tune_tcp
 from ._wire import (
-    MAC_BYTES,
     BulkAccept,
     BulkData,
     BulkDone,
     BulkOpen,
     BulkReject,
     LsAccept,
+    LsKeepAlive,
     LsOpen,
+    LsStatus,
     Ping,
     Pong,
     Refused,
-    canonical_fields,
-    ls_header_prefix,
-    split_datagram,
 )
 
 __all__ = ["BulkReceiver", "LsDecoder", "Message", "ReceiverLimits"]
 
 log = logging.getLogger("coorp.runtime.receiver")
-
-
-class Message(msgspec.Struct, frozen=True):
-    """One whole message as delivered to the application (read-only)."""
-
-    kind: Literal["ls", "bulk"]
-    robot: str
-    """The sending robot (authenticated with the team key)."""
-    channel: str
-    """The LS channel or bulk stream name."""
-    seq: int
-    """Per-channel sequence number (LS) or message id (bulk), increasing."""
-    payload: bytes | memoryview
-    """``bytes`` for LS; for bulk, a writable ``memoryview`` over the message's own
-    receive buffer (no copy was made; ``bytes(payload)`` makes one)."""
-    sent_ns: int
-    """Sender's ``CLOCK_MONOTONIC`` when the application called ``send``."""
-    received_ns: int
-    """Receiver's ``CLOCK_MONOTONIC`` when the message was complete."""
-    first_byte_ns: int
-    """Receiver's clock at the first byte (bulk) or at arrival (LS)."""
-    deadline_ns: int | None
-    """LS deadline on the sender's clock; None for bulk."""
-    peer: str
-    """Network address it came from."""
-
-    @property
-    def latency_ns(self) -> int:
-        """``received_ns − sent_ns``: the one-way latency when sender and receiver share
-        a clock (same host, or synchronized clocks); otherwise meaningless."""
-        return self.received_ns - self.sent_ns
-
-
-@dataclass(slots=True)
-class _LsSession:
-    session: int
-    offset_ns: int
-    """receiver clock − sender clock, an upper bound (refreshed by keep-alives and
-    lowered by every datagram: a datagram never arrives before it was sent)."""
-    last_seq: int = 0
-    prefix: bytes = b""
-    """The constant start of its datagrams as this robot's senders encode them (the
-    key of :attr:`LsDecoder._canonical`)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Canonical:
-    """What a session's datagram prefix stands for: names already validated, the MAC
-    key of the pair (None: we hold none, so such datagrams take the full parse)."""
-
-    robot: str
-    channel: str
-    session: int
-    mac: MacKey | None
-
-
-class LsDecoder:
-    """Datagram -> :class:`Message`, or a :class:`~coorp.PeerError` saying why not.
-
-    A datagram is accepted only if it is addressed to this receiver's robot
-    (``dest``), its MAC verifies under the key of the pair (sender, receiver), it
-    carries the session this receiver opened for (sender, channel) — sessions are
-    handed out over an authenticated connection (:meth:`open_session`) and live only
-    as long as this decoder, so a restarted receiver rejects every old session —,
-    its sequence number is above the last one accepted, and it is fresh: sent at
-    most ``max_age_ns`` before now, on the sender's clock mapped to ours.
-    """
-
-    def __init__(
-        self,
-        keys: Keyring,
-        robot: str,
-        clock: Callable[[], int] = time.monotonic_ns,
-        *,
-        max_age_ns: int = 2_000_000_000,
-        max_sessions: int = 4096,
-    ) -> None:
-        self._keys = keys
-        self.robot = robot
-        self._clock = clock
-        self.max_age_ns = max_age_ns
-        self._max_sessions = max_sessions
-        self._sessions: OrderedDict[tuple[str, str], _LsSession] = OrderedDict()
-        self._macs: dict[str, MacKey] = {}
-        # Open sessions by their datagrams' constant prefix: the fast path for
-        # datagrams in the canonical layout our senders use (see decode).
-        self._canonical: dict[bytes, _Canonical] = {}
-        self._lock = threading.Lock()
-
-    def open_session(self, robot: str, channel: str, sender_now_ns: int) -> int:
-        """A new session for ``robot``'s ``channel`` (replacing an older one)."""
-        session = int.from_bytes(os.urandom(8), "big") >> 1
-        self._install_session(robot, channel, session, self._clock() - sender_now_ns)
-        return session
-
-    def _install_session(self, robot: str, channel: str, session: int, offset_ns: int) -> None:
-        prefix = ls_header_prefix(robot, self.robot, channel, session)
-        try:
-            mac: MacKey | None = self._mac(robot)
-        except PeerError:
-            mac = None
-        with self._lock:
-            old = self._sessions.pop((robot, channel), None)
-            if old is not None:
-                self._canonical.pop(old.prefix, None)
-            self._sessions[(robot, channel)] = _LsSession(session, offset_ns, prefix=prefix)
-            self._canonical[prefix] = _Canonical(robot, channel, session, mac)
-            while len(self._sessions) > self._max_sessions:
-                _, evicted = self._sessions.popitem(last=False)
-                self._canonical.pop(evicted.prefix, None)
-
-    def _mac(self, robot: str) -> MacKey:
-        key = self._macs.get(robot)
-        if key is None:
-            key = self._keys.mac(self.robot, robot)
-            if len(self._macs) < 4096:
-                self._macs[robot] = key
-        return key
-
-    def refresh(self, robot: str, channel: str, session: int, sender_now_ns: int) -> None:
-        """A keep-alive of the session: re-measure the clock offset (drift)."""
-        with self._lock:
-            s = self._sessions.get((robot, channel))
-            if s is not None and s.session == session:
-                s.offset_ns = self._clock() - sender_now_ns
-
-    @property
-    def sessions(self) -> int:
-        return len(self._sessions)
-
-    def offset_ns(self, robot: str, channel: str) -> int | None:
-        """The session's clock offset (receiver − sender, an upper bound), or None."""
-        s = self._sessions.get((robot, channel))
-        return None if s is None else s.offset_ns
-
-    def decode(self, data: bytes | bytearray | memoryview, peer: str) -> Message:
-        now = self._clock()
-        # Fast path: a datagram in our senders' own layout whose constant prefix is an
-        # open session's needs no parsing of names (they are the session's, validated
-        # when it opened); its fixed-width fields are read with one unpack. Anything
-        # else takes the full parse, which accepts and rejects exactly as before.
-        canon = canonical_fields(data) if type(data) is bytes else None
-        known = None if canon is None else self._canonical.get(canon[0])
-        if canon is not None and known is not None and known.mac is not None:
-            _, seq, sent_ns, deadline_ns, start = canon
-            view = memoryview(data)
-            end = len(view) - MAC_BYTES
-            if not hmac.compare_digest(known.mac.datagram_mac(view[:end]), view[end:]):
-                raise AuthenticationError(f"datagram MAC does not verify for {known.robot!r}")
-            robot, channel, session, payload = (
-                known.robot,
-                known.channel,
-                known.session,
-                view[start:end],
-            )
-        else:
-            robot, channel, session, seq, sent_ns, deadline_ns, payload = self._parse(data)
-        self._admit(robot, channel, session, seq, sent_ns, now)
-        return Message(
-            "ls", robot, channel, seq, bytes(payload), sent_ns, now, now, deadline_ns, peer
-        )
-
-    def _parse(
-        self, data: bytes | bytearray | memoryview
-    ) -> tuple[str, str, int, int, int, int, memoryview]:
-        """The full parse and MAC check of any datagram."""
-        if len(data) <= MAC_BYTES:
-            raise MalformedFrameError(f"datagram of {len(data)} bytes is too short")
-        # Structure first (bounded; nothing is trusted yet): the header names the
-        # sender, whose pair key must have made the MAC. Names are checked only by
-        # equality with validated ones (this robot, a session opened here); any other
-        # datagram is parsed again with every check, and fails as it always did.
-        header, payload, signed, mac = split_datagram(data, check_names=False)
-        if header.dest != self.robot or (header.robot, header.channel) not in self._sessions:
-            header, payload, signed, mac = split_datagram(data)
-        if header.dest != self.robot:
-            raise AuthenticationError(
-                f"datagram for robot {header.dest!r} reached {self.robot!r} (misdirected "
-                "or replayed from another robot)"
-            )
-        if not hmac.compare_digest(self._mac(header.robot).datagram_mac(signed), mac):
-            raise AuthenticationError(f"datagram MAC does not verify for {header.robot!r}")
-        return (
-            header.robot,
-            header.channel,
-            header.session,
-            header.seq,
-            header.sent_ns,
-            header.deadline_ns,
-            payload,
-        )
-
-    def _admit(
-        self, robot: str, channel: str, session: int, seq: int, sent_ns: int, now: int
-    ) -> None:
-        """Session, order and freshness of an authenticated datagram; records it."""
-        with self._lock:
-            s = self._sessions.get((robot, channel))
-            if s is None or s.session != session:
-                raise StaleError(
-                    f"{robot}/{channel}: session {session} is not open "
-                    "here (an old session, or this receiver restarted)"
-                )
-            if seq <= s.last_seq:
-                raise ReplayError(f"{robot}/{channel}: sequence {seq} not newer than {s.last_seq}")
-            age = now - (sent_ns + s.offset_ns)
-            if age > self.max_age_ns:
-                raise StaleError(
-                    f"{robot}/{channel}: datagram {seq} is "
-                    f"{age / 1e9:.1f} s old (limit {self.max_age_ns / 1e9:g} s)"
-                )
-            s.last_seq = seq
-            if age < 0:
-                s.offset_ns += age  # it came sooner than the offset allowed: tighten
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,6 +68,24 @@ class ReceiverLimits:
     """Open connections at most (bounded further by the fd limit)."""
     max_preauth_per_source: int = 8
     """Connections from one host still in their handshake at once; more are closed."""
+    preauth_budget: int = 64
+    """Connections in their handshake from hosts no member authenticated from, across
+    all of them; above half of it the oldest are dropped early (see :mod:`._accept`)."""
+    member_reserve: int = 32
+    """Connections kept out of that budget for known members' hosts."""
+    connections_per_member: int = 64
+    """Authenticated connections one robot may hold here (LS sessions + bulk streams)."""
+    frames_per_s_per_member: float = 200.0
+    """Handshakes, session and control frames one robot may have handled per second
+    (bulk payload frames not counted); beyond, its frames are read later."""
+    frame_burst_per_member: int = 400
+    ls_sessions_per_member: int = 64
+    """LS sessions one robot may hold here; beyond, its own detached sessions go first,
+    then new ones are refused. Other robots' sessions are never evicted."""
+    max_ls_sessions: int = 4096
+    ls_replay_window: int = 1024
+    """Sequence numbers an LS session's anti-replay window spans: a datagram that
+    arrives after a newer one, within this many, is accepted (counted ``reordered``)."""
     partial_ttl_s: float = 600.0
     remember_completed: int = 4096
     ls_max_age_s: float = 2.0
@@ -369,9 +165,17 @@ class BulkReceiver:
             max_connections=lim.max_connections,
             max_preauth_per_source=lim.max_preauth_per_source,
             handshake_timeout_s=lim.handshake_timeout_s,
+            preauth_budget=lim.preauth_budget,
+            member_reserve=lim.member_reserve,
+            quotas=QuotaSettings(
+                lim.connections_per_member, lim.frames_per_s_per_member, lim.frame_burst_per_member
+            ),
+            limiter=self.drops.limiter,
+            greeting=lambda: greeting("receiver", self._epoch, self.robot),
             on_limited=lambda peer: self.drops.drop(
                 peer, LimitedError("too many connections in handshake from this host")
             ),
+            clock=self._clock,
         )
         self._accept.start()
 
@@ -383,6 +187,9 @@ class BulkReceiver:
         out = dict(self.counters)
         if self._accept is not None:
             out.update(self._accept.stats())
+        if self.ls is not None:
+            out["ls_sessions_refused"] = self.ls.table.refused
+            out["ls_sessions_evicted"] = self.ls.table.evicted
         return out
 
     def health(self) -> str:
@@ -400,17 +207,27 @@ class BulkReceiver:
         try:
             async with slot.handshake_deadline(peer):
                 join = await server_handshake(
-                    conn, self._key, service="receiver", epoch=self._epoch, local=self.robot
+                    conn,
+                    self._key,
+                    service="receiver",
+                    epoch=self._epoch,
+                    local=self.robot,
+                    greeted=slot.greeted_nonce(),
                 )
+            try:
+                await slot.authenticated(join.robot)
+            except LimitedError as exc:
+                await conn.send(Refused(str(exc)))
+                raise
             if join.role == "ls" and self.ls is not None:
                 conn.read_timeout_s = lim.idle_timeout_s
-                await self._serve_ls(conn, join.robot, self.ls)
+                await self._serve_ls(conn, join.robot, self.ls, slot)
                 return
             if join.role != "sender":
                 await conn.send(Refused(f"role {join.role!r} is not served by a receiver"))
                 raise RefusedError(f"role {join.role!r} is not served by a receiver")
             conn.read_timeout_s = lim.idle_timeout_s
-            await self._serve(conn, join.robot)
+            await self._serve(conn, join.robot, slot)
         except PeerClosed:
             pass
         except PeerError as exc:
@@ -420,25 +237,52 @@ class BulkReceiver:
         finally:
             conn.close()
 
-    async def _serve_ls(self, conn: FramedConnection, robot: str, ls: LsDecoder) -> None:
-        """An LS sender's session: open it, then keep-alives until the sender goes."""
+    async def _serve_ls(
+        self, conn: FramedConnection, robot: str, ls: LsDecoder, slot: AcceptLoop
+    ) -> None:
+        """An LS sender's session: open it, then answer keep-alives with the session's
+        counts until the sender goes — or say it is gone (replaced, evicted), so the
+        sender opens a new one at once."""
         first = await conn.recv()
         if not isinstance(first, LsOpen):
             raise MalformedFrameError(f"expected LsOpen, got {type(first).__name__}")
-        session = ls.open_session(robot, first.channel, first.sent_ns)
-        self.counters["ls_sessions"] += 1
-        await conn.send(LsAccept(session))
-        while True:
-            msg = await conn.recv()
-            if not isinstance(msg, Ping):
-                raise MalformedFrameError(f"unexpected {type(msg).__name__} on an LS session")
-            ls.refresh(robot, first.channel, session, msg.token)
-            await conn.send(Pong(msg.token))
+        await slot.pace(robot)
+        task = asyncio.current_task()
 
-    async def _serve(self, conn: FramedConnection, robot: str) -> None:
+        def gone() -> None:  # replaced or evicted: end this connection (the sender reopens)
+            if task is not None:
+                task.cancel()
+
+        try:
+            session = ls.open_session(robot, first.channel, first.sent_ns, on_gone=gone)
+        except LimitedError as exc:
+            await conn.send(Refused(str(exc)))
+            raise
+        self.counters["ls_sessions"] += 1
+        try:
+            await conn.send(LsAccept(session))
+            while True:
+                msg = await conn.recv()
+                await slot.pace(robot)
+                if not isinstance(msg, LsKeepAlive):
+                    raise MalformedFrameError(f"unexpected {type(msg).__name__} on an LS session")
+                s = ls.refresh(robot, first.channel, session, msg.sent_ns, msg.sent, msg.last_seq)
+                if s is None:
+                    await conn.send(LsStatus(session, False, 0, 0, 0, 0))
+                    return
+                w = s.window
+                await conn.send(
+                    LsStatus(session, True, w.received, s.lost, w.reordered, w.replayed)
+                )
+        finally:
+            ls.detach(robot, first.channel, session)
+
+    async def _serve(self, conn: FramedConnection, robot: str, slot: AcceptLoop) -> None:
         current: tuple[_Key, _Partial] | None = None
         while True:
             msg = await conn.recv()
+            if not isinstance(msg, BulkData):  # payload frames run at the data rate
+                await slot.pace(robot)
             if isinstance(msg, BulkOpen):
                 current = await self._open(conn, robot, msg)
             elif isinstance(msg, BulkData):

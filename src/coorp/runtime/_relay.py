@@ -42,6 +42,7 @@ from typing import Any
 
 from ._coordination import Coordinator
 from ._errors import PeerTimeoutError
+from ._framing import PeerClosed
 from ._marking import mark_socket
 from ._pacing import BulkSettings, Pacer, Progress, new_counters
 from ._preempt import SharedPlanner
@@ -262,7 +263,7 @@ class Relay:
                     t.result()  # a reset on either side ends both
                 flow.ended = "closed"
                 self.counters["completed"] += 1
-            except (ConnectionError, PeerTimeoutError, OSError) as exc:
+            except (ConnectionError, PeerTimeoutError, PeerClosed, OSError) as exc:
                 flow.ended, reset = f"reset: {exc}", True
             except asyncio.CancelledError:
                 # The relay is closing with the connection still open: a reset, so that

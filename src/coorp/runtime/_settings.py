@@ -56,4 +56,10 @@ def team_settings(config: TeamConfig) -> TeamSettings:
             protection_tolerance_ns=round(a.protection_tolerance_ms * 1e6),
             inflight_budget_ns=round(budget * 1e6) if budget > 0 else None,
         ),
+        receiver=ReceiverLimits(
+            connections_per_member=a.inbox_connections_per_member,
+            ls_sessions_per_member=a.inbox_ls_sessions_per_member,
+            frames_per_s_per_member=a.inbox_frames_per_s_per_member,
+            preauth_budget=a.inbox_preauth_budget,
+        ),
     )

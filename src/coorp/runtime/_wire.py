@@ -49,7 +49,9 @@ __all__ = [
     "LatencySummary",
     "LsAccept",
     "LsHeader",
+    "LsKeepAlive",
     "LsOpen",
+    "LsStatus",
     "Message",
     "Ping",
     "Pong",
@@ -75,7 +77,9 @@ __all__ = [
     "split_datagram",
 ]
 
-WIRE_VERSION: Final = 3
+#: 4: LS session keep-alives carry the sender's counts and are answered with the
+#: receiver's (``LsKeepAlive``/``LsStatus``: liveness and loss reports).
+WIRE_VERSION: Final = 4
 NONCE_BYTES: Final = 16
 MAC_BYTES: Final = 32
 LENGTH_PREFIX: Final = struct.Struct(">I")
@@ -317,6 +321,31 @@ class LsAccept(_Msg, tag="lsaccept"):
     session: U64
 
 
+class LsKeepAlive(_Msg, tag="lsalive"):
+    """LS sender -> receiver, every keep-alive period: its clock now (the receiver
+    re-measures the clock offset), and how many datagrams it handed to the kernel in
+    this session (``sent``), the last of them numbered ``last_seq``."""
+
+    sent_ns: U64
+    sent: U64
+    last_seq: U64
+
+
+class LsStatus(_Msg, tag="lsstatus"):
+    """Receiver -> LS sender, the answer to every keep-alive. ``alive`` false: the
+    session is gone here (replaced, evicted): open a new one now. Otherwise the
+    session's counts: datagrams accepted, lost (the sender's ``sent`` up to
+    ``last_seq`` minus those accepted), accepted out of order (``reordered``: not
+    replays), and rejected as replays (a sequence number seen before)."""
+
+    session: U64
+    alive: bool
+    received: U64
+    lost: U64
+    reordered: U64
+    replayed: U64
+
+
 Message = (
     Hello
     | Join
@@ -340,6 +369,8 @@ Message = (
     | BulkReject
     | LsOpen
     | LsAccept
+    | LsKeepAlive
+    | LsStatus
 )
 
 
