@@ -100,8 +100,17 @@ class TeamStatus:
         return {
             "holders": list(self.holders),
             "waiting": list(self.waiting),
-            "robots": [msgspec.structs.asdict(r) for r in self.rows],
+            "robots": [_as_dict(r) for r in self.rows],
         }
+
+
+def _as_dict(value: object) -> object:
+    """A wire struct (array-like on the wire) as a JSON-ready dict, nested ones too."""
+    if isinstance(value, msgspec.Struct):
+        return {f: _as_dict(getattr(value, f)) for f in value.__struct_fields__}
+    if isinstance(value, list):
+        return [_as_dict(v) for v in value]
+    return value
 
 
 async def aquery_team(
