@@ -34,9 +34,9 @@ from typing import Any
 
 import pytest
 
+from coorp._accel import describe
 from coorp.scenario import AccessCategory, parse_scenario
 from coorp.sim import COMPILED, FOREVER, DriverView, SimResult, Simulation, simulate
-from coorp.sim._loader import describe
 
 GOLDEN = Path(__file__).with_name("golden_digests.json")
 REGEN = os.environ.get("COORP_REGEN_GOLDEN") == "1"
@@ -334,7 +334,7 @@ def test_plain_python_simulator_gives_the_same_digests(stored: dict[str, str]) -
         "import test_golden_equivalence as g; "
         "print(json.dumps({n: c() for n, c in g.CASES.items()}))"
     )
-    env = {**os.environ, "COORP_SIM_PURE": "1"}
+    env = {**os.environ, "COORP_PURE": "1"}
     out = subprocess.run(
         [sys.executable, "-c", code, str(Path(__file__).parent)],
         env=env, capture_output=True, text=True, check=True,

@@ -42,14 +42,15 @@ for _name in COMMAND_MODULES:
 
 
 def version_text() -> str:
-    """``coorp 0.1.0 (simulator: compiled)``: the package version and which simulator
-    modules run (mypyc-compiled, or plain Python and why; see ``coorp.sim._loader``)."""
+    """``coorp 0.1.0 (simulator, control, policy hooks: compiled (mypyc); ...)``: the
+    package version and which hot modules run (mypyc-compiled, or plain Python and why;
+    see ``coorp._accel``), decided without importing them."""
     from coorp import __version__
-    from coorp.sim import COMPILED
-    from coorp.sim._loader import describe
+    from coorp._accel import describe
 
-    sim = describe(COMPILED)
-    return f"coorp {__version__} (simulator: {sim}; Python {sys.version.split()[0]})"
+    hot = describe()
+    py = sys.version.split()[0]
+    return f"coorp {__version__} (simulator, control, policy hooks: {hot}; Python {py})"
 
 
 def _print_version(value: bool) -> None:
@@ -64,7 +65,7 @@ def _root(
         bool,
         typer.Option(
             "--version",
-            help="Print the version and whether the compiled simulator is in use.",
+            help="Print the version and whether the compiled (mypyc) modules are in use.",
             callback=_print_version,
             is_eager=True,
         ),

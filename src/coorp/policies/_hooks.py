@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from coorp._errors import UsageError
 from coorp.control import BulkClient, Gate, ProtectionPlanner
@@ -227,8 +226,22 @@ class CappedGatedHooks(GatedHooks):
     5.5 ms aggregates become several short ones that other robots' LS messages can
     get between. Costs each exchange's overhead more often."""
 
-    def __init__(self, *, cap_ns: int, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(
+        self,
+        *,
+        cap_ns: int,
+        client: BulkClient | None = None,
+        gate: Gate | None = None,
+        planner: ProtectionPlanner | None = None,
+        ls_flows: frozenset[str] = frozenset(),
+        drain_recheck: bool = False,
+        ring_limit: Callable[[], int] | None = None,
+    ) -> None:
+        # Spelled out, not **kwargs: mypyc mis-forwards **kwargs to a compiled base.
+        super().__init__(
+            client=client, gate=gate, planner=planner, ls_flows=ls_flows,
+            drain_recheck=drain_recheck, ring_limit=ring_limit,
+        )  # fmt: skip
         if cap_ns < 1:
             raise UsageError(f"cap_ns={cap_ns}: must be >= 1 nanosecond")
         self.cap_ns = cap_ns
