@@ -85,8 +85,7 @@ def build(src_dir: Path, out_dir: Path | None = None) -> list[Path]:
         built = [p for p in (work / "coorp").rglob("*") if p.suffix in (".so", ".pyd")]
         if len(built) < len(modules) + 1:
             raise RuntimeError(
-                f"mypyc build produced {len(built)} extension modules, expected "
-                f"{len(modules) + 1}"
+                f"mypyc build produced {len(built)} extension modules, expected {len(modules) + 1}"
             )
         sources = {
             m: hashlib.sha256((work / f).read_bytes()).hexdigest()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import ClassVar
 
 from coorp._errors import UsageError
 from coorp.control import BulkClient, Gate, ProtectionPlanner
@@ -158,29 +159,38 @@ class GatedHooks:
         self.ring_full_pauses = 0
 
     def admit_bulk(self, station: DriverView, now_ns: int) -> int | None:
+        resume = self._admit(now_ns, station.hw_queue_length())
+        return None if resume < 0 else resume
+
+    def _admit(self, now_ns: int, depth: int) -> int:
+        """Whether the next bulk packet, behind ``depth`` others, goes to the NIC now:
+        -1 if so, else when to ask again (``FOREVER``: when resumed)."""
         self._paused_until = None
         self._ring_full = False
         if self.client is not None and not self.client.may_send(now_ns):
             return FOREVER
-        if self.ring_limit is not None and station.hw_queue_length() >= self.ring_limit():
+        if self.ring_limit is not None and depth >= self.ring_limit():
             self._ring_full = True
             self.ring_full_pauses += 1
             return FOREVER
         if self.gate is not None:
-            decision = self.gate.decide(now_ns, station.hw_queue_length())
+            decision = self.gate.decide(now_ns, depth)
             if not decision.allow:
                 assert decision.resume_ns is not None
                 resume = max(decision.resume_ns, now_ns + 1)
                 if self.drain_recheck:
                     self._paused_until = resume
                 return resume
-        return None
+        return -1
 
-    def _recheck(self, station: DriverView, now_ns: int) -> None:
+    def _recheck(self, station: DriverView, now_ns: int, depth: int = -1) -> None:
+        """``depth``: the station's ``hw_queue_length()`` if the caller knows it."""
         until = self._paused_until
         if until is None or now_ns >= until or self.gate is None:
             return
-        if self.gate.admits(now_ns, station.hw_queue_length()):
+        if depth < 0:
+            depth = station.hw_queue_length()
+        if self.gate.admits(now_ns, depth):
             # Resume through the driver's timer (an event at now), not from inside
             # the caller's processing (a MAC completion, a send).
             self._paused_until = None
@@ -207,17 +217,59 @@ class GatedHooks:
     def on_hw_complete(
         self, station: DriverView, pid: int, ac: AccessCategory, now_ns: int, delivered: bool
     ) -> None:
+        self._completed(station, pid, ac, now_ns, delivered, station.hw_queue_length())
+
+    def _completed(
+        self, station: DriverView, pid: int, ac: AccessCategory, now_ns: int, delivered: bool,
+        depth: int,
+    ) -> None:  # fmt: skip
+        """``on_hw_complete`` with the station's ``hw_queue_length()`` given."""
         if self.gate is not None and ac is AccessCategory.BE:
             if delivered:
                 self.gate.on_complete(pid, now_ns)
             else:
                 self.gate.on_discard(pid)
-            self._recheck(station, now_ns)
+            self._recheck(station, now_ns, depth)
         if self._ring_full:
             assert self.ring_limit is not None
-            if station.hw_queue_length() < self.ring_limit():
+            if depth < self.ring_limit():
                 self._ring_full = False
                 station.pause_bulk(now_ns)  # resume through the driver's timer
+
+    # -- RunHooks: the same calls, a run of packets at a time ------------------------------
+    #: The driver may call the ``*_run`` methods (see ``coorp.sim.RunHooks``).
+    per_run: ClassVar[bool] = True
+
+    def admit_bulk_run(
+        self, station: DriverView, now_ns: int, pid: int, count: int, ac: AccessCategory,
+        depth: int,
+    ) -> tuple[int, int]:  # fmt: skip
+        for i in range(count):
+            resume = self._admit(now_ns, depth + i)
+            if resume >= 0:
+                return i, resume
+            if self.gate is not None and ac is AccessCategory.BE:
+                self.gate.on_enqueue(pid + i, now_ns, depth + i)
+        return count, 0
+
+    def on_hw_enqueue_run(
+        self, station: DriverView, pid: int, count: int, ac: AccessCategory, depth: int,
+        now_ns: int,
+    ) -> None:  # fmt: skip
+        if self.gate is not None and ac is AccessCategory.BE:
+            for i in range(count):
+                self.gate.on_enqueue(pid + i, now_ns, depth + i)
+
+    def on_hw_complete_run(
+        self, station: DriverView, pid: int, count: int, ac: AccessCategory, now_ns: int,
+        delivered: bool,
+    ) -> None:  # fmt: skip
+        if (self.gate is None or ac is not AccessCategory.BE) and not self._ring_full:
+            return  # nothing to do for any of them
+        # The ring does not change while the driver reports one run's completions.
+        depth = station.hw_queue_length()
+        for q in range(pid, pid + count):
+            self._completed(station, q, ac, now_ns, delivered, depth)
 
 
 class CappedGatedHooks(GatedHooks):

@@ -21,6 +21,7 @@ from coorp.sim.driver import (  # noqa: E402
     AirtimeBudgetHooks,
     DriverHooks,
     DriverView,
+    RunHooks,
 )
 from coorp.sim.engine import Simulation, simulate  # noqa: E402
 from coorp.sim.mac import ChannelStats  # noqa: E402
@@ -35,6 +36,7 @@ __all__ = [
     "DriverHooks",
     "DriverView",
     "FlowStats",
+    "RunHooks",
     "SimResult",
     "Simulation",
     "StationStats",
