@@ -244,12 +244,33 @@ class GatedHooks:
         self, station: DriverView, now_ns: int, pid: int, count: int, ac: AccessCategory,
         depth: int,
     ) -> tuple[int, int]:  # fmt: skip
-        for i in range(count):
-            resume = self._admit(now_ns, depth + i)
-            if resume >= 0:
-                return i, resume
-            if self.gate is not None and ac is AccessCategory.BE:
-                self.gate.on_enqueue(pid + i, now_ns, depth + i)
+        # _admit for depth, depth + 1, … in turn, with what cannot change within one run
+        # (the same instant, the same transfer) asked once: the permit, the ring limit.
+        self._paused_until = None
+        self._ring_full = False
+        if count <= 0:
+            return 0, 0
+        if self.client is not None and not self.client.may_send(now_ns):
+            return 0, FOREVER
+        room = count
+        if self.ring_limit is not None:
+            room = min(count, self.ring_limit() - depth)  # packets below the limit
+        admitted = max(room, 0)
+        gate = self.gate
+        if gate is not None and admitted:
+            if ac is AccessCategory.BE:
+                admitted = gate.admit_run(now_ns, pid, admitted, depth)
+            else:
+                admitted = gate.decide_run(now_ns, admitted, depth)
+            if admitted < room:  # the gate denied packet ``admitted``
+                resume = max(gate.resume_ns, now_ns + 1)
+                if self.drain_recheck:
+                    self._paused_until = resume
+                return admitted, resume
+        if admitted < count:  # packet ``admitted`` would find the ring at its limit
+            self._ring_full = True
+            self.ring_full_pauses += 1
+            return admitted, FOREVER
         return count, 0
 
     def on_hw_enqueue_run(
@@ -257,19 +278,37 @@ class GatedHooks:
         now_ns: int,
     ) -> None:  # fmt: skip
         if self.gate is not None and ac is AccessCategory.BE:
-            for i in range(count):
-                self.gate.on_enqueue(pid + i, now_ns, depth + i)
+            self.gate.on_enqueue_run(pid, count, now_ns, depth)
 
     def on_hw_complete_run(
         self, station: DriverView, pid: int, count: int, ac: AccessCategory, now_ns: int,
         delivered: bool,
     ) -> None:  # fmt: skip
-        if (self.gate is None or ac is not AccessCategory.BE) and not self._ring_full:
+        gate = self.gate
+        if (gate is None or ac is not AccessCategory.BE) and not self._ring_full:
             return  # nothing to do for any of them
         # The ring does not change while the driver reports one run's completions.
         depth = station.hw_queue_length()
-        for q in range(pid, pid + count):
+        end = pid + count
+        q = pid
+        # While a gate pause may end early, each completion may end it (its sample can
+        # change the answer): one by one until it did.
+        while q < end and self._paused_until is not None and now_ns < self._paused_until:
             self._completed(station, q, ac, now_ns, delivered, depth)
+            q += 1
+        if q == end:
+            return
+        if gate is not None and ac is AccessCategory.BE:
+            if delivered:
+                gate.on_complete_run(q, end - q, now_ns)
+            else:
+                for r in range(q, end):
+                    gate.on_discard(r)
+        if self._ring_full:
+            assert self.ring_limit is not None
+            if depth < self.ring_limit():
+                self._ring_full = False
+                station.pause_bulk(now_ns)  # resume through the driver's timer
 
 
 class CappedGatedHooks(GatedHooks):
