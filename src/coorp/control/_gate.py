@@ -143,7 +143,8 @@ class Gate:
         # packet id -> the run it was enqueued with (when, behind how many, its lead to
         # the next window, the first LS send after it, the window's end): one record
         # per run, shared by its packets.
-        self._pending: dict[int, _Enqueued] = {}
+        # (Keys typed object: a packet id boxed once serves several dict operations.)
+        self._pending: dict[object, _Enqueued] = {}
         # The records with packets still pending, in enqueue order (realized mode).
         self._runs: list[_Enqueued] = []
         self._realized = realized
@@ -268,10 +269,8 @@ class Gate:
         table = self._ctt._table(lead, now_ns)
         record: _Enqueued | None = None
         for i in range(count):
-            if i:
-                # What decide() does first: the table forgets what expired by now (once
-                # is enough: time stands still), and picks the lead's sub-table.
-                table = self._ctt._table(lead, now_ns)
+            # (decide() would choose the table again for each packet: the same one, as
+            # nothing is recorded meanwhile and what expired by now is gone already.)
             if self._decide_at(window, table, now_ns, queue_depth + i) == _DENY:
                 return i
             if enqueue:
@@ -365,7 +364,8 @@ class Gate:
 
     def _enqueue_at(self, packet_id: int, record: _Enqueued) -> None:
         pending = self._pending
-        old = pending.pop(packet_id, None)
+        key: object = packet_id  # boxed once for both dict operations (compiled)
+        old = pending.pop(key, None)
         if old is not None:
             # Ids may be recycled (a kernel reuses buffers) after a lost completion.
             old.live -= 1
@@ -374,7 +374,7 @@ class Gate:
             oldest = next(iter(pending))
             pending.pop(oldest).live -= 1
             self._evicted_pending += 1
-        pending[packet_id] = record
+        pending[key] = record
         record.live += 1
         armed = self._probe_armed
         if armed is not None:
