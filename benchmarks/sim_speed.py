@@ -24,6 +24,8 @@ wall seconds per simulated second per policy and the ratio to EDCA's in the same
 shared machine hits every contender alike); each time brackets the whole run
 (``Simulation`` set-up, policy install, simulation) from the same ``perf_counter``
 instant for every contender; the table shows medians over rounds, the JSON every time.
+The process's CPU time of each run is shown too: on a shared machine wall times drift
+with the other load, CPU times much less.
 
     python benchmarks/sim_speed.py --policies edca,coorp,coorp-paper,oracle --json out.json
     COORP_PURE=1 python benchmarks/sim_speed.py --policies edca,coorp   # plain Python
@@ -87,8 +89,6 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.vs_ns3 and args.no_ns3:
         ap.error("--vs-ns3 and --no-ns3 contradict each other")
-    from coorp._accel import describe
-
     console.print(f"coorp simulator: {describe()}")
     ns, import_s, why = (None, 0.0, "--no-ns3") if args.no_ns3 else import_ns3()
     if ns is None and args.vs_ns3:
@@ -176,9 +176,23 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def describe() -> str:
+    """Which modules run compiled (``coorp --version``); also on a tree from before
+    ``coorp._accel`` (where only the simulator compiled), to time it the same way."""
+    try:
+        from coorp._accel import describe as accel_describe
+    except ImportError:
+        from coorp.sim._loader import describe as sim_describe  # type: ignore[import-not-found]
+
+        from coorp.sim import COMPILED
+
+        return f"simulator {sim_describe(COMPILED)}, control and hooks plain Python"
+    return accel_describe()
+
+
 def policies_main(args: argparse.Namespace, console: Console) -> int:
     """``--policies``: the CRL workload per policy, wall time relative to EDCA's."""
-    from coorp._accel import describe
+    from coorp import CoorpError
     from coorp.policies import get_policy, policy_label
     from coorp.scenario import load_scenario, resolve_scenario
     from coorp.workload import run_crl
@@ -192,22 +206,30 @@ def policies_main(args: argparse.Namespace, console: Console) -> int:
         return 2
     if "edca" not in policies:
         policies.insert(0, "edca")  # every ratio is to EDCA in the same run
-    for name in policies:
-        get_policy(name)  # an unknown name fails here, before anything runs
-    scenarios = [
-        (name, load_scenario(resolve_scenario(name))) for name in args.scenarios.split(",") if name
-    ]
+    try:  # bad names fail here, before anything runs
+        for name in policies:
+            get_policy(name)
+        scenarios = [
+            (name, load_scenario(resolve_scenario(name)))
+            for name in args.scenarios.split(",")
+            if name
+        ]
+    except CoorpError as exc:
+        console.print(escape(f"error: {exc}"), style="red")
+        return 2
     sim_ns = round(args.duration * 1e9)
-    console.print(f"coorp (simulator, control, policy hooks): {describe()}")
+    console.print(f"coorp: {describe()}")
     load_before = os.getloadavg()
     times: dict[str, dict[str, list[float]]] = {n: {p: [] for p in policies} for n, _ in scenarios}
+    cpu: dict[str, dict[str, list[float]]] = {n: {p: [] for p in policies} for n, _ in scenarios}
     for rnd in range(args.repeat):
         order = policies[rnd % len(policies) :] + policies[: rnd % len(policies)]
         for name, scenario in scenarios:
             for pol in order:
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), time.process_time()
                 run_crl(scenario, pol, seed=args.seed, duration_ns=sim_ns, timeseries=False)
                 times[name][pol].append(time.perf_counter() - start)
+                cpu[name][pol].append(time.process_time() - start_cpu)
     load_after = os.getloadavg()
 
     table = Table(
@@ -220,14 +242,21 @@ def policies_main(args: argparse.Namespace, console: Console) -> int:
     table.add_column("policy")
     table.add_column("wall s / sim s", justify="right")
     table.add_column("vs EDCA", justify="right")
+    table.add_column("CPU s / sim s", justify="right")
+    table.add_column("CPU vs EDCA", justify="right")
     rows = []
     for name, _ in scenarios:
-        edca = times[name]["edca"]
         for pol in policies:
-            walls = times[name][pol]
+            walls, cpus = times[name][pol], cpu[name][pol]
             # Ratio per round (both timed in that round), then the median.
-            ratio = statistics.median(w / e for w, e in zip(walls, edca, strict=True))
+            ratio = statistics.median(
+                w / e for w, e in zip(walls, times[name]["edca"], strict=True)
+            )
+            cpu_ratio = statistics.median(
+                c / e for c, e in zip(cpus, cpu[name]["edca"], strict=True)
+            )
             per_sim = statistics.median(walls) / args.duration
+            cpu_per_sim = statistics.median(cpus) / args.duration
             rows.append(
                 {
                     "scenario": name,
@@ -235,11 +264,17 @@ def policies_main(args: argparse.Namespace, console: Console) -> int:
                     "label": policy_label(pol),
                     "deployable": get_policy(pol).deployable,
                     "wall_s": walls,
+                    "cpu_s": cpus,
                     "wall_per_sim_s": per_sim,
+                    "cpu_per_sim_s": cpu_per_sim,
                     "vs_edca": ratio,
+                    "cpu_vs_edca": cpu_ratio,
                 }
             )
-            table.add_row(name, escape(policy_label(pol)), f"{per_sim:.4f}", f"{ratio:.2f}x")
+            table.add_row(
+                name, escape(policy_label(pol)), f"{per_sim:.4f}", f"{ratio:.2f}x",
+                f"{cpu_per_sim:.4f}", f"{cpu_ratio:.2f}x",
+            )  # fmt: skip
     console.print(table)
     console.print(
         f"load average (1/5/15 min) before {' '.join(f'{x:.2f}' for x in load_before)}, "
