@@ -212,3 +212,22 @@ def test_run_hooks_make_the_same_calls_and_the_same_simulation(name: str) -> Non
         assert any(e[0] == "done" and e[5] is False for e in log)
     depths = [e[3] for e in log if e[0] == "admit"]
     assert max(depths) > 10 and depths.count(0) > 10
+
+
+def test_runs_are_declared_by_the_class_not_forwarded_by_a_wrapper() -> None:
+    # A wrapper that intercepts per-packet calls and forwards everything else must get
+    # the per-packet calls, not have its runs sent past it to the hooks it wraps.
+    class Forwarding:
+        def __init__(self, inner: object) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+    sc = parse_scenario({"name": "tiny", "stations": _stations(1, 3.0), "flows": []})
+    sim = Simulation(sc, seed=1)
+    runs = _Runs(_Recorder([], 1_000_000, 10), [])
+    sim.set_hooks("s0", runs)
+    assert sim.station("s0").run_hooks is runs
+    sim.set_hooks("s0", Forwarding(runs))  # type: ignore[arg-type]
+    assert sim.station("s0").run_hooks is None and sim.station("s0").per_packet

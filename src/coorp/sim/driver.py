@@ -133,7 +133,9 @@ class RunHooks(DriverHooks, Protocol):
     (``tests/policies/test_golden_policies.py``); only the number of calls across the
     hook boundary changes. The per-packet methods are still called where a run would
     not save anything (a packet dropped after its retries: ``on_hw_complete``, one by
-    one). ``set_hooks`` reads the attribute when the hooks are set.
+    one). ``set_hooks`` reads the attribute from the hooks' class when the hooks are
+    set (a wrapper forwarding unknown attributes to wrapped run hooks gets the per-packet
+    calls).
     """
 
     per_run: bool

@@ -208,7 +208,9 @@ class Station:
     def hooks(self, hooks: DriverHooks) -> None:
         self._hooks = hooks
         self.per_packet = bool(getattr(hooks, "per_packet", True))
-        runs = self.per_packet and bool(getattr(hooks, "per_run", False))
+        # Read from the class: a wrapper that forwards unknown attributes to the hooks it
+        # wraps (to intercept their per-packet calls) must not opt into runs unawares.
+        runs = self.per_packet and bool(getattr(type(hooks), "per_run", False))
         self.run_hooks = hooks if runs else None  # type: ignore[assignment]
         self._admit_all = type(hooks) is AdmitAll
         budget = getattr(hooks, "max_bulk_airtime_ns", None)
