@@ -223,7 +223,7 @@ def test_compare_runs_a_user_policy_and_writes_raw_tables(
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     code, stdout, _ = run_cli(capsys, "--version")
     assert code == 0
-    assert stdout.startswith(f"coorp {__version__} (simulator: ")
+    assert stdout.startswith(f"coorp {__version__} (simulator, control, policy hooks: ")
     assert ("compiled (mypyc)" in stdout) == COMPILED
     if not COMPILED:
         assert "plain Python" in stdout

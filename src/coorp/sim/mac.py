@@ -39,10 +39,11 @@ from dataclasses import dataclass, field, replace
 from coorp._errors import InvariantError
 from coorp.phy import MAX_PPDU_NS, SIFS_NS, SLOT_NS
 from coorp.scenario import AccessCategory, MacConfig, RetryPolicy
+from coorp.sim.driver import RunHooks
 from coorp.sim.events import PRIO_ACCESS, PRIO_CONTROL, PRIO_MEDIUM, EventLoop
 from coorp.sim.links import LinkTable
 from coorp.sim.packets import Packet
-from coorp.sim.station import Edcaf, Ring, Station
+from coorp.sim.station import BulkTransfer, Edcaf, Ring, Station
 from coorp.sim.timing import ExchangeTiming, aifs_ns
 
 __all__ = ["Channel", "ChannelStats", "RingDrain", "Transmission"]
@@ -629,7 +630,11 @@ class Channel:
             ring.popleft()
         ring.n -= tx.mpdus
         deliver = self.on_delivered
-        if st.per_packet:
+        run_hooks = st.run_hooks
+        if run_hooks is not None:
+            for p in tx.packets:
+                self._complete_run(st, run_hooks, p, p.pid, p.count, now)
+        elif st.per_packet:
             complete = st.hooks.on_hw_complete
             for p in tx.packets:
                 ac = p.ac
@@ -686,10 +691,13 @@ class Channel:
         deliver = self.on_delivered
         complete = st.hooks.on_hw_complete
         per_packet = st.per_packet
+        run_hooks = st.run_hooks
         it = iter(retry_runs)
         for p, pid, k, failed in segments:
             if failed:
                 self._count_retry(next(it), now)
+            elif run_hooks is not None:
+                self._complete_run(st, run_hooks, p, pid, k, now)
             elif per_packet:
                 for q in range(pid, pid + k):
                     complete(st, q, p.ac, now, True)
@@ -699,6 +707,30 @@ class Channel:
         st.tx_success += 1
         e.cw = e.cw_min
         return True
+
+    def _complete_run(
+        self, st: Station, hooks: RunHooks, p: Packet, pid: int, k: int, now: int
+    ) -> None:
+        """Packets ``pid .. pid + k - 1`` of run ``p`` were acknowledged: the hooks hear
+        of them (one call), then they are delivered. As one by one (each packet's
+        completion, then its delivery), because nothing delivering them triggers can
+        reach the hooks before the last one: only a transfer's completion can, and it
+        comes with the run's last packet — unless the run goes past it (a transfer whose
+        dropped bytes were sent again), which is then taken one by one."""
+        t = p.transfer
+        if (
+            k > 1
+            and isinstance(t, BulkTransfer)
+            and t.on_complete is not None
+            and t.total_bytes is not None
+            and t.total_bytes - t.delivered_bytes <= (k - 1) * p.ip_bytes
+        ):
+            for q in range(pid, pid + k):
+                hooks.on_hw_complete_run(st, q, 1, p.ac, now, True)
+                self.on_delivered(p, q, 1, now)
+            return
+        hooks.on_hw_complete_run(st, pid, k, p.ac, now, True)
+        self.on_delivered(p, pid, k, now)
 
     def _fail(self, tx: Transmission) -> None:
         e = tx.edcaf
