@@ -40,6 +40,8 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("[workload]", sc_pkg.WorkloadConfig),
     ("[workload.mpc]", sc_pkg.MpcConfig),
     ("[workload.drlc]", sc_pkg.DrlcConfig),
+    ("[[workload.ls_flows]]", sc_pkg.LsFlowConfig),
+    ("[[workload.link_changes]]", sc_pkg.LinkChange),
     ("[policy.coorp]", sc_pkg.CoorpOptions),
     ("[policy.schedwifi]", sc_pkg.SchedWifiOptions),
 ]

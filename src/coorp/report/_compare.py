@@ -62,8 +62,13 @@ _NO_METRICS: dict[str, Any] = {
     "violation_rate": math.nan,
     "reaction_ms": {"p50": math.nan, "p90": math.nan, "p99": math.nan},
     "ls_latency_ms": {"p50": math.nan, "p99": math.nan},
-    "bh_mbps": math.nan, "epoch_s": math.nan, "loops": 0, "epochs": 0, "lag_ms_max": math.nan,
+    "bh_mbps": math.nan, "other_mbps": math.nan, "epoch_s": math.nan, "loops": 0, "epochs": 0,
+    "lag_ms_max": math.nan,
 }  # fmt: skip
+
+#: Per-flow blocks of a run's metrics (``CrlResult.metrics``), present only where the
+#: scenario has LS flows beside the MPC loop or traffic outside the team.
+PER_FLOW = ("flow_miss_rate", "flow_latency_p99_ms", "flow_mbps")
 
 
 def run_policy(
@@ -133,6 +138,7 @@ class Comparison:
                 "reaction_ms": m["reaction_ms"],
                 "ls_latency_ms": m["ls_latency_ms"],
                 "bh_mbps": m["bh_mbps"],
+                "other_mbps": m.get("other_mbps", math.nan),
                 "utilization": self.utilization(name),
                 "epoch_s": m["epoch_s"],
                 "epoch_vs_edca": self.epoch_vs_edca(name),
@@ -142,8 +148,10 @@ class Comparison:
                 "infeasible": run.infeasible,
                 "deployable": deployable(name),
                 "warnings": warnings[name],
+                **{k: m[k] for k in PER_FLOW if k in m},
             })  # fmt: skip
         out["reference"] = json_safe({"name": BH_ONLY, "bh_mbps": self.reference.metrics["bh_mbps"],
+                                   "other_mbps": self.reference.metrics.get("other_mbps"),
                                    "epoch_s": self.reference.metrics["epoch_s"],
                                    "warnings": warnings[BH_ONLY]})  # fmt: skip
         out["duration_s"] = self.duration_s

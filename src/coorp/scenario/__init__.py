@@ -29,6 +29,7 @@ from ._models import (
     StationConfig,
 )
 from ._overrides import OverrideError, apply_overrides, canonical_key, override_label
+from ._timing import LinkChange, LsFlowConfig
 from ._workload import (
     CoorpOptions,
     DrlcConfig,
@@ -57,8 +58,10 @@ __all__ = [
     "HwQueueConfig",
     "HwQueueMode",
     "JitterKind",
+    "LinkChange",
     "LinkConfig",
     "LinkOverride",
+    "LsFlowConfig",
     "LsPhase",
     "LsTransport",
     "MacConfig",

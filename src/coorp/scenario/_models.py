@@ -37,6 +37,7 @@ from coorp.phy import (
     vht_max_psdu_bytes,
     vht_ppdu_duration_ns,
 )
+from coorp.scenario._timing import timing_problems
 from coorp.scenario._workload import PolicyOptions, WorkloadConfig
 
 __all__ = [
@@ -274,6 +275,11 @@ class BulkFlow(_Model):
     start_us: float = Field(0.0, ge=0)
     category: AccessCategory = AccessCategory.BE
     tcp_acks: bool = True
+    coordinated: bool = Field(
+        False,
+        description="team bulk data: started through the policy, under its permits and "
+        "gate (src must be a team robot); false: traffic outside the team, never gated",
+    )
 
 
 Flow = Annotated[DatagramFlow | BulkFlow, Field(discriminator="kind")]
@@ -381,7 +387,29 @@ class Scenario(_Model):
                     )
             if w.workers is not None and not w.workers:
                 raise ValueError("workload.workers must not be empty")
+        _raise_at(Scenario, timing_problems(self, self._problems_with_overrides))
         return self
+
+    def _problems_with_overrides(self, extra: list[dict[str, object]]) -> list[str]:
+        """What would be wrong with the links if ``extra`` ``[[links.overrides]]`` entries
+        were added (a link change must give a rate the file could have set)."""
+        nss, width = self.phy.spatial_streams, self.phy.width_mhz
+        out = []
+        added = []
+        for o in extra:
+            ov = LinkOverride.model_validate(o)
+            streams = nss if ov.spatial_streams is None else ov.spatial_streams
+            if not is_valid_vht_mcs(ov.mcs, streams, width):
+                out.append(
+                    f"MCS {ov.mcs} does not exist for {streams} spatial stream(s) at {width} "
+                    f"MHz; allowed: {valid_vht_mcs(streams, width)}"
+                )
+            added.append(ov)
+        if out:
+            return out
+        links = self.links.model_copy(update={"overrides": [*self.links.overrides, *added]})
+        trial = self.model_copy(update={"links": links})
+        return [msg for loc, _, msg in trial._link_problems() if loc == ("packet_bytes",)]
 
     def _ack_name_clashes(self) -> list[_Problem]:
         """A bulk flow with TCP acks adds a flow named ``<name>:ack``: no flow may use it."""

@@ -10,6 +10,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from coorp.scenario._timing import JitterKind, LinkChange, LsFlowConfig
+
 __all__ = ["CoorpOptions", "DrlcConfig", "JitterKind", "LsPhase", "LsTransport", "MpcConfig",
            "PolicyOptions", "SchedWifiOptions", "SyncMode", "WorkloadConfig"]  # fmt: skip
 
@@ -51,17 +53,6 @@ class LsPhase(StrEnum):
     """Each worker samples at its own fixed offset in [0, period), drawn once per run:
     independent camera clocks. Workers free-run; the leader answers each loop when
     its last perception is in (see docs/scenarios.md)."""
-
-
-class JitterKind(StrEnum):
-    """Distribution of a worker's send delay after its sample instant."""
-
-    GAUSSIAN = "gaussian"
-    """|N(0, jitter_us)|."""
-    PARETO_TAIL = "pareto-tail"
-    """|N(0, jitter_us)| plus, with probability ``tail_probability``, a Pareto delay
-    (scale ``tail_scale_us``, shape ``tail_shape``, capped at ``tail_max_us``): the rare
-    millisecond-scale wakeup latencies of a kernel without PREEMPT_RT."""
 
 
 class MpcConfig(_Model):
@@ -126,6 +117,13 @@ class WorkloadConfig(_Model):
     workers: list[str] | None = Field(None, description="default: every station but the leader")
     mpc: MpcConfig = Field(default_factory=MpcConfig)
     drlc: DrlcConfig = Field(default_factory=DrlcConfig)
+    ls_flows: list[LsFlowConfig] = Field(
+        default_factory=list,
+        description="`[[workload.ls_flows]]`: LS flows beside the MPC loop, names unique",
+    )
+    link_changes: list[LinkChange] = Field(
+        default_factory=list, description="`[[workload.link_changes]]`: link rates that change"
+    )
 
 
 class CoorpOptions(_Model):

@@ -224,11 +224,16 @@ class Simulation:
         flow: FlowState,
         total_bytes: int | None,
         on_complete: Callable[[BulkTransfer, int], None] | None = None,
+        gated: bool = True,
     ) -> BulkTransfer:
-        """Start a bulk transfer on ``flow`` (``None`` bytes: saturating, never ends)."""
+        """Start a bulk transfer on ``flow`` (``None`` bytes: saturating, never ends).
+
+        ``gated = False``: traffic the station's driver hooks do not coordinate; it
+        never asks them and their pauses do not hold it (``BulkTransfer.gated``).
+        """
         if not flow.bulk:
             raise UsageError(f"flow {flow.name!r} is not a bulk flow")
-        t = BulkTransfer(flow, total_bytes, on_complete)
+        t = BulkTransfer(flow, total_bytes, on_complete, gated)
         flow.src.add_transfer(t)
         return t
 

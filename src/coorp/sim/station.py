@@ -94,21 +94,28 @@ class Edcaf:
 
 
 class BulkTransfer:
-    """Bytes a bulk flow still has to hand to the NIC (``None``: unlimited)."""
+    """Bytes a bulk flow still has to hand to the NIC (``None``: unlimited).
 
-    __slots__ = ("delivered_bytes", "flow", "on_complete", "remaining_bytes", "total_bytes")
+    ``gated = False``: traffic the station's policy does not coordinate (a flow outside
+    the team): it never asks the driver hooks and is never held by their pauses.
+    """
+
+    __slots__ = ("delivered_bytes", "flow", "gated", "on_complete", "remaining_bytes",
+                 "total_bytes")  # fmt: skip
 
     def __init__(
         self,
         flow: FlowState,
         total_bytes: int | None,
         on_complete: Callable[[BulkTransfer, int], None] | None,
+        gated: bool = True,
     ) -> None:
         self.flow = flow
         self.total_bytes = total_bytes
         self.remaining_bytes = total_bytes
         self.delivered_bytes = 0
         self.on_complete = on_complete
+        self.gated = gated
 
 
 @mypyc_attr(native_class=False)  # a deque subclass stays a Python class when compiled
@@ -120,6 +127,16 @@ class Ring(deque[Packet]):
     def __init__(self) -> None:
         super().__init__()
         self.n = 0
+
+
+def _ungated_in(ring: Ring) -> int:
+    """Packets of ungated bulk transfers in ``ring``."""
+    n = 0
+    for p in ring:
+        t = p.transfer
+        if isinstance(t, BulkTransfer) and not t.gated:
+            n += p.count
+    return n
 
 
 def _mergeable(tail: Packet, run: Packet) -> bool:
@@ -171,6 +188,13 @@ class Station:
         #: (fq_codel schedules flows independently; one FIFO would block the head).
         self.ls_queues: dict[AccessCategory, deque[Packet]] = {ac: deque() for ac in _AC_ORDER}
         self.transfers: deque[BulkTransfer] = deque()
+        #: Ungated transfers (``BulkTransfer.gated = False``) of a station whose hooks
+        #: decide: served beside ``transfers`` in turns of one burst, never asking the
+        #: hooks, never paused (see ``_refill_mixed``). Empty on a station without hooks,
+        #: where every transfer is admitted anyway and stays in ``transfers``.
+        self.free_transfers: deque[BulkTransfer] = deque()
+        self._free_turn = False
+        self._free_burst_used = 0
         #: Packets one transfer may hand to the NIC before the next transfer's turn.
         self.bulk_burst = 64
         self._burst_used = 0
@@ -288,8 +312,15 @@ class Station:
         self.refill()
 
     def add_transfer(self, transfer: BulkTransfer) -> None:
-        self.transfers.append(transfer)
+        self._queue_of(transfer).append(transfer)
         self.refill()
+
+    def _queue_of(self, transfer: BulkTransfer) -> deque[BulkTransfer]:
+        """Where a transfer waits: ungated ones apart only when hooks decide (without
+        hooks every transfer is admitted, and one queue keeps the plain behaviour)."""
+        if transfer.gated or self._admit_all:
+            return self.transfers
+        return self.free_transfers
 
     def refill(self) -> None:
         """Move packets to the hardware rings while they have room: LS first, then bulk.
@@ -313,6 +344,9 @@ class Station:
                     break
                 ls.popleft()
                 self._enqueue_hw(head, now)
+        if self.free_transfers:
+            self._refill_mixed(now)
+            return
         transfers = self.transfers
         run_hooks = self.run_hooks
         if run_hooks is not None:
@@ -351,6 +385,97 @@ class Station:
                     self._deny(resume, now)
                     break
             self._enqueue_hw(self._next_bulk_run(room), now)
+
+    def _refill_mixed(self, now: int) -> None:
+        """``refill``'s bulk part with ungated transfers waiting too: the gated transfers
+        (through the hooks, as in ``refill``) and the ungated ones (straight to the NIC)
+        take turns of up to one burst each, as a qdisc serves flows in turn; a pause of
+        the hooks holds only the gated ones. The hooks see the ungated packets only as
+        ring depth and as completions (ids they never admitted)."""
+        rings = self.rings
+        cap = self.capacity
+        free = self.free_transfers
+        transfers = self.transfers
+        while True:
+            gated_ok = bool(transfers) and not self._paused and rings[transfers[0].flow.ac].n < cap
+            free_room = 0
+            if free:
+                ring = rings[free[0].flow.ac]
+                free_room = cap - ring.n
+                if transfers:
+                    # Gated data waits too: the ungated share of the ring is at most half,
+                    # as a round robin over two backlogged queues gives each.
+                    free_room = min(free_room, cap // 2 - _ungated_in(ring))
+            free_ok = free_room > 0
+            if not gated_ok and not free_ok:
+                return
+            if free_ok and (self._free_turn or not gated_ok):
+                self._enqueue_hw(self._next_free_run(free_room), now, announce=False)
+                continue
+            self._gated_turn(now)
+            self._free_turn = True
+
+    def _gated_turn(self, now: int) -> None:
+        """Up to the head gated transfer's burst, admitted by the hooks as ``refill``
+        admits it (a denial pauses the gated transfers)."""
+        transfers = self.transfers
+        ac = transfers[0].flow.ac
+        depth = self.rings[ac].n
+        k = self._bulk_run_length(self.capacity - depth)
+        run_hooks = self.run_hooks
+        if run_hooks is not None:
+            n, until = run_hooks.admit_bulk_run(self, now, self._alloc_pids(0), k, ac, depth)
+            if n:
+                self._enqueue_hw(self._next_bulk_run(n), now, announce=False)
+            if n < k:
+                self._deny(until, now)
+            return
+        if self.per_packet:
+            for _ in range(k):
+                if not transfers or self._paused:
+                    return
+                if self.rings[transfers[0].flow.ac].n >= self.capacity:
+                    return
+                resume = self._hooks.admit_bulk(self, now)
+                if resume is not None:
+                    self._deny(resume, now)
+                    return
+                self._enqueue_hw(self._next_bulk_run(1), now)
+            return
+        resume = self._hooks.admit_bulk(self, now)
+        if resume is not None:
+            self._deny(resume, now)
+            return
+        self._enqueue_hw(self._next_bulk_run(k), now)
+
+    def _next_free_run(self, room: int) -> Packet:
+        """Up to ``room`` packets of the head ungated transfer, as ``_next_bulk_run``;
+        its turn ends with its burst or the transfer."""
+        free = self.free_transfers
+        transfer = free[0]
+        size = self.packet_bytes
+        k = min(room, self.bulk_burst - self._free_burst_used)
+        remaining = transfer.remaining_bytes
+        if remaining is not None:
+            full = remaining // size
+            if full == 0:
+                size = remaining
+                k = 1
+            elif k > full:
+                k = full
+            remaining -= k * size
+            transfer.remaining_bytes = remaining
+        self._free_burst_used += k
+        if remaining == 0:
+            free.popleft()
+            self._free_burst_used = 0
+            self._free_turn = False
+        elif self._free_burst_used >= self.bulk_burst:
+            free.rotate(-1)
+            self._free_burst_used = 0
+            self._free_turn = False
+        transfer.flow.sent_packets += k
+        return Packet(self._alloc_pids(k), transfer.flow, size, transfer=transfer, count=k)
 
     def _deny(self, resume: int, now: int) -> None:
         if resume <= now:
@@ -446,7 +571,7 @@ class Station:
         if self.per_packet and pkt.count > 1:
             while pkt.count > 1:
                 rest = pkt.split(1)
-                self._enqueue_hw(pkt, now)
+                self._enqueue_hw(pkt, now, announce)
                 pkt = rest
         ac = pkt.ac
         ring = self.rings[ac]
@@ -467,7 +592,7 @@ class Station:
         # The EDCAF must exist even when the packet is not at the head: in a shared ring
         # it becomes the head later, when the packets ahead of it are gone.
         edcaf = self.edcafs.get(ac) or self.edcaf(ac)
-        if self.per_packet:
+        if self.per_packet and announce:
             self._hooks.on_hw_enqueue(self, pkt.pid, ac, depth, now)
         if depth == 0:
             assert self.channel is not None
@@ -477,7 +602,8 @@ class Station:
         """A bulk packet dropped by the MAC is resent by TCP: no byte is lost."""
         transfer = pkt.transfer
         if isinstance(transfer, BulkTransfer) and transfer.remaining_bytes is not None:
-            if transfer.remaining_bytes == 0 and transfer not in self.transfers:
-                self.transfers.append(transfer)
+            queue = self._queue_of(transfer)
+            if transfer.remaining_bytes == 0 and transfer not in queue:
+                queue.append(transfer)
             transfer.remaining_bytes += pkt.ip_bytes
             pkt.flow.retransmitted_packets += 1

@@ -214,8 +214,8 @@ def render_aggregate(
 
     t = Table(title=escape(title), caption_justify="left")
     cols = [*(["scenario"] if multi_sc else []), *(["overrides"] if multi_ov else []), "policy",
-            "miss rate", "reaction p99 ms", "BH Mb/s", "util.", "epoch s", "epoch/EDCA",
-            "seeds"]  # fmt: skip
+            "miss rate", "reaction p99 ms", "BH Mb/s", "other Mb/s", "util.", "epoch s",
+            "epoch/EDCA", "seeds"]  # fmt: skip
     for c in cols:
         left = c in ("scenario", "overrides", "policy")
         t.add_column(c, justify="left" if left else "right")
@@ -226,25 +226,28 @@ def render_aggregate(
         first = next(iter(m.values()))
         runs, infeasible = first["runs"], first["infeasible"]
         if infeasible == runs:
-            t.add_row(*lead, "infeasible", *["-"] * 5, str(runs))
+            t.add_row(*lead, "infeasible", *["-"] * 6, str(runs))
             notes.append(f"{where(sc, ov, policy)}: {first['reason']}")
             continue
         if infeasible:
             notes.append(f"{where(sc, ov, policy)}: infeasible in {infeasible} of {runs} runs: "
                          f"{first['reason']}")  # fmt: skip
         if policy == BH_ONLY:
-            t.add_row(*lead, "-", "-", _cell(m.get("bh_mbps"), ".1f"), "ref.", _cell(
-                m.get("epoch_s"), ".2f"), "-", str(runs))  # fmt: skip
+            t.add_row(*lead, "-", "-", _cell(m.get("bh_mbps"), ".1f"),
+                      _cell(m.get("other_mbps"), ".1f"), "ref.", _cell(m.get("epoch_s"), ".2f"),
+                      "-", str(runs))  # fmt: skip
             continue
         t.add_row(
             *lead, _cell(m.get("violation_rate"), ".1f", pct=True),
             _cell(m.get("reaction_p99_ms"), ".1f"), _cell(m.get("bh_mbps"), ".1f"),
-            _cell(m.get("utilization"), ".0f", pct=True), _cell(m.get("epoch_s"), ".2f"),
+            _cell(m.get("other_mbps"), ".1f"), _cell(m.get("utilization"), ".0f", pct=True),
+            _cell(m.get("epoch_s"), ".2f"),
             _cell(m.get("epoch_vs_edca"), ".2f"), str(runs - infeasible),
         )  # fmt: skip
     t.caption = (
         "mean ± 95% CI half-width over seeds (Student's t); (n=k): the value exists in k "
-        f"runs only (e.g. no epoch finished); utilization = BH Mb/s / {BH_ONLY} run"
+        f"runs only (e.g. no epoch finished); utilization = BH Mb/s / {BH_ONLY} run; "
+        "BH Mb/s: the team's bulk data; other Mb/s: traffic outside the team"
     )
     if shared:
         t.caption += "\n" + escape(f"every run: {shared}")

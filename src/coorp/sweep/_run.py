@@ -43,7 +43,7 @@ Runner = Callable[[Task], Outcome]
 #: from the BH-only and EDCA runs of the same scenario, overrides and seed).
 METRICS = (
     "violation_rate", "reaction_p50_ms", "reaction_p90_ms", "reaction_p99_ms",
-    "ls_latency_p50_ms", "ls_latency_p99_ms", "bh_mbps", "utilization", "epoch_s",
+    "ls_latency_p50_ms", "ls_latency_p99_ms", "bh_mbps", "other_mbps", "utilization", "epoch_s",
     "epoch_vs_edca", "loops", "epochs", "lag_ms_max", "events",
 )  # fmt: skip
 

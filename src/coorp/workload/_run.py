@@ -5,17 +5,18 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from coorp._errors import UsageError
 from coorp.policies import Team, get_policy
-from coorp.scenario import Scenario, SyncMode
+from coorp.scenario import BulkFlow, LsTransport, Scenario, SyncMode
 from coorp.sim import SimResult, Simulation
 from coorp.stats import percentile
 from coorp.units import NS_PER_MS, s, us
 from coorp.workload._drlc import Drlc, EpochRecord
+from coorp.workload._lsflows import LsFlows
 from coorp.workload._mpc import LoopRecord, MpcLoop
 from coorp.workload._series import Sampler
 
@@ -48,6 +49,45 @@ class CrlResult:
     first_epoch_ns: int = 0
     #: 10 ms bins per station (see :mod:`coorp.workload._series`); empty if not sampled.
     timeseries: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    #: ``[[workload.ls_flows]]`` that ran: name -> latency bound (ns).
+    ls_flow_deadlines: dict[str, int] = field(default_factory=dict)
+    #: Traffic outside the team's coordination (``[[flows]]`` not ``coordinated``):
+    #: flow name -> bytes delivered.
+    other_bytes: dict[str, int] = field(default_factory=dict)
+
+    #: Name of the MPC loop in per-flow results.
+    LOOP: ClassVar[str] = "mpc-loop"
+
+    def flow_misses(self) -> dict[str, float]:
+        """Miss rate per LS flow: the MPC loop's (reaction over its bound, or abandoned)
+        under :attr:`LOOP`, and each ``[[workload.ls_flows]]`` flow's: messages delivered
+        later than its deadline or lost, over the messages whose deadline fell within
+        the run (a message still in flight at the end is counted only if its deadline
+        has passed). NaN: no loop, no message to judge."""
+        out: dict[str, float] = {}
+        if self.mpc_enabled:
+            out[self.LOOP] = self._loop_miss_rate()
+        if not self.ls_flow_deadlines:
+            return out
+        msgs = self.sim.messages
+        names = msgs["flow"]
+        created = msgs["created_ns"]
+        latency = msgs["latency_ns"]
+        delivered = msgs["delivered_ns"]
+        for name, deadline in self.ls_flow_deadlines.items():
+            mine = names == name
+            judged = mine & (created + deadline <= self.duration_ns)
+            n = int(judged.sum())
+            if n == 0:
+                out[name] = math.nan
+                continue
+            late = judged & ((delivered < 0) | (latency > deadline))
+            out[name] = float(late.sum()) / n
+        return out
+
+    def _loop_miss_rate(self) -> float:
+        r = self.reaction_ns
+        return float(np.mean(r > self.deadline_ns)) if r.size else math.nan
 
     @property
     def reaction_ns(self) -> np.ndarray:
@@ -59,8 +99,17 @@ class CrlResult:
 
     @property
     def violation_rate(self) -> float:
-        r = self.reaction_ns
-        return float(np.mean(r > self.deadline_ns)) if r.size else math.nan
+        """The miss rate of the worst LS flow (:meth:`flow_misses`): the MPC loop's when
+        it is the only one."""
+        if not self.ls_flow_deadlines:
+            return self._loop_miss_rate()
+        rates = [v for v in self.flow_misses().values() if not math.isnan(v)]
+        return max(rates) if rates else math.nan
+
+    @property
+    def other_mbps(self) -> float:
+        """Throughput of the traffic outside the team (Mb/s; 0 without any)."""
+        return sum(self.other_bytes.values()) * 8 / (self.duration_ns / 1e9) / 1e6
 
     @property
     def bh_mbps(self) -> float:
@@ -83,12 +132,33 @@ class CrlResult:
             "reaction_ms": {q: percentile(r, int(q[1:])) for q in ("p50", "p90", "p99")},
             "ls_latency_ms": {"p50": percentile(lat, 50), "p99": percentile(lat, 99)},
             "bh_mbps": self.bh_mbps,
+            "other_mbps": self.other_mbps,
             "epoch_s": self.epoch_s,
             "loops": len(self.loops),
             "epochs": len(self.epochs),
             "lag_ms_max": max((lp.lag_ns for lp in self.loops), default=0) / NS_PER_MS,
             "warnings": self.warnings(),
+            **self._per_flow(),
         }
+
+    def _per_flow(self) -> dict[str, Any]:
+        """Per-flow blocks, only where a scenario has more than the MPC loop's LS flows
+        or traffic outside the team (so the plain scenarios' results keep their shape):
+        ``flow_miss_rate`` and ``flow_latency_p99_ms`` per LS flow, ``flow_mbps`` per flow
+        outside the team."""
+        out: dict[str, Any] = {}
+        if self.ls_flow_deadlines:
+            out["flow_miss_rate"] = self.flow_misses()
+            msgs = self.sim.messages
+            lat = {}
+            for name in self.ls_flow_deadlines:
+                v = msgs["latency_ns"][(msgs["flow"] == name) & (msgs["delivered_ns"] >= 0)]
+                lat[name] = percentile(v / NS_PER_MS, 99)
+            out["flow_latency_p99_ms"] = lat
+        if self.other_bytes:
+            secs = self.duration_ns / 1e9
+            out["flow_mbps"] = {n: b * 8 / secs / 1e6 for n, b in self.other_bytes.items()}
+        return out
 
     def warnings(self) -> list[str]:
         """Why a metric of this run is missing or rests on little data (a run too short
@@ -219,20 +289,54 @@ def run_crl(
     if wl is None:
         raise UsageError(f"{source} has no [workload] section; see docs/scenarios.md")
     policy_cls = get_policy(policy)
-    sim = Simulation(scenario, seed=seed, source=source, trace=trace)
+    # Bulk [[flows]] are started here, not by the simulation: the team's (coordinated)
+    # through the policy, the others ungated, so the policy's gate never holds them.
+    scenario_bulk = [f for f in scenario.flows if isinstance(f, BulkFlow)]
+    sim_scenario = scenario
+    if scenario_bulk:
+        sim_scenario = scenario.model_copy(
+            update={"flows": [f for f in scenario.flows if not isinstance(f, BulkFlow)]}
+        )
+    sim = Simulation(sim_scenario, seed=seed, source=source, trace=trace)
     workers = tuple(scenario.workers)
+    robots = {wl.leader, *workers}
     mpc_on = wl.mpc.enabled and not bh_only
     mpc = MpcLoop(sim, wl.mpc, wl.leader, workers) if mpc_on else None
+    # The team's own extra LS flows stop with the MPC loop in the BH-only reference;
+    # other stations' flows are part of the channel and keep running.
+    ls_cfgs = [f for f in wl.ls_flows if not (bh_only and f.src in robots)]
+    repair = us(wl.mpc.repair_us) if wl.mpc.ls_transport is LsTransport.RELIABLE else None
+    extra = LsFlows(sim, ls_cfgs, repair_ns=repair) if ls_cfgs else None
+    protected = (mpc.flow_names if mpc is not None else frozenset()) | (
+        extra.coordinated if extra is not None else frozenset()
+    )
+    ls_send = _joint_schedule(mpc, extra)
     team = Team(
         sim=sim, leader=wl.leader, workers=workers,
-        ls_flows=mpc.flow_names if mpc is not None else frozenset(),
+        ls_flows=protected,
         mpc=wl.mpc if mpc_on else None, options=scenario.policy,
-        ls_schedule=mpc.next_send_ns if mpc is not None else None,
-        ls_send=mpc.next_send if mpc is not None else None,
+        ls_schedule=_instants(mpc, extra, ls_send),
+        ls_send=ls_send,
         ls_phases=mpc.phase_ns if mpc is not None else None,
     )  # fmt: skip
     pol = policy_cls(team)
     pol.install()
+    team_bulk: list[str] = []
+    other: list[str] = []
+    for f in scenario_bulk:
+        flow = sim.flow(f.name, f.src, f.dst, f.category, bulk=True, tcp_acks=f.tcp_acks)
+        start = us(f.start_us)
+        if f.coordinated:
+            team_bulk.append(f.name)
+            sim.call_at(start, pol.send_bulk, f.src, flow, f.total_bytes, _ignore)
+        else:
+            other.append(f.name)
+            sim.call_at(start, _start_ungated, sim, flow, f.total_bytes)
+    other += [f.name for f in scenario.flows if not isinstance(f, BulkFlow)]
+    if extra is not None:
+        extra.begin()
+    for change in wl.link_changes:
+        sim.call_control_at(s(change.at_s), _change_link, sim, change)
     drlc = None
     bulk_flows = []
     if wl.drlc.enabled:
@@ -267,7 +371,8 @@ def run_crl(
     result = sim.run(until, on_progress)
 
     msgs = result.messages
-    ls_names = np.array(sorted(team.ls_flows), dtype=object)
+    ls_all = set(team.ls_flows) | (extra.flow_names if extra is not None else set())
+    ls_names = np.array(sorted(ls_all), dtype=object)
     is_ls = np.isin(msgs["flow"], ls_names)
     lat = msgs["latency_ns"][is_ls]
     bulk_names = drlc.bulk_flow_names if drlc is not None else frozenset()
@@ -278,11 +383,74 @@ def run_crl(
         epochs=tuple(drlc.epochs) if drlc is not None else (),
         ls_latency_ns=lat[lat >= 0].astype(np.int64),
         ls_hw_depths=msgs["hw_depth_first"][is_ls],
-        bh_bytes=sum(result.flows[n].delivered_bytes for n in bulk_names),
-        policy_stats=pol.stats(), sim=result, ls_flows=frozenset(team.ls_flows),
+        bh_bytes=sum(result.flows[n].delivered_bytes for n in (*bulk_names, *team_bulk)),
+        policy_stats=pol.stats(), sim=result, ls_flows=frozenset(ls_all),
         drlc_enabled=wl.drlc.enabled, mpc_enabled=mpc_on,
         first_epoch_ns=us(wl.mpc.start_us) + us(wl.mpc.period_us) * (
             drlc.per_worker_items if wl.drlc.sync is SyncMode.ASP else wl.drlc.batch_items
         ) if drlc is not None else 0,
         timeseries=sampler.table() if sampler is not None else {},
+        ls_flow_deadlines=extra.deadlines_ns if extra is not None else {},
+        other_bytes={n: result.flows[n].delivered_bytes for n in other},
     )  # fmt: skip
+
+
+def _ignore(_now: int) -> None:
+    """A team bulk flow of the scenario: nothing waits for it to finish."""
+
+
+def _start_ungated(sim: Simulation, flow: Any, total: int | None) -> None:
+    sim.start_transfer(flow, total, gated=False)
+
+
+def _change_link(sim: Simulation, change: Any) -> None:
+    """``[[workload.link_changes]]``: the link's rate from now on (its received power,
+    which only packet errors read, is kept)."""
+    from coorp.sim.timing import rate_code
+
+    a, b = sim.station(change.src).idx, sim.station(change.dst).idx
+    streams = change.spatial_streams
+    code = change.mcs
+    if streams is not None and streams != sim.scenario.phy.spatial_streams:
+        code = rate_code(change.mcs, streams)
+    pairs = [(a, b), (b, a)] if change.both_directions else [(a, b)]
+    for src, dst in pairs:
+        sim.links.set_link(src, dst, code, sim.links.rx_power_dbm(src, dst))
+
+
+def _instants(
+    mpc: MpcLoop | None,
+    extra: LsFlows | None,
+    joint: Callable[[str, int], tuple[int, bool] | None] | None,
+) -> Callable[[str, int], int | None] | None:
+    """``Team.ls_schedule``: the instants of ``joint`` (the MPC loop's own method when
+    it is the only LS traffic)."""
+    if extra is None:
+        return mpc.next_send_ns if mpc is not None else None
+    if joint is None:
+        return None
+
+    def instant(robot: str, now_ns: int) -> int | None:
+        nxt = joint(robot, now_ns)
+        return None if nxt is None else nxt[0]
+
+    return instant
+
+
+def _joint_schedule(
+    mpc: MpcLoop | None, extra: LsFlows | None
+) -> Callable[[str, int], tuple[int, bool] | None] | None:
+    """A robot's next protected LS send over the MPC loop and its extra flows: the
+    earliest; exact only if that one is."""
+    if extra is None:
+        return mpc.next_send if mpc is not None else None
+    if mpc is None:
+        return extra.next_send
+
+    def both(robot: str, now_ns: int) -> tuple[int, bool] | None:
+        a, b = mpc.next_send(robot, now_ns), extra.next_send(robot, now_ns)
+        if a is None or (b is not None and b[0] < a[0]):
+            return b
+        return a
+
+    return both
