@@ -4,9 +4,16 @@ variants looked at beside them.
 A policy module for ``--policy-module``: each rung is ``coorp-paper`` plus the
 additions above it; the last rung is ``coorp`` itself::
 
-    RUNGS=coorp-paper,ladder-recheck,ladder-lead,ladder-realized,ladder-hints,ladder-floor,coorp
+    RUNGS=coorp-paper,ladder-recheck,ladder-lead,ladder-realized,ladder-hints,ladder-floor,\\
+ladder-budget,ladder-team-budget,coorp
     coorp sweep --policy-module benchmarks/coorp_ladder.py --policies $RUNGS \\
         --scenarios crl-10,one-low --seeds 1-5 --duration 20 --out results/ladder
+
+The rungs after ``ladder-floor`` (issue 22): ``ladder-budget`` is ``coorp`` as it was
+before traffic outside the team existed (its ring budget counts every packet in the
+ring, one CTT percentile always); ``ladder-team-budget`` counts only the team's packets
+against the budget; ``coorp`` also lowers the gates' percentile while a station outside
+the team takes the air.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ class LadderHints(CoorpPolicy):
     summary = "… + the leader's send-time hints"
     ctt_floor = False
     ring_airtime_budget_ns = None
+    foreign_ctt_percentile = None
 
 
 @register_policy
@@ -51,6 +59,22 @@ class LadderFloor(CoorpPolicy):
     name = "ladder-floor"
     summary = "… + the completion-time table's physical floor (coorp without the ring budget)"
     ring_airtime_budget_ns = None
+    foreign_ctt_percentile = None
+
+
+@register_policy
+class LadderBudget(CoorpPolicy):
+    name = "ladder-budget"
+    summary = "… + the ring budget, counting every packet in the ring (coorp before issue 22)"
+    ring_budget_counts_other = True
+    foreign_ctt_percentile = None
+
+
+@register_policy
+class LadderTeamBudget(CoorpPolicy):
+    name = "ladder-team-budget"
+    summary = "… + the ring budget counts only the team's packets"
+    foreign_ctt_percentile = None
 
 
 @register_policy

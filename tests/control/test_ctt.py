@@ -288,3 +288,35 @@ def test_record_run_is_record_at_consecutive_depths() -> None:
     assert [one.query(d) for d in range(9)] == [runs.query(d) for d in range(9)]
     with pytest.raises(UsageError, match="count=-1"):
         runs.record_run(0, -1, 5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 5), st.integers(1, 3), st.integers(0, 10_000),
+                       st.sampled_from([None, 500, 1_500, 3_000])), min_size=1, max_size=40),
+    st.sampled_from([95.0, 50.0, 99.0, 80.0]),
+    st.sampled_from([50.0, 95.0, 10.0]),
+)  # fmt: skip
+def test_a_new_percentile_answers_as_a_table_built_with_it(
+    ops: list[tuple[int, int, int, int | None]], before: float, after: float
+) -> None:
+    switched = CompletionTimeTable(max_depth=7, samples_per_depth=8, percentile=before,
+                                   lead_edges_ns=(1_000, 2_000))  # fmt: skip
+    fresh = CompletionTimeTable(max_depth=7, samples_per_depth=8, percentile=after,
+                                lead_edges_ns=(1_000, 2_000))  # fmt: skip
+    half = len(ops) // 2
+    for depth, count, value, lead in ops[:half]:
+        switched.record_run(depth, count, value, lead)
+        fresh.record_run(depth, count, value, lead)
+    [switched.query(d, lead) for d in range(9) for lead in (None, 700, 2_500)]  # warm caches
+    switched.set_percentile(after)
+    assert switched.percentile == after
+    for depth, count, value, lead in ops[half:]:
+        switched.record_run(depth, count, value, lead)
+        fresh.record_run(depth, count, value, lead)
+    for lead in (None, 700, 1_200, 2_500):
+        assert [switched.query(d, lead) for d in range(9)] == [
+            fresh.query(d, lead) for d in range(9)
+        ]
+    with pytest.raises(UsageError, match="percentile=101"):
+        switched.set_percentile(101)

@@ -12,7 +12,7 @@ import pytest
 
 from coorp._errors import ScenarioError, UsageError
 from coorp.policies import CoorpPolicy, _registry, register_policy
-from coorp.scenario import Scenario, load_scenario, parse_scenario, resolve_scenario
+from coorp.scenario import AccessCategory, Scenario, load_scenario, parse_scenario, resolve_scenario
 from coorp.units import NS_PER_S
 from coorp.workload import CrlResult, run_crl
 from crl_scenarios import crl_scenario
@@ -255,3 +255,56 @@ def test_the_scenario_sets_the_ring_budget_for_coorp_only() -> None:
                                   plain.sim.messages["delivered_ns"])  # fmt: skip
     with pytest.raises(ScenarioError, match="ring_budget_us"):
         parse_scenario(base.model_dump(mode="json") | {"policy": {"coorp": {"ring_budget_us": 0}}})
+
+
+def test_the_ring_budget_does_not_count_traffic_outside_the_team() -> None:
+    from coorp.policies._hooks import RingBudget
+    from coorp.sim import Simulation
+
+    sim = Simulation(load_scenario(resolve_scenario("crl-5-download")))
+    leader = sim.station("leader")
+    budget = RingBudget(sim, "leader", 1_500_000)
+    team = sim.flow("team", "leader", "r1", AccessCategory.BE, bulk=True, tcp_acks=False)
+    other = sim.flow("other", "leader", "laptop", AccessCategory.BE, bulk=True, tcp_acks=False)
+    sim.set_hooks("leader", _PauseAll())  # the team's data waits: only the other flows
+    sim.start_transfer(team, None)
+    limit = budget()
+    assert leader.ungated_in_ring(AccessCategory.BE) == 0
+    sim.start_transfer(other, None, gated=False)
+    ahead = leader.ungated_in_ring(AccessCategory.BE)
+    # Half the ring: the team's data waits too, and the two share the ring in turns.
+    assert ahead == sim.scenario.hw_queue.capacity_packets // 2
+    assert budget() == limit + ahead
+
+
+class _PauseAll:
+    def admit_bulk(self, station: object, now_ns: int) -> int | None:
+        from coorp.sim import FOREVER
+
+        return FOREVER
+
+    def on_ls_send(self, *a: object) -> None: ...
+    def on_hw_enqueue(self, *a: object) -> None: ...
+    def on_hw_complete(self, *a: object) -> None: ...
+
+
+def test_a_foreign_contender_lowers_the_gates_percentile_while_it_lasts() -> None:
+    # crl-5-guest's guest saturates the channel from the start: the gates switch to the
+    # foreign percentile at the first look; without stations outside the team, never.
+    base = load_scenario(resolve_scenario("crl-5-guest"))
+    seen: list[float] = []
+
+    class Watch(CoorpPolicy):
+        name = "test-foreign-watch"
+        summary = "coorp, recording the gates' percentile each look"
+
+        def _watch_foreign(self) -> None:
+            super()._watch_foreign()
+            seen.append(self.gates["r1"].ctt.percentile)
+
+    register_policy(Watch)
+    r = run_crl(base, "test-foreign-watch", duration_ns=1_200_000_000)
+    assert seen[:2] == [CoorpPolicy.foreign_ctt_percentile] * 2
+    assert r.policy_stats["foreign_contender_s"] > 0.4
+    alone = run_crl(load_scenario(resolve_scenario("crl-5")), "coorp", duration_ns=600_000_000)
+    assert "foreign_contender_s" not in alone.policy_stats

@@ -155,6 +155,26 @@ class CompletionTimeTable:
     def max_depth(self) -> int:
         return self._max_depth
 
+    def set_percentile(self, percentile: float) -> None:
+        """Answer with another percentile from now on (the lead tables too); the samples
+        stay, every answer is computed afresh when next asked."""
+        if not 0.0 <= percentile <= 100.0:
+            raise UsageError(f"percentile={percentile}: must lie in [0, 100]")
+        if percentile == self._percentile:
+            return
+        self._percentile = percentile
+        p = Fraction(percentile) / 100
+        self._p_num, self._p_den = p.numerator, p.denominator
+        self._need = max(n - (n - 1) * self._p_num // self._p_den for n in range(1, self._size + 1))
+        self._keep = self._need + _SLACK if self._need <= _SELECT_MAX else 0
+        for ring in self._rings:
+            ring.cache = -1
+            ring.top = []
+            ring.keeping = False
+        self._fallbacks.clear()
+        for table in self._by_lead:
+            table.set_percentile(percentile)
+
     @property
     def percentile(self) -> float:
         return self._percentile

@@ -45,6 +45,12 @@ __all__ = ["CoorpGlobalPolicy", "CoorpLocalPolicy", "CoorpPaperPolicy", "CoorpPo
 #: When to check whether a permit request was lost on the air (then it is sent again).
 REQUEST_RETRY_NS = 200 * NS_PER_MS
 
+#: How often the air taken by stations outside the team is measured (see
+#: ``CoorpPolicy.foreign_ctt_percentile``), and the share of it that counts as a
+#: foreign contender.
+FOREIGN_PERIOD_NS = 500 * NS_PER_MS
+FOREIGN_SHARE = 0.2
+
 
 @register_policy
 class CoorpPolicy(Policy):
@@ -72,6 +78,16 @@ class CoorpPolicy(Policy):
     #: packet's link); None: the whole ring. 1.5 ms is 83 packets at crl-5's rates (of a
     #: 128-packet ring), 3 at MCS 0's.
     ring_airtime_budget_ns: ClassVar[int | None] = 1_500_000
+    #: The ring budget counts the ring's packets of traffic outside the team too (its
+    #: first version; off: the budget is the team's, see RingBudget).
+    ring_budget_counts_other: ClassVar[bool] = False
+    #: While stations outside the team take at least ``FOREIGN_SHARE`` of the air
+    #: (measured over ``FOREIGN_PERIOD_NS``, as a monitor interface or the NIC's channel
+    #: survey measures it), the gates' completion-time tables answer with this
+    #: percentile instead of ``ctt_percentile``: a bulk packet's completion then
+    #: depends on when a station the team does not control wins the medium, and the
+    #: high percentile prices every packet at that station's longest wait. None: never.
+    foreign_ctt_percentile: ClassVar[float | None] = 50.0
 
     def install(self) -> None:
         team = self.team
@@ -119,17 +135,45 @@ class CoorpPolicy(Policy):
             if budget is not None and opts.ring_budget_us is not None:
                 budget = us(opts.ring_budget_us)  # the scenario's [policy.coorp] choice
             if budget is not None:
-                kwargs["ring_limit"] = RingBudget(sim, robot, budget)
+                kwargs["ring_limit"] = RingBudget(
+                    sim, robot, budget, count_other=self.ring_budget_counts_other
+                )
             cap = self.bulk_airtime_cap_ns
             hooks = GatedHooks(**kwargs) if cap is None else CappedGatedHooks(cap_ns=cap, **kwargs)
             self.hooks[robot] = hooks
             sim.set_hooks(robot, hooks)
+        self._foreign = [st for name, st in sim.stations.items() if name not in team.robots]
+        self.foreign_busy_ns = 0
+        self._foreign_busy = False
+        if self.foreign_ctt_percentile is not None and self.gates and self._foreign:
+            self._foreign_air = 0
+            self._foreign_at = sim.now_ns
+            sim.call_control_at(sim.now_ns + FOREIGN_PERIOD_NS, self._watch_foreign)
         if not opts.protect_leader:
             # The paper: the leader's control dissemination is unprotected, its gate
             # learns none of its LS sends and so never opens a window for them.
             leader_hooks = sim.station(team.leader).hooks
             assert isinstance(leader_hooks, GatedHooks)
             leader_hooks.ls_flows = frozenset()
+
+    def _watch_foreign(self) -> None:
+        """Measure the air stations outside the team took since the last look; switch
+        the gates' percentile when a foreign contender comes or goes."""
+        sim = self.team.sim
+        now = sim.now_ns
+        air = sum(st.airtime_ns for st in self._foreign)
+        share = (air - self._foreign_air) / max(1, now - self._foreign_at)
+        if self._foreign_busy:
+            self.foreign_busy_ns += now - self._foreign_at
+        self._foreign_air, self._foreign_at = air, now
+        busy = share >= FOREIGN_SHARE
+        if busy != self._foreign_busy:
+            assert self.foreign_ctt_percentile is not None
+            p = self.foreign_ctt_percentile if busy else self.team.options.coorp.ctt_percentile
+            for gate in self.gates.values():
+                gate.ctt.set_percentile(p)
+        self._foreign_busy = busy
+        sim.call_control_at(now + FOREIGN_PERIOD_NS, self._watch_foreign)
 
     def expect_ls_send(self, robot: str, flow: str, at_ns: int, *, exact: bool = False) -> None:
         planner = self.planners.get(robot)
@@ -263,6 +307,8 @@ class CoorpPolicy(Policy):
             out["early_resumes"] = {r: h.early_resumes for r, h in hooks.items()}
             out["hints"] = dict(getattr(self, "hints_taken", {}))
             out["ring_full_pauses"] = {r: h.ring_full_pauses for r, h in hooks.items()}
+        if getattr(self, "_foreign", None):
+            out["foreign_contender_s"] = getattr(self, "foreign_busy_ns", 0) / 1e9
         return out
 
 
@@ -291,3 +337,4 @@ class CoorpPaperPolicy(CoorpPolicy):
     ctt_lead_edges_ns = ()
     ctt_floor = False
     ring_airtime_budget_ns = None
+    foreign_ctt_percentile = None

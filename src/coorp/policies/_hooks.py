@@ -64,12 +64,17 @@ class RingBudget:
     of its own bulk data. A leader sending to a fast and a slow worker is limited per
     destination, not by its slowest link."""
 
-    def __init__(self, sim: Simulation, robot: str, budget_ns: int) -> None:
+    def __init__(
+        self, sim: Simulation, robot: str, budget_ns: int, *, count_other: bool = False
+    ) -> None:
         if budget_ns < 1:
             raise UsageError(f"ring budget {budget_ns} ns: must be >= 1 ns")
         self._sim = sim
         self._station = sim.station(robot)
         self.budget_ns = budget_ns
+        #: Count the ring's packets of traffic outside the team against the budget too
+        #: (the first version did; a ladder variant).
+        self.count_other = count_other
         self._by_code: dict[int, int] = {}
 
     def packets_at(self, code: int) -> int:
@@ -88,13 +93,21 @@ class RingBudget:
 
     def __call__(self) -> int:
         """The limit for the bulk packet the driver would hand over next (its head
-        transfer's destination; the ring's capacity when no bulk data waits)."""
-        transfers = self._station.transfers
+        transfer's destination; the ring's capacity when no bulk data waits).
+
+        The budget is the team's: packets of traffic outside the team (ungated
+        transfers, ``Station.ungated_in_ring``) are in the ring but not counted against
+        it, as the runtime's in-flight budget counts only its own streams."""
+        station = self._station
+        transfers = station.transfers
         if not transfers:
             return self._sim.scenario.hw_queue.capacity_packets
-        code = self._sim.links.rate_code(self._station.idx, transfers[0].flow.dst.idx)
+        head = transfers[0].flow
+        code = self._sim.links.rate_code(station.idx, head.dst.idx)
         limit = self._by_code.get(code)
-        return self.packets_at(code) if limit is None else limit
+        if limit is None:
+            limit = self.packets_at(code)
+        return limit if self.count_other else limit + station.ungated_in_ring(head.ac)
 
 
 def _share_ns(sim: Simulation, code: int, *, backoff: bool) -> int:

@@ -195,6 +195,7 @@ class Station:
         self.free_transfers: deque[BulkTransfer] = deque()
         self._free_turn = False
         self._free_burst_used = 0
+        self._had_free = False
         #: Packets one transfer may hand to the NIC before the next transfer's turn.
         self.bulk_burst = 64
         self._burst_used = 0
@@ -315,11 +316,19 @@ class Station:
         self._queue_of(transfer).append(transfer)
         self.refill()
 
+    def ungated_in_ring(self, ac: AccessCategory) -> int:
+        """Packets of ungated transfers in the ring of category ``ac`` (0 at once on a
+        station that never had any): what a policy's own limits need not count."""
+        if not self._had_free:
+            return 0
+        return _ungated_in(self.rings[ac])
+
     def _queue_of(self, transfer: BulkTransfer) -> deque[BulkTransfer]:
         """Where a transfer waits: ungated ones apart only when hooks decide (without
         hooks every transfer is admitted, and one queue keeps the plain behaviour)."""
         if transfer.gated or self._admit_all:
             return self.transfers
+        self._had_free = True
         return self.free_transfers
 
     def refill(self) -> None:
