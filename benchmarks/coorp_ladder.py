@@ -78,6 +78,13 @@ class LadderTeamBudget(CoorpPolicy):
 
 
 @register_policy
+class CoorpEmpirical(CoorpPolicy):
+    name = "coorp-empirical"
+    summary = "coorp with windows from the recent residuals' quantiles (a variant)"
+    time_model_window = "empirical"
+
+
+@register_policy
 class CoorpAirtimeCap(CoorpPolicy):
     name = "coorp-cap1ms"
     summary = "coorp + every bulk exchange capped at 1 ms of airtime (a variant, not a rung)"

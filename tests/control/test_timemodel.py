@@ -331,3 +331,45 @@ def test_the_current_segment_is_always_a_suffix_of_the_history(gaps: list[int]) 
         assert segments.count(current) == run  # every current-segment send is at the end
         for n in (1, 2, 3, 5, 8, len(segments), len(segments) + 1):
             assert m._segment_shorter_than(n) == (run < n)
+
+
+def test_empirical_windows_are_residual_quantiles_and_cover_new_sends() -> None:
+    # Sends at k·10 ms plus a half-normal delay (never early) and a 3 % tail of 4-8 ms.
+    # The window is the split-conformal ranks of the recent out-of-sample residuals
+    # (each send against the prediction made before it), and holds about C of the sends
+    # that follow.
+    rng = np.random.default_rng(7)
+    period = 10_000_000
+
+    def delays(n: int) -> list[int]:
+        d = np.abs(rng.normal(0, 300_000, n))
+        tail = rng.random(n) < 0.03
+        d[tail] += rng.uniform(4e6, 8e6, tail.sum())
+        return [round(x) for x in d]
+
+    emp = SendTimeModel(history=32, window="empirical", residual_history=64)
+    for k, d in enumerate(delays(300)):
+        emp.observe(k * period + d)
+    r = sorted(emp._residuals)
+    assert len(r) == 64
+    # ranks floor(65·0.025) = 1 and ceil(65·0.975) = 64 (1-based)
+    assert emp.window_bounds_ns == (min(r[0], -50_000), max(r[63], 50_000))
+    covered = 0
+    future = [300 * period + k * period + d for k, d in enumerate(delays(400))]
+    for x in future:
+        iv = emp.predict(x - period // 2)
+        assert iv is not None
+        covered += iv.start_ns <= x <= iv.end_ns
+        emp.observe(x)
+    assert covered / len(future) >= 0.85
+
+
+def test_empirical_windows_need_residuals_and_valid_arguments() -> None:
+    m = SendTimeModel(window="empirical")
+    for k in range(6):
+        m.observe(k * 10_000_000)
+    assert m.window_bounds_ns == (-m.delta_ns, m.delta_ns)  # type: ignore[operator]
+    with pytest.raises(UsageError, match="window='uniform'"):
+        SendTimeModel(window="uniform")
+    with pytest.raises(UsageError, match="residual_history=4"):
+        SendTimeModel(residual_history=4)

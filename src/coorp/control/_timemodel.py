@@ -66,6 +66,8 @@ class SendTimeModel:
         min_sigma_ns: int = 50_000,
         jump_after: int = 2,
         idle_periods: int = 8,
+        window: str = "gaussian",
+        residual_history: int = 64,
     ) -> None:
         if min_samples < 3:
             raise UsageError(
@@ -85,11 +87,18 @@ class SendTimeModel:
             raise UsageError(f"jump_after={jump_after}: must be >= 1 consecutive miss")
         if idle_periods < 1:
             raise UsageError(f"idle_periods={idle_periods}: must be >= 1 period")
+        if window not in ("gaussian", "empirical"):
+            raise UsageError(f"window={window!r}: allowed: 'gaussian' or 'empirical'")
+        if residual_history < _MIN_RESIDUALS:
+            raise UsageError(
+                f"residual_history={residual_history}: must be >= {_MIN_RESIDUALS} sends"
+            )
         # (send_ns, segment) pairs, oldest first.
         self._history: deque[tuple[int, int]] = deque(maxlen=history)
         self._segment = 0
         # Two-sided: P(|X| ≤ z·σ) = C, so C = 95% gives z ≈ 1.96 ≈ 2 as in the paper.
         self._z = NormalDist().inv_cdf((1.0 + confidence) / 2.0)
+        self._confidence = confidence
         self._refit_interval_ns = refit_interval_ns
         self._min_samples = min_samples
         self._miss_sigmas = miss_sigmas
@@ -106,6 +115,11 @@ class SendTimeModel:
         self._consecutive_misses = 0
         self.refits = 0
         self.misses = 0
+        # window = "empirical": the out-of-sample residuals of recent sends (each send
+        # against the prediction made before it came) and the window they give.
+        self._empirical = window == "empirical"
+        self._residuals: deque[int] = deque(maxlen=residual_history)
+        self._bounds: tuple[int, int] | None = None
 
     # -- read-only views ---------------------------------------------------------------------
     @property
@@ -155,6 +169,9 @@ class SendTimeModel:
                 self._fit(send_ns)
             return
         k = _round_div(send_ns - q, p)
+        if self._empirical:
+            self._residuals.append(send_ns - (q + p * k))
+            self._bounds = None
         if abs(send_ns - (q + p * k)) > self._miss_sigmas * sigma:
             self.misses += 1
             self._consecutive_misses = self._agreeing_misses(self._consecutive_misses + 1)
@@ -173,18 +190,42 @@ class SendTimeModel:
         if young or grown or send_ns - self._fitted_at_ns >= self._refit_interval_ns:
             self._fit(send_ns)
 
-    def predict(self, after_ns: int) -> Interval | None:
-        """The earliest not-yet-observed send interval ``[T̂_k − Δ, T̂_k + Δ]`` ending
-        at or after ``after_ns``; None until the model has been fitted."""
-        p, q, delta = self._period_ns, self._offset_ns, self.delta_ns
-        if p is None or q is None or delta is None:
+    @property
+    def window_bounds_ns(self) -> tuple[int, int] | None:
+        """``(lo, hi)``: every predicted interval is ``[T̂_k + lo, T̂_k + hi]``:
+        ``(−Δ, Δ)``, or with ``window = "empirical"`` and enough residuals the
+        ``(1 − C)/2`` and ``(1 + C)/2`` quantiles of the recent out-of-sample residuals
+        (split-conformal ranks), never narrower than ``±min_sigma_ns``."""
+        delta = self.delta_ns
+        if delta is None:
             return None
-        # Smallest k with q + p·k + Δ >= after_ns, and never an index already sent.
-        k = max(-((q + delta - after_ns) // p), self._last_index + 1)
+        if not self._empirical or len(self._residuals) < _MIN_RESIDUALS:
+            return -delta, delta
+        if self._bounds is None:
+            r = sorted(self._residuals)
+            n = len(r)
+            tail = (1.0 - self._confidence) / 2.0
+            lo_rank = max(math.floor((n + 1) * tail) - 1, 0)
+            hi_rank = min(math.ceil((n + 1) * (1.0 - tail)) - 1, n - 1)
+            floor = self._min_sigma_ns
+            self._bounds = (min(r[lo_rank], -floor), max(r[hi_rank], floor))
+        return self._bounds
+
+    def predict(self, after_ns: int) -> Interval | None:
+        """The earliest not-yet-observed send interval ``[T̂_k − Δ, T̂_k + Δ]`` (see
+        :attr:`window_bounds_ns`) ending at or after ``after_ns``; None until the model
+        has been fitted."""
+        p, q = self._period_ns, self._offset_ns
+        bounds = self.window_bounds_ns
+        if p is None or q is None or bounds is None:
+            return None
+        lo, hi = bounds
+        # Smallest k with q + p·k + hi >= after_ns, and never an index already sent.
+        k = max(-((q + hi - after_ns) // p), self._last_index + 1)
         if k - self._last_index > self._idle_periods:
             return None
         centre = q + p * k
-        return Interval(centre - delta, centre + delta)
+        return Interval(centre + lo, centre + hi)
 
     # -- fitting -------------------------------------------------------------------------------
     def _segment_shorter_than(self, n: int) -> bool:
@@ -217,6 +258,9 @@ class SendTimeModel:
 
     def _start_segment(self, newest: int) -> None:
         self._segment += 1
+        # Residuals measured against the old phase say nothing about the new one.
+        self._residuals.clear()
+        self._bounds = None
         for i in range(len(self._history) - newest, len(self._history)):
             self._history[i] = (self._history[i][0], self._segment)
 
@@ -268,6 +312,9 @@ class SendTimeModel:
         self._last_index = _round_div(runs[-1][-1] - q, p)
         self.refits += 1
 
+
+#: Out-of-sample residuals an empirical window needs; fewer: the Gaussian one.
+_MIN_RESIDUALS = 16
 
 #: Numbering/fitting rounds per starting numbering; two are usually enough.
 _MAX_ROUNDS = 6

@@ -92,11 +92,12 @@ class _CosimSimulation(Simulation):
         flow: FlowState,
         total_bytes: int | None,
         on_complete: Callable[[BulkTransfer, int], None] | None = None,
+        gated: bool = True,
     ) -> BulkTransfer:
         hook = self.on_transfer
         if hook is not None:
             on_complete = hook(flow, total_bytes, on_complete)
-        return super().start_transfer(flow, total_bytes, on_complete)
+        return super().start_transfer(flow, total_bytes, on_complete, gated)
 
 
 @dataclass(slots=True)

@@ -88,6 +88,9 @@ class CoorpPolicy(Policy):
     #: depends on when a station the team does not control wins the medium, and the
     #: high percentile prices every packet at that station's longest wait. None: never.
     foreign_ctt_percentile: ClassVar[float | None] = 50.0
+    #: The time model's windows: "gaussian" (±z·σ, the paper's) or "empirical" (the
+    #: recent out-of-sample residuals' quantiles, SendTimeModel(window="empirical")).
+    time_model_window: ClassVar[str] = "gaussian"
 
     def install(self) -> None:
         team = self.team
@@ -110,8 +113,11 @@ class CoorpPolicy(Policy):
         for robot in team.robots:
             gate = planner = None
             if self.use_gate:
+                extra: dict[str, Any] = {}
+                if self.time_model_window != "gaussian":
+                    extra["window"] = self.time_model_window
                 planner = ProtectionPlanner(
-                    margin_ns=us(opts.margin_us), confidence=opts.confidence
+                    margin_ns=us(opts.margin_us), confidence=opts.confidence, **extra
                 )
                 ctt = CompletionTimeTable(
                     percentile=opts.ctt_percentile,
