@@ -95,11 +95,28 @@ def render_comparison(cmp: Comparison) -> Table:
         "the loop: the worst flow's share of late messages); BH: the team's bulk data, "
         "other: traffic outside the team"
     )
+    per_flow = [f"{name}: {line}" for name, m in data["policies"].items()
+                if (line := _per_flow_line(m))]  # fmt: skip
+    if per_flow:
+        t.caption += "\nper flow:\n" + escape("\n".join(f"  {x}" for x in per_flow))
     if notes:
         t.caption += "\n" + escape("\n".join(notes))
     if data["warnings"]:
         t.caption += "\nwarnings:\n" + escape("\n".join(f"  {w}" for w in data["warnings"]))
     return t
+
+
+def _per_flow_line(m: dict[str, object]) -> str:
+    """Each LS flow's miss rate and each flow outside the team's Mb/s (JSON blocks
+    ``flow_miss_rate``, ``flow_mbps``), when the scenario has any."""
+    parts = []
+    misses = m.get("flow_miss_rate")
+    if isinstance(misses, dict):
+        parts.append("miss " + ", ".join(f"{k} {_f(v, '.1%')}" for k, v in misses.items()))
+    mbps = m.get("flow_mbps")
+    if isinstance(mbps, dict):
+        parts.append("Mb/s " + ", ".join(f"{k} {_f(v, '.1f')}" for k, v in mbps.items()))
+    return " · ".join(parts)
 
 
 def _seed_list(seed: int | None, seeds: str | None) -> list[int] | None:

@@ -249,6 +249,19 @@ def render_aggregate(
         f"runs only (e.g. no epoch finished); utilization = BH Mb/s / {BH_ONLY} run; "
         "BH Mb/s: the team's bulk data; other Mb/s: traffic outside the team"
     )
+    per_flow = []
+    for (sc, ov, policy), m in by.items():
+        parts = []
+        for prefix, label, fmt, pct in (("flow_miss_rate_", "miss", ".1f", True),
+                                        ("flow_mbps_", "Mb/s", ".1f", False)):  # fmt: skip
+            cells = [f"{k.removeprefix(prefix)} {_cell(a, fmt, pct=pct)}"
+                     for k, a in sorted(m.items()) if k.startswith(prefix)]  # fmt: skip
+            if cells:
+                parts.append(f"{label} " + ", ".join(cells))
+        if parts:
+            per_flow.append(f"  {where(sc, ov, policy)}: " + " · ".join(parts))
+    if per_flow:
+        t.caption += "\nper flow:\n" + escape("\n".join(per_flow))
     if shared:
         t.caption += "\n" + escape(f"every run: {shared}")
     if notes:
