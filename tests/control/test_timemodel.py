@@ -373,3 +373,27 @@ def test_empirical_windows_need_residuals_and_valid_arguments() -> None:
         SendTimeModel(window="uniform")
     with pytest.raises(UsageError, match="residual_history=4"):
         SendTimeModel(residual_history=4)
+
+
+def test_a_drifting_flow_that_pauses_and_restarts_at_a_new_phase_is_followed() -> None:
+    # crl-5-drift-pause's r1: a 50 ms timer running 2 % slow, 0.3 ms of jitter, silent
+    # from 6 s to 9 s, restarting at another phase.
+    rng = np.random.default_rng(3)
+    period = round(50_000_000 * 1.02)
+    before = [k * period + round(abs(rng.normal(0, 300_000))) for k in range(117)]  # < 6 s
+    restart = 9_000_000_000 + 17_000_000
+    after = [restart + k * period + round(abs(rng.normal(0, 300_000))) for k in range(60)]
+    m = SendTimeModel()
+    for t in before:
+        m.observe(t)
+    assert m.period_ns is not None and abs(m.period_ns - period) < 200_000
+    # Silent: nothing is protected once idle_periods periods passed without a send.
+    assert m.predict(before[-1] + 9 * period) is None
+    hits = []
+    for t in after:
+        iv = m.predict(t - period // 2)
+        hits.append(iv is not None and iv.start_ns <= t <= iv.end_ns)
+        m.observe(t)
+    assert not any(hits[:2])  # the new phase is unknown at first
+    assert all(hits[2:6])  # picked up as a phase jump within two sends
+    assert sum(hits[2:]) >= 0.85 * len(hits[2:]) and abs(m.period_ns - period) < 200_000
