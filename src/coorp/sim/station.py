@@ -193,7 +193,8 @@ class Station:
         #: hooks, never paused (see ``_refill_mixed``). Empty on a station without hooks,
         #: where every transfer is admitted anyway and stays in ``transfers``.
         self.free_transfers: deque[BulkTransfer] = deque()
-        self._free_turn = False
+        #: Gated bursts still due before the next ungated one (per-transfer turns).
+        self._gated_turns = 0
         self._free_burst_used = 0
         self._had_free = False
         #: Packets one transfer may hand to the NIC before the next transfer's turn.
@@ -398,9 +399,12 @@ class Station:
     def _refill_mixed(self, now: int) -> None:
         """``refill``'s bulk part with ungated transfers waiting too: the gated transfers
         (through the hooks, as in ``refill``) and the ungated ones (straight to the NIC)
-        take turns of up to one burst each, as a qdisc serves flows in turn; a pause of
-        the hooks holds only the gated ones. The hooks see the ungated packets only as
-        ring depth and as completions (ids they never admitted)."""
+        take turns of up to one burst per transfer, as ``refill`` serves transfers and
+        mac80211 its per-destination queues; a pause of the hooks holds only the gated
+        ones, and while gated data waits the ungated transfers hold at most their share
+        of the ring (``F / (F + G)`` of it for ``F`` ungated and ``G`` gated transfers).
+        The hooks see the ungated packets only as ring depth and as completions (ids
+        they never admitted)."""
         rings = self.rings
         cap = self.capacity
         free = self.free_transfers
@@ -412,17 +416,17 @@ class Station:
                 ring = rings[free[0].flow.ac]
                 free_room = cap - ring.n
                 if transfers:
-                    # Gated data waits too: the ungated share of the ring is at most half,
-                    # as a round robin over two backlogged queues gives each.
-                    free_room = min(free_room, cap // 2 - _ungated_in(ring))
+                    # Gated data waits too: the ungated transfers' share of the ring.
+                    share = cap * len(free) // (len(free) + len(transfers))
+                    free_room = min(free_room, share - _ungated_in(ring))
             free_ok = free_room > 0
             if not gated_ok and not free_ok:
                 return
-            if free_ok and (self._free_turn or not gated_ok):
+            if free_ok and (self._gated_turns <= 0 or not gated_ok):
                 self._enqueue_hw(self._next_free_run(free_room), now, announce=False)
                 continue
             self._gated_turn(now)
-            self._free_turn = True
+            self._gated_turns -= 1
 
     def _gated_turn(self, now: int) -> None:
         """Up to the head gated transfer's burst, admitted by the hooks as ``refill``
@@ -478,11 +482,11 @@ class Station:
         if remaining == 0:
             free.popleft()
             self._free_burst_used = 0
-            self._free_turn = False
+            self._gated_turns = len(self.transfers)
         elif self._free_burst_used >= self.bulk_burst:
             free.rotate(-1)
             self._free_burst_used = 0
-            self._free_turn = False
+            self._gated_turns = len(self.transfers)
         transfer.flow.sent_packets += k
         return Packet(self._alloc_pids(k), transfer.flow, size, transfer=transfer, count=k)
 
