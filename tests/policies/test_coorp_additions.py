@@ -308,3 +308,23 @@ def test_a_foreign_contender_lowers_the_gates_percentile_while_it_lasts() -> Non
     assert r.policy_stats["foreign_contender_s"] > 0.4
     alone = run_crl(load_scenario(resolve_scenario("crl-5")), "coorp", duration_ns=600_000_000)
     assert "foreign_contender_s" not in alone.policy_stats
+
+
+def test_the_teams_own_traffic_outside_the_team_counts_as_foreign_air() -> None:
+    # crl-5-download: the laptop sends only TCP acks; the air is the leader's download,
+    # which the team knows from its own bytes. Before any epoch (no team bulk data) the
+    # download takes the air and the gates switch.
+    seen: list[float] = []
+
+    class Watch(CoorpPolicy):
+        name = "test-foreign-download"
+        summary = "coorp, recording the gates' percentile each look"
+
+        def _watch_foreign(self) -> None:
+            super()._watch_foreign()
+            seen.append(self.gates["r1"].ctt.percentile)
+
+    register_policy(Watch)
+    run_crl(load_scenario(resolve_scenario("crl-5-download")), "test-foreign-download",
+            duration_ns=1_200_000_000)  # fmt: skip
+    assert seen[:2] == [CoorpPolicy.foreign_ctt_percentile] * 2

@@ -81,12 +81,14 @@ class CoorpPolicy(Policy):
     #: The ring budget counts the ring's packets of traffic outside the team too (its
     #: first version; off: the budget is the team's, see RingBudget).
     ring_budget_counts_other: ClassVar[bool] = False
-    #: While stations outside the team take at least ``FOREIGN_SHARE`` of the air
-    #: (measured over ``FOREIGN_PERIOD_NS``, as a monitor interface or the NIC's channel
-    #: survey measures it), the gates' completion-time tables answer with this
-    #: percentile instead of ``ctt_percentile``: a bulk packet's completion then
-    #: depends on when a station the team does not control wins the medium, and the
-    #: high percentile prices every packet at that station's longest wait. None: never.
+    #: While traffic outside the team takes at least ``FOREIGN_SHARE`` of the air
+    #: (measured over ``FOREIGN_PERIOD_NS``: what stations outside the team transmit, as
+    #: a monitor interface or the NIC's channel survey measures it, plus the team's own
+    #: bulk data that is not the team's, from its bytes and link rates), the gates'
+    #: completion-time tables answer with this percentile instead of
+    #: ``ctt_percentile``: a bulk packet's completion then depends on when traffic the
+    #: team does not control leaves the medium, and the high percentile prices every
+    #: packet at its longest wait. None: never.
     foreign_ctt_percentile: ClassVar[float | None] = 50.0
     #: The time model's windows: "gaussian" (±z·σ, the paper's) or "empirical" (the
     #: recent out-of-sample residuals' quantiles, SendTimeModel(window="empirical")).
@@ -148,11 +150,14 @@ class CoorpPolicy(Policy):
             hooks = GatedHooks(**kwargs) if cap is None else CappedGatedHooks(cap_ns=cap, **kwargs)
             self.hooks[robot] = hooks
             sim.set_hooks(robot, hooks)
+        #: Bulk flows the team's policy started (its own data); see _own_other_air_ns.
+        self._team_bulk: set[str] = set()
+        self._share_by_code: dict[int, int] = {}
         self._foreign = [st for name, st in sim.stations.items() if name not in team.robots]
         self.foreign_busy_ns = 0
         self._foreign_busy = False
         if self.foreign_ctt_percentile is not None and self.gates and self._foreign:
-            self._foreign_air = 0
+            self._foreign_air = self._own_other_air_ns()
             self._foreign_at = sim.now_ns
             sim.call_control_at(sim.now_ns + FOREIGN_PERIOD_NS, self._watch_foreign)
         if not opts.protect_leader:
@@ -167,7 +172,7 @@ class CoorpPolicy(Policy):
         the gates' percentile when a foreign contender comes or goes."""
         sim = self.team.sim
         now = sim.now_ns
-        air = sum(st.airtime_ns for st in self._foreign)
+        air = sum(st.airtime_ns for st in self._foreign) + self._own_other_air_ns()
         share = (air - self._foreign_air) / max(1, now - self._foreign_at)
         if self._foreign_busy:
             self.foreign_busy_ns += now - self._foreign_at
@@ -180,6 +185,26 @@ class CoorpPolicy(Policy):
                 gate.ctt.set_percentile(p)
         self._foreign_busy = busy
         sim.call_control_at(now + FOREIGN_PERIOD_NS, self._watch_foreign)
+
+    def _own_other_air_ns(self) -> int:
+        """The air the team's robots have used for bulk data that is not the team's
+        (a download the leader serves to a station outside the team), from the bytes
+        delivered and each link's rate: what a robot knows of its own traffic. Each
+        packet counts its share of an AC_BE access carrying the largest A-MPDU (AIFS,
+        preamble, BlockAck; no backoff): a lower bound."""
+        sim = self.team.sim
+        robots = set(self.team.robots)
+        total = 0
+        for f in sim.flows.values():
+            if f.bulk and f.src.name in robots and f.name not in self._team_bulk:
+                code = sim.links.rate_code(f.src.idx, f.dst.idx)
+                share = self._share_by_code.get(code)
+                if share is None:
+                    share = self._share_by_code[code] = per_packet_floor_ns(
+                        sim, f.src.name, [f.dst.name]
+                    )
+                total += f.delivered_packets * share
+        return total
 
     def expect_ls_send(self, robot: str, flow: str, at_ns: int, *, exact: bool = False) -> None:
         planner = self.planners.get(robot)
@@ -196,6 +221,7 @@ class CoorpPolicy(Policy):
     ) -> None:
         sim = self.team.sim
         self._active[robot] += 1
+        self._team_bulk.add(flow.name)
 
         def done(_t: object, now: int) -> None:
             self._active[robot] -= 1
