@@ -85,6 +85,13 @@ class CoorpEmpirical(CoorpPolicy):
 
 
 @register_policy
+class CoorpRobust(CoorpPolicy):
+    name = "coorp-robust"
+    summary = "coorp with the time model's robust fit (medians, MAD) (a variant)"
+    time_model_fit = "robust"
+
+
+@register_policy
 class CoorpAirtimeCap(CoorpPolicy):
     name = "coorp-cap1ms"
     summary = "coorp + every bulk exchange capped at 1 ms of airtime (a variant, not a rung)"

@@ -397,3 +397,26 @@ def test_a_drifting_flow_that_pauses_and_restarts_at_a_new_phase_is_followed() -
     assert not any(hits[:2])  # the new phase is unknown at first
     assert all(hits[2:6])  # picked up as a phase jump within two sends
     assert sum(hits[2:]) >= 0.85 * len(hits[2:]) and abs(m.period_ns - period) < 200_000
+
+
+def test_a_robust_fit_ignores_a_late_minority() -> None:
+    # 30 % of sends 6-10 ms late: the least-squares offset and σ follow the tail; the
+    # robust fit's offset stays on the punctual sends and σ reflects their jitter.
+    rng = np.random.default_rng(11)
+    period = 20_000_000
+    sends = []
+    for k in range(40):
+        d = abs(rng.normal(0, 200_000)) + (rng.uniform(6e6, 10e6) if rng.random() < 0.3 else 0)
+        sends.append(k * period + round(d))
+    ls, rb = SendTimeModel(), SendTimeModel(fit="robust")
+    for t in sends:
+        ls.observe(t)
+        rb.observe(t)
+    assert rb.sigma_ns is not None and ls.sigma_ns is not None
+    assert rb.sigma_ns < 600_000 < ls.sigma_ns
+    assert rb.period_ns is not None and abs(rb.period_ns - period) < 100_000
+    # The next punctual send lies inside the robust window.
+    iv = rb.predict(sends[-1] + 1)
+    assert iv is not None and iv.start_ns <= 40 * period + 150_000 <= iv.end_ns
+    with pytest.raises(UsageError, match="fit='l1'"):
+        SendTimeModel(fit="l1")

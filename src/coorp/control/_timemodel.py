@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import statistics
 from collections import deque
 from statistics import NormalDist
 
@@ -68,6 +69,7 @@ class SendTimeModel:
         idle_periods: int = 8,
         window: str = "gaussian",
         residual_history: int = 64,
+        fit: str = "least-squares",
     ) -> None:
         if min_samples < 3:
             raise UsageError(
@@ -87,6 +89,8 @@ class SendTimeModel:
             raise UsageError(f"jump_after={jump_after}: must be >= 1 consecutive miss")
         if idle_periods < 1:
             raise UsageError(f"idle_periods={idle_periods}: must be >= 1 period")
+        if fit not in ("least-squares", "robust"):
+            raise UsageError(f"fit={fit!r}: allowed: 'least-squares' or 'robust'")
         if window not in ("gaussian", "empirical"):
             raise UsageError(f"window={window!r}: allowed: 'gaussian' or 'empirical'")
         if residual_history < _MIN_RESIDUALS:
@@ -118,6 +122,8 @@ class SendTimeModel:
         # window = "empirical": the out-of-sample residuals of recent sends (each send
         # against the prediction made before it came) and the window they give.
         self._empirical = window == "empirical"
+        # fit = "robust": offsets from the median, σ from the median absolute residual.
+        self._robust = fit == "robust"
         self._residuals: deque[int] = deque(maxlen=residual_history)
         self._bounds: tuple[int, int] | None = None
 
@@ -291,14 +297,17 @@ class SendTimeModel:
             # Sends bunched at one instant are not periodic: keep the previous model.
             return
         dof = len(self._history) - len(runs) - 1
-        if dof > 0:
-            sigma = round(math.sqrt(line.ssr / dof))
-        elif self._sigma_ns is not None:
-            sigma = self._sigma_ns
+        if self._robust:
+            sigma, q = _robust_scale(runs, line)
         else:
-            sigma = self._min_sigma_ns
-        # Offset at the newest send, from the newest segment's own line.
-        q = line.newest_ns
+            if dof > 0:
+                sigma = round(math.sqrt(line.ssr / dof))
+            elif self._sigma_ns is not None:
+                sigma = self._sigma_ns
+            else:
+                sigma = self._min_sigma_ns
+            # Offset at the newest send, from the newest segment's own line.
+            q = line.newest_ns
         self._period_ns = p
         self._offset_ns = q
         self._sigma_ns = max(sigma, self._min_sigma_ns)
@@ -337,7 +346,7 @@ class _Line:
     (relative to its first send); the residual sum of squares; the fitted time of the
     newest send."""
 
-    __slots__ = ("at_first", "newest_ns", "slope", "ssr", "sxx")
+    __slots__ = ("at_first", "newest_ns", "numbered", "slope", "ssr", "sxx")
 
     def __init__(
         self, slope: float, at_first: list[float], newest_ns: int, ssr: float, sxx: float
@@ -347,6 +356,8 @@ class _Line:
         self.newest_ns = newest_ns
         self.ssr = ssr
         self.sxx = sxx
+        #: Each segment's slot numbers (what the line was fitted with).
+        self.numbered: list[list[int]] = []
 
     def slope_error(self, n: int, segments: int) -> float:
         """Standard error of the slope (infinite when it is not determined)."""
@@ -494,7 +505,30 @@ def _pooled_fit(
             ssr += ((t - run[0]) - t_mean - slope * ((k - ks[0]) - k_mean)) ** 2
     run, ks = runs[-1], numbered[-1]
     newest = run[0] + round(at_first[-1] + slope * (ks[-1] - ks[0]))
-    return _Line(slope, at_first, newest, ssr, sxx)
+    line = _Line(slope, at_first, newest, ssr, sxx)
+    line.numbered = numbered
+    return line
+
+
+#: σ of a normal distribution over its median absolute deviation.
+_MAD_TO_SIGMA = 1.4826
+
+
+def _robust_scale(runs: list[list[int]], line: _Line) -> tuple[int, int]:
+    """``(σ, q)`` of ``fit = "robust"``: each segment's offset is the median of its
+    sends' distances from the fitted slope (a late minority does not move it), σ is
+    1.4826 × the median absolute residual from those offsets, and ``q`` the newest
+    send's slot on the newest segment's median line. A heavy tail of late sends then
+    widens neither the windows nor the offset; its sends are misses, as they are."""
+    residuals: list[float] = []
+    offset = 0.0
+    for run, ks in zip(runs, line.numbered, strict=True):
+        lifted = [(t - run[0]) - line.slope * (k - ks[0]) for t, k in zip(run, ks, strict=True)]
+        offset = statistics.median(lifted)
+        residuals.extend(abs(x - offset) for x in lifted)
+    run, ks = runs[-1], line.numbered[-1]
+    q = run[0] + round(offset + line.slope * (ks[-1] - ks[0]))
+    return round(_MAD_TO_SIGMA * statistics.median(residuals)), q
 
 
 def _irregularity_cost(numbered: list[list[int]]) -> float:

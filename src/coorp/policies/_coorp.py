@@ -93,6 +93,9 @@ class CoorpPolicy(Policy):
     #: The time model's windows: "gaussian" (±z·σ, the paper's) or "empirical" (the
     #: recent out-of-sample residuals' quantiles, SendTimeModel(window="empirical")).
     time_model_window: ClassVar[str] = "gaussian"
+    #: The time model's fit: "least-squares" (the paper's) or "robust" (medians,
+    #: SendTimeModel(fit="robust")).
+    time_model_fit: ClassVar[str] = "least-squares"
 
     def install(self) -> None:
         team = self.team
@@ -118,6 +121,8 @@ class CoorpPolicy(Policy):
                 extra: dict[str, Any] = {}
                 if self.time_model_window != "gaussian":
                     extra["window"] = self.time_model_window
+                if self.time_model_fit != "least-squares":
+                    extra["fit"] = self.time_model_fit
                 planner = ProtectionPlanner(
                     margin_ns=us(opts.margin_us), confidence=opts.confidence, **extra
                 )
