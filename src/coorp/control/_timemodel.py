@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import itertools
 import math
-import statistics
 from collections import deque
 from statistics import NormalDist
 
 from coorp._errors import UsageError
 from coorp.control._interval import Interval
+from coorp.control._residuals import empirical_bounds, robust_scale
 
 __all__ = ["SendTimeModel"]
 
@@ -208,13 +208,7 @@ class SendTimeModel:
         if not self._empirical or len(self._residuals) < _MIN_RESIDUALS:
             return -delta, delta
         if self._bounds is None:
-            r = sorted(self._residuals)
-            n = len(r)
-            tail = (1.0 - self._confidence) / 2.0
-            lo_rank = max(math.floor((n + 1) * tail) - 1, 0)
-            hi_rank = min(math.ceil((n + 1) * (1.0 - tail)) - 1, n - 1)
-            floor = self._min_sigma_ns
-            self._bounds = (min(r[lo_rank], -floor), max(r[hi_rank], floor))
+            self._bounds = empirical_bounds(self._residuals, self._confidence, self._min_sigma_ns)
         return self._bounds
 
     def predict(self, after_ns: int) -> Interval | None:
@@ -298,7 +292,7 @@ class SendTimeModel:
             return
         dof = len(self._history) - len(runs) - 1
         if self._robust:
-            sigma, q = _robust_scale(runs, line)
+            sigma, q = robust_scale(runs, line.numbered, line.slope)
         else:
             if dof > 0:
                 sigma = round(math.sqrt(line.ssr / dof))
@@ -508,27 +502,6 @@ def _pooled_fit(
     line = _Line(slope, at_first, newest, ssr, sxx)
     line.numbered = numbered
     return line
-
-
-#: σ of a normal distribution over its median absolute deviation.
-_MAD_TO_SIGMA = 1.4826
-
-
-def _robust_scale(runs: list[list[int]], line: _Line) -> tuple[int, int]:
-    """``(σ, q)`` of ``fit = "robust"``: each segment's offset is the median of its
-    sends' distances from the fitted slope (a late minority does not move it), σ is
-    1.4826 × the median absolute residual from those offsets, and ``q`` the newest
-    send's slot on the newest segment's median line. A heavy tail of late sends then
-    widens neither the windows nor the offset; its sends are misses, as they are."""
-    residuals: list[float] = []
-    offset = 0.0
-    for run, ks in zip(runs, line.numbered, strict=True):
-        lifted = [(t - run[0]) - line.slope * (k - ks[0]) for t, k in zip(run, ks, strict=True)]
-        offset = statistics.median(lifted)
-        residuals.extend(abs(x - offset) for x in lifted)
-    run, ks = runs[-1], line.numbered[-1]
-    q = run[0] + round(offset + line.slope * (ks[-1] - ks[0]))
-    return round(_MAD_TO_SIGMA * statistics.median(residuals)), q
 
 
 def _irregularity_cost(numbered: list[list[int]]) -> float:

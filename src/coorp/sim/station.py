@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from coorp._errors import InvariantError
 from coorp.scenario import AccessCategory, HwQueueMode
 from coorp.sim._compat import mypyc_attr
+from coorp.sim._ungated import refill_mixed, ungated_in
 from coorp.sim.driver import FOREVER, AdmitAll, DriverHooks, RunHooks
 from coorp.sim.events import PRIO_CONTROL, Event, EventLoop
 from coorp.sim.packets import FlowState, Packet
@@ -129,16 +130,6 @@ class Ring(deque[Packet]):
         self.n = 0
 
 
-def _ungated_in(ring: Ring) -> int:
-    """Packets of ungated bulk transfers in ``ring``."""
-    n = 0
-    for p in ring:
-        t = p.transfer
-        if isinstance(t, BulkTransfer) and not t.gated:
-            n += p.count
-    return n
-
-
 def _mergeable(tail: Packet, run: Packet) -> bool:
     """Whether ``run`` may extend ``tail``: the same packets, numbered consecutively."""
     return (
@@ -190,7 +181,7 @@ class Station:
         self.transfers: deque[BulkTransfer] = deque()
         #: Ungated transfers (``BulkTransfer.gated = False``) of a station whose hooks
         #: decide: served beside ``transfers`` in turns of one burst, never asking the
-        #: hooks, never paused (see ``_refill_mixed``). Empty on a station without hooks,
+        #: hooks, never paused (``coorp.sim._ungated``). Empty on a station without hooks,
         #: where every transfer is admitted anyway and stays in ``transfers``.
         self.free_transfers: deque[BulkTransfer] = deque()
         #: Gated bursts still due before the next ungated one (per-transfer turns).
@@ -322,7 +313,7 @@ class Station:
         station that never had any): what a policy's own limits need not count."""
         if not self._had_free:
             return 0
-        return _ungated_in(self.rings[ac])
+        return ungated_in(self.rings[ac])
 
     def _queue_of(self, transfer: BulkTransfer) -> deque[BulkTransfer]:
         """Where a transfer waits: ungated ones apart only when hooks decide (without
@@ -355,7 +346,7 @@ class Station:
                 ls.popleft()
                 self._enqueue_hw(head, now)
         if self.free_transfers:
-            self._refill_mixed(now)
+            refill_mixed(self, now)
             return
         transfers = self.transfers
         run_hooks = self.run_hooks
@@ -395,100 +386,6 @@ class Station:
                     self._deny(resume, now)
                     break
             self._enqueue_hw(self._next_bulk_run(room), now)
-
-    def _refill_mixed(self, now: int) -> None:
-        """``refill``'s bulk part with ungated transfers waiting too: the gated transfers
-        (through the hooks, as in ``refill``) and the ungated ones (straight to the NIC)
-        take turns of up to one burst per transfer, as ``refill`` serves transfers and
-        mac80211 its per-destination queues; a pause of the hooks holds only the gated
-        ones, and while gated data waits the ungated transfers hold at most their share
-        of the ring (``F / (F + G)`` of it for ``F`` ungated and ``G`` gated transfers).
-        The hooks see the ungated packets only as ring depth and as completions (ids
-        they never admitted)."""
-        rings = self.rings
-        cap = self.capacity
-        free = self.free_transfers
-        transfers = self.transfers
-        while True:
-            gated_ok = bool(transfers) and not self._paused and rings[transfers[0].flow.ac].n < cap
-            free_room = 0
-            if free:
-                ring = rings[free[0].flow.ac]
-                free_room = cap - ring.n
-                if transfers:
-                    # Gated data waits too: the ungated transfers' share of the ring.
-                    share = cap * len(free) // (len(free) + len(transfers))
-                    free_room = min(free_room, share - _ungated_in(ring))
-            free_ok = free_room > 0
-            if not gated_ok and not free_ok:
-                return
-            if free_ok and (self._gated_turns <= 0 or not gated_ok):
-                self._enqueue_hw(self._next_free_run(free_room), now, announce=False)
-                continue
-            self._gated_turn(now)
-            self._gated_turns -= 1
-
-    def _gated_turn(self, now: int) -> None:
-        """Up to the head gated transfer's burst, admitted by the hooks as ``refill``
-        admits it (a denial pauses the gated transfers)."""
-        transfers = self.transfers
-        ac = transfers[0].flow.ac
-        depth = self.rings[ac].n
-        k = self._bulk_run_length(self.capacity - depth)
-        run_hooks = self.run_hooks
-        if run_hooks is not None:
-            n, until = run_hooks.admit_bulk_run(self, now, self._alloc_pids(0), k, ac, depth)
-            if n:
-                self._enqueue_hw(self._next_bulk_run(n), now, announce=False)
-            if n < k:
-                self._deny(until, now)
-            return
-        if self.per_packet:
-            for _ in range(k):
-                if not transfers or self._paused:
-                    return
-                if self.rings[transfers[0].flow.ac].n >= self.capacity:
-                    return
-                resume = self._hooks.admit_bulk(self, now)
-                if resume is not None:
-                    self._deny(resume, now)
-                    return
-                self._enqueue_hw(self._next_bulk_run(1), now)
-            return
-        resume = self._hooks.admit_bulk(self, now)
-        if resume is not None:
-            self._deny(resume, now)
-            return
-        self._enqueue_hw(self._next_bulk_run(k), now)
-
-    def _next_free_run(self, room: int) -> Packet:
-        """Up to ``room`` packets of the head ungated transfer, as ``_next_bulk_run``;
-        its turn ends with its burst or the transfer."""
-        free = self.free_transfers
-        transfer = free[0]
-        size = self.packet_bytes
-        k = min(room, self.bulk_burst - self._free_burst_used)
-        remaining = transfer.remaining_bytes
-        if remaining is not None:
-            full = remaining // size
-            if full == 0:
-                size = remaining
-                k = 1
-            elif k > full:
-                k = full
-            remaining -= k * size
-            transfer.remaining_bytes = remaining
-        self._free_burst_used += k
-        if remaining == 0:
-            free.popleft()
-            self._free_burst_used = 0
-            self._gated_turns = len(self.transfers)
-        elif self._free_burst_used >= self.bulk_burst:
-            free.rotate(-1)
-            self._free_burst_used = 0
-            self._gated_turns = len(self.transfers)
-        transfer.flow.sent_packets += k
-        return Packet(self._alloc_pids(k), transfer.flow, size, transfer=transfer, count=k)
 
     def _deny(self, resume: int, now: int) -> None:
         if resume <= now:
