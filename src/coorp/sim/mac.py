@@ -38,9 +38,6 @@ __all__ = ["Channel", "ChannelStats", "RingDrain", "Transmission"]
 
 #: Self-checks of the fast paths (set COORP_SIM_CHECK=1; for tests and fuzzing).
 _CHECK = os.environ.get("COORP_SIM_CHECK") == "1"
-#: Every VHT PPDU lasts a whole number of 4 µs (preamble and data field, either guard
-#: interval), so the largest PSDU for a duration only depends on it in 4 µs steps.
-_PPDU_QUANTUM_NS = 4_000
 
 
 @dataclass(slots=True)
@@ -143,6 +140,10 @@ class Channel:
         #: What an A-MPDU's exchange adds to its PPDU: SIFS + BlockAck, and RTS/CTS with
         #: their SIFS when an A-MPDU may be long enough to use RTS.
         self._ampdu_overhead = SIFS_NS + timing.block_ack_ns
+        #: Every data PPDU lasts a whole number of this (4 µs VHT: preamble and data
+        #: field, either guard interval; 0.4 µs HE), so the largest PSDU for a duration
+        #: only depends on it in these steps.
+        self._quantum = timing.ppdu_quantum_ns
         if self.rts_threshold < self.max_ampdu_bytes:
             self._ampdu_overhead += timing.rts_ns + timing.cts_ns + 2 * SIFS_NS
 
@@ -423,7 +424,7 @@ class Channel:
                 max_data = min(max_data, txop_left - self._ampdu_overhead)
             if deadline >= 0:
                 budget = deadline - now - self._ampdu_overhead
-                budget = budget - budget % _PPDU_QUANTUM_NS if budget > 0 else 0
+                budget = budget - budget % self._quantum if budget > 0 else 0
                 if budget < max_data:
                     max_data = budget
             max_psdu = self._max_psdu.get((mcs, max_data), -1)

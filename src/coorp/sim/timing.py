@@ -31,8 +31,12 @@ from coorp.phy import (
     RTS_BYTES,
     SIFS_NS,
     SLOT_NS,
-    VhtMode,
+    HeMode,
+    PhyMode,
+    he_max_psdu_bytes,
+    he_ppdu_duration_ns,
     legacy_duration_ns,
+    ppdu_quantum_ns,
     vht_max_psdu_bytes,
     vht_ppdu_duration_ns,
 )
@@ -146,7 +150,8 @@ class ExchangeTiming:
     """Durations of frame exchanges for one PHY configuration (all in ns).
 
     Every ``mcs`` argument is a link's rate code (:func:`rate_code`): a plain MCS uses
-    the PHY's spatial streams.
+    the PHY's spatial streams. Data PPDUs are VHT or HE SU PPDUs as ``phy.standard``
+    says; control frames are non-HT either way.
     """
 
     def __init__(self, phy: PhyConfig) -> None:
@@ -157,21 +162,25 @@ class ExchangeTiming:
         self.ack_ns = legacy_duration_ns(ACK_BYTES, rate)
         self.block_ack_ns = legacy_duration_ns(BLOCK_ACK_BYTES, rate)
         self.bar_ns = legacy_duration_ns(BAR_BYTES, rate)
-        self._modes: dict[int, VhtMode] = {}
+        self._modes: dict[int, PhyMode] = {}
         self._max_psdu: dict[tuple[int, int], int] = {}
+        #: Every data PPDU lasts a multiple of this (4 µs VHT, 0.4 µs HE).
+        self.ppdu_quantum_ns = ppdu_quantum_ns(phy.standard)
 
-    def mode(self, mcs: int) -> VhtMode:
+    def mode(self, mcs: int) -> PhyMode:
         """The transmit vector of a link's rate code (a plain MCS: the PHY's streams)."""
         m = self._modes.get(mcs)
         if m is None:
             p = self.phy
-            nss = rate_code_streams(mcs, p.spatial_streams)
-            m = VhtMode(rate_code_mcs(mcs), nss, p.width_mhz, p.guard_interval)
+            m = p.mode(rate_code_mcs(mcs), rate_code_streams(mcs, p.spatial_streams))
             self._modes[mcs] = m
         return m
 
     def data_ns(self, psdu: int, mcs: int) -> int:
-        return vht_ppdu_duration_ns(psdu, self.mode(mcs))
+        m = self.mode(mcs)
+        if isinstance(m, HeMode):
+            return he_ppdu_duration_ns(psdu, m)
+        return vht_ppdu_duration_ns(psdu, m)
 
     def response_ns(self, block_ack: bool) -> int:
         return self.block_ack_ns if block_ack else self.ack_ns
@@ -194,7 +203,11 @@ class ExchangeTiming:
         cached = self._max_psdu.get(key)
         if cached is not None:
             return cached
-        out = vht_max_psdu_bytes(max_data_ns, self.mode(mcs))
+        m = self.mode(mcs)
+        if isinstance(m, HeMode):
+            out = he_max_psdu_bytes(max_data_ns, m)
+        else:
+            out = vht_max_psdu_bytes(max_data_ns, m)
         self._max_psdu[key] = out
         return out
 
