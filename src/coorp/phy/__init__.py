@@ -9,8 +9,10 @@ alike. All durations are integer nanoseconds; nothing here has state.
 
 from coorp.phy._budget import LinkBudget, min_sensitivity_dbm, packet_error_rate
 from coorp.phy._he import (
+    HE_BLOCK_ACK_256_BYTES,
     HE_GUARD_INTERVALS_NS,
     HE_LTF_TYPES,
+    HE_MAX_BA_WINDOW,
     HE_MAX_MCS,
     HE_PACKET_PADDINGS_US,
     HE_QOS_NULL_BSR_BYTES,
@@ -65,8 +67,10 @@ __all__ = [
     "BAR_BYTES",
     "BLOCK_ACK_BYTES",
     "CTS_BYTES",
+    "HE_BLOCK_ACK_256_BYTES",
     "HE_GUARD_INTERVALS_NS",
     "HE_LTF_TYPES",
+    "HE_MAX_BA_WINDOW",
     "HE_MAX_MCS",
     "HE_PACKET_PADDINGS_US",
     "HE_QOS_NULL_BSR_BYTES",

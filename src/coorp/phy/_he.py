@@ -22,8 +22,10 @@ from fractions import Fraction
 from typing import Final
 
 __all__ = [
+    "HE_BLOCK_ACK_256_BYTES",
     "HE_GUARD_INTERVALS_NS",
     "HE_LTF_TYPES",
+    "HE_MAX_BA_WINDOW",
     "HE_MAX_MCS",
     "HE_PACKET_PADDINGS_US",
     "HE_QOS_NULL_BSR_BYTES",
@@ -95,6 +97,12 @@ _PE_NS: Final = {
     8: (0, 0, 4_000, 8_000),
     16: (4_000, 8_000, 12_000, 16_000),
 }
+
+#: A compressed BlockAck with a 256-bit bitmap (9.3.1.8.2; 802.11ax's 256-MPDU Block Ack
+#: agreements): header 16 + BA Control 2 + Starting Sequence Control 2 + 32 + FCS 4.
+HE_BLOCK_ACK_256_BYTES: Final = 56
+#: The largest Block Ack window of an HE agreement (and so MPDUs per A-MPDU).
+HE_MAX_BA_WINDOW: Final = 256
 
 #: A QoS Null frame carrying a buffer status report in its HT Control field (A-Control
 #: BSR, 9.2.4.6.4.5): QoS data header 26 + HT Control 4 + FCS 4.

@@ -249,7 +249,13 @@ class MacConfig(_Model):
         1_048_576, ge=0, description="PSDUs longer than this use RTS/CTS; 1048576 means never"
     )
     max_ampdu_bytes: int = Field(1_048_575, ge=1, le=1_048_575)
-    max_ampdu_mpdus: int = Field(64, ge=1, le=64)
+    max_ampdu_mpdus: int = Field(
+        64,
+        ge=1,
+        le=256,
+        description="MPDUs per A-MPDU (the Block Ack window): <= 64, or <= 256 with "
+        'phy.standard = "ax"',
+    )
     edca: dict[AccessCategory, EdcaOverride] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -445,7 +451,10 @@ class Scenario(_Model):
                     )
             if f.src == f.dst:
                 raise ValueError(f"flows[{i}] ({f.name}) has src == dst = {f.src!r}")
-        _raise_at(Scenario, self._ack_name_clashes() + self._link_problems())
+        _raise_at(
+            Scenario,
+            self._standard_problems() + self._ack_name_clashes() + self._link_problems(),
+        )
         if self.workload is not None:
             w = self.workload
             if w.leader not in known:
@@ -461,6 +470,17 @@ class Scenario(_Model):
             if w.workers is not None and not w.workers:
                 raise ValueError("workload.workers must not be empty")
         return self
+
+    def _standard_problems(self) -> list[_Problem]:
+        """What only 802.11ax allows: Block Ack windows of more than 64 MPDUs."""
+        k = self.mac.max_ampdu_mpdus
+        if k > 64 and self.phy.standard is not PhyStandard.AX:
+            return [(
+                ("mac", "max_ampdu_mpdus"), k,
+                "more than 64 MPDUs per A-MPDU needs 802.11ax's 256-MPDU Block Ack "
+                '(phy.standard = "ax"); allowed on 802.11ac: <= 64',
+            )]  # fmt: skip
+        return []
 
     def _ack_name_clashes(self) -> list[_Problem]:
         """A bulk flow with TCP acks adds a flow named ``<name>:ack``: no flow may use it."""

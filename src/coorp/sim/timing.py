@@ -27,6 +27,7 @@ from coorp.phy import (
     BAR_BYTES,
     BLOCK_ACK_BYTES,
     CTS_BYTES,
+    HE_BLOCK_ACK_256_BYTES,
     MAC_OVERHEAD_BYTES,
     RTS_BYTES,
     SIFS_NS,
@@ -151,16 +152,19 @@ class ExchangeTiming:
 
     Every ``mcs`` argument is a link's rate code (:func:`rate_code`): a plain MCS uses
     the PHY's spatial streams. Data PPDUs are VHT or HE SU PPDUs as ``phy.standard``
-    says; control frames are non-HT either way.
+    says; control frames are non-HT either way. ``ba_window``: the Block Ack window
+    (``mac.max_ampdu_mpdus``); above 64 (802.11ax's 256-MPDU agreements) every BlockAck
+    carries a 256-bit bitmap.
     """
 
-    def __init__(self, phy: PhyConfig) -> None:
+    def __init__(self, phy: PhyConfig, *, ba_window: int = 64) -> None:
         rate = phy.basic_rate_mbps
         self.phy = phy
         self.rts_ns = legacy_duration_ns(RTS_BYTES, rate)
         self.cts_ns = legacy_duration_ns(CTS_BYTES, rate)
         self.ack_ns = legacy_duration_ns(ACK_BYTES, rate)
-        self.block_ack_ns = legacy_duration_ns(BLOCK_ACK_BYTES, rate)
+        ba_bytes = BLOCK_ACK_BYTES if ba_window <= 64 else HE_BLOCK_ACK_256_BYTES
+        self.block_ack_ns = legacy_duration_ns(ba_bytes, rate)
         self.bar_ns = legacy_duration_ns(BAR_BYTES, rate)
         self._modes: dict[int, PhyMode] = {}
         self._max_psdu: dict[tuple[int, int], int] = {}
