@@ -7,6 +7,9 @@ and LDPC steps of 27.3.12.
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -156,8 +159,10 @@ def test_control_frame_sizes() -> None:
     # Header 16 + Common Info 8 + per user (User Info 5 [+ 1 Basic]) + FCS 4.
     assert basic_trigger_bytes(4) == 52
     assert bsrp_trigger_bytes(4) == 48
-    # Header 16 + BA Control 2 + 12 per (station, TID) + FCS 4.
+    # Header 16 + BA Control 2 + 12 per (station, TID) + FCS 4; all-ack context: 2 each
+    # (ns-3 3.44's multi-STA BlockAck after four TB PPDUs is 30 bytes, traced).
     assert multi_sta_block_ack_bytes(4) == 70
+    assert multi_sta_block_ack_bytes(4, all_ack=True) == 30
 
 
 def test_mcs_validity_per_standard() -> None:
@@ -178,3 +183,49 @@ def test_exchange_timing_uses_he_ppdus_on_an_ax_channel() -> None:
     # Control frames stay non-HT at the basic rate.
     assert t.ack_ns == ExchangeTiming(PhyConfig()).ack_ns
     assert ExchangeTiming(PhyConfig()).ppdu_quantum_ns == 4_000
+
+
+def _extra_symbol_reference(n_pld: int, n_avbits: int, rate: Fraction) -> bool:
+    """802.11-2016 19.3.11.7.5 (Table 19-16) in exact fractions, as printed."""
+    if n_avbits <= 648:
+        n_cw, lldpc = 1, 1296 if n_avbits >= n_pld + 912 * (1 - rate) else 648
+    elif n_avbits <= 1296:
+        n_cw, lldpc = 1, 1944 if n_avbits >= n_pld + 1464 * (1 - rate) else 1296
+    elif n_avbits <= 1944:
+        n_cw, lldpc = 1, 1944
+    elif n_avbits <= 2592:
+        n_cw, lldpc = 2, 1944 if n_avbits >= n_pld + 2916 * (1 - rate) else 1296
+    else:
+        n_cw, lldpc = math.ceil(n_pld / (1944 * rate)), 1944
+    n_shrt = max(Fraction(0), n_cw * lldpc * rate - n_pld)
+    n_punc = max(Fraction(0), n_cw * lldpc - n_avbits - n_shrt)
+    parity = n_cw * lldpc * (1 - rate)
+    return bool(
+        (n_punc > parity / 10 and n_shrt < Fraction(6, 5) * n_punc * rate / (1 - rate))
+        or n_punc > Fraction(3, 10) * parity
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    psdu=st.integers(0, 20_000),
+    mcs=st.integers(0, 11),
+    nss=st.integers(1, 2),
+    width=st.sampled_from([20, 80]),
+)
+def test_integer_ldpc_rule_equals_the_standards_fractions(
+    psdu: int, mcs: int, nss: int, width: int
+) -> None:
+    mode = HeMode(mcs, nss, width)
+    n_dbps = mode.data_bits_per_symbol
+    bits = 8 * psdu + 16
+    n_init = -(-bits // n_dbps)
+    excess = bits % n_dbps
+    a = 4 if excess == 0 else min(-(-excess // mode.short_bits_per_symbol), 4)
+    last_d = n_dbps if a == 4 else a * mode.short_bits_per_symbol
+    last_c = mode.coded_bits_per_symbol if a == 4 else a * mode.short_coded_bits_per_symbol
+    n_pld = (n_init - 1) * n_dbps + last_d
+    n_av = (n_init - 1) * mode.coded_bits_per_symbol + last_c
+    extra = _extra_symbol_reference(n_pld, n_av, mode.coding_rate)
+    expected = ((n_init + 1, 1) if a == 4 else (n_init, a + 1)) if extra else (n_init, a)
+    assert he_data_symbols(psdu, mode) == expected

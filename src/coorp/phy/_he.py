@@ -16,7 +16,7 @@ signal extension (5 GHz).
 
 from __future__ import annotations
 
-import math
+import functools
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Final
@@ -242,30 +242,32 @@ class HeMode:
         return _LEGACY_NS + _RL_SIG_NS + _HE_SIG_A_NS + stf + n * self.ltf_symbol_ns
 
 
-def _ldpc_extra_symbol(n_pld: int, n_avbits: int, rate: Fraction) -> bool:
+def _ldpc_extra_symbol(n_pld: int, n_avbits: int, num: int, den: int) -> bool:
     """Whether LDPC encoding needs the extra symbol segment (802.11-2016 19.3.11.7.5 and
-    Table 19-16, which 802.11ax-2021 27.3.12 applies to HE with its own N_pld, N_avbits)."""
-    r1 = 1 - rate
+    Table 19-16, which 802.11ax-2021 27.3.12 applies to HE with its own N_pld, N_avbits),
+    at coding rate R = num/den, in integers: L_LDPC · R is a whole number of bits for
+    every codeword length and rate, so N_shrt, N_punc and the parity bits are too."""
+    r1 = den - num  # (1 - R) · den
     if n_avbits <= 648:
-        n_cw, l_ldpc = 1, (1296 if n_avbits >= n_pld + 912 * r1 else 648)
+        n_cw, l_ldpc = 1, (1296 if den * n_avbits >= den * n_pld + 912 * r1 else 648)
     elif n_avbits <= 1296:
-        n_cw, l_ldpc = 1, (1944 if n_avbits >= n_pld + 1464 * r1 else 1296)
+        n_cw, l_ldpc = 1, (1944 if den * n_avbits >= den * n_pld + 1464 * r1 else 1296)
     elif n_avbits <= 1944:
         n_cw, l_ldpc = 1, 1944
     elif n_avbits <= 2592:
-        n_cw, l_ldpc = 2, (1944 if n_avbits >= n_pld + 2916 * r1 else 1296)
+        n_cw, l_ldpc = 2, (1944 if den * n_avbits >= den * n_pld + 2916 * r1 else 1296)
     else:
-        n_cw, l_ldpc = math.ceil(n_pld / (1944 * rate)), 1944
-    zero = Fraction(0)
-    n_shrt = max(zero, n_cw * l_ldpc * rate - n_pld)  # an integer: L_LDPC · R is one
-    n_punc = max(zero, n_cw * l_ldpc - n_avbits - n_shrt)
-    parity = n_cw * l_ldpc * r1
-    return bool(
-        (n_punc > Fraction(1, 10) * parity and n_shrt < Fraction(6, 5) * n_punc * rate / r1)
-        or n_punc > Fraction(3, 10) * parity
+        n_cw, l_ldpc = -(-(n_pld * den) // (1944 * num)), 1944
+    info = n_cw * l_ldpc * num // den  # N_CW · L_LDPC · R
+    n_shrt = max(0, info - n_pld)
+    n_punc = max(0, n_cw * l_ldpc - n_avbits - n_shrt)
+    parity = n_cw * l_ldpc - info  # N_CW · L_LDPC · (1 - R)
+    return (10 * n_punc > parity and 5 * n_shrt * r1 < 6 * n_punc * num) or (
+        10 * n_punc > 3 * parity
     )
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def he_data_symbols(psdu_bytes: int, mode: HeMode) -> tuple[int, int]:
     """(N_SYM, pre-FEC padding factor a) of an HE PPDU carrying ``psdu_bytes`` with LDPC
     (802.11ax-2021 27.3.12: pre-FEC padding, then the LDPC extra symbol segment)."""
@@ -283,7 +285,8 @@ def he_data_symbols(psdu_bytes: int, mode: HeMode) -> tuple[int, int]:
         n_dbps_last, n_cbps_last = n_dbps, mode.coded_bits_per_symbol
     n_pld = (n_sym_init - 1) * n_dbps + n_dbps_last
     n_avbits = (n_sym_init - 1) * mode.coded_bits_per_symbol + n_cbps_last
-    if _ldpc_extra_symbol(n_pld, n_avbits, mode.coding_rate):
+    _, num, den = _HE_MCS[mode.mcs]
+    if _ldpc_extra_symbol(n_pld, n_avbits, num, den):
         return (n_sym_init + 1, 1) if a_init == 4 else (n_sym_init, a_init + 1)
     return n_sym_init, a_init
 
@@ -312,6 +315,7 @@ def he_tb_ppdu_duration_ns(users: list[tuple[int, HeMode]]) -> int:
     return first.preamble_ns(n_ltf) + n_sym * first.symbol_ns + _pe_ns(a, first.packet_padding_us)
 
 
+@functools.lru_cache(maxsize=1 << 12)
 def he_max_psdu_bytes(max_ns: int, mode: HeMode) -> int:
     """Largest PSDU whose HE PPDU lasts at most ``max_ns`` (0 if not even an empty
     PSDU fits). TXTIME never decreases with the PSDU length (the pre-FEC padding factor
@@ -338,8 +342,10 @@ _TRIGGER_USER_BYTES: Final = 5
 _BASIC_TRIGGER_DEP_BYTES: Final = 1  # Trigger Dependent User Info of a Basic trigger
 _BA_CONTROL_BYTES: Final = 2
 #: Per (station, TID) in a multi-STA BlockAck: AID TID Info 2 + Starting Sequence
-#: Control 2 + a 64-bit bitmap 8.
+#: Control 2 + a 64-bit bitmap 8; in the all-ack context (every MPDU of the station's
+#: A-MPDU received: Ack Type 1, TID 14) the AID TID Info alone.
 _MULTI_STA_BA_ENTRY_BYTES: Final = 12
+_MULTI_STA_BA_ALL_ACK_BYTES: Final = 2
 
 
 def basic_trigger_bytes(users: int) -> int:
@@ -353,6 +359,8 @@ def bsrp_trigger_bytes(users: int) -> int:
     return _CTRL_HEADER_BYTES + _TRIGGER_COMMON_BYTES + _TRIGGER_USER_BYTES * users + _FCS_BYTES
 
 
-def multi_sta_block_ack_bytes(entries: int) -> int:
-    """A multi-STA BlockAck acknowledging ``entries`` (station, TID) pairs."""
-    return _CTRL_HEADER_BYTES + _BA_CONTROL_BYTES + _MULTI_STA_BA_ENTRY_BYTES * entries + _FCS_BYTES
+def multi_sta_block_ack_bytes(entries: int, *, all_ack: bool = False) -> int:
+    """A multi-STA BlockAck acknowledging ``entries`` (station, TID) pairs with bitmaps,
+    or (``all_ack``) ``entries`` stations each of whose MPDUs were all received."""
+    per = _MULTI_STA_BA_ALL_ACK_BYTES if all_ack else _MULTI_STA_BA_ENTRY_BYTES
+    return _CTRL_HEADER_BYTES + _BA_CONTROL_BYTES + per * entries + _FCS_BYTES

@@ -1,6 +1,7 @@
 """Parameter overrides: a dotted key into the scenario, a value, and re-validation.
 
-``coorp.margin_us`` is shorthand for ``policy.coorp.margin_us`` (likewise ``schedwifi.``).
+``coorp.margin_us`` is shorthand for ``policy.coorp.margin_us`` (likewise ``schedwifi.``,
+``ofdma.`` and ``rtwt.``).
 The scenario is dumped, the key set, and the whole scenario validated again, so an
 override can never produce a scenario that a file could not.
 """
@@ -24,7 +25,12 @@ __all__ = [
 ]
 
 #: Short prefixes and what they stand for.
-SHORTHANDS = {"coorp": "policy.coorp", "schedwifi": "policy.schedwifi"}
+SHORTHANDS = {
+    "coorp": "policy.coorp",
+    "schedwifi": "policy.schedwifi",
+    "ofdma": "policy.ofdma",
+    "rtwt": "policy.rtwt",
+}
 
 #: Keys a sweep sets by other means.
 _RESERVED = {
