@@ -121,6 +121,18 @@ def test_more_stations_than_users_take_turns() -> None:
     assert max(served.values()) - min(served.values()) <= 1
 
 
+def test_polls_go_round_robin_so_a_station_beyond_the_first_rus_is_heard() -> None:
+    # Six stations, four RUs, and only the last one has data: the BSRP polls must reach
+    # it (once triggered, MU EDCA keeps it off EDCA; unpolled it would wait for ever).
+    sc = scenario(6)
+    sc = sc.model_copy(update={"flows": [f for f in sc.flows if f.src == "s5"]})
+    result, sched = run(sc)
+    assert set(sched.stats.served) == {"s5"} and sched.stats.served["s5"] >= 10
+    ap_only = [t for t in result.trace if t[3] == ("ap",)]
+    assert result.flows["up5"].delivered_packets >= sched.stats.mpdus - 64 > 0
+    assert len(ap_only) > len(result.trace) / 2
+
+
 def test_per_ac_rings_send_ls_first_a_shared_ring_cannot() -> None:
     # s0's 12 KB messages meet a saturated bulk backlog in its NIC: with per-AC rings its
     # TB PPDU carries the VO fragments first, whatever waits in the BE ring; a shared

@@ -363,20 +363,33 @@ class UlOfdma:
         return self._basic(now, now)
 
     def _pick(self, now: int, *, need_data: bool) -> list[Station]:
-        picked: list[Station] = []
+        """Up to ``n_users`` stations, round robin. For a BSRP trigger the next ones in
+        turn; for a Basic trigger those whose report shows data first, then those whose
+        queue is unknown (as ns-3, which takes an unknown queue for a non-empty one),
+        never one that reported an empty queue."""
+        if not need_data:
+            return self._order[: self.n_users]
+        known = []
+        unknown = []
         for st in self._order:
-            if len(picked) >= self.n_users:
-                break
-            if need_data:
-                b = self._report(st, now)
-                if b == 0:
-                    continue
-            picked.append(st)
-        return picked
+            b = self._report(st, now)
+            if b is None:
+                unknown.append(st)
+            elif b != 0:
+                known.append(st)
+        return (known + unknown)[: self.n_users]
+
+    def _rotate(self, stations: list[Station]) -> None:
+        """Move ``stations`` to the end of the round robin."""
+        done = set(stations)
+        self._order = [s for s in self._order if s not in done] + [
+            s for s in self._order if s in done
+        ]
 
     def _bsrp(self, now: int, txop_start: int) -> Transmission:
         self.stats.bsrp_triggers += 1
         polled = self._pick(now, need_data=False)
+        self._rotate(polled)
         tf = legacy_duration_ns(bsrp_trigger_bytes(len(polled)), self.trigger_rate)
         null_psdu = 4 + HE_QOS_NULL_BSR_BYTES
         tb = he_tb_ppdu_duration_ns([(null_psdu, self._mode(st)) for st in polled])
@@ -460,11 +473,7 @@ class UlOfdma:
             user.station.tx_attempts += 1
             self._learn(user.station, now)  # Queue Size in every QoS Control field
         self._step = _Step(True, txop_start, users)
-        # Served stations go to the end of the round robin.
-        served = {u.station for u in users}
-        self._order = [s for s in self._order if s not in served] + [
-            s for s in self._order if s in served
-        ]
+        self._rotate([u.station for u in users if u.runs])
         return self._tx(now, txop_start, total_mpdus, total_psdu, dur, tf)
 
     def _tb_length(self, needs: list[tuple[int, HeMode]], limit: int) -> int:
