@@ -664,7 +664,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--no-ns3", action="store_true", help="skip ns-3 even if importable")
     ap.add_argument("--json", type=Path, help="also write the rows here")
+    ap.add_argument(
+        "--from-json", type=Path, help="print the tables of a saved --json file; run nothing"
+    )
     args = ap.parse_args(argv)
+    if args.from_json is not None:
+        saved = json.loads(args.from_json.read_text())
+        first = saved["rows"][0]
+        args.n = ",".join(str(r["n"]) for r in saved["rows"])
+        args.ns3_rx = ",".join(saved["ns3_rx"])
+        args.variants = ",".join(dict.fromkeys(r["variant"] for r in saved["rows"]))
+        for key in ("mcs", "standard", "mpdus"):
+            setattr(args, key, first.get(key, getattr(args, key)))
+        args.gi, args.payload = first.get("gi_ns", args.gi), first["payload_bytes"]
+        args.duration, args.no_ns3, args.json = first["simulated_s"], True, None
     ns_list = [int(x) for x in args.n.split(",") if x.strip()]
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     for v in variants:
@@ -679,13 +692,15 @@ def main(argv: list[str] | None = None) -> int:
         console = Console(width=160)  # keep the table readable when piped or logged
 
     ns, import_s, why = (None, 0.0, "--no-ns3") if args.no_ns3 else import_ns3()
-    if ns is None and not args.no_ns3:
+    if ns is None and not args.no_ns3 and args.from_json is None:
         console.print(escape(INSTALL_HINT), style="yellow")
         console.print(escape(f"({why})"), style="dim")
 
     rows: list[dict[str, Any]] = []
-    for variant in variants:
-        for n in ns_list:
+    for variant, n in (
+        [] if args.from_json is not None else [(v, n) for v in variants for n in ns_list]
+    ):
+        if True:  # one run per (variant, N)
             cfg = Config.from_variant(
                 n, variant, mcs=args.mcs, payload_bytes=args.payload, standard=args.standard,
                 gi_ns=args.gi, mpdus=args.mpdus,
@@ -742,6 +757,8 @@ def main(argv: list[str] | None = None) -> int:
                 }
             )
             console.print(f"[dim]done: {variant} N={n}[/dim]")
+    if args.from_json is not None:
+        rows = saved["rows"]
 
     phy_txt = (
         f"HE-MCS {args.mcs}, {args.gi} ns GI" if args.standard == "ax" else (f"VHT MCS {args.mcs}")
@@ -755,6 +772,7 @@ def main(argv: list[str] | None = None) -> int:
         if rx in RX_MODEL_COLLISION:
             cols.append(f"model ({rx}) Mb/s")
         cols.append(f"ns-3 ({rx}) Mb/s")
+    cols += [f"coorp / ns-3 ({rx})" for rx in rx_list]
     cols += ["coorp wall s"] + [f"ns-3 ({rx}) wall s" for rx in rx_list]
     for col in cols:
         table.add_column(col, justify="left" if col == "variant" else "right")
@@ -771,6 +789,9 @@ def main(argv: list[str] | None = None) -> int:
             if x["model_mbps"] is not None:
                 cells.append(f"{ref:.1f}")
             cells.append("-" if x["mbps"] is None else f"{x['mbps']:.1f}{_pct(x['mbps'], ref)}")
+        for rx in rx_list:
+            m = r["ns3"][rx]["mbps"]
+            cells.append("-" if m is None else f"{100 * (r['coorp_mbps'] / m - 1):+.1f}%")
         cells.append(f"{r['coorp_wall_s']:.2f}")
         for rx in rx_list:
             w = r["ns3"][rx]["wall_s"]
@@ -784,7 +805,9 @@ def main(argv: list[str] | None = None) -> int:
         "rule); every other ns-3 column against its model (...) column (ns-3's airtime - no "
         "VHT-SIG-B, or its HE timing - and that setting's collision length; see --help)."
     )
-    if ns is not None:
+    if args.from_json is not None:
+        console.print(f"(from {args.from_json}: {saved.get('command', '')})")
+    elif ns is not None:
         console.print(
             f"ns-3 {ns3_version()}: import {import_s:.1f} s; per-run start-up (build, association, "
             f"{args.warmup:g} s warm-up) shown in the JSON as startup_s."

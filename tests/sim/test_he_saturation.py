@@ -83,3 +83,17 @@ def test_he_aggregates_are_as_large_as_the_window_allows() -> None:
     assert m256.throughput_mbps > 1.15 * m64.throughput_mbps
     sc = he_scenario(1, mcs=11, mpdus=256, gi=800, policy="classic")
     assert isinstance(sc.phy.mode(11), HeMode)
+
+
+if __name__ == "__main__":
+    # The table in docs/validation.md:  .venv/bin/python tests/sim/test_he_saturation.py
+    print("| N | HE-MCS | MPDUs | GI ns | retry | Bianchi Mb/s | simulator Mb/s | error | sim. s |")
+    print("|---:|---:|---:|---:|---|---:|---:|---:|---:|")
+    for n, mcs, mpdus, gi, policy in CASES:
+        res, mod = run(n, mcs, mpdus, gi, policy)
+        sim = sum(res.flows[f"up{i}"].throughput_mbps for i in range(n))
+        err = 100 * (sim / mod.throughput_mbps - 1)
+        print(
+            f"| {n} | {mcs} | {mpdus} | {gi} | {policy} | {mod.throughput_mbps:.1f} "
+            f"| {sim:.1f} | {err:+.2f}% | {res.duration_ns / 1e9:.1f} |"
+        )

@@ -235,7 +235,9 @@ class UlOfdma:
         # Only its presence in the access function's ring matters: never sent.
         token_flow = FlowState("ul-ofdma:access", self.ap, self.ap, config.access_ac, False)
         self._token = Packet(-1, token_flow, 0)
-        self._order: list[Station] = list(self.stations)  # round robin, served go last
+        # Two round robins: who is polled next (BSRP) and who is triggered next (Basic).
+        self._poll_order: list[Station] = list(self.stations)
+        self._order: list[Station] = list(self.stations)
         #: Buffer status reports: station -> (bytes or UNLIMITED, when reported).
         self._bsr: dict[Station, tuple[int, int]] = {}
         self._step: _Step | None = None
@@ -363,33 +365,23 @@ class UlOfdma:
         return self._basic(now, now)
 
     def _pick(self, now: int, *, need_data: bool) -> list[Station]:
-        """Up to ``n_users`` stations, round robin. For a BSRP trigger the next ones in
-        turn; for a Basic trigger those whose report shows data first, then those whose
-        queue is unknown (as ns-3, which takes an unknown queue for a non-empty one),
-        never one that reported an empty queue."""
+        """Up to ``n_users`` stations, round robin: for a BSRP trigger the next ones in
+        turn; for a Basic trigger the next ones whose last valid report is not an empty
+        queue (an unknown queue counts as data, as in ns-3's scheduler)."""
         if not need_data:
-            return self._order[: self.n_users]
-        known = []
-        unknown = []
-        for st in self._order:
-            b = self._report(st, now)
-            if b is None:
-                unknown.append(st)
-            elif b != 0:
-                known.append(st)
-        return (known + unknown)[: self.n_users]
+            return self._poll_order[: self.n_users]
+        return [st for st in self._order if self._report(st, now) != 0][: self.n_users]
 
-    def _rotate(self, stations: list[Station]) -> None:
-        """Move ``stations`` to the end of the round robin."""
+    @staticmethod
+    def _rotated(order: list[Station], stations: list[Station]) -> list[Station]:
+        """``order`` with ``stations`` moved to its end (round robin)."""
         done = set(stations)
-        self._order = [s for s in self._order if s not in done] + [
-            s for s in self._order if s in done
-        ]
+        return [s for s in order if s not in done] + [s for s in order if s in done]
 
     def _bsrp(self, now: int, txop_start: int) -> Transmission:
         self.stats.bsrp_triggers += 1
         polled = self._pick(now, need_data=False)
-        self._rotate(polled)
+        self._poll_order = self._rotated(self._poll_order, polled)
         tf = legacy_duration_ns(bsrp_trigger_bytes(len(polled)), self.trigger_rate)
         null_psdu = 4 + HE_QOS_NULL_BSR_BYTES
         tb = he_tb_ppdu_duration_ns([(null_psdu, self._mode(st)) for st in polled])
@@ -473,7 +465,7 @@ class UlOfdma:
             user.station.tx_attempts += 1
             self._learn(user.station, now)  # Queue Size in every QoS Control field
         self._step = _Step(True, txop_start, users)
-        self._rotate([u.station for u in users if u.runs])
+        self._order = self._rotated(self._order, users_st)
         return self._tx(now, txop_start, total_mpdus, total_psdu, dur, tf)
 
     def _tb_length(self, needs: list[tuple[int, HeMode]], limit: int) -> int:
