@@ -7,8 +7,9 @@ EXTRAS ?= dev,transport,ray,cosim,learn,team,transparent
 
 .PHONY: demo test lint typecheck bench clean venv native
 
-# The install compiles the simulator with mypyc (src/coorp/sim/_build_hook.py, ~40 s);
-# without a C compiler it falls back to plain Python and `native` says so, once.
+# The install compiles the simulator, control algorithms and policy hooks with mypyc
+# (src/coorp/_accel/_build_hook.py, ~60 s); without a C compiler it falls back to plain
+# Python and `native` says so, once.
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
@@ -17,11 +18,11 @@ $(STAMP): pyproject.toml Makefile
 
 venv: $(STAMP)
 
-# Rebuild the compiled simulator if its sources were edited since it was built (an
+# Rebuild the compiled modules if their sources were edited since they were built (an
 # editable install would otherwise fall back to plain Python, with a warning), then
 # print one line: compiled, or plain Python and why.
 native: $(STAMP)
-	@COORP_SIM_PURE=1 $(BIN)/python -m coorp.sim._accel ensure
+	@COORP_PURE=1 $(BIN)/python -m coorp._accel ensure
 
 demo: native
 	$(BIN)/coorp compare scenarios/crl-5.toml --seeds 1-5 --out results/demo

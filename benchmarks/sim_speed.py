@@ -15,7 +15,23 @@ column is ns-3 wall time / coorp wall time (> 1: coorp is faster).
 
 ``--vs-ns3`` makes ns-3 mandatory (exit status 2 with the install hint when its bindings
 do not import) and prints each ratio as a sentence too. The header says whether the
-compiled (mypyc) simulator ran (``coorp --version``).
+compiled (mypyc) modules ran (``coorp --version``).
+
+``--policies`` times the coordinated-robotic-learning workload instead (``run_crl``, the
+run behind ``coorp compare``) under each named policy, on each ``--scenarios`` entry:
+wall seconds per simulated second per policy and the ratio to EDCA's in the same run.
+``--repeat`` rounds run every policy once each, in a rotated order (so load drift on a
+shared machine hits every contender alike); each time brackets the whole run
+(``Simulation`` set-up, policy install, simulation) from the same ``perf_counter``
+instant for every contender; the table shows medians over rounds, the JSON every time.
+The process's CPU time of each run is shown too: on a shared machine wall times drift
+with the other load, CPU times much less.
+
+    python benchmarks/sim_speed.py --policies edca,coorp,coorp-paper,oracle --json out.json
+    COORP_PURE=1 python benchmarks/sim_speed.py --policies edca,coorp   # plain Python
+
+``oracle`` is a reference bound that cannot be deployed (it reads the future); it is
+labelled so.
 """
 
 from __future__ import annotations
@@ -23,7 +39,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -55,17 +73,23 @@ def main(argv: list[str] | None = None) -> int:
         "--vs-ns3", action="store_true", help="require ns-3 side by side (fail if missing)"
     )
     ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument(
+        "--policies", help="time the CRL workload under these policies (comma-separated)"
+    )
+    ap.add_argument(
+        "--scenarios", default="crl-5,crl-10", help="with --policies: scenarios (names/paths)"
+    )
+    ap.add_argument("--repeat", type=int, default=3, help="with --policies: rounds")
     args = ap.parse_args(argv)
     console = Console()
     if not console.is_terminal:
         console = Console(width=120)
+    if args.policies is not None:
+        return policies_main(args, console)
 
     if args.vs_ns3 and args.no_ns3:
         ap.error("--vs-ns3 and --no-ns3 contradict each other")
-    from coorp.sim import COMPILED
-    from coorp.sim._loader import describe
-
-    console.print(f"coorp simulator: {describe(COMPILED)}")
+    console.print(f"coorp simulator: {describe()}")
     ns, import_s, why = (None, 0.0, "--no-ns3") if args.no_ns3 else import_ns3()
     if ns is None and args.vs_ns3:
         console.print(escape(INSTALL_HINT), style="red")
@@ -139,9 +163,131 @@ def main(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         doc = {
             "command": " ".join(["python benchmarks/sim_speed.py", *sys.argv[1:]]),
-            "coorp_simulator": describe(COMPILED),
+            "coorp_simulator": describe(),
             "ns3_version": ns3_version() if ns is not None else None,
             "ns3_import_s": import_s if ns is not None else None,
+            "load_average_before": load_before,
+            "load_average_after": load_after,
+            "cpus": os.cpu_count(),
+            "rows": rows,
+        }
+        args.json.write_text(json.dumps(doc, indent=2))
+        console.print(f"wrote {args.json}")
+    return 0
+
+
+def describe() -> str:
+    """Which modules run compiled (``coorp --version``); also on a tree from before
+    ``coorp._accel`` (where only the simulator compiled), to time it the same way."""
+    try:
+        from coorp._accel import describe as accel_describe
+    except ImportError:
+        from coorp.sim._loader import describe as sim_describe  # type: ignore[import-not-found]
+
+        from coorp.sim import COMPILED
+
+        return f"simulator {sim_describe(COMPILED)}, control and hooks plain Python"
+    return accel_describe()
+
+
+def policies_main(args: argparse.Namespace, console: Console) -> int:
+    """``--policies``: the CRL workload per policy, wall time relative to EDCA's."""
+    from coorp import CoorpError
+    from coorp.policies import get_policy, policy_label
+    from coorp.scenario import load_scenario, resolve_scenario
+    from coorp.workload import run_crl
+
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    if not policies:
+        console.print("--policies: name at least one policy", style="red")
+        return 2
+    if args.repeat < 1:
+        console.print(f"--repeat {args.repeat}: must be >= 1", style="red")
+        return 2
+    if "edca" not in policies:
+        policies.insert(0, "edca")  # every ratio is to EDCA in the same run
+    try:  # bad names fail here, before anything runs
+        for name in policies:
+            get_policy(name)
+        scenarios = [
+            (name, load_scenario(resolve_scenario(name)))
+            for name in args.scenarios.split(",")
+            if name
+        ]
+    except CoorpError as exc:
+        console.print(escape(f"error: {exc}"), style="red")
+        return 2
+    sim_ns = round(args.duration * 1e9)
+    console.print(f"coorp: {describe()}")
+    load_before = os.getloadavg()
+    times: dict[str, dict[str, list[float]]] = {n: {p: [] for p in policies} for n, _ in scenarios}
+    cpu: dict[str, dict[str, list[float]]] = {n: {p: [] for p in policies} for n, _ in scenarios}
+    for rnd in range(args.repeat):
+        order = policies[rnd % len(policies) :] + policies[: rnd % len(policies)]
+        for name, scenario in scenarios:
+            for pol in order:
+                start, start_cpu = time.perf_counter(), time.process_time()
+                run_crl(scenario, pol, seed=args.seed, duration_ns=sim_ns, timeseries=False)
+                times[name][pol].append(time.perf_counter() - start)
+                cpu[name][pol].append(time.process_time() - start_cpu)
+    load_after = os.getloadavg()
+
+    table = Table(
+        title=(
+            f"CRL workload: wall seconds per simulated second ({args.duration:g} s simulated, "
+            f"seed {args.seed}, median of {args.repeat} rounds)"
+        )
+    )
+    table.add_column("scenario")
+    table.add_column("policy")
+    table.add_column("wall s / sim s", justify="right")
+    table.add_column("vs EDCA", justify="right")
+    table.add_column("CPU s / sim s", justify="right")
+    table.add_column("CPU vs EDCA", justify="right")
+    rows = []
+    for name, _ in scenarios:
+        for pol in policies:
+            walls, cpus = times[name][pol], cpu[name][pol]
+            # Ratio per round (both timed in that round), then the median.
+            ratio = statistics.median(
+                w / e for w, e in zip(walls, times[name]["edca"], strict=True)
+            )
+            cpu_ratio = statistics.median(
+                c / e for c, e in zip(cpus, cpu[name]["edca"], strict=True)
+            )
+            per_sim = statistics.median(walls) / args.duration
+            cpu_per_sim = statistics.median(cpus) / args.duration
+            rows.append(
+                {
+                    "scenario": name,
+                    "policy": pol,
+                    "label": policy_label(pol),
+                    "deployable": get_policy(pol).deployable,
+                    "wall_s": walls,
+                    "cpu_s": cpus,
+                    "wall_per_sim_s": per_sim,
+                    "cpu_per_sim_s": cpu_per_sim,
+                    "vs_edca": ratio,
+                    "cpu_vs_edca": cpu_ratio,
+                }
+            )
+            table.add_row(
+                name, escape(policy_label(pol)), f"{per_sim:.4f}", f"{ratio:.2f}x",
+                f"{cpu_per_sim:.4f}", f"{cpu_ratio:.2f}x",
+            )  # fmt: skip
+    console.print(table)
+    console.print(
+        f"load average (1/5/15 min) before {' '.join(f'{x:.2f}' for x in load_before)}, "
+        f"after {' '.join(f'{x:.2f}' for x in load_after)}; {os.cpu_count()} CPUs"
+    )
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        doc = {
+            "command": " ".join(["python benchmarks/sim_speed.py", *sys.argv[1:]]),
+            "compiled": describe(),
+            "duration_s": args.duration,
+            "seed": args.seed,
+            "repeat": args.repeat,
             "load_average_before": load_before,
             "load_average_after": load_after,
             "cpus": os.cpu_count(),

@@ -39,9 +39,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("scenario",),
     ("phy", "units"),
     # The ground floor: errors, statistics, seed parsing, figure style, manifests,
-    # tables, namespaces, optional dependencies (and the ``coorp`` package itself).
-    ("coorp", "_errors", "_manifest", "_tables", "_netns", "_optional", "stats", "seeds",
-     "figures"),
+    # tables, namespaces, optional dependencies, the compiled build (and the ``coorp``
+    # package itself).
+    ("coorp", "_errors", "_manifest", "_tables", "_netns", "_optional", "_accel", "stats",
+     "seeds", "figures"),
 )  # fmt: skip
 FLOOR = {pkg: i for i, floor in enumerate(LAYERS) for pkg in floor}
 

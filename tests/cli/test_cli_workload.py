@@ -217,13 +217,48 @@ def test_compare_runs_a_user_policy_and_writes_raw_tables(
         assert len(list(csv.DictReader(f))) == data["policies"]["cli-test-policy"]["loops"]
 
 
+def test_compare_set_turns_a_shipped_scenario_into_802_11ax(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "ax"
+    code, _, err = run_cli(
+        capsys, "compare", "crl-2", "--set", "phy.standard=ax", "--set", "ofdma.max_users=2",
+        "--duration", "0.3", "--policies", "edca,ofdma", "--jobs", "1", "--quiet",
+        "--out", str(out),
+    )  # fmt: skip
+    assert code == 0, err
+    data = json.loads((out / "compare.json").read_text())
+    assert data["policies"]["ofdma"]["infeasible"] is None
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["scenario"]["phy"]["standard"] == "ax"
+    assert manifest["scenario"]["policy"]["ofdma"]["max_users"] == 2
+    stats = json.loads((out / "policy_stats.json").read_text())
+    assert stats["ofdma"]["ul_ofdma"]["bsrp_triggers"] > 0  # the AP polls its stations
+
+
+@pytest.mark.parametrize(
+    ("flag", "says"),
+    [
+        ("phy.standard=ax,ac", "coorp compare takes one value per key"),
+        ("phy.standard=be", "phy.standard"),
+        ("phy.nonsense=1", "is not a scenario key"),
+    ],
+)
+def test_compare_set_errors_are_one_paragraph(
+    capsys: pytest.CaptureFixture[str], flag: str, says: str
+) -> None:
+    code, stdout, err = run_cli(capsys, "compare", "crl-2", "--set", flag, "--duration", "0.1")
+    assert code == 2 and stdout == ""
+    assert says in err and "Traceback" not in err
+
+
 # -- --version and help ---------------------------------------------------------------------
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     code, stdout, _ = run_cli(capsys, "--version")
     assert code == 0
-    assert stdout.startswith(f"coorp {__version__} (simulator: ")
+    assert stdout.startswith(f"coorp {__version__} (simulator, control, policy hooks: ")
     assert ("compiled (mypyc)" in stdout) == COMPILED
     if not COMPILED:
         assert "plain Python" in stdout

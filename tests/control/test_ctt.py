@@ -218,3 +218,73 @@ def test_lead_buckets_inherit_the_floor() -> None:
     t.record(0, 0, lead_ns=2_000)
     assert t.query(10, lead_ns=2_000) == 70
     assert t.min_per_packet_ns == 7
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    ops=st.lists(
+        st.tuples(
+            st.integers(0, 12),  # depth (beyond max_depth 9 is clamped)
+            st.integers(1, 5),  # packets in the run
+            st.integers(0, 40),  # duration: a small range, so ties are common
+            st.sampled_from([None, 500, 1_500, 5_000]),  # lead
+            st.integers(0, 30),  # time step
+        ),
+        max_size=150,
+    ),
+    size=st.sampled_from([1, 3, 8, 64]),
+    percentile=st.sampled_from([0.0, 37.5, 90.0, 95.0, 99.0, 100.0]),
+    max_age=st.sampled_from([None, 40, 200]),
+)
+def test_runs_ageing_and_lead_buckets_match_a_plain_model(
+    ops: list[tuple[int, int, int, int | None, int]],
+    size: int,
+    percentile: float,
+    max_age: int | None,
+) -> None:
+    # The table (circular buffers, the largest samples kept incrementally) against the
+    # plainest model: per table and depth the list of (value, time) recorded, of which
+    # the last ``size`` not older than max_age count; a sampled depth answers numpy's
+    # percentile of them.
+    edges = (1_000, 2_000)
+    ctt = CompletionTimeTable(
+        max_depth=9, samples_per_depth=size, percentile=percentile,
+        lead_edges_ns=edges, max_age_ns=max_age,
+    )  # fmt: skip
+    model: dict[int | None, dict[int, list[tuple[int, int]]]] = {}
+    now = 0
+    for depth, count, value, lead, step in ops:
+        now += step
+        ctt.record_run(depth, count, value, lead, at_ns=now)
+        tables = [None] if lead is None else [None, sum(lead >= e for e in edges)]
+        for t in tables:
+            for d in range(depth, depth + count):
+                model.setdefault(t, {}).setdefault(min(d, 9), []).append((value, now))
+
+        def ring(t: int | None, d: int, now: int = now) -> list[int]:
+            kept = model.get(t, {}).get(d, [])[-size:]
+            return [v for v, at in kept if max_age is None or at >= now - max_age]
+
+        for t in (None, 0, 1, 2):
+            bucket = None if t is None else ctt._by_lead[t]
+            table = ctt if bucket is None else bucket
+            for d in range(10):
+                if max_age is not None:
+                    table._table(None, now)  # forget what expired (as a query at now)
+                assert list(table.samples(d)) == ring(t, d)
+                if ring(t, d):
+                    expected = float(np.percentile(np.array(ring(t, d), float), percentile))
+                    assert expected - 1e-9 <= table.query(d) < expected + 1
+
+
+def test_record_run_is_record_at_consecutive_depths() -> None:
+    one, runs = CompletionTimeTable(max_depth=6), CompletionTimeTable(max_depth=6)
+    for depth, count, value in [(0, 4, 10), (2, 9, 30), (5, 1, 20), (6, 3, 5)]:
+        for i in range(count):
+            one.record(depth + i, value)
+        runs.record_run(depth, count, value)
+    assert [one.samples(d) for d in range(7)] == [runs.samples(d) for d in range(7)]
+    assert runs.samples(6) == (30, 30, 30, 30, 30, 5, 5, 5)  # clamped depths, in order
+    assert [one.query(d) for d in range(9)] == [runs.query(d) for d in range(9)]
+    with pytest.raises(UsageError, match="count=-1"):
+        runs.record_run(0, -1, 5)

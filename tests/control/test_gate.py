@@ -369,3 +369,67 @@ def test_the_gate_never_starves_when_gaps_fit_a_packet(
         if d.explore:
             assert depth == 0
     assert gate.stats.explore_late == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(st.integers(0, 4), st.integers(1, 6), st.integers(0, 700_000)), max_size=120
+    ),
+    realized=st.booleans(),
+    buckets=st.booleans(),
+)
+def test_run_calls_are_the_per_packet_calls(
+    steps: list[tuple[int, int, int]], realized: bool, buckets: bool
+) -> None:
+    # Two gates on identical planners see the same traffic: one packet by packet
+    # (decide, on_enqueue, on_complete), one a run at a time (admit_run,
+    # on_enqueue_run, on_complete_run). Every answer, counter and sample must agree.
+    edges = (1_000_000, 2_000_000, 4_000_000) if buckets else ()
+
+    def gate() -> Gate:
+        planner = ProtectionPlanner(margin_ns=500_000)
+        ctt = CompletionTimeTable(max_depth=30, samples_per_depth=8, lead_edges_ns=edges)
+        return Gate(planner, ctt, realized=realized, max_explore_backoff=4)
+
+    one, runs = gate(), gate()
+    now, pid, sends = 0, 0, 0
+    ring: list[int] = []  # packet ids in the NIC, oldest first
+    for kind, count, step in steps:
+        now += step
+        if now >= sends * 10_000_000:  # a periodic LS send every 10 ms
+            for g in (one, runs):
+                assert isinstance(g.planner, ProtectionPlanner)
+                g.planner.observe("ls", now)
+                g.on_ls_send(now)
+            sends = now // 10_000_000 + 1
+        if kind <= 1:  # the driver offers ``count`` packets
+            admitted = 0
+            for i in range(count):
+                if not one.decide(now, len(ring) + i).allow:
+                    break
+                one.on_enqueue(pid + i, now, len(ring) + i)
+                admitted += 1
+            assert runs.admit_run(now, pid, count, len(ring)) == admitted
+            ring += range(pid, pid + admitted)
+            pid += count
+        elif kind == 2:  # TCP acks enqueued without asking
+            one_ids = range(pid, pid + count)
+            for i, q in enumerate(one_ids):
+                one.on_enqueue(q, now, len(ring) + i)
+            runs.on_enqueue_run(pid, count, now, len(ring))
+            ring += one_ids
+            pid += count
+        elif ring:  # the oldest ``count`` complete (an unknown id now and then)
+            done, ring = ring[:count], ring[count:]
+            for q in done:
+                one.on_complete(q, now)
+            runs.on_complete_run(done[0], len(done), now)  # consecutive: one run
+            if kind == 4:
+                one.on_complete(10**9, now)
+                runs.on_complete_run(10**9, 1, now)
+        assert one.stats == runs.stats and one.pending == runs.pending
+        assert one.exploring == runs.exploring
+        assert one.admits(now, len(ring)) == runs.admits(now, len(ring))
+    for d in range(31):
+        assert one.ctt.samples(d) == runs.ctt.samples(d)

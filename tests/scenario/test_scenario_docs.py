@@ -42,6 +42,8 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("[workload.drlc]", sc_pkg.DrlcConfig),
     ("[policy.coorp]", sc_pkg.CoorpOptions),
     ("[policy.schedwifi]", sc_pkg.SchedWifiOptions),
+    ("[policy.ofdma]", sc_pkg.OfdmaOptions),
+    ("[policy.rtwt]", sc_pkg.RtwtOptions),
 ]
 
 

@@ -24,7 +24,6 @@ compiled; ``coorp --version`` says why).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -34,9 +33,10 @@ from typing import Any
 
 import pytest
 
+from coorp._accel import describe
 from coorp.scenario import AccessCategory, parse_scenario
 from coorp.sim import COMPILED, FOREVER, DriverView, SimResult, Simulation, simulate
-from coorp.sim._loader import describe
+from golden_digest import digest
 
 GOLDEN = Path(__file__).with_name("golden_digests.json")
 REGEN = os.environ.get("COORP_REGEN_GOLDEN") == "1"
@@ -254,39 +254,6 @@ def _run_hooks_api() -> tuple[SimResult, list[tuple[Any, ...]]]:
 
 
 # -- digests ---------------------------------------------------------------------------
-def _canon(x: Any) -> Any:
-    if hasattr(x, "tolist"):
-        return x.tolist()
-    if isinstance(x, dict):
-        return {str(k): _canon(v) for k, v in sorted(x.items())}
-    if isinstance(x, list | tuple):
-        return [_canon(v) for v in x]
-    if hasattr(x, "__slots__"):
-        return {k: _canon(getattr(x, k)) for k in x.__slots__}
-    return x
-
-
-_CHANNEL_COUNTERS = (
-    "busy_ns", "success_ns", "failure_ns", "exchanges", "collisions", "internal_collisions",
-    "bar_exchanges", "per_failures",
-)  # fmt: skip
-
-
-def digest(r: SimResult, extra: Any = None) -> str:
-    ch = r.channel
-    state = {
-        "trace": _canon(r.trace),
-        "flows": _canon(r.flows),
-        "stations": _canon(r.stations),
-        "channel": {k: getattr(ch, k) for k in _CHANNEL_COUNTERS},
-        "messages": _canon(r.messages),
-        "ls_hw_depths": _canon(r.ls_hw_depths),
-        "extra": _canon(extra),
-    }
-    text = json.dumps(state, sort_keys=True, separators=(",", ":"), allow_nan=True)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 CASES = {
     "per-ac-saturation": lambda: digest(simulate(_per_ac_saturation(), seed=1,
                                                  duration_ns=300_000_000, trace=True)),
@@ -330,13 +297,14 @@ def test_golden_digest(name: str, stored: dict[str, str]) -> None:
 def test_plain_python_simulator_gives_the_same_digests(stored: dict[str, str]) -> None:
     """With the compiled modules in use above, the plain ones must agree too."""
     code = (
-        "import json, sys; sys.path.insert(0, sys.argv[1]); "
+        "import json, sys; sys.path[:0] = sys.argv[1:]; "
         "import test_golden_equivalence as g; "
         "print(json.dumps({n: c() for n, c in g.CASES.items()}))"
     )
-    env = {**os.environ, "COORP_SIM_PURE": "1"}
+    env = {**os.environ, "COORP_PURE": "1"}
+    here = Path(__file__).parent
     out = subprocess.run(
-        [sys.executable, "-c", code, str(Path(__file__).parent)],
+        [sys.executable, "-c", code, str(here), str(here.parent)],
         env=env, capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert json.loads(out.stdout) == stored

@@ -1,9 +1,10 @@
-"""The compiled simulator is used only while it is exactly the source: the staleness rule.
+"""The compiled modules are used only while they are exactly the source: the staleness rule.
 
-An editable install compiles the simulator next to its sources (``src/coorp/sim/*.so``).
-After a source edit those extensions would shadow the edited ``.py`` silently; instead
-``coorp.sim._loader`` compares the sources' SHA-256 with the build's manifest and, on a
-mismatch, loads the plain modules with one warning. Each case runs in a subprocess on a
+An editable install compiles the simulator, the control algorithms and the policies'
+hooks next to their sources (``src/coorp/**/*.so``). After a source edit those extensions
+would shadow the edited ``.py`` silently; instead ``coorp._accel`` compares the sources'
+SHA-256 with the build's manifest and, on a mismatch, loads the plain modules (all of
+them: one choice per process) with one warning. Each case runs in a subprocess on a
 private copy of the package (the shared tree is never touched).
 """
 
@@ -21,23 +22,27 @@ from pathlib import Path
 import pytest
 
 import coorp
+import coorp._accel as loader
 from coorp.sim import COMPILED
-from coorp.sim import _loader as loader
 
 PKG = Path(coorp.__file__).resolve().parent
-BUILD_SCRIPT = PKG / "sim" / "_mypyc_build.py"
+BUILD_SCRIPT = PKG / "_accel" / "_mypyc_build.py"
 
 _PROBE = """
 import json, warnings
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     import coorp.sim as sim
-    from coorp.sim import _loader
+    import coorp.control._gate as gate
+    import coorp.policies._hooks as hooks
+    import coorp._accel as _accel
     from coorp.cli import version_text
 print(json.dumps({
     "compiled": sim.COMPILED,
-    "status": _loader.status(),
+    "status": _accel.status(),
     "mac_file": getattr(sim.mac, "__file__", ""),
+    "gate_file": getattr(gate, "__file__", ""),
+    "hooks_file": getattr(hooks, "__file__", ""),
     "edited": getattr(sim.mac, "EDITED_FOR_TEST", False),
     "warnings": [str(w.message) for w in caught if w.category is RuntimeWarning],
     "version": version_text(),
@@ -59,7 +64,7 @@ def _copy(tmp: Path, *, native: bool) -> Path:
 
 
 def _probe(src: Path, **env: str) -> dict[str, object]:
-    environ = {k: v for k, v in os.environ.items() if k != "COORP_SIM_PURE"}
+    environ = {k: v for k, v in os.environ.items() if k not in ("COORP_PURE", "COORP_SIM_PURE")}
     environ.update(PYTHONPATH=str(src), **env)
     out = subprocess.run(
         [sys.executable, "-c", _PROBE], env=environ, capture_output=True, text=True, check=True
@@ -68,9 +73,9 @@ def _probe(src: Path, **env: str) -> dict[str, object]:
     return result
 
 
-def _edit(src: Path) -> None:
-    mac = src / "coorp" / "sim" / "mac.py"
-    mac.write_text(mac.read_text() + "\nEDITED_FOR_TEST = True\n")
+def _edit(src: Path, module: str = "coorp.sim.mac") -> None:
+    path = src.joinpath(*module.split(".")).with_suffix(".py")
+    path.write_text(path.read_text() + "\nEDITED_FOR_TEST = True\n")
 
 
 def test_nothing_compiled_runs_plain_without_a_warning(tmp_path: Path) -> None:
@@ -81,26 +86,33 @@ def test_nothing_compiled_runs_plain_without_a_warning(tmp_path: Path) -> None:
 
 def test_a_failed_install_build_is_reported_by_version(tmp_path: Path) -> None:
     src = _copy(tmp_path, native=False)
-    (src / "coorp" / "sim" / loader.BUILD_ERROR).write_text("no C compiler found\n")
+    (src / "coorp" / "_accel" / loader.BUILD_ERROR).write_text("no C compiler found\n")
     r = _probe(src)
     assert (r["compiled"], r["warnings"]) == (False, [])
     assert "compiling failed at install: no C compiler found" in str(r["version"])
 
 
+def _module_path(src: Path, module: str) -> Path:
+    return src.joinpath(*module.split("."))
+
+
 def _fake_build(src: Path, manifest_sources: dict[str, str]) -> None:
     """Extension files that are not loadable, and a manifest."""
-    sim = src / "coorp" / "sim"
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
-    for name in (*loader.MODULES, loader.NATIVE):
-        (sim / f"{name}{suffix}").write_bytes(b"not an extension")
-    (sim / loader.MANIFEST).write_text(json.dumps({"sources": manifest_sources}))
+    for module in [*loader.compiled_modules(), f"coorp._accel.{loader.NATIVE}"]:
+        stem = _module_path(src, module)
+        stem.with_name(stem.name + suffix).write_bytes(b"not an extension")
+    (src / "coorp" / "_accel" / loader.MANIFEST).write_text(
+        json.dumps({"sources": manifest_sources})
+    )
 
 
 def _hashes(src: Path) -> dict[str, str]:
-    sim = src / "coorp" / "sim"
     return {
-        name: hashlib.sha256((sim / f"{name}.py").read_bytes()).hexdigest()
-        for name in loader.MODULES
+        module: hashlib.sha256(
+            _module_path(src, module).with_suffix(".py").read_bytes()
+        ).hexdigest()
+        for module in loader.compiled_modules()
     }
 
 
@@ -120,7 +132,7 @@ def test_stale_manifest_falls_back_to_the_edited_source_with_one_warning(
 def test_an_incomplete_build_is_stale(tmp_path: Path) -> None:
     src = _copy(tmp_path, native=False)
     _fake_build(src, _hashes(src))
-    (src / "coorp" / "sim" / loader.MANIFEST).unlink()  # interrupted build
+    (src / "coorp" / "_accel" / loader.MANIFEST).unlink()  # interrupted build
     r = _probe(src)
     assert (r["compiled"], r["status"]) == (False, "stale")
 
@@ -136,9 +148,11 @@ def test_an_unloadable_build_falls_back_with_a_warning(tmp_path: Path) -> None:
 def test_coorp_sim_pure_forces_plain_modules_silently(tmp_path: Path) -> None:
     src = _copy(tmp_path, native=False)
     _fake_build(src, {})
-    r = _probe(src, COORP_SIM_PURE="1")
+    r = _probe(src, COORP_PURE="1")
     assert (r["compiled"], r["warnings"]) == (False, [])
-    assert "COORP_SIM_PURE=1" in str(r["version"])
+    assert "COORP_PURE=1" in str(r["version"])
+    old = _probe(src, COORP_SIM_PURE="1")  # the older name still works
+    assert (old["compiled"], old["warnings"]) == (False, [])
 
 
 @pytest.mark.skipif(not COMPILED, reason="the mypyc-compiled simulator is not built")
@@ -146,10 +160,24 @@ def test_real_build_is_used_until_a_source_is_edited(tmp_path: Path) -> None:
     src = _copy(tmp_path, native=True)
     fresh = _probe(src)
     assert (fresh["compiled"], fresh["warnings"]) == (True, [])
-    assert not str(fresh["mac_file"]).endswith(".py")
+    for key in ("mac_file", "gate_file", "hooks_file"):
+        assert not str(fresh[key]).endswith(".py"), key
+    assert "compiled (mypyc)" in str(fresh["version"])
     _edit(src)
     edited = _probe(src)
     assert (edited["compiled"], edited["status"], edited["edited"]) == (False, "stale", True)
+    # One choice for every package: the control and policy modules run plain as well.
+    assert str(edited["gate_file"]).endswith(".py") and str(edited["hooks_file"]).endswith(".py")
+
+
+@pytest.mark.skipif(not COMPILED, reason="the compiled modules are not built")
+def test_editing_a_control_module_makes_the_whole_build_stale(tmp_path: Path) -> None:
+    src = _copy(tmp_path, native=True)
+    _edit(src, "coorp.control._ctt")
+    r = _probe(src)
+    assert (r["compiled"], r["status"]) == (False, "stale")
+    assert str(r["mac_file"]).endswith("mac.py")
+    assert len(r["warnings"]) == 1  # type: ignore[arg-type]
 
 
 def test_the_build_fails_fast_and_installs_nothing_without_a_compiler(tmp_path: Path) -> None:
@@ -162,5 +190,36 @@ def test_the_build_fails_fast_and_installs_nothing_without_a_compiler(tmp_path: 
     )
     assert out.returncode == 1
     assert "no C compiler" in out.stderr
-    sim = src / "coorp" / "sim"
-    assert not list(sim.glob("*.so")) and not (sim / loader.MANIFEST).exists()
+    assert not list((src / "coorp").rglob("*.so"))
+    assert not (src / "coorp" / "_accel" / loader.MANIFEST).exists()
+
+
+def test_the_build_script_compiles_what_the_loader_loads() -> None:
+    """``_mypyc_build`` runs without coorp importable, so it has its own copy of the list."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_coorp_mypyc_build_probe", BUILD_SCRIPT)
+    assert spec is not None and spec.loader is not None
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    assert build.MODULES == loader.MODULES
+    assert build.NATIVE_LIB.rsplit(".", 1)[-1] + "__mypyc" == loader.NATIVE
+    assert build.MANIFEST == loader.MANIFEST and build.BUILD_ERROR == loader.BUILD_ERROR
+
+
+@pytest.mark.parametrize("package", sorted(loader.MODULES))
+def test_each_compiled_module_imports_only_earlier_ones_of_its_package(package: str) -> None:
+    """The plain modules are loaded in list order: a later one imported early would load
+    its compiled extension next to plain ones."""
+    import ast
+
+    names = loader.MODULES[package]
+    for i, name in enumerate(names):
+        tree = ast.parse(loader.source(f"{package}.{name}").read_text())
+        # Module-level imports run at import time (those under ``if TYPE_CHECKING:``
+        # and inside functions do not, or only once every module is loaded).
+        imported = {
+            node.module for node in tree.body if isinstance(node, ast.ImportFrom) and node.module
+        }
+        later = {f"{package}.{n}" for n in names[i + 1 :]}
+        assert not imported & later, f"{package}.{name} imports {imported & later}"

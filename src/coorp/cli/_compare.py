@@ -45,7 +45,9 @@ from coorp.sweep import (
     RunCache,
     aggregate,
     aggregate_warnings,
+    apply_overrides,
     multi_seed_json,
+    parse_override,
     parse_sweep_spec,
     plan_sweep,
     render_aggregate,
@@ -107,6 +109,23 @@ def _seed_list(seed: int | None, seeds: str | None) -> list[int] | None:
     return seeds_option(seeds)
 
 
+def _overrides(sets: list[str] | None) -> list[tuple[str, Any]]:
+    """``--set KEY=VALUE`` flags as (key, value) pairs: one value each (a grid of values
+    is what ``coorp sweep`` is for)."""
+    pairs: list[tuple[str, Any]] = []
+    for text in sets or []:
+        key, values = parse_override(text)
+        if len(values) != 1:
+            raise UsageError(
+                f"--set {text!r}: coorp compare takes one value per key; for several "
+                f"({len(values)} given) use coorp sweep --set"
+            )
+        if any(k == key for k, _ in pairs):
+            raise UsageError(f"--set {key} is given twice")
+        pairs.append((key, values[0]))
+    return pairs
+
+
 def _json_target(json_path: str | None) -> Path | None:
     if json_path is None or json_path == "-":
         return None
@@ -127,7 +146,18 @@ def register(app: typer.Typer) -> None:
         ] = DEFAULT_SCENARIO,
         policies: Annotated[
             str | None,
-            typer.Option(help="Comma-separated policy names (default: every registered one)."),
+            typer.Option(
+                help="Comma-separated policy names (default: every registered one that runs "
+                "on the scenario's phy.standard)."
+            ),
+        ] = None,
+        sets: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--set",
+                help="KEY=VALUE override into the scenario (repeatable; coorp.x = "
+                "policy.coorp.x), e.g. --set phy.standard=ax --set hw_queue.mode=per_ac.",
+            ),
         ] = None,
         duration: Annotated[
             float | None, typer.Option(help="Simulated seconds (default: the scenario's).")
@@ -166,12 +196,17 @@ def register(app: typer.Typer) -> None:
         d = require_out_dir(out) if out is not None else None
         load_policy_options(policy_module)  # --policy-module files, entry points
         path = resolve_scenario(scenario)
-        sc = load_scenario(path)
-        names = policy_names() if policies is None else [p.strip() for p in policies.split(",")]
+        overrides = _overrides(sets)
+        sc = apply_overrides(load_scenario(path), overrides, source=str(path))
+        names = (
+            policy_names(sc.phy.standard)
+            if policies is None
+            else [p.strip() for p in policies.split(",")]
+        )
         if seed_list is not None and len(seed_list) > 1:
             data = _multi_seed(
                 path, sc, names, seed_list, duration, jobs=jobs, out=d, show=show, quiet=quiet,
-                formats=formats,
+                formats=formats, overrides=overrides,
             )  # fmt: skip
         else:
             data = _single_seed(
@@ -250,13 +285,20 @@ def _multi_seed(
     show: Console,
     quiet: bool,
     formats: tuple[str, ...] = ("png",),
+    overrides: list[tuple[str, Any]] | None = None,
 ) -> dict[str, Any]:
     if jobs < 1:
         raise UsageError(f"--jobs must be >= 1, got {jobs}")
     if sc.workload is None:
         raise UsageError(f"{path} has no [workload] section; coorp compare needs one")
     spec = parse_sweep_spec(
-        {"scenarios": [str(path)], "policies": names, "seeds": seeds, "duration_s": duration}
+        {
+            "scenarios": [str(path)],
+            "policies": names,
+            "seeds": seeds,
+            "duration_s": duration,
+            "overrides": {k: [v] for k, v in overrides or []},
+        }
     )
     plan = plan_sweep(spec)
     store = RunCache(out / "cache") if out is not None else None

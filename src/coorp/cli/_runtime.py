@@ -191,6 +191,7 @@ def agent(
 ) -> None:
     """Join a team as one robot: receive messages (and serve `coorp send`), optionally
     send a file (handed to the running agent if there is one) or generate LS traffic.
+
     With --transparent, unmodified programs' LS traffic is marked and observed and their
     bulk TCP connections are sent under the robot's permit (docs/ros2.md)."""
     from coorp.cli._agent_tools import (

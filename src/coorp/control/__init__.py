@@ -12,22 +12,27 @@ number. The built-in simulator and the real Linux runtime drive the same code.
 * SchedWiFi baseline: :func:`stw_duration_ns` (Eq. 4), :class:`SchedWifiPlanner`
   and :class:`TimeAwareShaper`.
 
-See ``docs/control.md`` for the exact rules and defaults.
+See ``docs/control.md`` for the exact rules and defaults. The modules may run compiled
+with mypyc (same code, same results; ``coorp._accel``).
 """
 
-from coorp.control._ctt import CompletionTimeTable
-from coorp.control._errors import ForeignGrantError, UnknownFlowError, UnknownRobotError
-from coorp.control._gate import Gate, GateDecision, GateStats, decide_against
-from coorp.control._interval import Interval
-from coorp.control._permits import BulkClient, GlobalController, Grant, PermitStats, PermitUpdate
-from coorp.control._schedwifi import (
+from coorp._accel import load as _load
+
+_load("coorp.control")  # the compiled modules when fresh, else the plain ones
+
+from coorp.control._ctt import CompletionTimeTable  # noqa: E402
+from coorp.control._errors import ForeignGrantError, UnknownFlowError, UnknownRobotError  # noqa: E402
+from coorp.control._gate import Gate, GateDecision, GateStats, decide_against  # noqa: E402
+from coorp.control._interval import Interval  # noqa: E402
+from coorp.control._permits import BulkClient, GlobalController, Grant, PermitStats, PermitUpdate  # noqa: E402
+from coorp.control._schedwifi import (  # noqa: E402
     PeriodicWindow,
     SchedWifiPlanner,
     TimeAwareShaper,
     stw_duration_ns,
 )
-from coorp.control._timemodel import SendTimeModel
-from coorp.control._windows import ProtectionPlanner, WindowSource, first_window, merge_intervals
+from coorp.control._timemodel import SendTimeModel  # noqa: E402
+from coorp.control._windows import ProtectionPlanner, WindowSource, first_window, merge_intervals  # noqa: E402
 
 __all__ = [
     "BulkClient",

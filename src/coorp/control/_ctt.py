@@ -8,10 +8,11 @@ now would still be on air when the next LS message arrives.
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right, insort
+from bisect import bisect_right
 from collections import deque
 from fractions import Fraction
 from itertools import pairwise
+from typing import cast
 
 from coorp._errors import UsageError
 
@@ -43,6 +44,13 @@ class CompletionTimeTable:
     worst case) keeps unmeasured depths admissible when the measured ones say they
     fit, so they get measured. A depth whose guess is still too large is sampled by
     the gate's exploration (:class:`~coorp.control.Gate`).
+
+    **Cost.** Recording is O(1), never a sorted insertion per sample: each depth keeps
+    its ring as a circular buffer and, once asked for a high percentile, the few
+    largest samples it needs (kept up to date as samples come and go, found again by a
+    pass over the ring only when too many of them left); a low percentile sorts the
+    ring when asked after a change. :meth:`record_run` records one value at
+    consecutive depths (packets enqueued together that took the same time) in one call.
 
     **Lead conditioning** (``lead_edges_ns``, empty by default: the paper's table).
     How long a packet takes depends on what the air does while it waits, and on a
@@ -96,18 +104,24 @@ class CompletionTimeTable:
         if default_ns < 1:
             raise UsageError(f"default_ns={default_ns}: must be >= 1 nanosecond")
         self._max_depth = max_depth
-        self._samples_per_depth = samples_per_depth
+        self._size = samples_per_depth
         self._percentile = percentile
         self._default_ns = default_ns
-        self._rings: dict[int, deque[int]] = {}
-        # The same samples in order, kept in step with the rings: a percentile is then
-        # an index, not a sort per query.
-        self._sorted: dict[int, list[int]] = {}
+        self._rings: list[_Ring] = [_Ring() for _ in range(max_depth + 1)]
+        self._sampled = 0  # depths holding at least one sample
         p = Fraction(percentile) / 100
         self._p_num, self._p_den = p.numerator, p.denominator
-        # query() runs on every dequeue decision; recording is rarer, so cache answers.
-        self._cache: dict[int, int] = {}
-        self._fallbacks: set[int] = set()
+        # A high percentile needs only the ring's k largest samples, k at most ``_need``
+        # at any fill; a ring asked for one keeps its largest samples (up to ``_keep``:
+        # some slack, so that one leaving rarely leaves fewer than needed). A low
+        # percentile (more needed than _SELECT_MAX): the ring is sorted when asked.
+        self._need = max(
+            n - (n - 1) * self._p_num // self._p_den for n in range(1, samples_per_depth + 1)
+        )
+        self._keep = self._need + _SLACK if self._need <= _SELECT_MAX else 0
+        # Depths without samples borrow their answer from their neighbours: any record
+        # may change those answers.
+        self._fallbacks: list[_Ring] = []
         edges = tuple(lead_edges_ns)
         if any(e <= 0 for e in edges) or any(a >= b for a, b in pairwise(edges)):
             raise UsageError(
@@ -116,15 +130,14 @@ class CompletionTimeTable:
         self._edges = edges
         if max_age_ns is not None and max_age_ns < 1:
             raise UsageError(f"max_age_ns={max_age_ns}: must be >= 1 nanosecond or None")
-        self._max_age = max_age_ns
+        self._max_age = max_age_ns if max_age_ns is not None else -1
         if min_per_packet_ns is not None and min_per_packet_ns < 0:
             raise UsageError(
                 f"min_per_packet_ns={min_per_packet_ns}: must be >= 0 nanoseconds or None"
             )
-        self._floor = min_per_packet_ns
-        # Ageing: when each sample of a depth was recorded (in step with its ring), and
-        # every sample's (time, depth) in recording order.
-        self._times: dict[int, deque[int]] = {}
+        self._floor = min_per_packet_ns if min_per_packet_ns is not None else -1
+        # Ageing: every sample's (time, depth) in recording order (the rings keep each
+        # sample's time too).
         self._born: deque[tuple[int, int]] = deque()
         self._by_lead: list[CompletionTimeTable] = [
             CompletionTimeTable(
@@ -152,11 +165,15 @@ class CompletionTimeTable:
 
     @property
     def min_per_packet_ns(self) -> int | None:
-        return self._floor
+        return self._floor if self._floor >= 0 else None
 
     @property
     def lead_edges_ns(self) -> tuple[int, ...]:
         return self._edges
+
+    @property
+    def max_age_ns(self) -> int | None:
+        return self._max_age if self._max_age >= 0 else None
 
     def _bucket(self, lead_ns: int | None) -> CompletionTimeTable | None:
         if lead_ns is None or not self._edges:
@@ -165,12 +182,9 @@ class CompletionTimeTable:
 
     def samples(self, depth: int) -> tuple[int, ...]:
         """The ring of ``CTT[depth]`` (after clamping), oldest first."""
-        ring = self._rings.get(self._clamp(depth))
-        return tuple(ring) if ring is not None else ()
-
-    @property
-    def max_age_ns(self) -> int | None:
-        return self._max_age
+        ring = self._rings[self._clamp(depth)]
+        size = self._size
+        return tuple(cast(int, ring.buf[(ring.head + i) % size]) for i in range(ring.n))
 
     def record(
         self,
@@ -183,93 +197,215 @@ class CompletionTimeTable:
         """Add one completion time for a packet enqueued behind ``depth`` others
         (``lead_ns`` before the next protection window, if one was known), recorded
         at ``at_ns`` (required with ``max_age_ns``)."""
+        self.record_run(depth, 1, duration_ns, lead_ns, at_ns=at_ns)
+
+    def record_run(
+        self,
+        depth: int,
+        count: int,
+        duration_ns: int,
+        lead_ns: int | None = None,
+        *,
+        at_ns: int | None = None,
+    ) -> None:
+        """:meth:`record` of ``duration_ns`` at depths ``depth, depth + 1, …,
+        depth + count - 1`` in turn (``count`` packets enqueued together, one behind
+        the other, that took the same time)."""
         if duration_ns < 0:
             raise UsageError(f"duration_ns={duration_ns}: completion times must be >= 0")
-        if self._max_age is not None and at_ns is None:
+        if self._max_age >= 0 and at_ns is None:
             raise UsageError("at_ns is required: this table ages its samples (max_age_ns)")
-        bucket = self._bucket(lead_ns)
-        if bucket is not None:
-            bucket.record(depth, duration_ns, at_ns=at_ns)
-        d = self._clamp(depth)
-        ring = self._rings.get(d)
-        if ring is None:
-            ring = self._rings[d] = deque(maxlen=self._samples_per_depth)
-            self._sorted[d] = []
-            self._times[d] = deque(maxlen=self._samples_per_depth)
-        ordered = self._sorted[d]
-        if len(ring) == ring.maxlen:
-            del ordered[bisect_left(ordered, ring[0])]  # the sample append() evicts
-        ring.append(duration_ns)
-        insort(ordered, duration_ns)
-        if self._max_age is not None:
-            assert at_ns is not None
-            self._times[d].append(at_ns)
-            self._born.append((at_ns, d))
-        # Only this depth's answer and fallback answers (depths with no ring, which
-        # borrow from neighbours) can change; sampled depths keep their cache.
-        self._cache.pop(d, None)
+        if count < 0:
+            raise UsageError(f"count={count}: must be >= 0")
+        at = at_ns if at_ns is not None else -1
+        # One object shared by every slot it fills (compiled, an int stored in a list
+        # is otherwise boxed anew for each slot).
+        value: object = duration_ns
+        if lead_ns is not None and self._edges:
+            self._by_lead[bisect_right(self._edges, lead_ns)]._add(depth, count, value, at)
+        self._add(depth, count, value, at)
+
+    def _add(self, depth: int, count: int, value: object, at: int) -> None:
+        if depth < 0:
+            raise UsageError(f"depth={depth}: queue depths must be >= 0")
+        rings = self._rings
+        size = self._size
+        ageing = self._max_age >= 0
+        last = self._max_depth
+        need = self._need
+        keep = self._keep
+        for i in range(count):
+            d = depth + i
+            ring = rings[d if d <= last else last]
+            buf = ring.buf
+            n = ring.n
+            if n < size:
+                if not buf:
+                    buf = ring.buf = [0] * size
+                    if ageing:
+                        ring.times = [0] * size
+                idx = ring.head + n
+                if idx >= size:
+                    idx -= size
+                ring.n = n + 1
+                if n == 0:
+                    self._sampled += 1
+            else:  # full: the newest sample takes the oldest one's place
+                idx = ring.head
+                ring.head = idx + 1 if idx + 1 < size else 0
+                n -= 1
+                if ring.keeping:
+                    _leave(ring.top, cast(int, buf[idx]))
+                    if len(ring.top) < need and len(ring.top) < n:
+                        ring.keeping = False  # too few known: found again when asked
+            buf[idx] = value
+            if ring.keeping:
+                # ``top`` holds the largest len(top) of the n samples before this one;
+                # every other sample is <= top[0].
+                top = ring.top
+                if len(top) == n or cast(int, value) >= cast(int, top[0]):
+                    _insert(top, value)
+                    if len(top) > keep:
+                        del top[0]
+            if ageing:
+                ring.times[idx] = at
+                self._born.append((at, d if d <= last else last))
+            # Only this depth's answer and fallback answers (depths with no samples,
+            # which borrow from neighbours) can change; sampled depths keep theirs.
+            ring.cache = -1
         if self._fallbacks:
-            for k in self._fallbacks:
-                self._cache.pop(k, None)
+            for other in self._fallbacks:
+                other.cache = -1
             self._fallbacks.clear()
 
     def query(self, depth: int, lead_ns: int | None = None, *, now_ns: int | None = None) -> int:
         """``percentile(CTT[depth], p_prot)`` in ns, rounded up; see the class docstring
         for depths without samples, ``lead_ns`` and ``now_ns``."""
-        if now_ns is not None and self._max_age is not None:
+        return self._table(lead_ns, now_ns if now_ns is not None else -1)._answer(depth)
+
+    def _table(self, lead_ns: int | None, now_ns: int) -> CompletionTimeTable:
+        """The table that answers for ``lead_ns`` at ``now_ns`` (-1: no time given),
+        after forgetting what expired by then: this one or the lead's sub-table."""
+        if now_ns >= 0 and self._max_age >= 0:
             self._expire(now_ns - self._max_age)
-        bucket = self._bucket(lead_ns)
-        if bucket is not None:
-            if now_ns is not None and self._max_age is not None:
-                bucket._expire(now_ns - self._max_age)
-            if bucket._rings:
-                return bucket.query(depth)
-        d = self._clamp(depth)
-        cached = self._cache.get(d)
-        if cached is None:
-            cached = self._cache[d] = self._compute(d)
-            if d not in self._rings:
-                self._fallbacks.add(d)
+        if lead_ns is None or not self._edges:
+            return self
+        bucket = self._by_lead[bisect_right(self._edges, lead_ns)]
+        if now_ns >= 0 and self._max_age >= 0:
+            bucket._expire(now_ns - self._max_age)
+        return bucket if bucket._sampled else self
+
+    def _answer(self, depth: int) -> int:
+        """The answer for ``depth`` from this table alone (cached)."""
+        if depth < 0:
+            raise UsageError(f"depth={depth}: queue depths must be >= 0")
+        ring = self._rings[depth if depth <= self._max_depth else self._max_depth]
+        cached = ring.cache
+        if cached < 0:
+            cached = ring.cache = self._compute(
+                depth if depth <= self._max_depth else self._max_depth
+            )
+            if not ring.n:
+                self._fallbacks.append(ring)
         return cached
 
     def _expire(self, before_ns: int) -> None:
         """Forget every sample recorded before ``before_ns``."""
         born = self._born
+        size = self._size
         while born and born[0][0] < before_ns:
             t, d = born.popleft()
-            times = self._times.get(d)
-            if not times or times[0] != t:
-                continue  # already pushed out of its ring by newer samples
-            times.popleft()
             ring = self._rings[d]
-            ordered = self._sorted[d]
-            del ordered[bisect_left(ordered, ring.popleft())]
-            if not ring:
-                del self._rings[d], self._sorted[d], self._times[d]
-                self._cache.clear()  # every fallback may have leaned on this depth
+            n = ring.n
+            head = ring.head
+            if not n or ring.times[head] != t:
+                continue  # already pushed out of its ring by newer samples
+            if ring.keeping:
+                _leave(ring.top, cast(int, ring.buf[head]))
+                if len(ring.top) < self._need and len(ring.top) < n - 1:
+                    ring.keeping = False
+            ring.head = head + 1 if head + 1 < size else 0
+            ring.n = n - 1
+            if n == 1:
+                ring.head = 0
+                self._sampled -= 1
+                # Every fallback may have leaned on this depth.
+                for other in self._rings:
+                    other.cache = -1
                 self._fallbacks.clear()
             else:
-                self._cache.pop(d, None)
-                for k in self._fallbacks:
-                    self._cache.pop(k, None)
+                ring.cache = -1
+                for other in self._fallbacks:
+                    other.cache = -1
                 self._fallbacks.clear()
 
     def _compute(self, d: int) -> int:
-        ordered = self._sorted.get(d)
-        if ordered:
-            return _percentile_ceil(ordered, self._p_num, self._p_den)
-        deeper = [k for k in self._rings if k > d]
-        shallower = [k for k in self._rings if k < d]
-        if not shallower:
-            return self.query(min(deeper)) if deeper else (d + 1) * self._default_ns
-        m = max(shallower)
-        at_m = self.query(m)
+        n = self._rings[d].n
+        if n:
+            return self._percentile_of(d, n)
+        rings = self._rings
+        deeper = -1
+        for k in range(d + 1, self._max_depth + 1):
+            if rings[k].n:
+                deeper = k
+                break
+        shallower = -1
+        for k in range(d - 1, -1, -1):
+            if rings[k].n:
+                shallower = k
+                break
+        if shallower < 0:
+            return self._answer(deeper) if deeper >= 0 else (d + 1) * self._default_ns
+        m = shallower
+        at_m = self._answer(m)
         scaled = -(-at_m * (d + 1) // (m + 1))
-        if deeper:
-            scaled = min(scaled, self.query(min(deeper)))
-        if self._floor is not None:
+        if deeper >= 0:
+            scaled = min(scaled, self._answer(deeper))
+        if self._floor >= 0:
             return max(scaled, at_m + (d - m) * self._floor)
         return max(scaled, at_m)
+
+    def _percentile_of(self, d: int, n: int) -> int:
+        # numpy.percentile's default ("linear") rule: interpolate between order
+        # statistics at rank (n − 1)·P/100, P/100 = p_num/p_den exactly. Integer
+        # arithmetic, rounded up, so the answer never undercuts the true percentile by
+        # a float rounding error. For a high percentile both order statistics are among
+        # the largest samples, which the ring keeps once asked.
+        num = (n - 1) * self._p_num
+        den = self._p_den
+        lo = num // den
+        hi = min(lo + 1, n - 1)
+        rest = num - lo * den
+        ring = self._rings[d]
+        if self._keep:
+            if not ring.keeping:
+                ring.top = self._largest(ring)
+                ring.keeping = True
+            top = ring.top
+            j = len(top) - (n - lo)  # values[lo] is the (n - lo)-th largest
+            v_lo = cast(int, top[j])
+            v_hi = cast(int, top[j + 1]) if hi > lo else v_lo
+        else:
+            buf, head, size = ring.buf, ring.head, self._size
+            values = sorted(cast(int, buf[(head + i) % size]) for i in range(n))
+            v_lo = values[lo]
+            v_hi = values[hi]
+        return v_lo + -((-(v_hi - v_lo) * rest) // den)
+
+    def _largest(self, ring: _Ring) -> list[object]:
+        """The ``_keep`` largest samples of ``ring`` (all if fewer), ascending."""
+        k = self._keep
+        buf, head, size = ring.buf, ring.head, self._size
+        top: list[object] = []
+        for i in range(ring.n):
+            j = head + i
+            x = buf[j if j < size else j - size]
+            if len(top) < k:
+                _insert(top, x)
+            elif cast(int, x) > cast(int, top[0]):
+                _insert(top, x)
+                del top[0]
+        return top
 
     def _clamp(self, depth: int) -> int:
         if depth < 0:
@@ -277,13 +413,49 @@ class CompletionTimeTable:
         return min(depth, self._max_depth)
 
 
-def _percentile_ceil(values: list[int], p_num: int, p_den: int) -> int:
-    # numpy.percentile's default ("linear") rule: interpolate between order statistics
-    # at rank (n − 1)·P/100, P/100 = p_num/p_den exactly. Integer arithmetic, rounded
-    # up, so the answer never undercuts the true percentile by a float rounding error.
-    num = (len(values) - 1) * p_num
-    den = p_den
-    lo = num // den
-    hi = min(lo + 1, len(values) - 1)
-    rest = num - lo * den
-    return values[lo] + -((-(values[hi] - values[lo]) * rest) // den)
+class _Ring:
+    """One depth's samples: a circular buffer (allocated at the first sample), the
+    index of the oldest and how many there are, their times (ageing only), the answer
+    (-1: not known) and, once asked for a high percentile, its largest samples
+    (``keeping``: kept up to date; ascending, every other sample <= ``top[0]``)."""
+
+    def __init__(self) -> None:
+        # Samples are ints, kept as shared objects (see record_run).
+        self.buf: list[object] = []
+        self.times: list[int] = []
+        self.head = 0
+        self.n = 0
+        self.cache = -1
+        self.top: list[object] = []
+        self.keeping = False
+
+
+#: Percentiles whose order statistics lie among this many largest samples are kept
+#: incrementally; lower ones are found by sorting the ring when asked.
+_SELECT_MAX = 8
+#: How many more of the largest samples a ring keeps than it needs.
+_SLACK = 8
+
+
+def _leave(top: list[object], x: int) -> None:
+    """Sample ``x`` leaves a ring whose largest samples are ``top`` (ascending; every
+    other sample is <= top[0]): if it is one of them (or equals the smallest, then any
+    copy will do), they lose it and remain the largest of what is left."""
+    if not top or x < cast(int, top[0]):
+        return
+    j = len(top) - 1
+    while j >= 0 and cast(int, top[j]) != x:
+        j -= 1
+    if j >= 0:
+        del top[j]
+
+
+def _insert(top: list[object], x: object) -> None:
+    """Insert the int ``x`` into the short ascending list ``top``, keeping it sorted."""
+    j = len(top)
+    top.append(x)
+    xi = cast(int, x)
+    while j > 0 and cast(int, top[j - 1]) > xi:
+        top[j] = top[j - 1]
+        j -= 1
+    top[j] = x

@@ -114,6 +114,12 @@ class Gate:
     late loop, a stalled thread) counts as if it came at the end. Crediting all of a
     late send's delay taught the table that deep queues clear in no time, and the
     next on-time send then found them in the NIC.
+
+    **Runs.** :meth:`admit_run`, :meth:`on_enqueue_run` and :meth:`on_complete_run`
+    do what the per-packet calls do for consecutive packet ids, in order, with the
+    same results; they ask the planner once per run and keep one record per run of
+    packets enqueued together, which is what makes a simulated NIC fed packet by
+    packet affordable (``coorp.sim.RunHooks``).
     """
 
     def __init__(
@@ -132,26 +138,43 @@ class Gate:
             raise UsageError(f"max_explore_backoff={max_explore_backoff}: must be >= 0 gaps")
         self._planner = planner
         self._ctt = ctt
+        self._edges = ctt.lead_edges_ns
         self._max_pending = max_pending
-        # packet id -> (enqueued at, depth, lead to the next window or None, the first
-        # LS send after its enqueue (at most the window's end) or None, the window's end)
-        self._pending: dict[int, tuple[int, int, int | None, int | None, int]] = {}
+        # packet id -> the run it was enqueued with (when, behind how many, its lead to
+        # the next window, the first LS send after it, the window's end): one record
+        # per run, shared by its packets.
+        # (Keys typed object: a packet id boxed once serves several dict operations.)
+        self._pending: dict[object, _Enqueued] = {}
+        # The records with packets still pending, in enqueue order (realized mode).
+        self._runs: list[_Enqueued] = []
         self._realized = realized
-        # Realized mode: completed before any LS send, (completion, depth, lead, the
-        # window's end).
-        self._awaiting: deque[tuple[int, int, int, int]] = deque(maxlen=max_pending)
-        self._counts = {name: 0 for name in GateStats.__dataclass_fields__}
+        # Realized mode: completed before any LS send, in completion order, one entry
+        # per run of consecutive packets (at most max_pending packets in all).
+        self._awaiting: deque[_Done] = deque()
+        self._awaiting_packets = 0
         self._explore = explore
         self._max_backoff = max_explore_backoff
-        # First instant of the next gap: the resume time of the last denial.
-        self._gap_start_ns: int | None = None
+        # First instant of the next gap: the resume time of the last denial (-1: none).
+        self._gap_start_ns = -1
         # Lead buckets: the instant a denial asked to be asked again (a bucket crossing);
-        # the first decision from then on may probe that bucket.
-        self._crossing_ns: int | None = None
+        # the first decision from then on may probe that bucket (-1: none).
+        self._crossing_ns = -1
         self._probe_armed: Interval | None = None  # probe decided, not yet enqueued
-        self._probe: tuple[int, Interval] | None = None  # (packet id, its window)
+        self._probe_pid = -1  # the probe's packet id (-1: no probe in flight)
+        self._probe_start = 0  # the start of the probe's window
         self._backoff = 0  # gaps skipped after the last late probe
         self._skip = 0  # gaps still to skip before the next probe
+        # The last denial's resume time (see _decide_at).
+        self._resume = 0
+        self._allowed = 0
+        self._denied_ahead = 0
+        self._denied_inside = 0
+        self._completions = 0
+        self._unknown_completions = 0
+        self._evicted_pending = 0
+        self._replaced_pending = 0
+        self._explored = 0
+        self._explore_late = 0
 
     @property
     def planner(self) -> WindowSource:
@@ -168,7 +191,17 @@ class Gate:
 
     @property
     def stats(self) -> GateStats:
-        return GateStats(**self._counts)
+        return GateStats(
+            allowed=self._allowed,
+            denied_ahead=self._denied_ahead,
+            denied_inside=self._denied_inside,
+            completions=self._completions,
+            unknown_completions=self._unknown_completions,
+            evicted_pending=self._evicted_pending,
+            replaced_pending=self._replaced_pending,
+            explored=self._explored,
+            explore_late=self._explore_late,
+        )
 
     def window(self, now_ns: int) -> Interval | None:
         """The protection window the gate is currently guarding against."""
@@ -179,137 +212,319 @@ class Gate:
         others. A pure query (no counters, no exploration state): a driver paused ahead
         of a window asks it as its NIC drains, since a shallower queue may fit the gap
         that a deeper one did not."""
+        _check_depth(queue_depth)
         window = self._planner.next_window(now_ns)
-        return decide_against(window, now_ns, self._completion(window, now_ns, queue_depth)).allow
-
-    def _completion(self, window: Interval | None, now_ns: int, queue_depth: int) -> int:
-        return self._ctt.query(queue_depth, _lead(window, now_ns), now_ns=now_ns)
+        table = self._ctt._table(_lead(window, now_ns), now_ns)
+        if window is None:
+            return True
+        t1, t2 = window
+        if t1 <= now_ns <= t2:
+            return False
+        return not (now_ns < t1 and t1 - now_ns <= table._answer(queue_depth))
 
     @property
     def exploring(self) -> bool:
         """A probe is in flight (admitted by the exploration rule, not completed)."""
-        return self._probe is not None
+        return self._probe_pid >= 0
 
     def decide(self, now_ns: int, queue_depth: int) -> GateDecision:
         """Whether the driver may dequeue one bulk packet with ``queue_depth`` bulk
         packets already in the NIC. Before any window is known: allow."""
+        _check_depth(queue_depth)
         window = self._planner.next_window(now_ns)
+        table = self._ctt._table(_lead(window, now_ns), now_ns)
+        verdict = self._decide_at(window, table, now_ns, queue_depth)
+        if verdict == _ALLOW:
+            return ALLOW
+        return GateDecision(verdict == _EXPLORE, self._resume, verdict == _EXPLORE)
+
+    def admit_run(self, now_ns: int, packet_id: int, count: int, queue_depth: int) -> int:
+        """:meth:`decide` then, if allowed, :meth:`on_enqueue` for packets
+        ``packet_id + i`` behind ``queue_depth + i`` others, ``i = 0, 1, …`` in turn,
+        until one is denied; returns how many were admitted (and enqueued). After a
+        denial, :attr:`resume_ns` is the denial's resume time."""
+        return self._admit_run(now_ns, packet_id, count, queue_depth, True)
+
+    def decide_run(self, now_ns: int, count: int, queue_depth: int) -> int:
+        """:meth:`decide` for ``queue_depth + i``, ``i = 0, 1, …`` in turn until one is
+        denied (packets the caller hands over but does not announce with
+        :meth:`on_enqueue`); returns how many were allowed."""
+        return self._admit_run(now_ns, -1, count, queue_depth, False)
+
+    @property
+    def resume_ns(self) -> int:
+        """The resume time of the last denial of :meth:`admit_run`/:meth:`decide_run`."""
+        return self._resume
+
+    def _admit_run(
+        self, now_ns: int, packet_id: int, count: int, queue_depth: int, enqueue: bool
+    ) -> int:
+        if count <= 0:
+            return 0
+        _check_depth(queue_depth)
+        # Nothing between these decisions can change the windows or the table: the
+        # planner is asked once, the table chosen once.
+        window = self._planner.next_window(now_ns)
+        lead = _lead(window, now_ns)
+        table = self._ctt._table(lead, now_ns)
+        record: _Enqueued | None = None
+        for i in range(count):
+            # (decide() would choose the table again for each packet: the same one, as
+            # nothing is recorded meanwhile and what expired by now is gone already.)
+            if self._decide_at(window, table, now_ns, queue_depth + i) == _DENY:
+                return i
+            if enqueue:
+                if record is None:
+                    record = self._record_for(window, now_ns, packet_id, queue_depth)
+                self._enqueue_at(packet_id + i, record)
+        return count
+
+    def _decide_at(
+        self, window: Interval | None, table: CompletionTimeTable, now_ns: int, depth: int
+    ) -> int:
+        """Algorithm 2 plus exploration for one packet: _ALLOW, _EXPLORE (allowed as a
+        probe) or _DENY; the resume time of a denial or probe is left in ``_resume``."""
         self._probe_armed = None
-        if self._probe is not None and now_ns > self._probe[1].start_ns:
+        if self._probe_pid >= 0 and now_ns > self._probe_start:
             self._probe_late()
-        decision = decide_against(window, now_ns, self._completion(window, now_ns, queue_depth))
-        gap_start = self._gap_start_ns is not None and now_ns >= self._gap_start_ns
-        if self._crossing_ns is not None and now_ns >= self._crossing_ns:
+        gap_start = 0 <= self._gap_start_ns <= now_ns
+        if 0 <= self._crossing_ns <= now_ns:
             gap_start = True  # the lead entered a new bucket: its samples may be stale
-        self._crossing_ns = None
-        if decision.allow:
-            self._gap_start_ns = None
-            self._counts["allowed"] += 1
-            return decision
-        assert window is not None
-        self._gap_start_ns = decision.resume_ns
-        if now_ns >= window.start_ns:
-            self._counts["denied_inside"] += 1
-            return decision
-        if gap_start and self._explore and queue_depth == 0 and self._probe is None:
+        self._crossing_ns = -1
+        if window is None:
+            self._gap_start_ns = -1
+            self._allowed += 1
+            return _ALLOW
+        t1, t2 = window
+        # Algorithm 2 line 5: deny if T < t1 ∧ t1 − T ≤ t_n or t1 ≤ T ≤ t2.
+        if not (t1 <= now_ns <= t2 or (now_ns < t1 and t1 - now_ns <= table._answer(depth))):
+            self._gap_start_ns = -1
+            self._allowed += 1
+            return _ALLOW
+        resume = t2 + 1
+        self._gap_start_ns = resume
+        self._resume = resume
+        if now_ns >= t1:
+            self._denied_inside += 1
+            return _DENY
+        if gap_start and self._explore and depth == 0 and self._probe_pid < 0:
             if self._skip == 0:
                 self._probe_armed = window
-                self._counts["explored"] += 1
-                return GateDecision(True, decision.resume_ns, explore=True)
+                self._explored += 1
+                return _EXPLORE
             self._skip -= 1
-        self._counts["denied_ahead"] += 1
-        edges = self._ctt.lead_edges_ns
+        self._denied_ahead += 1
+        edges = self._edges
         if edges:
             # With a lead-conditioned table a nearer lead may answer differently (the
             # air just before a window is often quieter): ask again when the lead
             # enters the next bucket, not only after the window.
-            below = bisect_right(edges, window.start_ns - now_ns) - 1
+            below = bisect_right(edges, t1 - now_ns) - 1
             if below >= 0:
-                crossing = window.start_ns - edges[below] + 1
-                assert decision.resume_ns is not None
-                if now_ns < crossing < decision.resume_ns:
+                crossing = t1 - edges[below] + 1
+                if now_ns < crossing < resume:
                     self._crossing_ns = crossing
-                    return GateDecision(False, crossing)
-        return decision
+                    self._resume = crossing
+        return _DENY
 
     def on_enqueue(self, packet_id: int, now_ns: int, queue_depth: int) -> None:
         """A bulk packet entered the NIC behind ``queue_depth`` others."""
+        self.on_enqueue_run(packet_id, 1, now_ns, queue_depth)
+
+    def on_enqueue_run(self, packet_id: int, count: int, now_ns: int, queue_depth: int) -> None:
+        """:meth:`on_enqueue` for packets ``packet_id + i`` behind ``queue_depth + i``
+        others, in turn."""
         if queue_depth < 0:
             raise UsageError(f"queue_depth={queue_depth}: must be >= 0")
-        if self._pending.pop(packet_id, None) is not None:
-            # Ids may be recycled (a kernel reuses buffers) after a lost completion.
-            self._counts["replaced_pending"] += 1
-        elif len(self._pending) >= self._max_pending:
-            del self._pending[next(iter(self._pending))]
-            self._counts["evicted_pending"] += 1
-        lead = None
-        until = 0
-        if self._realized or self._ctt.lead_edges_ns:
+        if count <= 0:
+            return
+        window = None
+        if self._realized or self._edges:
             window = self._planner.next_window(now_ns)
-            lead = _lead(window, now_ns)
+        record = self._record_for(window, now_ns, packet_id, queue_depth)
+        for i in range(count):
+            self._enqueue_at(packet_id + i, record)
+
+    def _record_for(
+        self, window: Interval | None, now_ns: int, packet_id: int, queue_depth: int
+    ) -> _Enqueued:
+        """The record of a run enqueued now (``window``: the next window, asked only in
+        realized mode or with lead buckets)."""
+        lead = -1
+        until = 0
+        if self._realized or self._edges:
+            lead_or_none = _lead(window, now_ns)
+            lead = -1 if lead_or_none is None else lead_or_none
             if window is not None:
                 until = window.end_ns
-        self._pending[packet_id] = (now_ns, queue_depth, lead, None, until)
-        if self._probe_armed is not None:
-            self._probe = (packet_id, self._probe_armed)
+        record = _Enqueued(now_ns, packet_id, queue_depth, lead, until)
+        if self._realized:
+            self._runs.append(record)
+        return record
+
+    def _enqueue_at(self, packet_id: int, record: _Enqueued) -> None:
+        pending = self._pending
+        key: object = packet_id  # boxed once for both dict operations (compiled)
+        old = pending.pop(key, None)
+        if old is not None:
+            # Ids may be recycled (a kernel reuses buffers) after a lost completion.
+            old.live -= 1
+            self._replaced_pending += 1
+        elif len(pending) >= self._max_pending:
+            oldest = next(iter(pending))
+            pending.pop(oldest).live -= 1
+            self._evicted_pending += 1
+        pending[key] = record
+        record.live += 1
+        armed = self._probe_armed
+        if armed is not None:
+            self._probe_pid = packet_id
+            self._probe_start = armed.start_ns
             self._probe_armed = None
-        elif self._probe is not None and self._probe[0] == packet_id:
-            self._probe = None  # the probe's id was reused: its completion was lost
+        elif self._probe_pid == packet_id:
+            self._probe_pid = -1  # the probe's id was reused: its completion was lost
 
     def on_complete(self, packet_id: int, now_ns: int) -> None:
         """The NIC reported the packet done: record ``t_comp − t_enq`` in ``CTT[n]``."""
-        entry = self._pending.pop(packet_id, None)
-        if entry is None:
-            self._counts["unknown_completions"] += 1
-            return
-        enqueued_ns, depth, lead, send_ns, until = entry
-        if now_ns < enqueued_ns:
-            raise UsageError(
-                f"now_ns={now_ns}: packet {packet_id} completes before it was enqueued "
-                f"({enqueued_ns})"
-            )
-        if not self._realized or lead is None:
-            self._ctt.record(depth, now_ns - enqueued_ns, lead, at_ns=now_ns)
-        elif send_ns is not None:
-            self._ctt.record(depth, max(0, now_ns - send_ns + lead), lead, at_ns=now_ns)
-        else:
-            self._awaiting.append((now_ns, depth, lead, until))
-        self._counts["completions"] += 1
-        if self._probe is not None and self._probe[0] == packet_id:
-            if now_ns < self._probe[1].start_ns:
-                self._probe = None
-                self._backoff = self._skip = 0  # it fit: explore freely again
+        self.on_complete_run(packet_id, 1, now_ns)
+
+    def on_complete_run(self, packet_id: int, count: int, now_ns: int) -> None:
+        """:meth:`on_complete` for packets ``packet_id .. packet_id + count - 1`` in
+        turn (consecutive packets of one run record one sample each, in one call)."""
+        pending = self._pending
+        group: _Enqueued | None = None  # the record of the packets gathered so far
+        first_depth = 0
+        gathered = 0
+        for pid in range(packet_id, packet_id + count):
+            record = pending.pop(pid, None)
+            if record is None:
+                self._unknown_completions += 1
+                continue
+            if now_ns < record.enq_ns:
+                raise UsageError(
+                    f"now_ns={now_ns}: packet {pid} completes before it was enqueued "
+                    f"({record.enq_ns})"
+                )
+            record.live -= 1
+            depth = record.depth + (pid - record.pid)
+            if group is record and depth == first_depth + gathered:
+                gathered += 1
             else:
-                self._probe_late()
+                if group is not None:
+                    self._completed(group, first_depth, gathered, now_ns)
+                group, first_depth, gathered = record, depth, 1
+            self._completions += 1
+            if pid == self._probe_pid:
+                if now_ns < self._probe_start:
+                    self._probe_pid = -1
+                    self._backoff = self._skip = 0  # it fit: explore freely again
+                else:
+                    self._probe_late()
+        if group is not None:
+            self._completed(group, first_depth, gathered, now_ns)
+
+    def _completed(self, record: _Enqueued, depth: int, count: int, now_ns: int) -> None:
+        """``count`` packets of ``record`` behind ``depth``, ``depth + 1``, … others
+        completed at ``now_ns``: their samples (the same for all of them)."""
+        lead = record.lead
+        if not self._realized or lead < 0:
+            self._ctt.record_run(
+                depth, count, now_ns - record.enq_ns, None if lead < 0 else lead, at_ns=now_ns
+            )
+        elif record.send >= 0:
+            self._ctt.record_run(
+                depth, count, max(0, now_ns - record.send + lead), lead, at_ns=now_ns
+            )
+        else:
+            self._awaiting.append(_Done(now_ns, depth, count, lead, record.until))
+            self._awaiting_packets += count
+            excess = self._awaiting_packets - self._max_pending
+            while excess > 0:  # at most max_pending packets wait: drop the oldest
+                head = self._awaiting[0]
+                if head.count <= excess:
+                    self._awaiting.popleft()
+                    self._awaiting_packets -= head.count
+                    excess -= head.count
+                else:
+                    head.depth += excess
+                    head.count -= excess
+                    self._awaiting_packets -= excess
+                    excess = 0
 
     def on_ls_send(self, now_ns: int) -> None:
         """A protected LS message was handed to the stack (realized mode; otherwise
         ignored). Packets enqueued before it now know the send they had to clear."""
         if not self._realized:
             return
-        for completed_ns, done_depth, done_lead, done_until in self._awaiting:
-            credited = min(now_ns, done_until)
-            self._ctt.record(
-                done_depth, max(0, completed_ns - credited + done_lead), done_lead, at_ns=now_ns
-            )
+        ctt = self._ctt
+        for done in self._awaiting:
+            credited = min(now_ns, done.until)
+            ctt.record_run(
+                done.depth, done.count, max(0, done.completed_ns - credited + done.lead),
+                done.lead, at_ns=now_ns,
+            )  # fmt: skip
         self._awaiting.clear()
-        pending = self._pending
-        for pid, (enq, depth, lead, send, until) in pending.items():
-            if send is None and lead is not None and enq <= now_ns:
-                pending[pid] = (enq, depth, lead, min(now_ns, until), until)
+        self._awaiting_packets = 0
+        live: list[_Enqueued] = []
+        for record in self._runs:
+            if record.live <= 0:
+                continue  # every packet of it completed, was discarded or replaced
+            live.append(record)
+            if record.send < 0 and record.lead >= 0 and record.enq_ns <= now_ns:
+                record.send = min(now_ns, record.until)
+        self._runs = live
 
     def on_discard(self, packet_id: int) -> None:
         """Forget a packet that will never complete (dropped, queue flushed)."""
-        self._pending.pop(packet_id, None)
-        if self._probe is not None and self._probe[0] == packet_id:
-            self._probe = None  # no verdict: the next gap may probe again
+        record = self._pending.pop(packet_id, None)
+        if record is not None:
+            record.live -= 1
+        if self._probe_pid == packet_id:
+            self._probe_pid = -1  # no verdict: the next gap may probe again
 
     def _probe_late(self) -> None:
         """The outstanding probe did not complete before its window opened."""
-        self._probe = None
-        self._counts["explore_late"] += 1
+        self._probe_pid = -1
+        self._explore_late += 1
         self._backoff = min(max(1, 2 * self._backoff), self._max_backoff)
         self._skip = self._backoff
+
+
+_ALLOW = 0
+_EXPLORE = 1
+_DENY = 2
+
+
+class _Enqueued:
+    """Packets handed to the NIC together: when, the first one behind how many others,
+    its lead to the next window (-1: none), the first LS send after it (-1: none yet;
+    at most the window's end) and the window's end; ``live``: how many still pending."""
+
+    def __init__(self, enq_ns: int, pid: int, depth: int, lead: int, until: int) -> None:
+        self.enq_ns = enq_ns
+        self.pid = pid
+        self.depth = depth
+        self.lead = lead
+        self.send = -1
+        self.until = until
+        self.live = 0
+
+
+class _Done:
+    """Realized mode: ``count`` packets completed at ``completed_ns`` before any LS send,
+    behind ``depth``, ``depth + 1``, … others (their lead and window's end)."""
+
+    def __init__(self, completed_ns: int, depth: int, count: int, lead: int, until: int) -> None:
+        self.completed_ns = completed_ns
+        self.depth = depth
+        self.count = count
+        self.lead = lead
+        self.until = until
+
+
+def _check_depth(queue_depth: int) -> None:
+    if queue_depth < 0:
+        raise UsageError(f"depth={queue_depth}: queue depths must be >= 0")
 
 
 def _lead(window: Interval | None, now_ns: int) -> int | None:

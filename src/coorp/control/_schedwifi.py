@@ -14,7 +14,6 @@ from fractions import Fraction
 from typing import Any, NamedTuple
 
 from coorp._errors import UsageError
-from coorp.control._ctt import CompletionTimeTable
 from coorp.control._gate import Gate
 from coorp.control._interval import Interval
 from coorp.control._windows import first_window
@@ -157,9 +156,8 @@ class SchedWifiPlanner:
 class TimeAwareShaper(Gate):
     """SchedWiFi's time-aware shaper on every robot, built like the paper's testbed:
     the virtual-preemption rule applied to the global schedule, so bulk packets stop
-    being fed early enough (per the CTT) to be off the air when a window opens."""
+    being fed early enough (per the CTT) to be off the air when a window opens.
 
-    def __init__(
-        self, planner: SchedWifiPlanner, ctt: CompletionTimeTable, **gate_kwargs: Any
-    ) -> None:
-        super().__init__(planner, ctt, **gate_kwargs)
+    Built as a :class:`Gate`: ``TimeAwareShaper(planner, ctt, **gate_kwargs)`` with a
+    :class:`SchedWifiPlanner`. (It inherits ``Gate.__init__``: a constructor that
+    forwards ``**kwargs`` to a compiled base class is what mypyc gets wrong.)"""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import ClassVar
 
 from coorp._errors import UsageError
 from coorp.control import BulkClient, Gate, ProtectionPlanner
@@ -159,29 +159,38 @@ class GatedHooks:
         self.ring_full_pauses = 0
 
     def admit_bulk(self, station: DriverView, now_ns: int) -> int | None:
+        resume = self._admit(now_ns, station.hw_queue_length())
+        return None if resume < 0 else resume
+
+    def _admit(self, now_ns: int, depth: int) -> int:
+        """Whether the next bulk packet, behind ``depth`` others, goes to the NIC now:
+        -1 if so, else when to ask again (``FOREVER``: when resumed)."""
         self._paused_until = None
         self._ring_full = False
         if self.client is not None and not self.client.may_send(now_ns):
             return FOREVER
-        if self.ring_limit is not None and station.hw_queue_length() >= self.ring_limit():
+        if self.ring_limit is not None and depth >= self.ring_limit():
             self._ring_full = True
             self.ring_full_pauses += 1
             return FOREVER
         if self.gate is not None:
-            decision = self.gate.decide(now_ns, station.hw_queue_length())
+            decision = self.gate.decide(now_ns, depth)
             if not decision.allow:
                 assert decision.resume_ns is not None
                 resume = max(decision.resume_ns, now_ns + 1)
                 if self.drain_recheck:
                     self._paused_until = resume
                 return resume
-        return None
+        return -1
 
-    def _recheck(self, station: DriverView, now_ns: int) -> None:
+    def _recheck(self, station: DriverView, now_ns: int, depth: int = -1) -> None:
+        """``depth``: the station's ``hw_queue_length()`` if the caller knows it."""
         until = self._paused_until
         if until is None or now_ns >= until or self.gate is None:
             return
-        if self.gate.admits(now_ns, station.hw_queue_length()):
+        if depth < 0:
+            depth = station.hw_queue_length()
+        if self.gate.admits(now_ns, depth):
             # Resume through the driver's timer (an event at now), not from inside
             # the caller's processing (a MAC completion, a send).
             self._paused_until = None
@@ -208,15 +217,96 @@ class GatedHooks:
     def on_hw_complete(
         self, station: DriverView, pid: int, ac: AccessCategory, now_ns: int, delivered: bool
     ) -> None:
+        self._completed(station, pid, ac, now_ns, delivered, station.hw_queue_length())
+
+    def _completed(
+        self, station: DriverView, pid: int, ac: AccessCategory, now_ns: int, delivered: bool,
+        depth: int,
+    ) -> None:  # fmt: skip
+        """``on_hw_complete`` with the station's ``hw_queue_length()`` given."""
         if self.gate is not None and ac is AccessCategory.BE:
             if delivered:
                 self.gate.on_complete(pid, now_ns)
             else:
                 self.gate.on_discard(pid)
-            self._recheck(station, now_ns)
+            self._recheck(station, now_ns, depth)
         if self._ring_full:
             assert self.ring_limit is not None
-            if station.hw_queue_length() < self.ring_limit():
+            if depth < self.ring_limit():
+                self._ring_full = False
+                station.pause_bulk(now_ns)  # resume through the driver's timer
+
+    # -- RunHooks: the same calls, a run of packets at a time ------------------------------
+    #: The driver may call the ``*_run`` methods (see ``coorp.sim.RunHooks``).
+    per_run: ClassVar[bool] = True
+
+    def admit_bulk_run(
+        self, station: DriverView, now_ns: int, pid: int, count: int, ac: AccessCategory,
+        depth: int,
+    ) -> tuple[int, int]:  # fmt: skip
+        # _admit for depth, depth + 1, … in turn, with what cannot change within one run
+        # (the same instant, the same transfer) asked once: the permit, the ring limit.
+        self._paused_until = None
+        self._ring_full = False
+        if count <= 0:
+            return 0, 0
+        if self.client is not None and not self.client.may_send(now_ns):
+            return 0, FOREVER
+        room = count
+        if self.ring_limit is not None:
+            room = min(count, self.ring_limit() - depth)  # packets below the limit
+        admitted = max(room, 0)
+        gate = self.gate
+        if gate is not None and admitted:
+            if ac is AccessCategory.BE:
+                admitted = gate.admit_run(now_ns, pid, admitted, depth)
+            else:
+                admitted = gate.decide_run(now_ns, admitted, depth)
+            if admitted < room:  # the gate denied packet ``admitted``
+                resume = max(gate.resume_ns, now_ns + 1)
+                if self.drain_recheck:
+                    self._paused_until = resume
+                return admitted, resume
+        if admitted < count:  # packet ``admitted`` would find the ring at its limit
+            self._ring_full = True
+            self.ring_full_pauses += 1
+            return admitted, FOREVER
+        return count, 0
+
+    def on_hw_enqueue_run(
+        self, station: DriverView, pid: int, count: int, ac: AccessCategory, depth: int,
+        now_ns: int,
+    ) -> None:  # fmt: skip
+        if self.gate is not None and ac is AccessCategory.BE:
+            self.gate.on_enqueue_run(pid, count, now_ns, depth)
+
+    def on_hw_complete_run(
+        self, station: DriverView, pid: int, count: int, ac: AccessCategory, now_ns: int,
+        delivered: bool,
+    ) -> None:  # fmt: skip
+        gate = self.gate
+        if (gate is None or ac is not AccessCategory.BE) and not self._ring_full:
+            return  # nothing to do for any of them
+        # The ring does not change while the driver reports one run's completions.
+        depth = station.hw_queue_length()
+        end = pid + count
+        q = pid
+        # While a gate pause may end early, each completion may end it (its sample can
+        # change the answer): one by one until it did.
+        while q < end and self._paused_until is not None and now_ns < self._paused_until:
+            self._completed(station, q, ac, now_ns, delivered, depth)
+            q += 1
+        if q == end:
+            return
+        if gate is not None and ac is AccessCategory.BE:
+            if delivered:
+                gate.on_complete_run(q, end - q, now_ns)
+            else:
+                for r in range(q, end):
+                    gate.on_discard(r)
+        if self._ring_full:
+            assert self.ring_limit is not None
+            if depth < self.ring_limit():
                 self._ring_full = False
                 station.pause_bulk(now_ns)  # resume through the driver's timer
 
@@ -227,8 +317,22 @@ class CappedGatedHooks(GatedHooks):
     5.5 ms aggregates become several short ones that other robots' LS messages can
     get between. Costs each exchange's overhead more often."""
 
-    def __init__(self, *, cap_ns: int, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(
+        self,
+        *,
+        cap_ns: int,
+        client: BulkClient | None = None,
+        gate: Gate | None = None,
+        planner: ProtectionPlanner | None = None,
+        ls_flows: frozenset[str] = frozenset(),
+        drain_recheck: bool = False,
+        ring_limit: Callable[[], int] | None = None,
+    ) -> None:
+        # Spelled out, not **kwargs: mypyc mis-forwards **kwargs to a compiled base.
+        super().__init__(
+            client=client, gate=gate, planner=planner, ls_flows=ls_flows,
+            drain_recheck=drain_recheck, ring_limit=ring_limit,
+        )  # fmt: skip
         if cap_ns < 1:
             raise UsageError(f"cap_ns={cap_ns}: must be >= 1 nanosecond")
         self.cap_ns = cap_ns

@@ -26,16 +26,22 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from coorp.phy import (
     AMPDU_DELIMITER_BYTES,
+    HE_MAX_MCS,
     LEGACY_RATES_MBPS,
     MAC_OVERHEAD_BYTES,
     MAX_PPDU_NS,
     GuardInterval,
+    HeMode,
     LinkBudget,
+    PhyMode,
+    PhyStandard,
     VhtMode,
-    is_valid_vht_mcs,
-    valid_vht_mcs,
-    vht_max_psdu_bytes,
-    vht_ppdu_duration_ns,
+    he_default_ltf,
+    is_valid_he_gi_ltf,
+    is_valid_mcs,
+    max_psdu_bytes,
+    ppdu_duration_ns,
+    valid_mcs,
 )
 from coorp.scenario._workload import PolicyOptions, WorkloadConfig
 
@@ -122,19 +128,87 @@ class HwQueueMode(StrEnum):
 
 
 class PhyConfig(_Model):
+    standard: PhyStandard = Field(
+        PhyStandard.AC,
+        description='"ac": 802.11ac (VHT PPDUs); "ax": 802.11ax (HE PPDUs, HE-MCS 0-11)',
+    )
     width_mhz: Literal[20, 40, 80, 160] = 80
     spatial_streams: int = Field(2, ge=1, le=4)
-    guard_interval: GuardInterval = GuardInterval.LONG
+    guard_interval: GuardInterval = Field(
+        GuardInterval.LONG, description='VHT (standard "ac"): "long" 0.8 µs or "short" 0.4 µs'
+    )
+    he_guard_interval_ns: Literal[800, 1600, 3200] = Field(
+        800, description='HE (standard "ax"): guard interval of data symbols, ns'
+    )
+    he_ltf: Literal[1, 2, 4] | None = Field(
+        None,
+        description='HE (standard "ax"): HE-LTF type 1x, 2x or 4x; unset: 2x with 800 and '
+        "1600 ns guard intervals, 4x with 3200 ns",
+    )
+    he_packet_padding_us: Literal[0, 8, 16] = Field(
+        0, description='HE (standard "ax"): receivers\' nominal packet padding (packet extension)'
+    )
     basic_rate_mbps: int = Field(24, description=f"control-frame rate, one of {LEGACY_RATES_MBPS}")
 
     @model_validator(mode="after")
-    def _basic_rate_exists(self) -> PhyConfig:
+    def _consistent(self) -> PhyConfig:
         if self.basic_rate_mbps not in LEGACY_RATES_MBPS:
             raise ValueError(
                 f"basic_rate_mbps = {self.basic_rate_mbps} is not an OFDM rate; "
                 f"allowed: {list(LEGACY_RATES_MBPS)}"
             )
+        problems: list[_Problem] = []
+        if self.standard is PhyStandard.AC:
+            # The HE keys mean nothing on a VHT channel. A key left at its default is
+            # accepted (a scenario dumped and parsed again carries every key).
+            for key, default in (("he_guard_interval_ns", 800), ("he_ltf", None),
+                                 ("he_packet_padding_us", 0)):  # fmt: skip
+                value = getattr(self, key)
+                if value != default:
+                    problems.append((
+                        (key,), value,
+                        f'applies to phy.standard = "ax" only; this channel is "ac" (VHT): '
+                        f'set phy.standard = "ax", or remove phy.{key}',
+                    ))  # fmt: skip
+        else:
+            if self.guard_interval is not GuardInterval.LONG:
+                problems.append((
+                    ("guard_interval",), self.guard_interval.value,
+                    f'"{self.guard_interval.value}" is a VHT guard interval (0.4 µs); '
+                    'with phy.standard = "ax" set phy.he_guard_interval_ns (allowed: 800, '
+                    "1600, 3200)",
+                ))  # fmt: skip
+            if self.he_ltf is not None and not is_valid_he_gi_ltf(
+                self.he_guard_interval_ns, self.he_ltf
+            ):
+                allowed = [f"{ltf}x" for ltf in (1, 2, 4)
+                           if is_valid_he_gi_ltf(self.he_guard_interval_ns, ltf)]  # fmt: skip
+                problems.append((
+                    ("he_ltf",), self.he_ltf,
+                    f"{self.he_ltf}x HE-LTF with a {self.he_guard_interval_ns} ns guard "
+                    f"interval is not an HE SU PPDU format; allowed with "
+                    f"{self.he_guard_interval_ns} ns: {', '.join(allowed)}",
+                ))  # fmt: skip
+        _raise_at(PhyConfig, problems)
         return self
+
+    @property
+    def max_mcs(self) -> int:
+        """The highest MCS of the standard: 9 (VHT) or 11 (HE)."""
+        return 9 if self.standard is PhyStandard.AC else HE_MAX_MCS
+
+    def mode(self, mcs: int, nss: int | None = None) -> PhyMode:
+        """The transmit vector of a link at ``mcs`` (``nss`` streams; default the PHY's):
+        a VHT mode, or an HE SU mode with this PHY's guard interval, HE-LTF and padding."""
+        streams = self.spatial_streams if nss is None else nss
+        if self.standard is PhyStandard.AC:
+            return VhtMode(mcs, streams, self.width_mhz, self.guard_interval)
+        gi = self.he_guard_interval_ns
+        return HeMode(
+            mcs, streams, self.width_mhz, gi,
+            he_default_ltf(gi) if self.he_ltf is None else self.he_ltf,
+            packet_padding_us=self.he_packet_padding_us,
+        )  # fmt: skip
 
 
 class EdcaDefaults(NamedTuple):
@@ -175,7 +249,13 @@ class MacConfig(_Model):
         1_048_576, ge=0, description="PSDUs longer than this use RTS/CTS; 1048576 means never"
     )
     max_ampdu_bytes: int = Field(1_048_575, ge=1, le=1_048_575)
-    max_ampdu_mpdus: int = Field(64, ge=1, le=64)
+    max_ampdu_mpdus: int = Field(
+        64,
+        ge=1,
+        le=256,
+        description="MPDUs per A-MPDU (the Block Ack window): <= 64, or <= 256 with "
+        'phy.standard = "ax"',
+    )
     edca: dict[AccessCategory, EdcaOverride] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -219,7 +299,7 @@ class StationConfig(_Model):
 class LinkOverride(_Model):
     src: str
     dst: str
-    mcs: int = Field(ge=0, le=9)
+    mcs: int = Field(ge=0, le=HE_MAX_MCS, description="0-9 (VHT) or 0-11 (HE)")
     spatial_streams: int | None = Field(
         None, ge=1, le=4, description="spatial streams of this link (default: phy.spatial_streams)"
     )
@@ -234,7 +314,9 @@ class PathLossConfig(_Model):
 
 class LinkConfig(_Model):
     mode: Literal["fixed", "distance"] = "fixed"
-    mcs: int = Field(7, ge=0, le=9, description="MCS of every link in fixed mode")
+    mcs: int = Field(
+        7, ge=0, le=HE_MAX_MCS, description="MCS of every link in fixed mode: 0-9 (VHT), 0-11 (HE)"
+    )
     overrides: list[LinkOverride] = Field(default_factory=list)
     pathloss: PathLossConfig = Field(default_factory=PathLossConfig)
     packet_errors: bool = False
@@ -329,11 +411,14 @@ class Scenario(_Model):
         if dupes:
             raise ValueError(f"station names must be unique; repeated: {dupes}")
         nss, width = self.phy.spatial_streams, self.phy.width_mhz
-        allowed = valid_vht_mcs(nss, width)
-        if self.links.mode == "fixed" and not is_valid_vht_mcs(self.links.mcs, nss, width):
+        std = self.phy.standard
+        allowed = valid_mcs(std, nss, width)
+        # VHT messages stay as they were; an HE channel says which standard it checked.
+        in_std = "" if std is PhyStandard.AC else " in 802.11ax (HE)"
+        if self.links.mode == "fixed" and not is_valid_mcs(std, self.links.mcs, nss, width):
             raise ValueError(
                 f"links.mcs = {self.links.mcs} does not exist for {nss} spatial stream(s) at "
-                f"{width} MHz; allowed: {allowed}"
+                f"{width} MHz{in_std}; allowed: {allowed}"
             )
         known = set(names)
         for i, o in enumerate(self.links.overrides):
@@ -341,17 +426,17 @@ class Scenario(_Model):
                 if end not in known:
                     raise ValueError(f"links.overrides[{i}] names unknown station {end!r}")
             if o.spatial_streams is not None:
-                if not is_valid_vht_mcs(o.mcs, o.spatial_streams, width):
+                if not is_valid_mcs(std, o.mcs, o.spatial_streams, width):
                     raise ValueError(
                         f"links.overrides[{i}].spatial_streams = {o.spatial_streams}: MCS "
                         f"{o.mcs} does not exist for {o.spatial_streams} spatial stream(s) "
-                        f"at {width} MHz; allowed MCS at {o.spatial_streams} stream(s): "
-                        f"{valid_vht_mcs(o.spatial_streams, width)}"
+                        f"at {width} MHz{in_std}; allowed MCS at "
+                        f"{o.spatial_streams} stream(s): {valid_mcs(std, o.spatial_streams, width)}"
                     )
-            elif not is_valid_vht_mcs(o.mcs, nss, width):
+            elif not is_valid_mcs(std, o.mcs, nss, width):
                 raise ValueError(
                     f"links.overrides[{i}].mcs = {o.mcs} does not exist for {nss} spatial "
-                    f"stream(s) at {width} MHz; allowed: {allowed}"
+                    f"stream(s) at {width} MHz{in_std}; allowed: {allowed}"
                 )
         flow_names = [f.name for f in self.flows]
         dupes = sorted(n for n, c in Counter(flow_names).items() if c > 1)
@@ -366,7 +451,10 @@ class Scenario(_Model):
                     )
             if f.src == f.dst:
                 raise ValueError(f"flows[{i}] ({f.name}) has src == dst = {f.src!r}")
-        _raise_at(Scenario, self._ack_name_clashes() + self._link_problems())
+        _raise_at(
+            Scenario,
+            self._standard_problems() + self._ack_name_clashes() + self._link_problems(),
+        )
         if self.workload is not None:
             w = self.workload
             if w.leader not in known:
@@ -382,6 +470,17 @@ class Scenario(_Model):
             if w.workers is not None and not w.workers:
                 raise ValueError("workload.workers must not be empty")
         return self
+
+    def _standard_problems(self) -> list[_Problem]:
+        """What only 802.11ax allows: Block Ack windows of more than 64 MPDUs."""
+        k = self.mac.max_ampdu_mpdus
+        if k > 64 and self.phy.standard is not PhyStandard.AX:
+            return [(
+                ("mac", "max_ampdu_mpdus"), k,
+                "more than 64 MPDUs per A-MPDU needs 802.11ax's 256-MPDU Block Ack "
+                '(phy.standard = "ax"); allowed on 802.11ac: <= 64',
+            )]  # fmt: skip
+        return []
 
     def _ack_name_clashes(self) -> list[_Problem]:
         """A bulk flow with TCP acks adds a flow named ``<name>:ack``: no flow may use it."""
@@ -437,7 +536,7 @@ class Scenario(_Model):
                     b = stations[j]
                     d = math.dist(a.position_m, b.position_m)
                     rx = budget.rx_power_dbm(d)
-                    best = budget.best_mcs_at(rx, nss, width)
+                    best = budget.best_mcs_at(rx, nss, width, phy.standard)
                     if best is None:
                         lo, hi = (a, b) if a.name < b.name else (b, a)  # report a pair once
                         pos = i * n + j if lo is a else j * n + i
@@ -487,13 +586,13 @@ class Scenario(_Model):
         # The slowest link: the longest PPDU for a full packet, then the lowest MCS, then
         # the first in station order (with one number of streams everywhere this is the
         # first link with the lowest MCS).
-        slowest: tuple[int, int, int, int, VhtMode] | None = None
+        slowest: tuple[int, int, int, int, PhyMode] | None = None
         for mcs, link_nss, pos in [
             *((m, nss, p) for m, p in plain.items()),
             *((m, s, p) for (m, s), (p, _) in overridden.items()),
         ]:
-            mode = VhtMode(mcs, link_nss, width, phy.guard_interval)
-            ppdu_ns = vht_ppdu_duration_ns(mpdu + AMPDU_DELIMITER_BYTES, mode)
+            mode = phy.mode(mcs, link_nss)
+            ppdu_ns = ppdu_duration_ns(mpdu + AMPDU_DELIMITER_BYTES, mode)
             cand = (-ppdu_ns, mcs, pos, link_nss, mode)
             if slowest is None or cand[:3] < slowest[:3]:
                 slowest = cand
@@ -506,12 +605,17 @@ class Scenario(_Model):
                 where = f"link {a.name} -> {b.name}, {d:.1f} m apart"
             elif where is None:
                 where = "links.mcs"
-            fits = vht_max_psdu_bytes(MAX_PPDU_NS, mode) - AMPDU_DELIMITER_BYTES
+            fits = max_psdu_bytes(MAX_PPDU_NS, mode) - AMPDU_DELIMITER_BYTES
+            gi = (
+                f"{phy.guard_interval.value} GI"
+                if isinstance(mode, VhtMode)
+                else f"{phy.he_guard_interval_ns} ns GI, HE"
+            )
             problems.append((
                 ("packet_bytes",), self.packet_bytes,
                 f"a full packet (a {mpdu}-byte MPDU) lasts {-neg_ppdu / 1e6:.3f} ms at MCS "
                 f"{mcs} ({where}; {link_nss} spatial stream(s), {width} MHz, "
-                f"{phy.guard_interval.value} GI), longer than aPPDUMaxTime "
+                f"{gi}), longer than aPPDUMaxTime "
                 f"({MAX_PPDU_NS / 1e6:.3f} ms); allowed at this rate: packet_bytes <= "
                 f"{fits - MAC_OVERHEAD_BYTES}, or a faster MCS",
             ))  # fmt: skip

@@ -1,20 +1,19 @@
-"""The built-in simulator of one shared 802.11ac channel.
+"""The built-in simulator of one shared 802.11ac or 802.11ax channel.
 
 ``simulate(scenario, seed=...)`` is the one-call API; :class:`Simulation` is the
 programmable one (the workload layer and policies use it). See ``docs/simulator.md``.
 
 The hot modules may be compiled with mypyc (same source, same results, several times
-faster; see ``coorp.sim._accel``). Compiled modules are used only while the sources are
+faster; see ``coorp._accel``). Compiled modules are used only while the sources are
 exactly those they were built from: after an edit the plain Python modules are loaded
-instead (with a warning), so a stale build never runs old code. ``COORP_SIM_PURE=1``
+instead (with a warning), so a stale build never runs old code. ``COORP_PURE=1``
 forces the plain modules. :data:`COMPILED` says which ones are in use.
 """
 
-from coorp.sim._loader import describe as describe_build
-from coorp.sim._loader import load_modules as _load_modules
+from coorp._accel import load as _load
 
 #: Whether the mypyc-compiled simulator modules are in use.
-COMPILED = _load_modules()
+COMPILED = _load("coorp.sim")
 
 from coorp.sim.driver import (  # noqa: E402
     FOREVER,
@@ -22,9 +21,11 @@ from coorp.sim.driver import (  # noqa: E402
     AirtimeBudgetHooks,
     DriverHooks,
     DriverView,
+    RunHooks,
 )
 from coorp.sim.engine import Simulation, simulate  # noqa: E402
 from coorp.sim.mac import ChannelStats  # noqa: E402
+from coorp.sim.ofdma import UlOfdma, UlOfdmaConfig, UlOfdmaStats  # noqa: E402
 from coorp.sim.results import FlowStats, SimResult, StationStats  # noqa: E402
 
 __all__ = [
@@ -36,9 +37,12 @@ __all__ = [
     "DriverHooks",
     "DriverView",
     "FlowStats",
+    "RunHooks",
     "SimResult",
     "Simulation",
     "StationStats",
-    "describe_build",
+    "UlOfdma",
+    "UlOfdmaConfig",
+    "UlOfdmaStats",
     "simulate",
 ]

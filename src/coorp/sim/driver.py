@@ -11,7 +11,14 @@ from typing import Protocol
 
 from coorp.scenario import AccessCategory
 
-__all__ = ["FOREVER", "AdmitAll", "AirtimeBudgetHooks", "DriverHooks", "DriverView"]
+__all__ = [
+    "FOREVER",
+    "AdmitAll",
+    "AirtimeBudgetHooks",
+    "DriverHooks",
+    "DriverView",
+    "RunHooks",
+]
 
 #: A resume time meaning "until the policy calls ``resume_bulk()``".
 FOREVER = 2**62
@@ -57,6 +64,10 @@ class DriverHooks(Protocol):
     :class:`AirtimeBudgetHooks`): an airtime budget for the station's bulk frames, which
     the MAC uses to trim each A-MPDU to the gap. Hooks without it are never asked and
     the simulation is exactly what it was without the feature.
+
+    Hooks that need every packet but can take them a run at a time implement
+    :class:`RunHooks` as well (``per_run = True``): same calls, same results, far fewer
+    of them.
     """
 
     def admit_bulk(self, station: DriverView, now_ns: int) -> int | None:
@@ -90,7 +101,10 @@ class AirtimeBudgetHooks(DriverHooks, Protocol):
 
     A driver with airtime control (cf. Linux AQL, or firmware that bounds an A-MPDU's
     duration) can keep a bulk exchange from running into a protected instant. The
-    station reads the method when the hooks are set (``set_hooks``).
+    station reads the method when the hooks are set (``set_hooks``), and with it the
+    optional ``bulk_hold_until_ns(station, now_ns) -> int | None``: asked when a bulk
+    frame is held, a later end for the hold than the budget's (a quiet period, e.g. a
+    restricted-TWT service period, outlasts the budget that kept the frame off the air).
     """
 
     def max_bulk_airtime_ns(self, station: DriverView, now_ns: int) -> int | None:
@@ -109,6 +123,64 @@ class AirtimeBudgetHooks(DriverHooks, Protocol):
         is busy); a held access leaves the medium to the others and counts no retry.
         In a TXOP a next exchange that does not fit ends the TXOP instead.
         """
+        ...
+
+    # Optional, read only when ``max_bulk_airtime_ns`` is defined too:
+    #
+    # def bulk_hold_until_ns(self, station: DriverView, now_ns: int) -> int | None:
+    #     """A bulk frame is held at ``now_ns`` (not even one MPDU fitted the budget):
+    #     hold it until this time instead, if later than ``now_ns + b + 1`` (None: that
+    #     time). For a quiet period longer than the budget (restricted TWT)."""
+
+
+class RunHooks(DriverHooks, Protocol):
+    """Per-packet driver hooks that take consecutive packets a run at a time (optional).
+
+    A hooks object that declares the class attribute ``per_run = True`` (and does not
+    declare ``per_packet = False``) promises that each method below does exactly what
+    the per-packet calls it stands for would do, in the same order; the driver then
+    calls it once per run of packets instead of once per packet. Results are identical
+    (``tests/policies/test_golden_policies.py``); only the number of calls across the
+    hook boundary changes. The per-packet methods are still called where a run would
+    not save anything (a packet dropped after its retries: ``on_hw_complete``, one by
+    one). ``set_hooks`` reads the attribute from the hooks' class when the hooks are
+    set (a wrapper forwarding unknown attributes to wrapped run hooks gets the per-packet
+    calls).
+    """
+
+    per_run: bool
+
+    def admit_bulk_run(
+        self, station: DriverView, now_ns: int, pid: int, count: int, ac: AccessCategory,
+        depth: int,
+    ) -> tuple[int, int]:  # fmt: skip
+        """The driver would hand bulk packets ``pid .. pid + count - 1`` (one transfer's,
+        category ``ac``) to the NIC now, the first behind ``depth`` others.
+
+        The same as, for ``i = 0, 1, …`` in turn: ``admit_bulk(station, now_ns)`` with
+        ``hw_queue_length() == depth + i``, and if it admits the packet,
+        ``on_hw_enqueue(station, pid + i, ac, depth + i, now_ns)`` — until one is denied.
+        Returns ``(n, resume)``: the first ``n`` packets are admitted (and the hooks
+        have seen them enqueued; the driver does not announce them again); if
+        ``n < count``, packet ``n`` was denied and ``resume`` is what ``admit_bulk``
+        returned for it (the driver pauses the bulk queue until then).
+        """
+        ...
+
+    def on_hw_enqueue_run(
+        self, station: DriverView, pid: int, count: int, ac: AccessCategory, depth: int,
+        now_ns: int,
+    ) -> None:  # fmt: skip
+        """Packets ``pid .. pid + count - 1`` entered the ring, the first behind
+        ``depth`` others: ``on_hw_enqueue`` for each in turn (``depth + i``)."""
+        ...
+
+    def on_hw_complete_run(
+        self, station: DriverView, pid: int, count: int, ac: AccessCategory, now_ns: int,
+        delivered: bool,
+    ) -> None:  # fmt: skip
+        """Packets ``pid .. pid + count - 1`` left the ring at ``now_ns``:
+        ``on_hw_complete`` for each in turn."""
         ...
 
 

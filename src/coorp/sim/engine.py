@@ -57,7 +57,7 @@ class Simulation:
         # load (ScenarioError naming ``source``).
         parse_scenario(scenario.model_dump(), source=source)
         edca = edca_params(scenario.mac)
-        self.timing = ExchangeTiming(scenario.phy)
+        self.timing = ExchangeTiming(scenario.phy, ba_window=scenario.mac.max_ampdu_mpdus)
         self.links = LinkTable(scenario, source)
         self._seeds = np.random.SeedSequence(self.seed)
         self.channel = Channel(
@@ -238,7 +238,12 @@ class Simulation:
 
         Equivalent to delivering them one by one: a batch is cut wherever a transfer's
         completion callback must run, and TCP acknowledgements go out as one run unless
-        the receiver's hooks watch every packet (then one by one, as individual sends).
+        the receiver's hooks watch every packet one call at a time (then one by one, as
+        individual sends). Hooks that take runs (``RunHooks``) get them as one run: it
+        changes nothing, since between two refills the receiver's driver admits no bulk
+        packet (every refill ends with its bulk queue empty, paused or its ring full,
+        and whatever changes that refills at once), so nothing would have come between
+        the acknowledgements sent one by one.
         """
         f = p.flow
         size = p.ip_bytes
@@ -258,7 +263,7 @@ class Simulation:
             f.delivered_bytes += k * size
             return
         ack = f.ack_flow
-        if ack is not None and ack.src.per_packet:
+        if ack is not None and ack.src.per_packet and ack.src.run_hooks is None:
             for _ in range(k):
                 self._delivered_bulk(f, t, size, 1, now)
             return

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from coorp._errors import InvariantError
 from coorp.scenario import AccessCategory, HwQueueMode
 from coorp.sim._compat import mypyc_attr
-from coorp.sim.driver import FOREVER, AdmitAll, DriverHooks
+from coorp.sim.driver import FOREVER, AdmitAll, DriverHooks, RunHooks
 from coorp.sim.events import PRIO_CONTROL, Event, EventLoop
 from coorp.sim.packets import FlowState, Packet
 from coorp.sim.timing import EdcaParams, aifs_ns
@@ -55,6 +55,7 @@ class Edcaf:
         "deadline",
         "epoch",
         "held",
+        "mu",
         "not_before",
         "priority",
         "ring",
@@ -88,6 +89,11 @@ class Edcaf:
         self.deadline = -1
         #: Holding its frame because not even one MPDU fitted the budget.
         self.held = False
+        #: Set on an access function that is not a plain EDCAF: an AP's UL MU scheduler
+        #: (``coorp.sim.ofdma``) contending for the medium to send trigger frames. The
+        #: channel lets it build, end and fail its own exchanges (``build``, ``end``,
+        #: ``failed``, ``lost_internal``); None for every EDCAF of a station's rings.
+        self.mu: Any = None
 
     def has_frame(self) -> bool:
         return self.station.head_ac(self.ac)
@@ -180,9 +186,13 @@ class Station:
         self._hooks: DriverHooks = AdmitAll()
         #: Whether the hooks are called for every packet (see ``DriverHooks.per_packet``).
         self.per_packet = False
+        #: The hooks again when they take those calls a run at a time (``RunHooks``).
+        self.run_hooks: RunHooks | None = None
         self._admit_all = True
         #: The hooks' optional ``max_bulk_airtime_ns`` (``AirtimeBudgetHooks``), or None.
         self.airtime_budget: Callable[[Any, int], object] | None = None
+        #: The hooks' optional ``bulk_hold_until_ns`` (``AirtimeBudgetHooks``), or None.
+        self.hold_until: Callable[[Any, int], object] | None = None
         #: Channel accesses at which a bulk frame was held (no MPDU fitted the budget).
         self.bulk_holds = 0
         self.channel: Channel | None = None
@@ -206,9 +216,15 @@ class Station:
     def hooks(self, hooks: DriverHooks) -> None:
         self._hooks = hooks
         self.per_packet = bool(getattr(hooks, "per_packet", True))
+        # Read from the class: a wrapper that forwards unknown attributes to the hooks it
+        # wraps (to intercept their per-packet calls) must not opt into runs unawares.
+        runs = self.per_packet and bool(getattr(type(hooks), "per_run", False))
+        self.run_hooks = hooks if runs else None  # type: ignore[assignment]
         self._admit_all = type(hooks) is AdmitAll
         budget = getattr(hooks, "max_bulk_airtime_ns", None)
         self.airtime_budget = budget if callable(budget) else None
+        hold = getattr(hooks, "bulk_hold_until_ns", None)
+        self.hold_until = hold if callable(hold) and self.airtime_budget is not None else None
         for e in self.edcafs.values():
             e.deadline = -1  # a deadline is asked again at every access
 
@@ -308,6 +324,23 @@ class Station:
                 ls.popleft()
                 self._enqueue_hw(head, now)
         transfers = self.transfers
+        run_hooks = self.run_hooks
+        if run_hooks is not None:
+            # As below, one packet at a time, but each run asked in one call: the hooks
+            # admit a prefix of it (and have seen it enqueued).
+            while transfers and not self._paused:
+                ac = transfers[0].flow.ac
+                depth = rings[ac].n
+                if depth >= cap:
+                    break
+                k = self._bulk_run_length(cap - depth)
+                n, until = run_hooks.admit_bulk_run(self, now, self._alloc_pids(0), k, ac, depth)
+                if n:
+                    self._enqueue_hw(self._next_bulk_run(n), now, announce=False)
+                if n < k:
+                    self._deny(until, now)
+                    break
+            return
         if self.per_packet:
             # The ring the next bulk packet would join: its own category's (a bulk flow
             # may use any category; checking the BE ring only would never stop for VI).
@@ -336,6 +369,18 @@ class Station:
                 f"resume time {resume} ns, which is not in the future"
             )
         self.pause_bulk(None if resume >= FOREVER else resume)
+
+    def _bulk_run_length(self, room: int) -> int:
+        """How many packets ``_next_bulk_run(room)`` would take (no side effect)."""
+        k = min(room, self.bulk_burst - self._burst_used)
+        remaining = self.transfers[0].remaining_bytes
+        if remaining is not None:
+            full = remaining // self.packet_bytes
+            if full == 0:
+                return 1
+            if k > full:
+                return full
+        return k
 
     def _next_bulk_run(self, room: int) -> Packet:
         """Up to ``room`` packets of the head transfer, all of one size, as one run.
@@ -382,8 +427,32 @@ class Station:
             size = remaining
         return Packet(-1, transfer.flow, size, transfer=transfer)
 
-    def _enqueue_hw(self, pkt: Packet, now: int) -> None:
-        """Append a run to its ring; tell the hooks about each packet, the MAC if needed."""
+    def _enqueue_hw(self, pkt: Packet, now: int, announce: bool = True) -> None:
+        """Append a run to its ring; tell the hooks about each packet (unless ``announce``
+        is False: they admitted it with ``admit_bulk_run``), the MAC if needed."""
+        run_hooks = self.run_hooks
+        if run_hooks is not None:
+            ac = pkt.ac
+            ring = self.rings[ac]
+            depth = ring.n
+            pkt.hw_enq_ns = now
+            pkt.hw_depth = depth
+            if pkt.message is not None:
+                self.ls_depths.append(depth)
+                if pkt.message.first_depth < 0:
+                    pkt.message.first_depth = depth
+            ring.n = depth + pkt.count
+            if ring and _mergeable(ring[-1], pkt):
+                ring[-1].count += pkt.count
+            else:
+                ring.append(pkt)
+            edcaf = self.edcafs.get(ac) or self.edcaf(ac)
+            if announce:
+                run_hooks.on_hw_enqueue_run(self, pkt.pid, pkt.count, ac, depth, now)
+            if depth == 0:
+                assert self.channel is not None
+                self.channel.frame_arrived(edcaf, now)
+            return
         if self.per_packet and pkt.count > 1:
             while pkt.count > 1:
                 rest = pkt.split(1)

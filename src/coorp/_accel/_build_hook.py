@@ -1,14 +1,15 @@
-"""Hatch build hook: compile the simulator with mypyc while building the wheel.
+"""Hatch build hook: compile the hot modules with mypyc while building the wheel.
 
 Enabled in ``pyproject.toml`` (``[tool.hatch.build.targets.wheel.hooks.custom]`` with
 ``path`` pointing here; ``mypy`` and ``setuptools`` are build requirements), so ``make``,
-``pip install -e .`` and ``pip install .`` all build the compiled simulator (~40 s on 2
-cores). An editable install compiles next to the sources (``src/coorp/sim/*.so`` and
-``_native_manifest.json``, git-ignored); a regular wheel compiles into a temporary
-directory and packs the result, leaving the source tree alone.
+``pip install -e .`` and ``pip install .`` all build the compiled simulator, control
+algorithms and policy hooks (``coorp._accel.MODULES``, ~60 s on 2 cores). An editable
+install compiles next to the sources (``src/coorp/**/*.so`` and
+``src/coorp/_accel/_native_manifest.json``, git-ignored); a regular wheel compiles into
+a temporary directory and packs the result, leaving the source tree alone.
 
 If compiling fails (no C compiler, say) the build goes on with the plain Python
-simulator, which computes the same results, slower: the hook prints one warning (pip
+modules, which compute the same results, slower: the hook prints one warning (pip
 shows it with ``-v``; ``make`` prints the outcome itself) and records the reason in
 ``_native_build_error.txt``, which ``coorp --version`` reports. ``COORP_NO_COMPILE=1``
 skips the step.
@@ -32,7 +33,7 @@ else:
     except ImportError:  # imported outside a build (hatchling absent): inert
         BuildHookInterface = object
 
-#: Keep in step with ``_mypyc_build.BUILD_ERROR`` / ``_loader.BUILD_ERROR``.
+#: Keep in step with ``_mypyc_build.BUILD_ERROR`` / ``coorp._accel.BUILD_ERROR``.
 BUILD_ERROR = "_native_build_error.txt"
 
 
@@ -51,27 +52,27 @@ class SimCompileHook(BuildHookInterface):
             return
         root = Path(self.root)
         src = root / "src"
-        script = src / "coorp" / "sim" / "_mypyc_build.py"
+        script = src / "coorp" / "_accel" / "_mypyc_build.py"
         # A regular wheel is built into a temporary tree (the source tree stays as it
         # was); an editable install compiles in place, where its imports look.
         standard = version == "standard"
         out = Path(tempfile.mkdtemp(prefix="coorp-wheel-native-")) if standard else None
         if out is not None:
             self._tmp = str(out)
-        self.app.display_info("coorp: compiling the simulator with mypyc (~40 s) ...")
+        self.app.display_info("coorp: compiling the hot modules with mypyc (~60 s) ...")
         cmd = [sys.executable, str(script), str(src), *([str(out)] if out else [])]
         proc = subprocess.run(cmd, capture_output=True, text=True)
-        error_file = (out or src) / "coorp" / "sim" / BUILD_ERROR
+        error_file = (out or src) / "coorp" / "_accel" / BUILD_ERROR
         if proc.returncode:
             why = _reason(script, proc.stderr)
             self.app.display_warning(
-                f"coorp: could not compile the simulator ({why}); it will run as plain "
+                f"coorp: could not compile the hot modules ({why}); they will run as plain "
                 "Python: same results, slower. `coorp --version` says which one runs."
             )
             error_file.parent.mkdir(parents=True, exist_ok=True)
             error_file.write_text(why + "\n")
             if standard:
-                build_data["force_include"][str(error_file)] = f"coorp/sim/{BUILD_ERROR}"
+                build_data["force_include"][str(error_file)] = f"coorp/_accel/{BUILD_ERROR}"
             return
         if standard:
             build_data["pure_python"] = False

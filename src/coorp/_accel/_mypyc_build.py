@@ -1,16 +1,17 @@
-"""Compile the simulator's hot modules with mypyc, in place. Standalone on purpose.
+"""Compile the hot modules (simulator, control, policy hooks) with mypyc; standalone.
 
 Runs with nothing but the standard library, mypy (which ships mypyc) and setuptools, so
 that a build backend hook can run it before ``coorp``'s own dependencies exist:
 
-    python src/coorp/sim/_mypyc_build.py SRC_DIR [OUT_DIR]   # SRC_DIR holds the coorp package
+    python src/coorp/_accel/_mypyc_build.py SRC_DIR [OUT_DIR]   # SRC_DIR holds coorp
 
 The build works in a temporary copy of the package and moves each extension in with an
 atomic rename (a running simulator keeps its old files), then writes :data:`MANIFEST`:
 the SHA-256 of every source it compiled. The loader uses the compiled modules only
-while the sources still match it (see ``_loader``). The files go next to the sources
-(``SRC_DIR/coorp/sim``), or under ``OUT_DIR/coorp/sim`` when given (a regular wheel
-build, which must not write into the source tree). A successful build removes
+while the sources still match it (see ``coorp._accel``). The files go next to the
+sources (``SRC_DIR/coorp/...``; the shared library, the manifest and :data:`BUILD_ERROR`
+in ``coorp/_accel``), or under ``OUT_DIR/coorp/...`` when given (a regular wheel build,
+which must not write into the source tree). A successful build removes
 :data:`BUILD_ERROR`. Prints the installed files; exits non-zero (installing nothing new)
 if the build fails.
 """
@@ -28,10 +29,18 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-#: The compiled modules; keep in step with ``coorp.sim._loader.MODULES``.
-MODULES = ("events", "timing", "links", "packets", "station", "mac", "engine")
-#: mypyc's shared library for the group, inside the package.
-NATIVE_LIB = "coorp.sim._native"
+#: The compiled modules per package; keep in step with ``coorp._accel.MODULES``.
+MODULES: dict[str, tuple[str, ...]] = {
+    "coorp.sim": ("events", "timing", "links", "packets", "station", "mac", "engine"),
+    "coorp.control": (
+        "_interval", "_ctt", "_timemodel", "_windows", "_gate", "_permits", "_schedwifi",
+    ),
+    "coorp.policies": ("_hooks",),
+}  # fmt: skip
+#: mypyc's shared library for the group (one group: calls between the modules are native).
+NATIVE_LIB = "coorp._accel._native"
+#: Where the manifest, the build error and the shared library go, inside ``coorp``.
+ACCEL = "_accel"
 #: What the build compiled: {"sources": {module: sha256 of its source}}.
 MANIFEST = "_native_manifest.json"
 #: Written by the build hook when compiling failed: why (the loader and ``coorp
@@ -44,7 +53,7 @@ from mypyc.build import mypycify
 
 files = {files!r}
 setup(
-    name="coorp-sim-native",
+    name="coorp-native",
     ext_modules=mypycify(
         ["--ignore-missing-imports", "--follow-imports=silent", *files],
         separate=[(files, {lib!r})],
@@ -57,8 +66,7 @@ setup(
 def build(src_dir: Path, out_dir: Path | None = None) -> list[Path]:
     if compiler() is None:  # fail in a second, not after mypyc's code generation
         raise RuntimeError("no C compiler found ($CC, cc, gcc or clang)")
-    pkg_dir = (out_dir or src_dir) / "coorp" / "sim"
-    pkg_dir.mkdir(parents=True, exist_ok=True)
+    root = (out_dir or src_dir) / "coorp"
     with tempfile.TemporaryDirectory(prefix="coorp-mypyc-") as tmp:
         work = Path(tmp)
         shutil.copytree(
@@ -66,25 +74,30 @@ def build(src_dir: Path, out_dir: Path | None = None) -> list[Path]:
             work / "coorp",
             ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.pyd"),
         )
-        files = [f"coorp/sim/{name}.py" for name in MODULES]
+        modules = [f"{pkg}.{name}" for pkg, names in MODULES.items() for name in names]
+        files = [m.replace(".", "/") + ".py" for m in modules]
         (work / "setup.py").write_text(_SETUP.format(files=files, lib=NATIVE_LIB))
         env = {**os.environ, "MYPY_CACHE_DIR": str(work / ".mypy_cache")}
         cmd = [sys.executable, "setup.py", "build_ext", "--inplace"]
         proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
         if proc.returncode:
             raise RuntimeError(f"mypyc build failed:\n{proc.stdout}\n{proc.stderr}")
-        built = [p for p in (work / "coorp" / "sim").iterdir() if p.suffix in (".so", ".pyd")]
-        if not built:
-            raise RuntimeError("mypyc build produced no extension modules")
+        built = [p for p in (work / "coorp").rglob("*") if p.suffix in (".so", ".pyd")]
+        if len(built) < len(modules) + 1:
+            raise RuntimeError(
+                f"mypyc build produced {len(built)} extension modules, expected {len(modules) + 1}"
+            )
         sources = {
-            name: hashlib.sha256((work / "coorp" / "sim" / f"{name}.py").read_bytes()).hexdigest()
-            for name in MODULES
+            m: hashlib.sha256((work / f).read_bytes()).hexdigest()
+            for m, f in zip(modules, files, strict=True)
         }
-        manifest = pkg_dir / MANIFEST
+        manifest = root / ACCEL / MANIFEST
+        manifest.parent.mkdir(parents=True, exist_ok=True)
         manifest.unlink(missing_ok=True)  # no manifest while the files change
         installed = []
         for path in built:
-            dest = pkg_dir / path.name
+            dest = root / path.relative_to(work / "coorp")
+            dest.parent.mkdir(parents=True, exist_ok=True)
             staged = dest.with_name(dest.name + ".new")
             shutil.copy2(path, staged)
             os.replace(staged, dest)
@@ -93,7 +106,7 @@ def build(src_dir: Path, out_dir: Path | None = None) -> list[Path]:
         staged.write_text(json.dumps({"sources": sources}, indent=1, sort_keys=True) + "\n")
         os.replace(staged, manifest)
         installed.append(manifest)
-        (src_dir / "coorp" / "sim" / BUILD_ERROR).unlink(missing_ok=True)
+        (src_dir / "coorp" / ACCEL / BUILD_ERROR).unlink(missing_ok=True)
     return installed
 
 
