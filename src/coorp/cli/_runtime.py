@@ -179,7 +179,7 @@ def agent(
         False,
         "--transparent",
         help="also protect programs that know nothing of Coorp, per the team file's "
-        "[transparent] selectors (kernel rules; needs root)",
+        "\\[transparent] selectors (kernel rules; needs root)",
     ),
     show_rules: bool = typer.Option(
         False, "--show-rules", help="print the kernel rules --transparent would install; exit"

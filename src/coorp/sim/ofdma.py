@@ -48,13 +48,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from coorp._errors import UsageError
 from coorp.phy import (
     HE_QOS_NULL_BSR_BYTES,
-    MAX_PPDU_NS,
     SIFS_NS,
     HeMode,
     LinkBudget,
@@ -71,6 +69,7 @@ from coorp.phy import (
 from coorp.scenario import AccessCategory
 from coorp.sim.events import PRIO_CONTROL, Event
 from coorp.sim.mac import Transmission
+from coorp.sim.ofdma_config import UlOfdmaConfig, UlOfdmaStats
 from coorp.sim.packets import FlowState, Packet
 from coorp.sim.station import Edcaf, Ring, Station
 from coorp.sim.timing import edca_params, rate_code_mcs, rate_code_streams
@@ -89,59 +88,6 @@ _RU_WIDTH = {242: 20, 484: 40, 996: 80, 1992: 160}
 _RU_DATA_SC = {26: 24, 52: 48, 106: 102, 242: 234}
 #: A reported queue with no known end (bulk data still in the kernel queue).
 UNLIMITED = -1
-
-
-@dataclass(frozen=True)
-class UlOfdmaConfig:
-    """The scheduler's settings; the defaults are ns-3 3.44's ``RrMultiUserScheduler``'s
-    where it has one (4 users, BSRP on, BE access, 2 ms default TB length aside: a TB
-    PPDU lasts what the reports need, at most aPPDUMaxTime, as ns-3 computes it)."""
-
-    access_ac: AccessCategory = AccessCategory.BE
-    max_users: int = 4
-    bsrp: bool = True
-    #: Ask for the medium at least this often even with no data known (ns-3's
-    #: AccessReqInterval, measured from the last cascade); 0: only when data is known.
-    access_interval_ns: int = 1_000_000
-    #: Longest TB PPDU the AP solicits.
-    max_tb_ns: int = MAX_PPDU_NS
-    #: MU EDCA timer (None: no MU EDCA; stations keep their EDCA).
-    mu_edca_timer_ns: int | None = 2_088_960_000
-    #: How long a buffer status report counts (ns-3's BsrLifetime).
-    bsr_lifetime_ns: int = 20_000_000
-    #: What a station with an unknown queue is assumed to hold (ns-3's UlPsduSize).
-    ul_psdu_bytes: int = 500
-    #: Non-HT rate of trigger frames (None: ``phy.basic_rate_mbps``).
-    trigger_rate_mbps: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.max_users < 1:
-            raise UsageError(f"max_users must be >= 1, got {self.max_users}")
-        if self.access_interval_ns < 0:
-            raise UsageError(f"access_interval_ns must be >= 0, got {self.access_interval_ns}")
-        if not 0 < self.max_tb_ns <= MAX_PPDU_NS:
-            raise UsageError(
-                f"max_tb_ns must be in (0, {MAX_PPDU_NS}] (aPPDUMaxTime), got {self.max_tb_ns}"
-            )
-        if self.mu_edca_timer_ns is not None and self.mu_edca_timer_ns <= 0:
-            raise UsageError(f"mu_edca_timer_ns must be > 0 or None, got {self.mu_edca_timer_ns}")
-
-
-@dataclass
-class UlOfdmaStats:
-    """What the scheduler did (``Policy.stats``)."""
-
-    cascades: int = 0
-    bsrp_triggers: int = 0
-    basic_triggers: int = 0
-    failed_triggers: int = 0
-    internal_losses: int = 0
-    tb_ppdus: int = 0
-    qos_null_answers: int = 0
-    mpdus: int = 0
-    tb_airtime_ns: int = 0
-    #: Per station: TB PPDUs that carried data.
-    served: dict[str, int] = field(default_factory=dict)
 
 
 class _User:
