@@ -99,6 +99,13 @@ def _root(
     """Coordinated preemption for robot teams sharing one WiFi channel."""
 
 
+def _note_skipped_parquet() -> None:
+    tables = sys.modules.get("coorp._tables")  # loaded only by a command that wrote tables
+    note = None if tables is None else tables.parquet_note()
+    if note is not None:
+        typer.echo(f"note: {note}", err=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``coorp`` script."""
     args = sys.argv[1:] if argv is None else list(argv)
@@ -107,6 +114,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         register(_app, modules_for(args, COMMAND_MODULES), _loaded)
         _app(args=args, prog_name="coorp", standalone_mode=True)
+    except SystemExit:
+        _note_skipped_parquet()
+        raise
     except CoorpError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2 if isinstance(exc, UsageError) else 1)

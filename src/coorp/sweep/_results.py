@@ -9,7 +9,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 from rich.markup import escape
 from rich.table import Table
 
@@ -130,7 +129,19 @@ def load_rows(folder: Path) -> list[dict[str, Any]]:
     if not folder.is_dir():
         raise UsageError(f"{folder} is not a directory")
     runs = folder / "runs.parquet"
+    if not runs.is_file() and (folder / "runs.csv").is_file():
+        raise UsageError(
+            f"{folder} has runs.csv but no runs.parquet: it was written without pyarrow; "
+            "coorp plot reads Parquet: pip install 'coorp[parquet]' (make test installs "
+            "it) and run the sweep again (its cache makes that quick)"
+        )
     if runs.is_file():
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise UsageError(
+                f"reading {runs} needs pyarrow: pip install 'coorp[parquet]'"
+            ) from None
         table = pq.read_table(runs)
         missing = sorted(set(LONG_COLUMNS) - set(table.column_names) - set(_OPTIONAL))
         if missing:
