@@ -69,7 +69,7 @@ def learn_channel(
     (out_dir / "learn.json").write_text(json.dumps(json_safe(summary), indent=1) + "\n")
     title = (f"{sc.name}: reward vs simulated time ({c0.sync.upper()}, {mb}, "
              f"{spec.task.physics} task)")  # fmt: skip
-    for fig in plot_rewards(summary, out_dir / "reward", formats, title):
+    for fig in plot_rewards(summary, out_dir / "reward", formats, title, misses=True):
         console.print(f"figure: {fig}")
     wall = time.monotonic() - t_wall
     write_json(out_dir / "manifest.json", build_manifest(
