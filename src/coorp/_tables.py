@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["format_cell", "parquet_available", "parquet_note", "write_table"]
+__all__ = ["format_cell", "parquet_available", "parquet_note", "read_csv_rows", "write_table"]
 
 _skipped: list[Path] = []
 
@@ -74,6 +74,51 @@ def write_table(
         written.append(path_stem.with_suffix(".csv"))
         _write_csv(written[-1], columns)
     return written
+
+
+def _value(text: str, quoted: bool) -> object:
+    if quoted:
+        return text
+    if text == "":
+        return None
+    if text in ("true", "false"):
+        return text == "true"
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def read_csv_rows(path: Path) -> list[dict[str, object]]:
+    """The rows of a CSV table this module (or pyarrow) wrote, typed back: a quoted cell
+    is text, an empty one missing, ``true``/``false`` booleans, the rest numbers."""
+    text = path.read_text(encoding="utf-8")
+    records: list[list[object]] = []
+    row: list[object] = []
+    i, n = 0, len(text)
+    while i < n:
+        if text[i] == '"':  # a quoted cell: up to the lone closing quote
+            j, parts = i + 1, []
+            while True:
+                k = text.index('"', j)
+                parts.append(text[j:k])
+                if text.startswith('""', k):
+                    parts.append('"')
+                    j = k + 2
+                    continue
+                break
+            row.append(_value("".join(parts), True))
+            i = k + 1
+        else:
+            k = min((p for p in (text.find(",", i), text.find("\n", i)) if p >= 0), default=n)
+            row.append(_value(text[i:k], False))
+            i = k
+        if i >= n or text[i] == "\n":
+            records.append(row)
+            row = []
+        i += 1
+    header = [str(h) for h in records[0]] if records else []
+    return [dict(zip(header, r, strict=True)) for r in records[1:]]
 
 
 def parquet_note() -> str | None:
