@@ -42,7 +42,7 @@ from coorp.cli._options import (
     seeds_opt,
 )
 from coorp.cli._sweep import RunProgress, sweep_manifest
-from coorp.policies import policy_label, policy_names
+from coorp.policies import get_policy, policy_label, policy_names
 from coorp.report import (
     BH_ONLY,
     Comparison,
@@ -177,6 +177,8 @@ def register(app: typer.Typer) -> None:
         path = resolve_scenario(scenario)
         sc = load_scenario(path)
         names = policy_names() if policies is None else [p.strip() for p in policies.split(",")]
+        for name in names:
+            get_policy(name)  # an unknown name, before anything is created
         d = ensure_out_dir(out) if out is not None else None
         if seed_list is not None and len(seed_list) > 1:
             data = _multi_seed(

@@ -146,6 +146,10 @@ def register(app: typer.Typer) -> None:
                 f"{path} has no traffic: no [[flows]] and no [workload] section; add one "
                 "(docs/scenarios.md), or simulate a built-in scenario such as saturation-5"
             )
+        if sc.workload is not None:
+            from coorp.policies import get_policy
+
+            get_policy(policy or DEFAULT_POLICY)  # an unknown name, before the folder exists
         out_dir = ensure_out_dir(out) if out is not None else None
         if sc.workload is not None:
             _simulate_workload(sc, path, policy or DEFAULT_POLICY, seed, total, json_path,
