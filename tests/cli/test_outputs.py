@@ -100,3 +100,15 @@ def test_a_write_the_system_refuses_later_is_one_line(
     code, _, err = run_cli(capsys, "model", "--robots", "2", "--json", str(target))
     assert code == 1
     assert err == f"error: {target}: No space left on device\n"
+
+
+def test_json_next_to_the_out_dir_it_creates_is_fine(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``--out results/lc --json results/lc.json`` from a fresh clone: the --out folder
+    creates results/ before anything is written (docs/simulator.md's example)."""
+    out, js = tmp_path / "results" / "lc", tmp_path / "results" / "lc.json"
+    code, _, err = run_cli(capsys, "simulate", "saturation-5", "--duration", "0.01",
+                           "--out", str(out), "--json", str(js))  # fmt: skip
+    assert code == 0, err
+    assert js.stat().st_size > 0 and (out / "summary.json").is_file()

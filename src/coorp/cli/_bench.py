@@ -135,9 +135,10 @@ def register(app: typer.Typer) -> None:
             max_seconds=max_seconds,
             consume=parse_names(consume) or [],
         )
+        default_plot = plot_path == BROADCAST_PLOT
         if json_path is not None:
-            check_out_file(json_path, "--json")
-        check_out_file(plot_path, "--plot", create_dir=plot_path == BROADCAST_PLOT)
+            check_out_file(json_path, "--json", made=plot_path.parent if default_plot else None)
+        check_out_file(plot_path, "--plot", create_dir=default_plot)
         console = Console(stderr=False)
         load_before = os.getloadavg()[0]
         # SIGTERM ends the run through the harness's cleanup (no files left behind).

@@ -119,10 +119,10 @@ def _seed_list(seed: int | None, seeds: str | None) -> list[int] | None:
     return seeds_option(seeds)
 
 
-def _json_target(json_path: str | None) -> Path | None:
+def _json_target(json_path: str | None, out: Path | None) -> Path | None:
     if json_path is None or json_path == "-":
         return None
-    return check_out_file(Path(json_path), "--json")
+    return check_out_file(Path(json_path), "--json", made=out)
 
 
 def register(app: typer.Typer) -> None:
@@ -167,7 +167,7 @@ def register(app: typer.Typer) -> None:
         # Every argument is checked before the first simulation.
         formats = figure_formats(fmt)
         to_stdout = json_path == "-"
-        json_file = _json_target(json_path)
+        json_file = _json_target(json_path, out)
         show = Console(stderr=True, highlight=False, width=console.width) if to_stdout else console
         seed_list = _seed_list(seed, seeds)
         duration_ns = duration_ns_option(duration)

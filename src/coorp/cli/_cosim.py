@@ -152,7 +152,7 @@ def register(app: typer.Typer) -> None:
         if out is not None:
             check_out_dir(out)
         if json_path is not None:
-            check_out_file(json_path, "--json")
+            check_out_file(json_path, "--json", made=out)
         load_policy_options(policy_module)
         names = parse_names(policies) or []
         if not names or len(set(names)) != len(names):
@@ -163,7 +163,7 @@ def register(app: typer.Typer) -> None:
         if trace is not None:
             if trace.suffix != ".mcap":
                 raise UsageError(f"--trace {trace}: the file name must end in .mcap")
-            check_out_file(trace, "--trace")
+            check_out_file(trace, "--trace", made=out)
         out_dir = ensure_out_dir(out) if out is not None else None
         several = len(names) * len(seed_list) > 1
         results: dict[str, list[Any]] = {}

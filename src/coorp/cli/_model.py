@@ -282,7 +282,7 @@ def register(app: typer.Typer) -> None:
         if simulate and not duration > 0:
             raise UsageError(f"--duration must be > 0 seconds, got {duration}")
         if json_path is not None:
-            check_out_file(json_path, "--json")
+            check_out_file(json_path, "--json", made=out)
         if out is not None:
             check_out_dir(out)
         params = params_from_scenario(sc, bandwidth_mbps=bandwidth, source=str(scenario))

@@ -263,16 +263,24 @@ def ensure_out_dir(path: Path, flag: str = "--out") -> Path:
     return path
 
 
-def check_out_file(path: Path, flag: str, *, create_dir: bool = False) -> Path:
+def check_out_file(
+    path: Path, flag: str, *, create_dir: bool = False, made: Path | None = None
+) -> Path:
     """Refuse an output file whose folder is missing or not writable (or that is a
-    directory), before any work; with ``create_dir`` (a default path Coorp chose)
-    create the folder instead."""
+    directory), before any work. With ``create_dir`` (a default path Coorp chose) the
+    folder is created instead; ``made`` is a directory the command creates (its --out):
+    a file in it or in one of its parents is fine (``--out results/x --json
+    results/x.json``), as that folder will exist before anything is written."""
     if path.is_dir():
         raise UsageError(f"{flag} {path} is a directory; give a file name")
     parent = path.parent
     if create_dir:
         ensure_out_dir(parent, flag)
         return path
+    if made is not None and not parent.is_dir():
+        target = made.resolve()
+        if parent.resolve() in (target, *target.parents):
+            return path
     if not parent.is_dir():
         what = "is not a directory" if parent.exists() else "does not exist"
         raise UsageError(

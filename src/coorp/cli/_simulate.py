@@ -133,7 +133,7 @@ def register(app: typer.Typer) -> None:
         if out is not None:
             check_out_dir(out)
         if json_path is not None:
-            check_out_file(json_path, "--json")
+            check_out_file(json_path, "--json", made=out)
         load_policy_options(policy_module)
         total = duration_ns if duration_ns is not None else round(sc.duration_s * 1e9)
         if sc.workload is None and policy is not None:
