@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import textwrap
 from pathlib import Path
 
 import pytest
-import typer
 
 from cli_run import run_cli
 from coorp import __version__
-from coorp.cli import app
 from coorp.policies import _plugins, _registry
 from coorp.sim import COMPILED
 
@@ -262,42 +259,3 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert ("compiled (mypyc)" in stdout) == COMPILED
     if not COMPILED:
         assert "plain Python" in stdout
-
-
-@pytest.mark.parametrize(
-    ("command", "literal"),
-    [("simulate", "[workload]"), ("simulate", "[[flows]]"), ("compare", "[workload]"),
-     ("sweep", "pip install 'coorp[ray]'")],
-)  # fmt: skip
-def test_brackets_survive_rich_markup_in_help(
-    capsys: pytest.CaptureFixture[str], command: str, literal: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setitem(os.environ, "COLUMNS", "250")
-    code, stdout, _ = run_cli(capsys, command, "--help")
-    assert code == 0
-    assert literal in " ".join(stdout.split())  # rich may wrap; compare without line breaks
-
-
-def _help_texts(cmd: object, path: str = "coorp") -> list[tuple[str, str]]:
-    """(where, text) of every command's and parameter's help, walking sub-commands.
-    Typer vendors its own click, so a group is anything with ``commands``, not a
-    ``click.Group`` (that check once made this walk stop at the top level)."""
-    texts = [(path, getattr(cmd, "help", None) or "")]
-    params = getattr(cmd, "params", [])
-    texts += [(f"{path} {p.name}", getattr(p, "help", None) or "") for p in params]
-    for name, sub in (getattr(cmd, "commands", None) or {}).items():
-        texts += _help_texts(sub, f"{path} {name}")
-    return texts
-
-
-def test_no_help_text_has_an_unescaped_bracket() -> None:
-    """Rich swallows "[word]" as markup: every bracket in help text must be escaped."""
-    import re
-
-    texts = _help_texts(typer.main.get_command(app))
-    walked = {where for where, _ in texts}
-    # The walk reaches every command and its options (it once saw only the top level).
-    assert {"coorp sweep", "coorp sweep ray", "coorp compare fmt", "coorp plot fmt",
-            "coorp simulate scenario"} <= walked  # fmt: skip
-    bad = [(where, text) for where, text in texts if re.search(r"(?<!\\)\[(?=[A-Za-z\[])", text)]
-    assert bad == []
