@@ -1,30 +1,46 @@
 # Two entry points: `make demo` and `make test`. Both build .venv from scratch when needed.
+#
+# One .venv, two levels: `make demo` installs the core only (`pip install -e .`: what
+# `coorp compare` needs, ~260 MB), `make test` every extra as well (the dev tools, Parquet,
+# Ray, MuJoCo, DDS, Zenoh, ...; ~1.1 GB). `make test` after `make demo` adds the extras to
+# the same .venv; `make demo` after `make test` finds what it needs. Each level has its
+# stamp (.venv/.installed-core, .venv/.installed); installing everything refreshes both.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
-EXTRAS ?= dev,transport,ray,cosim,learn,team,transparent
+CORE := $(VENV)/.installed-core
+FULL := $(VENV)/.installed
+EXTRAS ?= dev,parquet,transport,ray,cosim,learn,team,transparent
 
 .PHONY: demo test lint typecheck bench clean venv native
 
 # The install compiles the simulator, control algorithms and policy hooks with mypyc
 # (src/coorp/_accel/_build_hook.py, ~60 s); without a C compiler it falls back to plain
 # Python and `native` says so, once.
-$(STAMP): pyproject.toml Makefile
+$(CORE): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(FULL): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
-	touch $(STAMP)
+	touch $@ $(CORE)
 
-venv: $(STAMP)
+venv: $(FULL)
 
 # Rebuild the compiled modules if their sources were edited since they were built (an
 # editable install would otherwise fall back to plain Python, with a warning), then
-# print one line: compiled, or plain Python and why.
-native: $(STAMP)
+# print one line: compiled, or plain Python and why. (The rebuild needs the dev extra's
+# mypy: a demo-only .venv keeps what the install compiled.)
+native: $(FULL)
 	@COORP_PURE=1 $(BIN)/python -m coorp._accel ensure
 
-demo: native
+# The demo prints its own wall time, with the machine's cores and load.
+demo: $(CORE)
+	@COORP_PURE=1 $(BIN)/python -m coorp._accel ensure
 	$(BIN)/coorp compare scenarios/crl-5.toml --seeds 1-5 --out results/demo
 
 test: native
@@ -33,11 +49,11 @@ test: native
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
-lint: $(STAMP)
+lint: $(FULL)
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/ruff format --check src tests benchmarks examples
 
-typecheck: $(STAMP)
+typecheck: $(FULL)
 	$(BIN)/mypy
 
 bench: native

@@ -1,10 +1,12 @@
 """Cross-check coorp's channel simulator against ns-3 and Bianchi's model.
 
-The same saturated 802.11ac uplink in all three: N stations, each sending IP packets of
+The same saturated uplink in all three: N stations, each sending IP packets of
 ``--payload`` bytes as fast as the channel allows to one access point, 80 MHz, 2 spatial
-streams, long guard interval, a fixed VHT MCS, control frames at 24 Mb/s, AC_BE with the
-standard EDCA parameters (AIFSN 3, CWmin 15, CWmax 1023, no TXOP limit), A-MPDU
-aggregation (up to 64 MPDUs / 1 048 575 bytes) or none, basic access or RTS/CTS.
+streams, a fixed MCS, control frames at 24 Mb/s, AC_BE with the standard EDCA parameters
+(AIFSN 3, CWmin 15, CWmax 1023, no TXOP limit), A-MPDU aggregation (up to 64 MPDUs /
+1 048 575 bytes) or none, basic access or RTS/CTS. ``--standard ac`` (default): 802.11ac,
+VHT PPDUs, long guard interval; ``--standard ax``: 802.11ax, HE SU PPDUs, HE-MCS 0-11,
+guard interval ``--gi`` ns (800 default; ns-3's own default is 3200, so it is set).
 
 * ns-3 (Python bindings of the PyPI wheel ``ns3``, ``pip install 'coorp[ns3]'``):
   YansWifiChannel with the default log-distance loss, stations on a 1 m circle around
@@ -16,7 +18,9 @@ aggregation (up to 64 MPDUs / 1 048 575 bytes) or none, basic access or RTS/CTS.
 * Bianchi: :func:`coorp.analysis.saturation_throughput`.
 
 Two things in ns-3 differ from coorp and its model by construction (docs/validation.md):
-ns-3 3.44 leaves VHT-SIG-B out of VHT SU PPDUs (4 µs less per data PPDU), and what a
+ns-3 3.44 leaves VHT-SIG-B out of VHT SU PPDUs (4 µs less per data PPDU) and times HE
+PPDUs its own way (8 µs per HE-LTF whatever the GI, BCC-style symbol count without the
+LDPC extra symbol: ``ns3_data_ns``), and what a
 station does after overhearing a collision depends in ns-3 on the SINR at which it hears
 it (no sync: AIFS; sync and error: EIFS), where coorp has everyone wait out the missing
 response. ``--ns3-rx`` runs ns-3 with other PHY settings that pin down that rule (``nav``
@@ -32,6 +36,7 @@ install it and still shows the coorp and Bianchi columns (exit status 0).
     python benchmarks/ns3_crosscheck.py --n 1,5,10 --duration 2 --json results/ns3.json
     python benchmarks/ns3_crosscheck.py --variants single-basic --n 10,40 \\
         --ns3-rx default,nav,aifs --ns3-trace
+    python benchmarks/ns3_crosscheck.py --standard ax --mcs 11 --n 1,5,10,20
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from coorp.analysis import ampdu_size, saturation_throughput, slot_throughput
-from coorp.phy import ACK_BYTES, SIFS_NS, SLOT_NS, legacy_duration_ns
+from coorp.phy import ACK_BYTES, SIFS_NS, SLOT_NS, HeMode, legacy_duration_ns
 from coorp.scenario import AccessCategory, RetryPolicy, Scenario, parse_scenario
 from coorp.sim import simulate
 from coorp.sim.timing import ExchangeTiming, aifs_ns, edca_params, mpdu_bytes, psdu_bytes
@@ -86,6 +91,9 @@ class Config:
     mcs: int = 7
     payload_bytes: int = 1500
     retry_policy: str = "ns3"
+    standard: str = "ac"
+    gi_ns: int = 800  # HE only
+    mpdus: int = 64  # MPDUs per A-MPDU: the Block Ack window (up to 256 with HE)
 
     @property
     def variant(self) -> str:
@@ -98,7 +106,7 @@ class Config:
 
 
 def coorp_scenario(cfg: Config) -> Scenario:
-    mac: dict[str, Any] = {"retry_policy": cfg.retry_policy}
+    mac: dict[str, Any] = {"retry_policy": cfg.retry_policy, "max_ampdu_mpdus": cfg.mpdus}
     if not cfg.aggregation:
         mac["edca"] = {"BE": {"aggregation": False}}
     if cfg.rts:
@@ -107,8 +115,11 @@ def coorp_scenario(cfg: Config) -> Scenario:
         {
             "name": f"saturation-{cfg.variant}-{cfg.n}",
             "packet_bytes": cfg.payload_bytes,
-            "phy": {"width_mhz": 80, "spatial_streams": 2, "guard_interval": "long"},
+            "phy": _phy(cfg),
             "mac": mac,
+            # A ring that holds two full A-MPDUs (the default 128 packets would cap one
+            # at 128 MPDUs with a 256-MPDU window).
+            "hw_queue": {"capacity_packets": max(128, 2 * cfg.mpdus)},
             "links": {"mode": "fixed", "mcs": cfg.mcs},
             "stations": [{"name": "ap"}] + [{"name": f"sta{i}"} for i in range(cfg.n)],
             "flows": [
@@ -117,6 +128,13 @@ def coorp_scenario(cfg: Config) -> Scenario:
             ],
         }
     )
+
+
+def _phy(cfg: Config) -> dict[str, Any]:
+    if cfg.standard == "ax":
+        return {"standard": "ax", "width_mhz": 80, "spatial_streams": 2,
+                "he_guard_interval_ns": cfg.gi_ns}  # fmt: skip
+    return {"width_mhz": 80, "spatial_streams": 2, "guard_interval": "long"}
 
 
 def bianchi_mbps(cfg: Config) -> float:
@@ -135,6 +153,31 @@ EIFS_MINUS_DIFS_NS = SIFS_NS + legacy_duration_ns(ACK_BYTES, 6)
 #: NAVTimeout = 2 SIFS + CTS + aRxPHYStartDelay + 2 slots (802.11-2016 10.3.2.4); ns-3 uses
 #: the 20 µs non-HT preamble + header for aRxPHYStartDelay.
 NAV_TIMEOUT_EXTRA_NS = SIFS_NS + 20_000 + 2 * SLOT_NS  # beyond coorp's SIFS + CTS
+
+
+def ns3_data_ns(cfg: Config, timing: ExchangeTiming, psdu: int) -> int:
+    """How long ns-3 3.44 takes to send a data PPDU of ``psdu`` bytes.
+
+    VHT: coorp's minus VHT-SIG-B. HE (``HePhy``, ``HtPhy::GetPayloadDuration``): L-STF +
+    L-LTF 16 µs, L-SIG + RL-SIG 8, HE-SIG-A 8, HE-STF 4, 8 µs per HE-LTF whatever the
+    guard interval (its "TODO extract from TxVector"), then ``ceil((16 + 8 L + 6) /
+    N_DBPS)`` symbols - one BCC tail, no LDPC extra symbol, no packet extension - with
+    N_DBPS from ns-3's per-stream rate ``ceil(N_SD · bits · R / T_SYM)`` (b/s)."""
+    if cfg.standard != "ax":
+        return timing.data_ns(psdu, cfg.mcs) - NS3_VHT_SU_SHORTER_NS
+    mode = timing.mode(cfg.mcs)
+    assert isinstance(mode, HeMode)
+    # OfdmPhy::CalculateDataRate, in the same double arithmetic.
+    bits = mode.coded_bits_per_symbol // (mode.nss * 980)
+    rate = mode.coding_rate
+    per_stream_bps = math.ceil(
+        (1e9 / mode.symbol_ns) * 980 * bits * (rate.numerator / rate.denominator)
+    )
+    n_dbps = mode.nss * per_stream_bps * mode.symbol_ns / 1e9
+    n_sym = math.ceil((16 + 8 * psdu + 6) / n_dbps)
+    return 36_000 + 8_000 * mode.nss + n_sym * mode.symbol_ns
+
+
 #: The model matching each ``--ns3-rx`` setting: how long a collision keeps the others off.
 RX_MODEL_COLLISION = {"nav": "nav", "aifs": "aifs", "eifs": "eifs"}
 
@@ -155,12 +198,12 @@ def model_mbps(cfg: Config, *, ns3_airtime: bool = False, collision: str = "coor
     sc = coorp_scenario(cfg)
     phy, mac = sc.phy, sc.mac
     params = edca_params(mac)[AccessCategory.BE]
-    timing = ExchangeTiming(phy)
+    timing = ExchangeTiming(phy, ba_window=mac.max_ampdu_mpdus)
     k = ampdu_size(cfg.payload_bytes, cfg.mcs, phy, mac)
     psdu = psdu_bytes([mpdu_bytes(cfg.payload_bytes)] * k)
     rts = psdu > mac.rts_threshold_bytes
     block_ack = params.aggregation and k > 1
-    data = timing.data_ns(psdu, cfg.mcs) - (NS3_VHT_SU_SHORTER_NS if ns3_airtime else 0)
+    data = ns3_data_ns(cfg, timing, psdu) if ns3_airtime else timing.data_ns(psdu, cfg.mcs)
     aifs = aifs_ns(params.aifsn)
     ns3 = block_ack and mac.retry_policy is RetryPolicy.NS3 and not rts
     first = timing.rts_ns if rts else data
@@ -440,17 +483,28 @@ def run_ns3(
         phy.DisablePreambleDetectionModel()  # "nav": the AP gets it back below
 
     wifi = ns.WifiHelper()
-    wifi.SetStandard(ns.WIFI_STANDARD_80211ac)
+    if cfg.standard == "ax":
+        wifi.SetStandard(ns.WIFI_STANDARD_80211ax)
+        wifi.ConfigHeOptions("GuardInterval", ns.TimeValue(ns.NanoSeconds(cfg.gi_ns)))
+    else:
+        wifi.SetStandard(ns.WIFI_STANDARD_80211ac)
+    data_mode = f"{'He' if cfg.standard == 'ax' else 'Vht'}Mcs{cfg.mcs}"
     wifi.SetRemoteStationManager(
         "ns3::ConstantRateWifiManager",
-        "DataMode", ns.StringValue(f"VhtMcs{cfg.mcs}"),
+        "DataMode", ns.StringValue(data_mode),
         "ControlMode", ns.StringValue("OfdmRate24Mbps"),
         "RtsCtsThreshold", ns.UintegerValue(0 if cfg.rts else 4_692_480),
     )  # fmt: skip
     mac = ns.WifiMacHelper()
     ssid = ns.Ssid("coorp")
     ampdu = ns.UintegerValue(1_048_575 if cfg.aggregation else 0)
-    mac.SetType("ns3::StaWifiMac", "Ssid", ns.SsidValue(ssid), "BE_MaxAmpduSize", ampdu)
+    # The Block Ack window: ns-3 caps MpduBufferSize (default 1024) at the standard's
+    # largest, 64 for VHT and 256 for HE; set it so that both sides aggregate alike.
+    buf = ns.UintegerValue(cfg.mpdus)
+    mac.SetType(
+        "ns3::StaWifiMac", "Ssid", ns.SsidValue(ssid), "BE_MaxAmpduSize", ampdu,
+        "MpduBufferSize", buf,
+    )  # fmt: skip
     sta_devs = wifi.Install(phy, mac, stas)
     if rx == "nav":
         # Every station decodes the first frame of a collision (no preamble detection,
@@ -459,7 +513,10 @@ def run_ns3(
         # decodes none of them.
         _set_error_free(ns, sta_devs)
         phy.SetPreambleDetectionModel("ns3::ThresholdPreambleDetectionModel")
-    mac.SetType("ns3::ApWifiMac", "Ssid", ns.SsidValue(ssid), "BE_MaxAmpduSize", ampdu)
+    mac.SetType(
+        "ns3::ApWifiMac", "Ssid", ns.SsidValue(ssid), "BE_MaxAmpduSize", ampdu,
+        "MpduBufferSize", buf,
+    )  # fmt: skip
     ap_devs = wifi.Install(phy, mac, ap)
 
     mobility = ns.MobilityHelper()
@@ -580,6 +637,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=float, default=0.5, help="ns-3 warm-up after sources start")
     ap.add_argument("--variants", default="ampdu-basic,single-basic", help=f"any of {VARIANTS}")
     ap.add_argument("--mcs", type=int, default=7)
+    ap.add_argument(
+        "--standard", choices=("ac", "ax"), default="ac", help="802.11ac (VHT) or 802.11ax (HE)"
+    )
+    ap.add_argument("--gi", type=int, default=800, help="HE guard interval, ns (800, 1600, 3200)")
+    ap.add_argument(
+        "--mpdus", type=int, default=64, help="MPDUs per A-MPDU, both sides (<= 64; <= 256 with ax)"
+    )
     ap.add_argument("--payload", type=int, default=1500, help="IP packet bytes")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument(
@@ -600,7 +664,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--no-ns3", action="store_true", help="skip ns-3 even if importable")
     ap.add_argument("--json", type=Path, help="also write the rows here")
+    ap.add_argument(
+        "--from-json", type=Path, help="print the tables of a saved --json file; run nothing"
+    )
     args = ap.parse_args(argv)
+    if args.from_json is not None:
+        saved = json.loads(args.from_json.read_text())
+        first = saved["rows"][0]
+        args.n = ",".join(str(r["n"]) for r in saved["rows"])
+        args.ns3_rx = ",".join(saved["ns3_rx"])
+        args.variants = ",".join(dict.fromkeys(r["variant"] for r in saved["rows"]))
+        for key in ("mcs", "standard", "mpdus"):
+            setattr(args, key, first.get(key, getattr(args, key)))
+        args.gi, args.payload = first.get("gi_ns", args.gi), first["payload_bytes"]
+        args.duration, args.no_ns3, args.json = first["simulated_s"], True, None
     ns_list = [int(x) for x in args.n.split(",") if x.strip()]
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     for v in variants:
@@ -615,14 +692,19 @@ def main(argv: list[str] | None = None) -> int:
         console = Console(width=160)  # keep the table readable when piped or logged
 
     ns, import_s, why = (None, 0.0, "--no-ns3") if args.no_ns3 else import_ns3()
-    if ns is None and not args.no_ns3:
+    if ns is None and not args.no_ns3 and args.from_json is None:
         console.print(escape(INSTALL_HINT), style="yellow")
         console.print(escape(f"({why})"), style="dim")
 
     rows: list[dict[str, Any]] = []
-    for variant in variants:
-        for n in ns_list:
-            cfg = Config.from_variant(n, variant, mcs=args.mcs, payload_bytes=args.payload)
+    for variant, n in (
+        [] if args.from_json is not None else [(v, n) for v in variants for n in ns_list]
+    ):
+        if True:  # one run per (variant, N)
+            cfg = Config.from_variant(
+                n, variant, mcs=args.mcs, payload_bytes=args.payload, standard=args.standard,
+                gi_ns=args.gi, mpdus=args.mpdus,
+            )  # fmt: skip
             model = bianchi_mbps(cfg)
             ours = run_coorp(cfg, args.duration, args.seed)
             ns3: dict[str, dict[str, Any]] = {}
@@ -675,16 +757,22 @@ def main(argv: list[str] | None = None) -> int:
                 }
             )
             console.print(f"[dim]done: {variant} N={n}[/dim]")
+    if args.from_json is not None:
+        rows = saved["rows"]
 
+    phy_txt = (
+        f"HE-MCS {args.mcs}, {args.gi} ns GI" if args.standard == "ax" else (f"VHT MCS {args.mcs}")
+    )
     table = Table(
-        title=f"Saturated uplink, 80 MHz 2x2 VHT MCS {args.mcs}, {args.payload} B packets, "
-        f"{args.duration:g} s simulated (retry policy: ns3)"
+        title=f"Saturated uplink, 80 MHz 2x2 {phy_txt}, {args.payload} B packets, "
+        f"up to {args.mpdus} MPDUs, {args.duration:g} s simulated (retry policy: ns3)"
     )
     cols = ["variant", "N", "Bianchi Mb/s", "coorp Mb/s"]
     for rx in rx_list:
         if rx in RX_MODEL_COLLISION:
             cols.append(f"model ({rx}) Mb/s")
         cols.append(f"ns-3 ({rx}) Mb/s")
+    cols += [f"coorp / ns-3 ({rx})" for rx in rx_list]
     cols += ["coorp wall s"] + [f"ns-3 ({rx}) wall s" for rx in rx_list]
     for col in cols:
         table.add_column(col, justify="left" if col == "variant" else "right")
@@ -701,6 +789,9 @@ def main(argv: list[str] | None = None) -> int:
             if x["model_mbps"] is not None:
                 cells.append(f"{ref:.1f}")
             cells.append("-" if x["mbps"] is None else f"{x['mbps']:.1f}{_pct(x['mbps'], ref)}")
+        for rx in rx_list:
+            m = r["ns3"][rx]["mbps"]
+            cells.append("-" if m is None else f"{100 * (r['coorp_mbps'] / m - 1):+.1f}%")
         cells.append(f"{r['coorp_wall_s']:.2f}")
         for rx in rx_list:
             w = r["ns3"][rx]["wall_s"]
@@ -712,9 +803,11 @@ def main(argv: list[str] | None = None) -> int:
     console.print(
         "Percentages: coorp and ns-3 (default) against Bianchi (coorp's airtime and collision "
         "rule); every other ns-3 column against its model (...) column (ns-3's airtime - no "
-        "VHT-SIG-B - and that setting's collision length; see --help)."
+        "VHT-SIG-B, or its HE timing - and that setting's collision length; see --help)."
     )
-    if ns is not None:
+    if args.from_json is not None:
+        console.print(f"(from {args.from_json}: {saved.get('command', '')})")
+    elif ns is not None:
         console.print(
             f"ns-3 {ns3_version()}: import {import_s:.1f} s; per-run start-up (build, association, "
             f"{args.warmup:g} s warm-up) shown in the JSON as startup_s."

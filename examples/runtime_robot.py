@@ -3,8 +3,8 @@
 Sends a 30 Hz perception to the leader robot's inbox and, every ``--every-s``
 seconds, a parameter update as a coordinated bulk message; prints what it received.
 
-    coorp leader --config scenarios/team-example.toml            # on the leader host
-    python examples/runtime_robot.py --config scenarios/team-example.toml \\
+    coorp leader --config examples/team-example.toml            # on the leader host
+    python examples/runtime_robot.py --config examples/team-example.toml \\
         --robot r1 --dest 192.168.50.1:7401                      # on robot r1
 """
 

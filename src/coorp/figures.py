@@ -64,6 +64,11 @@ _BUILTIN: dict[str, PolicyStyle] = {
     # The reference bound (not deployable): black, long dashes.
     "oracle": PolicyStyle("#000000", (0, (7, 3)), "*", "++"),
     "bh-only": PolicyStyle("#999999", (0, (1, 1)), "x", "oo"),  # grey
+    # 802.11ax baselines: the palette's two colours left, and coorp's hue, darker;
+    # markers none of the fallback styles uses.
+    "ofdma": PolicyStyle("#56B4E9", (0, (5, 1)), "P", "--"),  # sky blue
+    "rtwt": PolicyStyle("#F0E442", (0, (3, 1, 1, 1)), "+", "/"),  # yellow
+    "coorp-rtwt": PolicyStyle("#00604A", (0, (4, 1, 1, 1, 1, 1)), "4", "\\\\"),
 }
 _USER: dict[str, PolicyStyle] = {}
 

@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import textwrap
 from pathlib import Path
 
 import pytest
-import typer
 
 from cli_run import run_cli
 from coorp import __version__
-from coorp.cli import app
 from coorp.policies import _plugins, _registry
 from coorp.sim import COMPILED
 
@@ -217,6 +214,41 @@ def test_compare_runs_a_user_policy_and_writes_raw_tables(
         assert len(list(csv.DictReader(f))) == data["policies"]["cli-test-policy"]["loops"]
 
 
+def test_compare_set_turns_a_shipped_scenario_into_802_11ax(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "ax"
+    code, _, err = run_cli(
+        capsys, "compare", "crl-2", "--set", "phy.standard=ax", "--set", "ofdma.max_users=2",
+        "--duration", "0.3", "--policies", "edca,ofdma", "--jobs", "1", "--quiet",
+        "--out", str(out),
+    )  # fmt: skip
+    assert code == 0, err
+    data = json.loads((out / "compare.json").read_text())
+    assert data["policies"]["ofdma"]["infeasible"] is None
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["scenario"]["phy"]["standard"] == "ax"
+    assert manifest["scenario"]["policy"]["ofdma"]["max_users"] == 2
+    stats = json.loads((out / "policy_stats.json").read_text())
+    assert stats["ofdma"]["ul_ofdma"]["bsrp_triggers"] > 0  # the AP polls its stations
+
+
+@pytest.mark.parametrize(
+    ("flag", "says"),
+    [
+        ("phy.standard=ax,ac", "coorp compare takes one value per key"),
+        ("phy.standard=be", "phy.standard"),
+        ("phy.nonsense=1", "is not a scenario key"),
+    ],
+)
+def test_compare_set_errors_are_one_paragraph(
+    capsys: pytest.CaptureFixture[str], flag: str, says: str
+) -> None:
+    code, stdout, err = run_cli(capsys, "compare", "crl-2", "--set", flag, "--duration", "0.1")
+    assert code == 2 and stdout == ""
+    assert says in err and "Traceback" not in err
+
+
 # -- --version and help ---------------------------------------------------------------------
 
 
@@ -227,42 +259,3 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert ("compiled (mypyc)" in stdout) == COMPILED
     if not COMPILED:
         assert "plain Python" in stdout
-
-
-@pytest.mark.parametrize(
-    ("command", "literal"),
-    [("simulate", "[workload]"), ("simulate", "[[flows]]"), ("compare", "[workload]"),
-     ("sweep", "pip install 'coorp[ray]'")],
-)  # fmt: skip
-def test_brackets_survive_rich_markup_in_help(
-    capsys: pytest.CaptureFixture[str], command: str, literal: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setitem(os.environ, "COLUMNS", "250")
-    code, stdout, _ = run_cli(capsys, command, "--help")
-    assert code == 0
-    assert literal in " ".join(stdout.split())  # rich may wrap; compare without line breaks
-
-
-def _help_texts(cmd: object, path: str = "coorp") -> list[tuple[str, str]]:
-    """(where, text) of every command's and parameter's help, walking sub-commands.
-    Typer vendors its own click, so a group is anything with ``commands``, not a
-    ``click.Group`` (that check once made this walk stop at the top level)."""
-    texts = [(path, getattr(cmd, "help", None) or "")]
-    params = getattr(cmd, "params", [])
-    texts += [(f"{path} {p.name}", getattr(p, "help", None) or "") for p in params]
-    for name, sub in (getattr(cmd, "commands", None) or {}).items():
-        texts += _help_texts(sub, f"{path} {name}")
-    return texts
-
-
-def test_no_help_text_has_an_unescaped_bracket() -> None:
-    """Rich swallows "[word]" as markup: every bracket in help text must be escaped."""
-    import re
-
-    texts = _help_texts(typer.main.get_command(app))
-    walked = {where for where, _ in texts}
-    # The walk reaches every command and its options (it once saw only the top level).
-    assert {"coorp sweep", "coorp sweep ray", "coorp compare fmt", "coorp plot fmt",
-            "coorp simulate scenario"} <= walked  # fmt: skip
-    bad = [(where, text) for where, text in texts if re.search(r"(?<!\\)\[(?=[A-Za-z\[])", text)]
-    assert bad == []

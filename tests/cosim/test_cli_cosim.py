@@ -65,7 +65,7 @@ def test_cosim_errors_are_clear(
     capsys: pytest.CaptureFixture[str], scenario: Path, tmp_path: Path
 ) -> None:
     code, _, err = run_cli(capsys, "cosim", str(scenario), "--coupling", "sliding")
-    assert code == 2 and "--coupling 'sliding'" in err and "velocity-window" in err
+    assert code == 2 and "'--coupling'" in err and "'sliding'" in err and "velocity-window" in err
     code, _, err = run_cli(capsys, "cosim", str(scenario), "--policies", "nope")
     assert code == 2 and "nope" in err
     code, _, err = run_cli(capsys, "cosim", str(scenario), "--trace", str(tmp_path / "t.json"))

@@ -44,7 +44,8 @@ def test_learn_prints_table_and_writes_figure_and_json(
 ) -> None:
     code, out = _cli(
         capsys, "learn", "crl-2", "--policies", "edca,coorp", "--seeds", "1-2",
-        "--duration", "3", "--hidden", "8", "--envs", "2", "--out", str(tmp_path),
+        "--duration", "3", "--hidden", "8", "--envs", "2", "--air-params", "model",
+        "--out", str(tmp_path),
     )  # fmt: skip
     assert code == 0, out
     assert "learning over the air: crl-2, BSP" in out and "time to target" in out
@@ -54,19 +55,39 @@ def test_learn_prints_table_and_writes_figure_and_json(
     assert (tmp_path / "reward.png").stat().st_size > 0
 
 
+def test_learn_counts_the_scenarios_parameters_on_the_air_by_default(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The scenario says what travels per sync (crl-2: 40 MB); the learned model stays
+    small. --air-params model / N choose otherwise."""
+    args = ("learn", "crl-2", "--policies", "coorp", "--seeds", "1", "--duration", "1",
+            "--hidden", "8", "--envs", "2")  # fmt: skip
+    for extra, air_bytes in (((), 40_000_000), (("--air-params", "1000"), 4000)):
+        code, out = _cli(capsys, *args, *extra, "--out", str(tmp_path))
+        assert code == 0, out
+        cfg = json.loads((tmp_path / "learn.json").read_text())["config"]
+        assert cfg["air_bytes"] == air_bytes
+    code, out = _cli(capsys, *args, "--air-params", "model", "--out", str(tmp_path))
+    cfg = json.loads((tmp_path / "learn.json").read_text())["config"]
+    assert code == 0 and cfg["air_bytes"] == 4 * cfg["params"] < 40_000
+    code, out = _cli(capsys, *args, "--air-params", "huge")
+    assert code == 2 and "--air-params 'huge': give scenario, model or a parameter count" in out
+
+
 def test_learn_refuses_bad_options(capsys: pytest.CaptureFixture[str]) -> None:
     code, out = _cli(capsys, "learn", "crl-2", "--sync", "bulk")
-    assert code == 2 and "--sync must be bsp, ssp or asp" in out
+    assert code == 2 and "'--sync'" in out and "'bsp', 'ssp', 'asp'" in out
     code, out = _cli(capsys, "learn", "crl-2", "--seeds", "3-1")
     assert code == 2 and "is empty" in out
     code, out = _cli(capsys, "learn", "crl-2", "--physics", "bullet")
-    assert code == 2 and "physics must be one of points, mujoco, got 'bullet'" in out
+    assert code == 2 and "'--physics'" in out and "'points', 'mujoco'" in out
 
 
 def test_learn_on_the_mujoco_task(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, out = _cli(
         capsys, "learn", "crl-2", "--policies", "coorp", "--seeds", "1", "--physics", "mujoco",
-        "--duration", "3", "--hidden", "8", "--envs", "2", "--out", str(tmp_path),
+        "--duration", "3", "--hidden", "8", "--envs", "2", "--air-params", "model",
+        "--out", str(tmp_path),
     )  # fmt: skip
     assert code == 0, out
     res = json.loads((tmp_path / "learn.json").read_text())
@@ -76,7 +97,8 @@ def test_learn_on_the_mujoco_task(capsys: pytest.CaptureFixture[str], tmp_path: 
 def test_learn_asp_reports_staleness(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, out = _cli(
         capsys, "learn", "crl-5", "--policies", "edca", "--seeds", "1", "--sync", "asp",
-        "--duration", "3", "--hidden", "8", "--envs", "2", "--out", str(tmp_path),
+        "--duration", "3", "--hidden", "8", "--envs", "2", "--air-params", "model",
+        "--out", str(tmp_path),
     )  # fmt: skip
     assert code == 0, out
     row = json.loads((tmp_path / "learn.json").read_text())["policies"]["edca"]

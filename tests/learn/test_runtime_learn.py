@@ -130,13 +130,13 @@ def test_cli_runtime_writes_results_and_manifest(
     [
         (["--modes", "coorp,udp"], "unknown mode(s) ['udp'] for --modes; allowed: coorp, tcp"),
         (["--sync", "ssp"], "--sync ssp is simulated only; --runtime supports bsp and asp"),
-        (["--net", "wifi"], "--net must be one of netns, loopback, got 'wifi'"),
+        (["--net", "wifi"], "'wifi' is not one of 'netns', 'loopback'"),
         (["--rate-mbit", "0"], "--rate-mbit must be positive, got 0.0"),
-        (["--max-versions", "0"], "--max-versions must be >= 1, got 0"),
+        (["--max-versions", "0"], "Invalid value for '--max-versions'"),
         (["--policies", "edca"], "with --runtime use --modes (allowed: coorp, tcp)"),
         (["--duration", "-1"], "--duration must be positive, got -1"),
-        (["--medium", "air"], "--medium must be split or shared, got 'air'"),
-        (["--streams", "pooled"], "--streams must be one of fresh, reuse, got 'pooled'"),
+        (["--medium", "air"], "'air' is not one of 'split', 'shared'"),
+        (["--streams", "pooled"], "'pooled' is not one of 'fresh', 'reuse'"),
     ],
 )
 def test_runtime_flags_are_checked(

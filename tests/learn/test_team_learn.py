@@ -49,10 +49,17 @@ def _scenario() -> Scenario:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
+    """A port that is free with the next one (a leader binds ``port`` and ``port + 1``)."""
+    for _ in range(100):  # bounded: a free pair turns up within a few tries
+        with socket.socket() as s, socket.socket() as t:
+            s.bind(("127.0.0.1", 0))
+            port: int = s.getsockname()[1]
+            try:
+                t.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise AssertionError("no two consecutive free ports on 127.0.0.1")
 
 
 class _Permits:

@@ -412,3 +412,17 @@ def test_a_connection_nobody_redirected_is_closed() -> None:
 async def _until(pred: Any) -> None:
     while not pred():
         await asyncio.sleep(0.01)
+
+
+def test_kernel_refusals_say_what_is_missing() -> None:
+    import errno
+
+    from pyroute2.netlink.exceptions import NetlinkError
+
+    from coorp.runtime._nft import TransparentUnavailableError, _explain
+
+    perm = _explain(NetlinkError(errno.EPERM), "add table coorp-r1")
+    assert isinstance(perm, TransparentUnavailableError)
+    assert "CAP_NET_ADMIN" in str(perm) and "add table coorp-r1" in str(perm)
+    missing = _explain(NetlinkError(errno.ENOENT), "add rule 'tcp dport 9000 redirect'")
+    assert "nft_redir" in str(missing) and "redirect" in str(missing)

@@ -44,6 +44,8 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("[[workload.link_changes]]", sc_pkg.LinkChange),
     ("[policy.coorp]", sc_pkg.CoorpOptions),
     ("[policy.schedwifi]", sc_pkg.SchedWifiOptions),
+    ("[policy.ofdma]", sc_pkg.OfdmaOptions),
+    ("[policy.rtwt]", sc_pkg.RtwtOptions),
 ]
 
 

@@ -91,7 +91,10 @@ def test_unknown_key_in_a_section(tmp_path: Path) -> None:
     err = _load(tmp_path, GOOD + "\n[phy]\nwidht_mhz = 20\n")
     line = _one_line(err)
     assert "phy.widht_mhz = 20" in line
-    assert "allowed here: basic_rate_mbps, guard_interval, spatial_streams, width_mhz" in line
+    assert (
+        "allowed here: basic_rate_mbps, guard_interval, he_guard_interval_ns, he_ltf, "
+        "he_packet_padding_us, spatial_streams, standard, width_mhz"
+    ) in line
 
 
 def test_unknown_key_in_a_flow_lists_that_flow_kinds_keys(tmp_path: Path) -> None:

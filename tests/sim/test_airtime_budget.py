@@ -166,6 +166,55 @@ def test_an_invalid_budget_is_an_invariant_error(bad: object) -> None:
         _run(_scenario([{**BULK, "total_bytes": 3000}]), Budget(lambda now: bad))
 
 
+class QuietUntil(Budget):
+    """A budget, and a hold that lasts until ``until`` (``bulk_hold_until_ns``)."""
+
+    def __init__(self, budget: Any, until: Any) -> None:
+        super().__init__(budget)
+        self.until = until
+        self.holds: list[int] = []
+
+    def bulk_hold_until_ns(self, station: DriverView, now_ns: int) -> int | None:
+        self.holds.append(now_ns)
+        return self.until(now_ns)  # type: ignore[no-any-return]
+
+
+def test_a_hold_lasts_until_the_hooks_say() -> None:
+    # Quiet from 1 ms to 3 ms (a service period): budget 0 inside, held until 3 ms + 1 ns
+    # in one hold; before 1 ms, the time left before the quiet period starts.
+    start, end = 1_000 * US, 3_000 * US
+
+    def budget(now: int) -> int | None:
+        return 0 if start <= now < end else (start - now if now < start else None)
+
+    hooks = QuietUntil(budget, lambda now: end + 1 if start <= now < end else None)
+    sim, r = _run(_scenario([{**BULK, "total_bytes": 3000, "start_us": 1_500}]), hooks)
+    assert r.trace is not None
+    assert hooks.asked == [1_500 * US, end + 1]
+    assert hooks.holds == [1_500 * US]  # asked only when a frame is held
+    assert r.trace[0][0] == end + 1
+    assert sim.station("sta").bulk_holds == 1
+
+
+def test_a_hold_until_earlier_than_the_budget_changes_nothing() -> None:
+    # The hooks' answer only extends a hold: an earlier time (or None) keeps now + b + 1.
+    deadline = 2_000 * US
+
+    def budget(now: int) -> int | None:
+        return deadline - now if now <= deadline else None
+
+    early = QuietUntil(budget, lambda now: now + 1)
+    _, r = _run(_scenario([{**BULK, "total_bytes": 3000, "start_us": 1_900}]), early)
+    assert r.trace is not None and r.trace[0][0] == deadline + 1
+
+
+@pytest.mark.parametrize("bad", [1.5, True, "soon"])
+def test_an_invalid_hold_end_is_an_invariant_error(bad: object) -> None:
+    hooks = QuietUntil(lambda now: 0 if now < 3_000 * US else None, lambda now: bad)
+    with pytest.raises(InvariantError, match="bulk_hold_until_ns on 'sta' returned"):
+        _run(_scenario([{**BULK, "total_bytes": 3000}]), hooks)
+
+
 class Recorder(AdmitAll):
     """Per-packet observer: when the last packet left the ring."""
 

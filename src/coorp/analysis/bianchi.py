@@ -287,7 +287,7 @@ def ampdu_size(
     params = edca_params(mac)[ac]
     if not params.aggregation:
         return 1
-    timing = ExchangeTiming(phy)
+    timing = ExchangeTiming(phy, ba_window=mac.max_ampdu_mpdus)
     mpdu = mpdu_bytes(payload_bytes)
     k = 0
     while k < mac.max_ampdu_mpdus:
@@ -325,7 +325,7 @@ def saturation_throughput(
     (``rts`` overrides), ``K`` from :func:`ampdu_size` (``mpdus_per_ampdu`` overrides).
     """
     params = edca_params(mac)[ac]
-    timing = ExchangeTiming(phy)
+    timing = ExchangeTiming(phy, ba_window=mac.max_ampdu_mpdus)
     if params.aggregation:
         k = (
             mpdus_per_ampdu

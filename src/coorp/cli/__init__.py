@@ -1,8 +1,14 @@
 """The ``coorp`` command line.
 
-Each sub-command lives in its own module that defines ``register(app)``; this module only
-collects them and turns :class:`~coorp.CoorpError` into a one-paragraph message and exit
-code 2 (usage/scenario errors) or 1 (anything else Coorp reports), never a traceback.
+Each sub-command lives in its own module that defines ``register(app)``; the options
+several commands share are declared once in :mod:`coorp.cli._options`. This module
+only collects the commands and turns :class:`~coorp.CoorpError` into a one-paragraph
+message and exit code 2 (usage/scenario errors) or 1 (anything else Coorp reports), and
+a file that cannot be written into one line naming it: never a traceback.
+
+Help is click's plain layout (``rich_markup_mode=None``): it wraps at any width without
+cutting defaults or option names, which rich's option tables did at 80 columns. Every
+command's docstring starts with a one-line summary (what ``coorp --help`` lists).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ def _new_app() -> typer.Typer:
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,
+        rich_markup_mode=None,
         cls=LazyGroup,
     )
 
@@ -92,12 +99,31 @@ def _root(
     """Coordinated preemption for robot teams sharing one WiFi channel."""
 
 
+def _note_skipped_parquet() -> None:
+    tables = sys.modules.get("coorp._tables")  # loaded only by a command that wrote tables
+    note = None if tables is None else tables.parquet_note()
+    if note is not None:
+        typer.echo(f"note: {note}", err=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``coorp`` script."""
     args = sys.argv[1:] if argv is None else list(argv)
+    if not args:  # the help on stdout, exit 0 (click would print it as a usage error)
+        args = ["--help"]
     try:
         register(_app, modules_for(args, COMMAND_MODULES), _loaded)
-        _app(args=args, standalone_mode=True)
+        _app(args=args, prog_name="coorp", standalone_mode=True)
+    except SystemExit:
+        _note_skipped_parquet()
+        raise
     except CoorpError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2 if isinstance(exc, UsageError) else 1)
+    except OSError as exc:
+        # Output paths are checked before any work (coorp.cli._options); this is what
+        # the system refused later (a full disk, a folder removed meanwhile).
+        if exc.filename is None:
+            raise
+        typer.echo(f"error: {exc.filename}: {exc.strerror or exc}", err=True)
+        sys.exit(1)

@@ -13,7 +13,10 @@ the robot's name.
 on channel ``coorp-ping`` to ``DEST`` (default: the leader robot's inbox, the
 ``agent.leader`` host at the ``agent.listen`` port). Every agent echoes a ping's first
 24 bytes back on an LS channel to the sender's inbox; the sender reports the round
-trip (its own clock: no clock synchronisation) once per second and at the end.
+trip (its own clock: no clock synchronisation) once per second and at the end. Each
+line counts what it measures over the same span: ``last 1 s: 30 echoed / 30 sent``
+(pings sent in that second, echoes that came back in it), ``total: 298 echoed / 300
+sent``.
 """
 
 from __future__ import annotations
@@ -166,6 +169,7 @@ class LsGenerator:
         self._sent: dict[int, int] = {}
         self.rtts_ns: list[int] = []
         self._window: list[int] = []
+        self._window_sent = 0
         self.sent = 0
         self.failed = 0
 
@@ -190,27 +194,31 @@ class LsGenerator:
             target = t0 + k * period_ns
             await asyncio.sleep(max(target - time.monotonic_ns(), 0) / 1e9)
             now = time.monotonic_ns()
+            if now >= next_report:
+                # The pings of the second that ended, and the echoes that came in it.
+                report(self.line("last 1 s", self._window, self._window_sent))
+                self._window, self._window_sent = [], 0
+                next_report += 1_000_000_000
             self._sent[k] = now
             if len(self._sent) > 10_000:
                 self._sent.pop(next(iter(self._sent)))
+            self.sent += 1
+            self._window_sent += 1
             if self._ch.send(_PING.pack(_MAGIC, self._port, k, now) + pad) == "failed":
                 self.failed += 1
-            self.sent += 1
-            if now >= next_report:
-                report(self.line("last 1 s", self._window))
-                self._window = []
-                next_report += 1_000_000_000
         await asyncio.sleep(min(1.0, 10 / self.hz))  # the last echoes' way back
-        report(self.line("total", self.rtts_ns))
+        report(self.line("total", self.rtts_ns, self.sent))
 
-    def line(self, what: str, rtts: list[int]) -> str:
+    def line(self, what: str, rtts: list[int], sent: int) -> str:
+        """One report: ``rtts`` (echoes) and ``sent`` (pings) over the same span."""
         if not rtts:
-            return f"coorp ls: {what}: sent {self.sent}, no echo yet"
+            return f"coorp ls: {what}: 0 echoed / {sent} sent to {self.dest}"
         a = np.array(rtts) / 1e6
         st = self._ch.stats  # the receiver's counts, as of its last keep-alive answer
+        receiver = "receiver" if what == "total" else "receiver so far"
         return (
-            f"coorp ls: {what}: {len(rtts)} echoes / {self.sent} sent to {self.dest} "
+            f"coorp ls: {what}: {len(rtts)} echoed / {sent} sent to {self.dest} "
             f"({self.hz:g} Hz, {self.nbytes} B): round trip p50 {np.percentile(a, 50):.2f} ms, "
             f"p99 {np.percentile(a, 99):.2f} ms, max {a.max():.2f} ms; one way ≈ half; "
-            f"receiver: {st.received} received, {st.lost} lost, {st.reordered} reordered"
+            f"{receiver}: {st.received} received, {st.lost} lost, {st.reordered} reordered"
         )

@@ -1,54 +1,42 @@
-"""Pieces every command shares: progress bars, output directories, option parsing.
+"""Pieces every command shares: consoles, progress, option values.
 
-Options several commands take are defined once here as ``Annotated`` types
-(:data:`PolicyModuleOption`, :data:`FormatOption`) with the function that applies them
-(:func:`load_policy_options`, :func:`figure_formats`), so every command spells and
-checks them the same way.
+The options themselves are declared in :mod:`coorp.cli._options`; this module holds
+what applying them needs (scenarios, policies, figure formats) and the progress shown
+while a long command runs: a rich bar on a terminal, nothing otherwise.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
 
-import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from coorp._errors import UsageError
 from coorp.scenario import Scenario, load_scenario, resolve_scenario
 
 __all__ = [
-    "FormatOption",
-    "PolicyModuleOption",
     "console",
     "duration_ns_option",
     "figure_formats",
+    "load_average",
     "load_policy_options",
     "load_scenario_arg",
     "progress_bar",
-    "require_out_dir",
-]
-
-#: ``--policy-module FILE.py`` (repeatable): a file that registers policies.
-PolicyModuleOption = Annotated[
-    list[Path] | None,
-    typer.Option(
-        "--policy-module",
-        help="A Python file registering your own policies with @register_policy "
-        "(repeatable; see docs/policies.md). Installed 'coorp.policies' entry points "
-        "load too.",
-        metavar="FILE.py",
-    ),
-]
-
-#: ``--format png,pdf,svg``: the formats figures are written in.
-FormatOption = Annotated[
-    str,
-    typer.Option("--format", help="Figure formats, comma-separated: png, pdf, svg."),
+    "step_progress",
+    "wall_note",
 ]
 
 # Wide enough for result tables when output goes to a file or pipe (rich defaults to 80).
@@ -57,14 +45,16 @@ console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 
 @contextmanager
 def progress_bar(label: str, total_ns: int) -> Iterator[Callable[[int], None] | None]:
-    """A progress bar in simulated time when stdout is a terminal; ``None`` otherwise."""
-    if not sys.stdout.isatty():
+    """A progress bar in simulated time on stderr when it is a terminal; ``None``
+    otherwise."""
+    err = Console(stderr=True, highlight=False)
+    if not err.is_terminal:
         yield None
         return
     with Progress(
         TextColumn("[bold]{task.description}"), BarColumn(),
         TextColumn("{task.fields[sim]:.2f} s simulated"), TimeElapsedColumn(),
-        TimeRemainingColumn(), console=console, transient=True,
+        TimeRemainingColumn(), console=err, transient=True,
     ) as progress:  # fmt: skip
         task = progress.add_task(label, total=total_ns, sim=0.0)
 
@@ -74,19 +64,59 @@ def progress_bar(label: str, total_ns: int) -> Iterator[Callable[[int], None] | 
         yield update
 
 
+@contextmanager
+def step_progress(label: str, total: int | None = None) -> Iterator[Callable[[str], None]]:
+    """Progress of a command made of steps (runs, benchmark phases), on stderr when it is
+    a terminal, nothing otherwise (a pipe or a log file gets only the results).
+
+    Yields ``step(what)``: call it as each step starts; the bar counts the steps before
+    it as done and shows ``what``, the elapsed time and, with a ``total``, the ETA."""
+    err = Console(stderr=True, highlight=False)
+    if not err.is_terminal:
+        yield lambda what: None
+        return
+    columns = [SpinnerColumn(), TextColumn(f"[bold]{label}"), BarColumn()]
+    if total is not None:
+        columns += [MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"),
+                    TimeRemainingColumn()]  # fmt: skip
+    else:
+        columns += [TextColumn("step {task.completed:.0f}"), TimeElapsedColumn()]
+    columns.append(TextColumn("{task.fields[what]}"))
+    with Progress(*columns, console=err, transient=True) as progress:
+        task = progress.add_task(label, total=total, what="")
+        started = 0
+
+        def step(what: str) -> None:
+            nonlocal started
+            progress.update(task, completed=started, what=what)
+            started += 1
+
+        yield step
+
+
+def load_average() -> float:
+    """The 1-minute load average (0 where the platform has none)."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return 0.0
+
+
+def wall_note(wall_s: float, load_before: float) -> str:
+    """``41.2 s wall on 2 cores, 1-min load 3.1 -> 3.8``: a time and what it ran on (on
+    a shared machine the load moves timings several-fold)."""
+    return (
+        f"{wall_s:.1f} s wall on {os.cpu_count()} cores, 1-min load {load_before:.1f} -> "
+        f"{load_average():.1f}"
+    )
+
+
 def duration_ns_option(duration_s: float | None) -> int | None:
     if duration_s is None:
         return None
     if not duration_s > 0:
         raise UsageError(f"--duration must be > 0 seconds, got {duration_s}")
     return round(duration_s * 1e9)
-
-
-def require_out_dir(path: Path) -> Path:
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"--out {path} exists and is not a directory")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def load_policy_options(modules: list[Path] | None) -> list[str]:

@@ -21,16 +21,28 @@ from coorp._errors import UsageError
 from coorp._manifest import build_manifest, write_json
 from coorp._tables import write_table
 from coorp.cli._common import (
-    FormatOption,
-    PolicyModuleOption,
     console,
     duration_ns_option,
     figure_formats,
+    load_average,
     load_policy_options,
-    require_out_dir,
+    wall_note,
+)
+from coorp.cli._options import (
+    FormatOption,
+    OutOption,
+    PolicyModuleOption,
+    QuietOption,
+    SeedOption,
+    check_out_dir,
+    check_out_file,
+    duration_opt,
+    ensure_out_dir,
+    policies_opt,
+    seeds_opt,
 )
 from coorp.cli._sweep import RunProgress, sweep_manifest
-from coorp.policies import policy_label, policy_names
+from coorp.policies import get_policy, policy_label, policy_names
 from coorp.report import (
     BH_ONLY,
     Comparison,
@@ -45,7 +57,9 @@ from coorp.sweep import (
     RunCache,
     aggregate,
     aggregate_warnings,
+    apply_overrides,
     multi_seed_json,
+    parse_override,
     parse_sweep_spec,
     plan_sweep,
     render_aggregate,
@@ -127,13 +141,27 @@ def _seed_list(seed: int | None, seeds: str | None) -> list[int] | None:
     return seeds_option(seeds)
 
 
-def _json_target(json_path: str | None) -> Path | None:
+def _overrides(sets: list[str] | None) -> list[tuple[str, Any]]:
+    """``--set KEY=VALUE`` flags as (key, value) pairs: one value each (a grid of values
+    is what ``coorp sweep`` is for)."""
+    pairs: list[tuple[str, Any]] = []
+    for text in sets or []:
+        key, values = parse_override(text)
+        if len(values) != 1:
+            raise UsageError(
+                f"--set {text!r}: coorp compare takes one value per key; for several "
+                f"({len(values)} given) use coorp sweep --set"
+            )
+        if any(k == key for k, _ in pairs):
+            raise UsageError(f"--set {key} is given twice")
+        pairs.append((key, values[0]))
+    return pairs
+
+
+def _json_target(json_path: str | None, out: Path | None) -> Path | None:
     if json_path is None or json_path == "-":
         return None
-    p = Path(json_path)
-    if p.is_dir():
-        raise UsageError(f"--json {p} is a directory; give a file name (or - for stdout)")
-    return p
+    return check_out_file(Path(json_path), "--json", made=out)
 
 
 def register(app: typer.Typer) -> None:
@@ -142,56 +170,76 @@ def register(app: typer.Typer) -> None:
         scenario: Annotated[
             str,
             typer.Argument(
-                help="Scenario TOML with a \\[workload] section, or a built-in name (crl-10)."
+                metavar="SCENARIO",
+                help="A scenario with a [workload] section: a TOML file or a built-in name.",
             ),
         ] = DEFAULT_SCENARIO,
         policies: Annotated[
             str | None,
-            typer.Option(help="Comma-separated policy names (default: every registered one)."),
+            policies_opt("every registered one that runs on the scenario's phy.standard"),
         ] = None,
-        duration: Annotated[
-            float | None, typer.Option(help="Simulated seconds (default: the scenario's).")
+        sets: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--set",
+                metavar="KEY=VALUE",
+                help="Override into the scenario (repeatable; coorp.x = policy.coorp.x), e.g. "
+                "--set phy.standard=ax --set hw_queue.mode=per_ac.",
+            ),
         ] = None,
-        seed: Annotated[
-            int | None, typer.Option(help="RNG seed (default: the scenario's).")
-        ] = None,
-        seeds: Annotated[
-            str | None,
-            typer.Option(help="Several seeds (1-5, 1,3,5): mean ± 95% CI over them."),
-        ] = None,
+        duration: Annotated[float | None, duration_opt()] = None,
+        seed: SeedOption = None,
+        seeds: Annotated[str | None, seeds_opt("one run, the scenario's seed")] = None,
         json_path: Annotated[
             str | None,
-            typer.Option("--json", help="Write JSON here (- = stdout; the table goes to stderr)."),
+            typer.Option(
+                "--json",
+                metavar="FILE",
+                help="Also write the results as JSON to FILE (its folder must exist); - "
+                "writes it on stdout and the table on stderr.",
+            ),
         ] = None,
-        out: Annotated[
-            Path | None, typer.Option(help="Directory for JSON, CSV, figures and manifest.")
-        ] = None,
+        out: OutOption = None,
         jobs: Annotated[
-            int, typer.Option(help="Runs in parallel processes (default: CPU count, max 2).")
+            int,
+            typer.Option(
+                metavar="N", help="Runs in parallel processes (default: cores, at most 2)."
+            ),
         ] = min(2, os.cpu_count() or 1),
-        quiet: Annotated[
-            bool, typer.Option("--quiet", help="No table, no progress; only errors.")
-        ] = False,
+        quiet: QuietOption = False,
         policy_module: PolicyModuleOption = None,
         fmt: FormatOption = "png",
     ) -> None:
-        """Run every policy on the same scenario and seed(s) and compare control vs learning."""
+        """Run every policy on one scenario; compare control and learning.
+
+        One seed prints the single run's table; several (--seeds 1-5) the mean ± 95% CI
+        of every metric over them. The last line gives the wall time and the machine's
+        load."""
         # Every argument is checked before the first simulation.
         formats = figure_formats(fmt)
         to_stdout = json_path == "-"
-        json_file = _json_target(json_path)
+        json_file = _json_target(json_path, out)
         show = Console(stderr=True, highlight=False, width=console.width) if to_stdout else console
         seed_list = _seed_list(seed, seeds)
         duration_ns = duration_ns_option(duration)
-        d = require_out_dir(out) if out is not None else None
+        if out is not None:
+            check_out_dir(out)
         load_policy_options(policy_module)  # --policy-module files, entry points
         path = resolve_scenario(scenario)
-        sc = load_scenario(path)
-        names = policy_names() if policies is None else [p.strip() for p in policies.split(",")]
+        overrides = _overrides(sets)
+        sc = apply_overrides(load_scenario(path), overrides, source=str(path))
+        names = (
+            policy_names(sc.phy.standard)
+            if policies is None
+            else [p.strip() for p in policies.split(",")]
+        )
+        for name in names:
+            get_policy(name)  # an unknown name, before anything is created
+        d = ensure_out_dir(out) if out is not None else None
         if seed_list is not None and len(seed_list) > 1:
             data = _multi_seed(
                 path, sc, names, seed_list, duration, jobs=jobs, out=d, show=show, quiet=quiet,
-                formats=formats,
+                formats=formats, overrides=overrides,
             )  # fmt: skip
         else:
             data = _single_seed(
@@ -217,7 +265,7 @@ def _single_seed(
     quiet: bool,
     formats: tuple[str, ...] = ("png",),
 ) -> dict[str, Any]:
-    t0 = time.perf_counter()
+    t0, load0 = time.perf_counter(), load_average()
     total = len(names) + 1
     if show.is_terminal and not quiet:
         with Progress(
@@ -254,7 +302,9 @@ def _single_seed(
                                 "figures": [f.name for f in figures]},
         ))  # fmt: skip
         if not quiet:
-            show.print(f"results and figures written to {out}/ ({wall:.1f} s wall)")
+            show.print(f"results and figures written to {out}/")
+    if not quiet:
+        show.print(wall_note(wall, load0))
     return data
 
 
@@ -270,17 +320,24 @@ def _multi_seed(
     show: Console,
     quiet: bool,
     formats: tuple[str, ...] = ("png",),
+    overrides: list[tuple[str, Any]] | None = None,
 ) -> dict[str, Any]:
     if jobs < 1:
         raise UsageError(f"--jobs must be >= 1, got {jobs}")
     if sc.workload is None:
         raise UsageError(f"{path} has no [workload] section; coorp compare needs one")
     spec = parse_sweep_spec(
-        {"scenarios": [str(path)], "policies": names, "seeds": seeds, "duration_s": duration}
+        {
+            "scenarios": [str(path)],
+            "policies": names,
+            "seeds": seeds,
+            "duration_s": duration,
+            "overrides": {k: [v] for k, v in overrides or []},
+        }
     )
     plan = plan_sweep(spec)
     store = RunCache(out / "cache") if out is not None else None
-    t0 = time.perf_counter()
+    t0, load0 = time.perf_counter(), load_average()
     with RunProgress(show, label="compare", quiet=quiet) as progress:
         result = run_sweep(plan, jobs=jobs, cache=store, progress=progress)
     wall = time.perf_counter() - t0
@@ -303,6 +360,8 @@ def _multi_seed(
         if not quiet:
             show.print(
                 f"{len(plan.tasks)} runs ({result.cached} from cache); results and figures "
-                f"written to {out}/ ({wall:.1f} s wall)"
+                f"written to {out}/"
             )
+    if not quiet:
+        show.print(wall_note(wall, load0))
     return data

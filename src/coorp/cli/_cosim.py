@@ -20,14 +20,28 @@ from rich.table import Table
 from coorp._errors import UsageError
 from coorp._manifest import build_manifest, json_safe, write_json
 from coorp.cli._common import (
-    FormatOption,
-    PolicyModuleOption,
     console,
     duration_ns_option,
     figure_formats,
+    load_average,
     load_policy_options,
-    require_out_dir,
+    step_progress,
+    wall_note,
 )
+from coorp.cli._options import (
+    FormatOption,
+    JsonFileOption,
+    OutOption,
+    PolicyModuleOption,
+    check_out_dir,
+    check_out_file,
+    duration_opt,
+    ensure_out_dir,
+    parse_names,
+    policies_opt,
+    seeds_opt,
+)
+from coorp.cosim import Coupling
 
 __all__ = ["register", "render_cosim"]
 
@@ -82,26 +96,20 @@ def register(app: typer.Typer) -> None:
         scenario: Annotated[
             str,
             typer.Argument(
-                help="Co-simulation scenario: a TOML file with a \\[cosim] section or a "
+                metavar="SCENARIO",
+                help="A co-simulation scenario: a TOML file with a [cosim] section, or a "
                 "built-in name (cosim-5).",
             ),
         ],
-        policies: Annotated[
-            str, typer.Option(help="Policies, comma-separated (oracle: a reference bound).")
-        ] = DEFAULT_POLICIES,
-        seeds: Annotated[
-            str | None,
-            typer.Option(
-                help="Seeds (1-5, 1,3,5): mean ± 95% CI over them (default: the scenario's seed)."
-            ),
-        ] = None,
-        duration: Annotated[
-            float | None, typer.Option(help="Simulated seconds (default: the scenario's).")
-        ] = None,
+        policies: Annotated[str, policies_opt("shown")] = DEFAULT_POLICIES,
+        seeds: Annotated[str | None, seeds_opt("the scenario's seed")] = None,
+        duration: Annotated[float | None, duration_opt()] = None,
         coupling: Annotated[
-            str | None,
+            Coupling | None,
             typer.Option(
-                help="exact (default), fixed-window or velocity-window: overrides cosim.coupling."
+                case_sensitive=False,
+                help="How physics and network share time; overrides cosim.coupling "
+                "(default: the scenario's, exact unless set).",
             ),
         ] = None,
         leader_prediction: Annotated[
@@ -113,24 +121,24 @@ def register(app: typer.Typer) -> None:
                 show_default=False,
             ),
         ] = None,
-        out: Annotated[
-            Path | None, typer.Option(help="Directory for summary.json and the figures.")
-        ] = None,
-        json_path: Annotated[
-            Path | None, typer.Option("--json", help="Also write the summary JSON here.")
-        ] = None,
+        out: OutOption = None,
+        json_path: JsonFileOption = None,
         trace: Annotated[
             Path | None,
             typer.Option(
+                metavar="FILE.mcap",
                 help="Write an MCAP trace (Foxglove): FILE.mcap for one run; with "
-                "several, FILE-<policy>-seed<N>.mcap each."
+                "several, FILE-<policy>-seed<N>.mcap each.",
             ),
         ] = None,
         policy_module: PolicyModuleOption = None,
         fmt: FormatOption = "png",
     ) -> None:
-        """Co-simulate robots (MuJoCo) and the channel: control outcomes per policy."""
-        from coorp.cosim import Coupling, Tracer, aggregate, load_cosim, plot_cosim, run_cosim
+        """Co-simulate moving robots (MuJoCo) and the channel, per policy.
+
+        Prints the control outcomes in physical units (tracking error, separation,
+        collisions, command age) as mean ± 95% CI over the seeds (docs/cosim.md)."""
+        from coorp.cosim import aggregate, load_cosim, plot_cosim
         from coorp.policies import get_policy
         from coorp.scenario import resolve_scenario
 
@@ -141,43 +149,32 @@ def register(app: typer.Typer) -> None:
             cs = cs.model_copy(update={"cosim": cosim})
         duration_ns = duration_ns_option(duration)
         formats = figure_formats(fmt)
-        out_dir = require_out_dir(out) if out is not None else None
-        if json_path is not None and json_path.is_dir():
-            raise UsageError(f"--json {json_path} is a directory; give a file name")
+        if out is not None:
+            check_out_dir(out)
+        if json_path is not None:
+            check_out_file(json_path, "--json", made=out)
         load_policy_options(policy_module)
-        names = [p.strip() for p in policies.split(",") if p.strip()]
+        names = parse_names(policies) or []
         if not names or len(set(names)) != len(names):
             raise UsageError(f"--policies {policies!r}: give distinct policy names")
         for n in names:
             get_policy(n)  # UsageError naming the registered ones
         seed_list = _seed_list(seeds, cs.scenario.seed)
-        mode: Coupling | None = None
-        if coupling is not None:
-            try:
-                mode = Coupling(coupling)
-            except ValueError:
-                allowed = ", ".join(c.value for c in Coupling)
-                raise UsageError(f"--coupling {coupling!r}: allowed: {allowed}") from None
-        if trace is not None and trace.suffix != ".mcap":
-            raise UsageError(f"--trace {trace}: the file name must end in .mcap")
+        if trace is not None:
+            if trace.suffix != ".mcap":
+                raise UsageError(f"--trace {trace}: the file name must end in .mcap")
+            check_out_file(trace, "--trace", made=out)
+        out_dir = ensure_out_dir(out) if out is not None else None
         several = len(names) * len(seed_list) > 1
         results: dict[str, list[Any]] = {}
-        t0 = time.perf_counter()
-        for policy in names:
-            for seed in seed_list:
-                tracer = None
-                if trace is not None:
-                    tpath = (trace.with_name(f"{trace.stem}-{policy}-seed{seed}.mcap")
-                             if several else trace)  # fmt: skip
-                    tracer = Tracer(tpath)
-                try:
-                    r = run_cosim(cs, policy, seed=seed, duration_ns=duration_ns,
-                                  coupling=mode, tracer=tracer)  # fmt: skip
-                finally:
-                    if tracer is not None:
-                        tracer.close()
-                console.print(f"  {policy:<12} seed {seed:<4} {r.wall_s:6.2f} s wall")
-                results.setdefault(policy, []).append(r)
+        t0, load0 = time.perf_counter(), load_average()
+        with step_progress("cosim", len(names) * len(seed_list)) as step:
+            for policy in names:
+                for seed in seed_list:
+                    step(f"{policy}, seed {seed}")
+                    results.setdefault(policy, []).append(
+                        _run_one(cs, policy, seed, duration_ns, coupling, trace, several)
+                    )
         wall = time.perf_counter() - t0
         agg = aggregate(results)
         dur_s = (duration_ns or round(cs.scenario.duration_s * 1e9)) / 1e9
@@ -206,3 +203,28 @@ def register(app: typer.Typer) -> None:
             write_json(out_dir / "summary.json", data)
             for p in plot_cosim(results, cs.cosim, out_dir, formats):
                 console.print(f"  wrote {p}")
+        console.print(f"{len(names) * len(seed_list)} runs; {wall_note(wall, load0)}")
+
+
+def _run_one(
+    cs: Any,
+    policy: str,
+    seed: int,
+    duration_ns: int | None,
+    coupling: Coupling | None,
+    trace: Path | None,
+    several: bool,
+) -> Any:
+    """One policy and seed, with its MCAP trace when asked for."""
+    from coorp.cosim import Tracer, run_cosim
+
+    tracer = None
+    if trace is not None:
+        tpath = trace.with_name(f"{trace.stem}-{policy}-seed{seed}.mcap") if several else trace
+        tracer = Tracer(tpath)
+    try:
+        return run_cosim(cs, policy, seed=seed, duration_ns=duration_ns, coupling=coupling,
+                         tracer=tracer)  # fmt: skip
+    finally:
+        if tracer is not None:
+            tracer.close()

@@ -4,8 +4,8 @@ Each command module imports what its commands need (the simulator, pydantic mode
 matplotlib, ...): about a second before anything runs. ``coorp <command>`` imports
 the modules that define ``<command>`` only; ``coorp --version``, ``coorp --help`` and
 ``coorp`` alone import none of them: the root help lists every command from
-:data:`COMMANDS`, the name and one-line help of each (what typer would show), without
-importing it.
+:data:`COMMANDS`, the name and one-line summary of each (the first paragraph of its
+help, what the root help shows), without importing it.
 
 :data:`COMMANDS` must list what the modules register; ``tests/cli/test_lazy_cli.py``
 checks it against the modules (and prints the table to paste when a command changed).
@@ -28,77 +28,45 @@ from coorp._errors import UsageError
 __all__ = ["COMMANDS", "LazyGroup", "command_table", "modules_for", "register"]
 
 #: Every command in the order ``coorp --help`` lists it: name -> (the modules that
-#: register it, in load order; the help text typer lists for it). Keep in step with the
-#: modules (the test says how).
+#: register it, in load order; its one-line summary). Keep in step with the modules
+#: (the test says how).
 COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
-    "simulate": (
-        ("coorp.cli._simulate",),
-        "Simulate one scenario's flows, or its \\[workload] under one policy; print results.",
-    ),
+    "simulate": (("coorp.cli._simulate",), "Simulate one scenario and print its results."),
     "schema": (("coorp.cli._simulate",), "Print the JSON Schema of scenario files."),
     "compare": (
         ("coorp.cli._compare",),
-        "Run every policy on the same scenario and seed(s) and compare control vs learning.",
+        "Run every policy on one scenario; compare control and learning.",
     ),
     "sweep": (
         ("coorp.cli._sweep",),
-        "Run scenarios × policies × seeds × overrides; mean and 95% CI of every metric.",
+        "Run scenarios × policies × seeds × overrides; mean and 95% CI.",
     ),
-    "plot": (
-        ("coorp.cli._sweep",),
-        "Draw a saved sweep's figures again (from its runs.parquet), without simulating.",
-    ),
-    "leader": (
-        ("coorp.cli._runtime",),
-        "Run the permit service (global controller) of a team.",
-    ),
+    "plot": (("coorp.cli._sweep",), "Draw a saved sweep's figures again, without simulating."),
+    "leader": (("coorp.cli._runtime",), "Run the team's permit service (the global controller)."),
     "agent": (
         ("coorp.cli._runtime",),
-        "Join a team as one robot: receive messages (and serve `coorp send`), optionally\n"
-        "send a file (handed to the running agent if there is one) or generate LS traffic.\n\n"
-        "With --transparent, unmodified programs' LS traffic is marked and observed and their\n"
-        "bulk TCP connections are sent under the robot's permit (docs/ros2.md).",
+        "Join a team as one robot: receive, send, generate LS traffic.",
     ),
-    "keys": (
-        ("coorp.cli._runtime",),
-        "Write the team key (team.key_file, if missing) and one key per robot\n"
-        "(team.key_dir/<robot>.key), all owner-only (mode 600). The leader keeps the team\n"
-        "key; copy each robot only its own file.",
-    ),
-    "send": (
-        ("coorp.cli._runtime",),
-        "Hand a file to this robot's running `coorp agent`, which sends it as a\n"
-        "coordinated bulk message (as itself: no second join under the robot's name).",
-    ),
-    "top": (
-        ("coorp.cli._watch",),
-        "Live view of a running team: permit holder and queue, per robot LS rate and\n"
-        "latency, misses, bulk Mb/s and intercepted flows (reports arrive every second).",
-    ),
+    "keys": (("coorp.cli._runtime",), "Write the team key and one key per robot."),
+    "send": (("coorp.cli._runtime",), "Send a file through this robot's running agent."),
+    "top": (("coorp.cli._watch",), "Watch a running team live, from its leader."),
     "doctor": (
         ("coorp.cli._watch",),
-        "What this host will do to LS packets and how to fix it: WiFi or not, power save,\n"
-        "qdisc, DSCP/priority mapping, MTU vs LS size, whether transparent mode can run.",
+        "Check what this host does to LS packets, and how to fix it.",
     ),
     "model": (
         ("coorp.cli._model",),
-        "The paper's analytical model: reaction time, violation rate and BH bandwidth vs N.",
+        "The paper's analytical model: reaction, misses, bandwidth vs N.",
     ),
     "cosim": (
         ("coorp.cli._cosim",),
-        "Co-simulate robots (MuJoCo) and the channel: control outcomes per policy.",
+        "Co-simulate moving robots (MuJoCo) and the channel, per policy.",
     ),
     "learn": (
         ("coorp.cli._learn",),
-        "Real PPO over the team's network: each robot a worker, parameter syncs as bulk\n"
-        "transfers of the real tensor. Simulated channel: reward vs simulated time per\n"
-        "policy. --runtime: real sockets, reward vs wall time per mode (95% CIs).\n"
-        "--team: this machine's robot of a real team (run it on every robot).",
+        "Real PPO over the team's network; reward vs time per policy.",
     ),
-    "bench": (
-        ("coorp.cli._bench", "coorp.cli._learn"),
-        "Benchmarks of Coorp's transport against baselines.",
-    ),
+    "bench": (("coorp.cli._bench",), "Benchmarks: Coorp's transport, team capacity, flow vs Ray."),
 }
 
 
@@ -171,8 +139,16 @@ def command_table(app_factory: Any, command_modules: Sequence[str]) -> dict[str,
         cmd = group.get_command(ctx, name)
         if cmd is None or cmd.hidden or isinstance(cmd, _Unloaded):
             continue
-        table[name] = (tuple(owners[name]), cmd.short_help or cmd.help or "")
+        table[name] = (tuple(owners[name]), summary(cmd.short_help or cmd.help or ""))
     return table
+
+
+def summary(help_text: str) -> str:
+    """The first paragraph of a help text on one line: what the root help lists."""
+    import inspect
+
+    first = inspect.cleandoc(help_text).split("\n\n")[0]
+    return " ".join(first.split())
 
 
 _NOTHING = object()

@@ -1,9 +1,12 @@
 """The reward figure of ``coorp learn``: return of the model in place against time, mean
-and 95% CI band per policy, and each update's staleness under it (SSP/ASP)."""
+and 95% CI band per policy, each update's staleness under it (SSP/ASP) and, on the
+simulated channel, the MPC loop's miss rate per policy beside it: what a policy costs
+the control loop while the learning goes on (the network's two effects in one figure)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 __all__ = ["plot_rewards"]
 
@@ -14,6 +17,8 @@ def plot_rewards(
     formats: tuple[str, ...],
     title: str,
     xlabel: str = "simulated time (s)",
+    *,
+    misses: bool = False,
 ) -> list[Path]:
     import matplotlib
 
@@ -29,12 +34,17 @@ def plot_rewards(
     stale = any(
         max(cur["staleness"], default=0) > 0 for row in pols.values() for cur in row["curves"]
     )
-    if stale:  # SSP/ASP: each update's measured staleness under the curves
-        fig, (ax, ax_s) = plt.subplots(
-            2, 1, figsize=(7, 5.2), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
-        )
-    else:
-        fig, ax = plt.subplots(figsize=(7, 4))
+    rows = 2 if stale else 1  # SSP/ASP: each update's measured staleness under the curves
+    width = 9.0 if misses else 7.0
+    fig = plt.figure(figsize=(width, 5.2 if stale else 4))
+    gs = fig.add_gridspec(
+        rows, 2 if misses else 1, height_ratios=[3, 1][:rows],
+        width_ratios=[4, 1] if misses else [1],
+    )  # fmt: skip
+    ax = fig.add_subplot(gs[0, 0])
+    ax_s = fig.add_subplot(gs[1, 0], sharex=ax) if stale else None
+    if misses:
+        _miss_bars(fig.add_subplot(gs[:, 1]), pols)
     for pol, row in pols.items():
         st = policy_style(pol)
         mean = np.asarray(row["reward_mean"])
@@ -53,7 +63,7 @@ def plot_rewards(
     ax.set_ylabel("return of the model in place\n(greedy, fixed start states)")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8)
-    if stale:
+    if ax_s is not None:
         for k, (pol, row) in enumerate(pols.items()):
             st = policy_style(pol)
             t = [x for cur in row["curves"] for x in cur["t_s"]]
@@ -62,6 +72,7 @@ def plot_rewards(
             ax_s.scatter(t, np.asarray(v) + off, s=8, color=st.color, marker=st.marker)
         ax_s.set_ylabel("staleness\n(versions)")
         ax_s.set_xlabel(xlabel)
+        ax.tick_params(labelbottom=False)
     else:
         ax.set_xlabel(xlabel)
     fig.tight_layout()
@@ -72,3 +83,21 @@ def plot_rewards(
         out.append(target_path)
     plt.close(fig)
     return out
+
+
+def _miss_bars(ax: Any, pols: dict[str, Any]) -> None:
+    """The MPC loop's miss rate per policy, mean and 95% CI over the seeds."""
+    from coorp.figures import policy_style
+
+    names = list(pols)
+    for i, pol in enumerate(names):
+        v = pols[pol]["violation_rate"]
+        mean = 100 * v["mean"] if v["n"] else 0.0
+        ci = 100 * v["ci95"] if v["n"] and v["ci95"] == v["ci95"] else 0.0
+        ax.bar(i, mean, yerr=ci, color=policy_style(pol).color, capsize=3, width=0.7)
+        ax.annotate(f"{mean:.1f}%", (i, mean + ci), ha="center", va="bottom", fontsize=7,
+                    xytext=(0, 2), textcoords="offset points")  # fmt: skip
+    ax.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=8)
+    ax.set_ylabel("MPC misses while learning (%)")
+    ax.set_ylim(bottom=0, top=max(1.0, ax.get_ylim()[1] * 1.15))
+    ax.set_title("control loop", fontsize=9)

@@ -12,8 +12,9 @@ from typing import Any
 from coorp._errors import InvariantError, UsageError
 from coorp._manifest import build_manifest, json_safe, write_json
 from coorp.cli._common import console as shared_console
-from coorp.cli._common import require_out_dir
 from coorp.cli._learn_plot import plot_rewards
+from coorp.cli._learn_sim import show_ci as _show
+from coorp.cli._options import ensure_out_dir
 
 __all__ = ["learn_robot", "learn_runtime"]
 
@@ -25,14 +26,6 @@ def _ci(vals: list[float]) -> dict[str, float]:
     return {"mean": m.mean, "ci95": m.ci95, "n": m.n}
 
 
-def _show(d: dict[str, float], scale: float = 1.0, unit: str = "") -> str:
-    if d["n"] == 0:
-        return "-"
-    ci = d["ci95"]
-    pm = "" if ci != ci else f" ± {ci * scale:.3g}"
-    return f"{d['mean'] * scale:.3g}{pm}{unit}"
-
-
 def _num(x: float | None) -> str:
     return "-" if x is None else f"{x:.3g}"
 
@@ -42,9 +35,7 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
 
 
 def _reuse_streams(streams: str | None) -> bool:
-    allowed = ("fresh", "reuse")
-    if streams is not None and streams not in allowed:
-        raise UsageError(f"--streams must be one of {', '.join(allowed)}, got {streams!r}")
+    """``--streams reuse`` (one stream per peer) or fresh (the default)."""
     return streams == "reuse"
 
 
@@ -87,10 +78,10 @@ def learn_runtime(
     if wl is not None and (spec.sync or wl.drlc.sync) is SyncMode.SSP:
         raise UsageError("--sync ssp is simulated only; --runtime supports bsp and asp")
     rt = RuntimeSpec(
-        net=net or "netns",
+        net=str(net or "netns"),
         rate_mbit=50.0 if rate_mbit is None else rate_mbit,
         max_versions=max_versions,
-        medium=medium or "split",
+        medium=str(medium or "split"),
         reuse_streams=_reuse_streams(streams),
     )
     if rt.net == "netns":
@@ -100,7 +91,7 @@ def learn_runtime(
         why = netns_unavailable()
         if why is not None:
             raise ConfigurationError(f"--net netns: {why}; use --net loopback instead")
-    out_dir = require_out_dir(out)
+    out_dir = ensure_out_dir(out)
     console = shared_console
     err = Console(stderr=True, quiet=not sys.stderr.isatty())
     import os
@@ -236,7 +227,8 @@ def learn_robot(
         )
     if port is not None and not 0 <= port <= 65534:
         raise UsageError(f"--port must be within 0..65534, got {port}")
-    out_dir = require_out_dir(out)
+    # run_robot checks --host and --server before it creates the output folder.
+    out_dir = out
     wl = sc.workload
     shared_console.print(
         f"{robot}: {'leader' if wl is not None and robot == wl.leader else 'worker'} of "

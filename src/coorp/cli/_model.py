@@ -22,7 +22,15 @@ from coorp.analysis.crl_model import (
     params_from_scenario,
     team_scenario,
 )
-from coorp.cli._common import console, progress_bar, require_out_dir
+from coorp.cli._common import console, progress_bar
+from coorp.cli._options import (
+    JsonFileOption,
+    OutOption,
+    SeedOption,
+    check_out_dir,
+    check_out_file,
+    ensure_out_dir,
+)
 from coorp.scenario import Scenario, load_scenario
 from coorp.stats import percentile
 from coorp.units import NS_PER_MS, s
@@ -237,35 +245,46 @@ def register(app: typer.Typer) -> None:
     @app.command(name="model")
     def model_cmd(
         scenario: Annotated[
-            Path, typer.Argument(help="Scenario TOML with a workload section.")
+            Path,
+            typer.Argument(metavar="SCENARIO", help="A scenario TOML file with a [workload]."),
         ] = DEFAULT_SCENARIO,
         robots: Annotated[
-            str, typer.Option(help="Comma-separated team sizes N (workers, plus the leader).")
+            str,
+            typer.Option(
+                metavar="LIST", help="Team sizes N (workers, plus the leader), comma-separated."
+            ),
         ] = DEFAULT_ROBOTS,
         bandwidth: Annotated[
             float | None,
-            typer.Option(help="Effective bandwidth B in Mb/s (default: derived from the PHY)."),
+            typer.Option(
+                metavar="MBPS", help="Effective bandwidth B in Mb/s (default: from the PHY)."
+            ),
         ] = None,
         simulate: Annotated[
             bool, typer.Option("--simulate", help="Also simulate each N under coorp.")
         ] = False,
         duration: Annotated[
-            float, typer.Option(help="Simulated seconds per team size (with --simulate).")
+            float,
+            typer.Option(
+                metavar="SECONDS", help="Simulated seconds per team size (with --simulate)."
+            ),
         ] = 5.0,
-        seed: Annotated[
-            int | None,
-            typer.Option(help="Seed for placement and simulation (default: scenario's)."),
-        ] = None,
-        json_path: Annotated[Path | None, typer.Option("--json", help="Write JSON here.")] = None,
-        out: Annotated[
-            Path | None, typer.Option(help="Directory for model.json, model.png and manifest.")
-        ] = None,
+        seed: SeedOption = None,
+        json_path: JsonFileOption = None,
+        out: OutOption = None,
     ) -> None:
-        """The paper's analytical model: reaction time, violation rate and BH bandwidth vs N."""
+        """The paper's analytical model: reaction, misses, bandwidth vs N.
+
+        Eq. 1–3 of the paper (§IV-D) for each team size, next to the simulator's values
+        under coorp with --simulate."""
         sc = load_scenario(scenario)
         ns = parse_robots(robots)
         if simulate and not duration > 0:
             raise UsageError(f"--duration must be > 0 seconds, got {duration}")
+        if json_path is not None:
+            check_out_file(json_path, "--json", made=out)
+        if out is not None:
+            check_out_dir(out)
         params = params_from_scenario(sc, bandwidth_mbps=bandwidth, source=str(scenario))
         points = [crl_model(n, params) for n in ns]
         sims: dict[int, SimPoint] = {}
@@ -289,7 +308,7 @@ def register(app: typer.Typer) -> None:
         if json_path is not None:
             write_json(json_path, data)
         if out is not None:
-            d = require_out_dir(out)
+            d = ensure_out_dir(out)
             write_json(d / "model.json", data)
             png = plot_model(d / "model.png", params, points, sims)
             write_json(d / "manifest.json", build_manifest(

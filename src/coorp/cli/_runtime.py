@@ -16,11 +16,20 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from coorp._errors import PeerError, UsageError
+from coorp.cli._options import (
+    ConfigOption,
+    ControlOption,
+    LeaderOption,
+    LogLevel,
+    LogLevelOption,
+    RobotOption,
+    check_out_dir,
+)
 
 if TYPE_CHECKING:
     from coorp.runtime import Ruleset, TeamConfig
@@ -28,10 +37,8 @@ if TYPE_CHECKING:
 __all__ = ["register"]
 
 
-def _setup_logging(level: str) -> None:
-    numeric = logging.getLevelName(level.upper())
-    if not isinstance(numeric, int):
-        raise UsageError(f"--log-level {level!r}: allowed: debug, info, warning, error")
+def _setup_logging(level: LogLevel) -> None:
+    numeric = logging.getLevelName(level.value.upper())
     root = logging.getLogger("coorp")
     root.setLevel(numeric)
     if root.handlers:
@@ -98,12 +105,17 @@ def health_line(c: dict[str, int]) -> str:
 
 
 def leader(
-    config: Path = typer.Option(..., "--config", "-c", help="team file (team.toml)"),
-    listen: str | None = typer.Option(None, help="override leader.listen (host:port)"),
-    status: bool = typer.Option(False, "--status", help="query a running leader and exit"),
-    log_level: str = typer.Option("info", help="debug, info, warning or error"),
+    config: ConfigOption,
+    listen: Annotated[
+        str | None,
+        typer.Option(metavar="HOST:PORT", help="Where to serve (default: leader.listen)."),
+    ] = None,
+    status: Annotated[
+        bool, typer.Option("--status", help="Ask a running leader for its counters; exit.")
+    ] = False,
+    log_level: LogLevelOption = LogLevel.INFO,
 ) -> None:
-    """Run the permit service (global controller) of a team."""
+    """Run the team's permit service (the global controller)."""
     from coorp.runtime import (
         PermitService,
         TeamKey,
@@ -158,39 +170,58 @@ def leader(
 
 
 def agent(
-    config: Path = typer.Option(..., "--config", "-c", help="team file (team.toml)"),
-    robot: str = typer.Option(..., "--robot", "-r", help="this robot's name in team.robots"),
-    leader_addr: str | None = typer.Option(None, "--leader", help="override agent.leader"),
-    listen: str | None = typer.Option(None, help="override agent.listen (host:port)"),
-    save_dir: Path | None = typer.Option(None, help="write received bulk messages here"),
-    send: Path | None = typer.Option(None, help="send this file as one bulk message"),
-    to: str | None = typer.Option(None, help="inbox address for --send (host:port)"),
-    ls: str | None = typer.Option(
-        None,
-        "--ls",
-        help="generate LS traffic HZ:BYTES[:HOST:PORT] and report round trips (default "
-        "destination: the leader host's inbox)",
-    ),
-    duration: float = typer.Option(10.0, help="seconds of --ls traffic"),
-    control: Path | None = typer.Option(
-        None, help="control socket for `coorp send` (default: per team and robot)"
-    ),
-    transparent: bool = typer.Option(
-        False,
-        "--transparent",
-        help="also protect programs that know nothing of Coorp, per the team file's "
-        "[transparent] selectors (kernel rules; needs root)",
-    ),
-    show_rules: bool = typer.Option(
-        False, "--show-rules", help="print the kernel rules --transparent would install; exit"
-    ),
-    remove_rules: bool = typer.Option(
-        False, "--remove-rules", help="delete this robot's kernel rules (after a crash); exit"
-    ),
-    log_level: str = typer.Option("info", help="debug, info, warning or error"),
+    config: ConfigOption,
+    robot: RobotOption,
+    leader_addr: LeaderOption = None,
+    listen: Annotated[
+        str | None,
+        typer.Option(metavar="HOST:PORT", help="This robot's inbox (default: agent.listen)."),
+    ] = None,
+    save_dir: Annotated[
+        Path | None, typer.Option(metavar="DIR", help="Write received bulk messages here.")
+    ] = None,
+    send: Annotated[
+        Path | None, typer.Option(metavar="FILE", help="Send this file as one bulk message.")
+    ] = None,
+    to: Annotated[
+        str | None, typer.Option(metavar="HOST:PORT", help="The inbox --send sends to.")
+    ] = None,
+    ls: Annotated[
+        str | None,
+        typer.Option(
+            "--ls",
+            metavar="HZ:BYTES[:HOST:PORT]",
+            help="Send LS pings and report their round trips, once a second and in total "
+            "(default destination: the leader host's inbox).",
+        ),
+    ] = None,
+    duration: Annotated[float, typer.Option(metavar="SECONDS", help="How long --ls sends.")] = 10.0,
+    control: ControlOption = None,
+    transparent: Annotated[
+        bool,
+        typer.Option(
+            "--transparent",
+            help="Also protect programs that know nothing of Coorp, per the team file's "
+            "[transparent] selectors (kernel rules; needs root).",
+        ),
+    ] = False,
+    show_rules: Annotated[
+        bool,
+        typer.Option("--show-rules", help="Print the kernel rules --transparent installs; exit."),
+    ] = False,
+    remove_rules: Annotated[
+        bool,
+        typer.Option(
+            "--remove-rules", help="Delete this robot's kernel rules (after a crash); exit."
+        ),
+    ] = False,
+    log_level: LogLevelOption = LogLevel.INFO,
 ) -> None:
-    """Join a team as one robot: receive messages (and serve `coorp send`), optionally
-    send a file (handed to the running agent if there is one) or generate LS traffic.
+    """Join a team as one robot: receive, send, generate LS traffic.
+
+    The agent receives LS and bulk messages and serves `coorp send`; with --send it
+    sends one file (handed to the running agent if there is one), with --ls it sends
+    pings and reports their round trips.
 
     With --transparent, unmodified programs' LS traffic is marked and observed and their
     bulk TCP connections are sent under the robot's permit (docs/ros2.md)."""
@@ -234,6 +265,8 @@ def agent(
             _remove_rules(ruleset)
             return
     ls_spec = parse_ls_spec(ls) if ls is not None else None
+    if save_dir is not None:
+        check_out_dir(save_dir, "--save-dir")
     control_path = control or control_socket_path(cfg.team.name, robot)
     if send is not None and to is not None and control_path.exists():
         # A daemon of this robot is running: hand the file over instead of joining as
@@ -400,15 +433,21 @@ def _print_send_reply(reply: dict[str, object]) -> None:
 
 
 def send_cmd(
-    file: Path = typer.Argument(..., help="the file to send as one bulk message"),
-    to: str = typer.Option(..., "--to", help="inbox address (host:port)"),
-    config: Path = typer.Option(..., "--config", "-c", help="team file (team.toml)"),
-    robot: str = typer.Option(..., "--robot", "-r", help="the robot whose agent sends it"),
-    control: Path | None = typer.Option(None, help="the agent's control socket"),
-    timeout: float = typer.Option(3600.0, help="give up after this many seconds"),
+    file: Annotated[
+        Path, typer.Argument(metavar="FILE", help="The file to send as one bulk message.")
+    ],
+    to: Annotated[str, typer.Option("--to", metavar="HOST:PORT", help="The inbox to send to.")],
+    config: ConfigOption,
+    robot: RobotOption,
+    control: ControlOption = None,
+    timeout: Annotated[
+        float, typer.Option(metavar="SECONDS", help="Give up after this long.")
+    ] = 3600.0,
 ) -> None:
-    """Hand a file to this robot's running `coorp agent`, which sends it as a
-    coordinated bulk message (as itself: no second join under the robot's name)."""
+    """Send a file through this robot's running agent.
+
+    The running `coorp agent` sends it as a coordinated bulk message, as itself: no
+    second process joins under the robot's name."""
     from coorp.cli._agent_tools import control_socket_path, send_via_agent
     from coorp.runtime import load_team_config, parse_address
 
@@ -423,12 +462,14 @@ def send_cmd(
 
 
 def keys(
-    config: Path = typer.Option(..., "--config", "-c", help="team file (team.toml)"),
-    force: bool = typer.Option(False, "--force", help="replace an existing team key"),
+    config: ConfigOption,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing team key.")] = False,
 ) -> None:
-    """Write the team key (team.key_file, if missing) and one key per robot
-    (team.key_dir/<robot>.key), all owner-only (mode 600). The leader keeps the team
-    key; copy each robot only its own file."""
+    """Write the team key and one key per robot.
+
+    The team key goes to team.key_file (if missing), each robot's to
+    team.key_dir/<robot>.key, all owner-only (mode 600). The leader keeps the team key;
+    copy each robot only its own file."""
     from coorp.runtime import load_team_config, write_team_keys
 
     cfg = load_team_config(config)

@@ -20,15 +20,24 @@ from coorp._errors import UsageError
 from coorp._manifest import build_manifest, json_safe, write_json
 from coorp._tables import write_table
 from coorp.cli._common import (
-    FormatOption,
-    PolicyModuleOption,
     console,
     duration_ns_option,
     figure_formats,
     load_policy_options,
     load_scenario_arg,
     progress_bar,
-    require_out_dir,
+)
+from coorp.cli._options import (
+    FormatOption,
+    JsonFileOption,
+    OutOption,
+    PolicyModuleOption,
+    ScenarioArg,
+    SeedOption,
+    check_out_dir,
+    check_out_file,
+    duration_opt,
+    ensure_out_dir,
 )
 from coorp.policies import policy_label
 from coorp.report import deployable
@@ -97,61 +106,55 @@ def render_workload(metrics: dict[str, Any], policy: str, deadline_ms: float) ->
 def register(app: typer.Typer) -> None:
     @app.command()
     def simulate(
-        scenario: Annotated[
-            str,
-            typer.Argument(
-                help="Scenario TOML file or built-in name (saturation-5, crl-5; see "
-                "docs/scenarios.md). Its \\[\\[flows]] run as given; a \\[workload] runs "
-                "under --policy.",
-            ),
-        ],
-        seed: Annotated[
-            int | None, typer.Option(help="RNG seed (default: the scenario's).")
-        ] = None,
-        duration: Annotated[
-            float | None, typer.Option(help="Simulated seconds (default: the scenario's).")
-        ] = None,
-        json_path: Annotated[
-            Path | None, typer.Option("--json", help="Also write the summary JSON here.")
-        ] = None,
-        out: Annotated[
-            Path | None,
-            typer.Option(help="Directory for summary, tables, raw tables, figures, manifest."),
-        ] = None,
+        scenario: ScenarioArg,
+        seed: SeedOption = None,
+        duration: Annotated[float | None, duration_opt()] = None,
+        json_path: JsonFileOption = None,
+        out: OutOption = None,
         policy: Annotated[
             str | None,
             typer.Option(
-                help=f"Policy the \\[workload] runs under (default: {DEFAULT_POLICY}); "
-                "compare several with coorp compare."
+                metavar="NAME",
+                help=f"The policy a [workload] runs under (default: {DEFAULT_POLICY}); "
+                "coorp compare runs several.",
             ),
         ] = None,
         policy_module: PolicyModuleOption = None,
         fmt: FormatOption = "png",
     ) -> None:
-        """Simulate one scenario's flows, or its \\[workload] under one policy; print results."""
+        """Simulate one scenario and print its results.
+
+        The scenario's [[flows]] run as given; its [workload] (the MPC loop and DRLC
+        epochs) runs under one policy (--policy)."""
         # Every argument is checked before the simulation starts.
         path, sc = load_scenario_arg(scenario)
         duration_ns = duration_ns_option(duration)
         formats = figure_formats(fmt)
-        out_dir = require_out_dir(out) if out is not None else None
-        if json_path is not None and json_path.is_dir():
-            raise UsageError(f"--json {json_path} is a directory; give a file name")
+        if out is not None:
+            check_out_dir(out)
+        if json_path is not None:
+            check_out_file(json_path, "--json", made=out)
         load_policy_options(policy_module)
         total = duration_ns if duration_ns is not None else round(sc.duration_s * 1e9)
-        if sc.workload is not None:
-            _simulate_workload(sc, path, policy or DEFAULT_POLICY, seed, total, json_path,
-                               out_dir, formats)  # fmt: skip
-            return
-        if policy is not None:
+        if sc.workload is None and policy is not None:
             raise UsageError(
                 f"--policy {policy}: {path} has no [workload] section, and a policy acts on "
                 "a workload (its [[flows]] run as given); drop --policy"
             )
-        if not sc.flows:
+        if sc.workload is None and not sc.flows:
             raise UsageError(
                 f"{path} has no traffic: no [[flows]] and no [workload] section; add one "
                 "(docs/scenarios.md), or simulate a built-in scenario such as saturation-5"
             )
+        if sc.workload is not None:
+            from coorp.policies import get_policy
+
+            get_policy(policy or DEFAULT_POLICY)  # an unknown name, before the folder exists
+        out_dir = ensure_out_dir(out) if out is not None else None
+        if sc.workload is not None:
+            _simulate_workload(sc, path, policy or DEFAULT_POLICY, seed, total, json_path,
+                               out_dir, formats)  # fmt: skip
+            return
         sim = Simulation(sc, seed=seed, source=str(path))
         with progress_bar(f"simulate {sc.name}", total) as update:
             result = sim.run(total, update)

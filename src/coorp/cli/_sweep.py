@@ -19,13 +19,17 @@ from rich.progress import Progress as RichProgress
 
 from coorp._errors import UsageError
 from coorp._manifest import build_manifest
-from coorp.cli._common import (
+from coorp.cli._common import console, figure_formats, load_average, load_policy_options, wall_note
+from coorp.cli._options import (
     FormatOption,
+    OutOption,
     PolicyModuleOption,
-    console,
-    figure_formats,
-    load_policy_options,
-    require_out_dir,
+    QuietOption,
+    check_out_dir,
+    duration_opt,
+    ensure_out_dir,
+    policies_opt,
+    seeds_opt,
 )
 from coorp.sweep import (
     RunCache,
@@ -156,56 +160,64 @@ def register(app: typer.Typer) -> None:
     def sweep_cmd(
         spec_file: Annotated[
             Path | None,
-            typer.Argument(help="Sweep TOML (docs/sweep.md); flags given too replace its fields."),
+            typer.Argument(
+                metavar="SWEEP.toml",
+                help="A sweep file (docs/sweep.md); flags given too replace its fields.",
+                show_default=False,
+            ),
         ] = None,
         scenarios: Annotated[
             str | None,
-            typer.Option(help="Comma-separated scenario files or built-in names (crl-2,crl-5)."),
+            typer.Option(
+                metavar="LIST",
+                help="Scenario files or built-in names, comma-separated (crl-2,crl-5).",
+            ),
         ] = None,
-        policies: Annotated[
-            str | None,
-            typer.Option(help="Comma-separated policy names (default: every registered one)."),
-        ] = None,
-        seeds: Annotated[
-            str | None, typer.Option(help="Seeds: 1-10, 1,3,5 or 1-3,7 (default: 1).")
-        ] = None,
+        policies: Annotated[str | None, policies_opt("every registered one")] = None,
+        seeds: Annotated[str | None, seeds_opt("1")] = None,
         sets: Annotated[
             list[str] | None,
             typer.Option(
                 "--set",
-                help="KEY=V1,V2 override into the scenario (repeatable; coorp.x = policy.coorp.x), "
-                "e.g. --set coorp.margin_us=1000,2000 --set workload.drlc.sync=bsp,asp.",
+                metavar="KEY=V1,V2",
+                help="An override of a scenario field, swept over its values (repeatable; "
+                "coorp.x means policy.coorp.x), e.g. --set coorp.margin_us=1000,2000 "
+                "--set workload.drlc.sync=bsp,asp.",
             ),
         ] = None,
-        duration: Annotated[
-            float | None, typer.Option(help="Simulated seconds (default: each scenario's).")
-        ] = None,
-        out: Annotated[Path, typer.Option(help="Output directory.")] = Path("results/sweep"),
+        duration: Annotated[float | None, duration_opt(default="each scenario's")] = None,
+        out: OutOption = Path("results/sweep"),
         jobs: Annotated[
-            int | None, typer.Option(help="Parallel runs (default: every core; Ray: local CPUs).")
+            int | None,
+            typer.Option(metavar="N", help="Parallel runs (default: every core; Ray: local CPUs)."),
         ] = None,
         ray: Annotated[
             bool,
-            typer.Option("--ray", help="Run the tasks on Ray (pip install 'coorp\\[ray]')."),
+            typer.Option("--ray", help="Run the tasks on Ray (pip install 'coorp[ray]')."),
         ] = False,
         ray_address: Annotated[
             str | None,
             typer.Option(
-                help="Address of an existing Ray cluster (implies --ray; default: "
-                "$RAY_ADDRESS, else a new local instance)."
+                metavar="ADDRESS",
+                help="An existing Ray cluster (implies --ray; default: $RAY_ADDRESS, else a "
+                "new local instance).",
             ),
         ] = None,
         cache: Annotated[
-            Path | None, typer.Option(help="Cache directory (default: OUT/cache).")
+            Path | None,
+            typer.Option(metavar="DIR", help="Cache directory (default: OUT/cache)."),
         ] = None,
         no_cache: Annotated[
             bool, typer.Option("--no-cache", help="Neither read nor write the cache.")
         ] = False,
-        quiet: Annotated[bool, typer.Option("--quiet", help="Print only errors.")] = False,
+        quiet: QuietOption = False,
         policy_module: PolicyModuleOption = None,
         fmt: FormatOption = "png",
     ) -> None:
-        """Run scenarios × policies × seeds × overrides; mean and 95% CI of every metric."""
+        """Run scenarios × policies × seeds × overrides; mean and 95% CI.
+
+        Every run is cached (OUT/cache): an interrupted sweep resumes where it stopped,
+        and a larger one reuses what a smaller one ran."""
         formats = figure_formats(fmt)
         # Policies from --policy-module files and entry points; the pool's processes are
         # forked from this one and inherit them (Ray workers do not: install them there).
@@ -214,11 +226,15 @@ def register(app: typer.Typer) -> None:
             spec_file, scenarios=scenarios, policies=policies, seeds=seeds, sets=sets,
             duration=duration,
         )  # fmt: skip
+        assert out is not None  # it has a default
+        check_out_dir(out)
+        if cache is not None:
+            check_out_dir(cache, "--cache")
         plan = plan_sweep(spec, base_dir=base_dir, origin=origin)
-        d = require_out_dir(out)
+        d = ensure_out_dir(out)
         store = None if no_cache else RunCache(cache if cache is not None else d / "cache")
         use_ray = ray or ray_address is not None
-        t0 = time.perf_counter()
+        t0, load0 = time.perf_counter(), load_average()
         progress = RunProgress(console, label="sweep", quiet=quiet)
         try:
             with progress:
@@ -251,23 +267,29 @@ def register(app: typer.Typer) -> None:
             same = f", {shared} identical to another (BH-only under policy options)" * (shared > 0)
             console.print(
                 f"{len(plan.tasks)} runs: {result.executed} simulated, {result.cached} from "
-                f"cache{same}; {wall:.1f} s; {len(paths)} files written to {d}/"
+                f"cache{same}; {len(paths)} files written to {d}/; {wall_note(wall, load0)}"
             )
 
     @app.command(name="plot")
     def plot_cmd(
         folder: Annotated[
-            Path, typer.Argument(help="A coorp sweep --out (or coorp compare --out) folder.")
+            Path,
+            typer.Argument(
+                metavar="FOLDER", help="The --out folder of a coorp sweep or coorp compare run."
+            ),
         ],
         out: Annotated[
-            Path | None, typer.Option(help="Write the figures here (default: FOLDER).")
+            Path | None,
+            typer.Option(metavar="DIR", help="Write the figures here (default: FOLDER)."),
         ] = None,
         fmt: FormatOption = "png",
     ) -> None:
-        """Draw a saved sweep's figures again (from its runs.parquet), without simulating."""
+        """Draw a saved sweep's figures again, without simulating."""
         formats = figure_formats(fmt)
+        if out is not None:
+            check_out_dir(out)
         rows = load_rows(folder)
-        d = require_out_dir(out if out is not None else folder)
+        d = ensure_out_dir(out if out is not None else folder)
         figures = plot_sweep(aggregate(rows), d, formats)
         for f in figures:
             console.print(str(f))

@@ -21,11 +21,12 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from coorp._errors import PeerError, UsageError
+from coorp.cli._options import ConfigOption, JsonFlagOption, LeaderOption
 
 if TYPE_CHECKING:
     from coorp.runtime import TeamStatus
@@ -65,17 +66,31 @@ def status_table(status: TeamStatus, title: str) -> Any:
 
 
 def top(
-    config: Path = typer.Option(..., "--config", "-c", help="team file (team.toml)"),
-    robot: str | None = typer.Option(
-        None, "--robot", "-r", help="ask as this robot (its key file) instead of the team key"
-    ),
-    leader_addr: str | None = typer.Option(None, "--leader", help="override agent.leader"),
-    interval: float = typer.Option(1.0, min=0.1, max=60.0, help="seconds between updates"),
-    count: int = typer.Option(0, min=0, help="stop after this many updates (0: until Ctrl-C)"),
-    as_json: bool = typer.Option(False, "--json", help="one JSON object per update"),
+    config: ConfigOption,
+    robot: Annotated[
+        str | None,
+        typer.Option(
+            "--robot",
+            "-r",
+            metavar="NAME",
+            help="Ask as this robot (with its key file) instead of with the team key.",
+        ),
+    ] = None,
+    leader_addr: LeaderOption = None,
+    interval: Annotated[
+        float,
+        typer.Option(min=0.1, max=60.0, metavar="SECONDS", help="Time between updates."),
+    ] = 1.0,
+    count: Annotated[
+        int, typer.Option(min=0, metavar="N", help="Stop after N updates (0: at Ctrl-C).")
+    ] = 0,
+    as_json: JsonFlagOption = False,
 ) -> None:
-    """Live view of a running team: permit holder and queue, per robot LS rate and
-    latency, misses, bulk Mb/s and intercepted flows (reports arrive every second)."""
+    """Watch a running team live, from its leader.
+
+    Shows the permit holder and queue and, per robot, its LS rate and latency, misses,
+    bulk Mb/s and intercepted flows (every robot reports once a second). With --json,
+    one JSON object per update (one update unless --count says more)."""
     from coorp.runtime import aquery_team, load_team_config, resolve_team_key
 
     cfg = load_team_config(config)
@@ -125,17 +140,32 @@ def _unreachable(target: str, config: Path, exc: BaseException) -> int:
 
 
 def doctor(
-    config: Path | None = typer.Option(None, "--config", "-c", help="team file (team.toml)"),
-    interface: str | None = typer.Option(
-        None, "--interface", "-i", help="interface to check (default: the route to the leader)"
-    ),
-    ls_bytes: int = typer.Option(
-        12_000, min=1, max=65_000, help="largest LS message you send (bytes)"
-    ),
-    as_json: bool = typer.Option(False, "--json", help="findings as JSON"),
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config", "-c", metavar="TEAM.toml", help="The team file (docs/runtime.md)."
+        ),
+    ] = None,
+    interface: Annotated[
+        str | None,
+        typer.Option(
+            "--interface",
+            "-i",
+            metavar="IF",
+            help="The interface to check (default: the route to the leader).",
+        ),
+    ] = None,
+    ls_bytes: Annotated[
+        int,
+        typer.Option(min=1, max=65_000, metavar="BYTES", help="The largest LS message you send."),
+    ] = 12_000,
+    as_json: JsonFlagOption = False,
 ) -> None:
-    """What this host will do to LS packets and how to fix it: WiFi or not, power save,
-    qdisc, DSCP/priority mapping, MTU vs LS size, whether transparent mode can run."""
+    """Check what this host does to LS packets, and how to fix it.
+
+    Checks WiFi or not, power save, the qdisc, DSCP/priority mapping, the MTU against
+    the LS message size, and whether transparent mode can run here. Exit status 1 when
+    a check fails."""
     from coorp.runtime import diagnose, load_team_config
 
     cfg = load_team_config(config) if config is not None else None

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from coorp.phy import PhyStandard
 from coorp.scenario import MpcConfig, PolicyOptions
 from coorp.sim import Simulation
 from coorp.sim.packets import FlowState
@@ -68,6 +69,9 @@ class Policy(ABC):
     #: ``False`` for a reference bound that a real deployment cannot run (``oracle``):
     #: reports label it "not deployable".
     deployable: ClassVar[bool] = True
+    #: The PHY standards (``phy.standard``) the policy runs on; on another it is
+    #: infeasible, and ``coorp compare`` leaves it out of its default list there.
+    standards: ClassVar[frozenset[PhyStandard]] = frozenset(PhyStandard)
 
     def __init__(self, team: Team) -> None:
         self.team = team

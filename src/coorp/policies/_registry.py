@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TypeVar
 
 from coorp._errors import UsageError
+from coorp.phy import PhyStandard
 from coorp.policies._base import Policy
 
 __all__ = ["get_policy", "policy_label", "policy_names", "register_policy"]
@@ -44,8 +45,12 @@ def get_policy(name: str) -> type[Policy]:
     return cls
 
 
-def policy_names() -> list[str]:
-    return list(_REGISTRY)
+def policy_names(standard: PhyStandard | None = None) -> list[str]:
+    """Every registered policy, in registration order; with ``standard``, only those
+    that run on that PHY standard (``Policy.standards``)."""
+    if standard is None:
+        return list(_REGISTRY)
+    return [n for n, cls in _REGISTRY.items() if standard in cls.standards]
 
 
 def policy_label(name: str) -> str:

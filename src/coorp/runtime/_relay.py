@@ -347,8 +347,12 @@ class Relay:
             pending = _inq(app)
             if pending == 0:
                 # Readable with nothing to read: end of stream (or an error, which
-                # recv raises).
-                if app.recv(1, socket.MSG_PEEK) == b"":
+                # recv raises), or a wake-up with nothing behind it.
+                try:
+                    peek = app.recv(1, socket.MSG_PEEK)
+                except BlockingIOError:
+                    continue
+                if peek == b"":
                     await self._drain(up, pacer)
                     up.shutdown(socket.SHUT_WR)
                     pacer.settle()

@@ -11,31 +11,41 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from enum import StrEnum
-from typing import Annotated, Final, Literal, NamedTuple
+from typing import Annotated, Final, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
-    ValidationError,
     field_validator,
     model_validator,
 )
-from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from coorp.phy import (
     AMPDU_DELIMITER_BYTES,
-    LEGACY_RATES_MBPS,
+    HE_MAX_MCS,
     MAC_OVERHEAD_BYTES,
     MAX_PPDU_NS,
-    GuardInterval,
     LinkBudget,
+    PhyMode,
+    PhyStandard,
     VhtMode,
-    is_valid_vht_mcs,
-    valid_vht_mcs,
-    vht_max_psdu_bytes,
-    vht_ppdu_duration_ns,
+    is_valid_mcs,
+    max_psdu_bytes,
+    ppdu_duration_ns,
+    valid_mcs,
+)
+from coorp.scenario._radio import (
+    EDCA_DEFAULTS,
+    AccessCategory,
+    EdcaDefaults,
+    EdcaOverride,
+    HwQueueConfig,
+    HwQueueMode,
+    MacConfig,
+    PhyConfig,
+    RetryPolicy,
+    _Model,
+    _Problem,
+    _raise_at,
 )
 from coorp.scenario._timing import timing_problems
 from coorp.scenario._workload import PolicyOptions, WorkloadConfig
@@ -63,155 +73,6 @@ __all__ = [
 ]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
-
-
-#: A problem found by a cross-field rule, located at one field: (location relative to
-#: the model being validated, the value found there, what is wrong and what is allowed).
-_Problem = tuple[tuple[str | int, ...], object, str]
-
-
-def _raise_at(model: type[BaseModel], problems: list[_Problem]) -> None:
-    """Report ``problems`` at their own fields (pydantic prefixes the location of the
-    model being validated), instead of as one message about the whole model."""
-    if problems:
-        raise ValidationError.from_exception_data(
-            model.__name__,
-            [
-                InitErrorDetails(
-                    type=PydanticCustomError("value_error", "{message}", {"message": msg}),
-                    loc=loc,
-                    input=value,
-                )
-                for loc, value, msg in problems
-            ],
-        )
-
-
-class AccessCategory(StrEnum):
-    """EDCA access category (802.11-2016 Table 10-1)."""
-
-    BK = "BK"
-    """Background."""
-    BE = "BE"
-    """Best effort: bulk (BH) traffic."""
-    VI = "VI"
-    """Video."""
-    VO = "VO"
-    """Voice: latency-sensitive (LS) traffic."""
-
-
-class RetryPolicy(StrEnum):
-    """What a station does after an A-MPDU's BlockAck is missing."""
-
-    CLASSIC = "classic"
-    """Retransmit the A-MPDU after a backoff with doubled CW."""
-    NS3 = "ns3"
-    """As ns-3 by default: send a BlockAckReq after a doubled-CW backoff; reset CW to
-    CWmin when its BlockAck arrives, then retransmit the unacknowledged MPDUs."""
-
-
-class HwQueueMode(StrEnum):
-    """How the NIC's hardware queue is organised."""
-
-    PER_AC = "per_ac"
-    """One ring per access category (ideal; ns-3's model)."""
-    SHARED = "shared"
-    """One FIFO ring shared by all categories, as on many commodity USB/fullmac NICs:
-    an LS packet waits behind BH packets already handed to the NIC."""
-
-
-class PhyConfig(_Model):
-    width_mhz: Literal[20, 40, 80, 160] = 80
-    spatial_streams: int = Field(2, ge=1, le=4)
-    guard_interval: GuardInterval = GuardInterval.LONG
-    basic_rate_mbps: int = Field(24, description=f"control-frame rate, one of {LEGACY_RATES_MBPS}")
-
-    @model_validator(mode="after")
-    def _basic_rate_exists(self) -> PhyConfig:
-        if self.basic_rate_mbps not in LEGACY_RATES_MBPS:
-            raise ValueError(
-                f"basic_rate_mbps = {self.basic_rate_mbps} is not an OFDM rate; "
-                f"allowed: {list(LEGACY_RATES_MBPS)}"
-            )
-        return self
-
-
-class EdcaDefaults(NamedTuple):
-    """One access category's EDCA parameters as the standard sets them."""
-
-    aifsn: int
-    cw_min: int
-    cw_max: int
-    txop_limit_us: int
-    """0: no TXOP limit (one exchange per channel access)."""
-    aggregation: bool
-
-
-#: 802.11-2016 Table 9-137 for OFDM PHYs (aCWmin = 15, aCWmax = 1023): what each key of
-#: ``[mac.edca.<AC>]`` left unset means. Aggregation is off for VO, as in common drivers.
-EDCA_DEFAULTS: Final = {
-    AccessCategory.BK: EdcaDefaults(7, 15, 1023, 0, True),
-    AccessCategory.BE: EdcaDefaults(3, 15, 1023, 0, True),
-    AccessCategory.VI: EdcaDefaults(2, 7, 15, 3008, True),
-    AccessCategory.VO: EdcaDefaults(2, 3, 7, 1504, False),
-}
-
-
-class EdcaOverride(_Model):
-    """Overrides of one access category's EDCA parameters; unset fields keep the standard's."""
-
-    aifsn: int | None = Field(None, ge=1, le=15)
-    cw_min: int | None = Field(None, ge=0, le=32767)
-    cw_max: int | None = Field(None, ge=0, le=32767)
-    txop_limit_us: int | None = Field(None, ge=0, le=8160)
-    aggregation: bool | None = None
-
-
-class MacConfig(_Model):
-    retry_limit: int = Field(7, ge=0, le=255)
-    retry_policy: RetryPolicy = RetryPolicy.CLASSIC
-    rts_threshold_bytes: int = Field(
-        1_048_576, ge=0, description="PSDUs longer than this use RTS/CTS; 1048576 means never"
-    )
-    max_ampdu_bytes: int = Field(1_048_575, ge=1, le=1_048_575)
-    max_ampdu_mpdus: int = Field(64, ge=1, le=64)
-    edca: dict[AccessCategory, EdcaOverride] = Field(default_factory=dict)
-
-    @model_validator(mode="after")
-    def _cw_order(self) -> MacConfig:
-        """CWmax >= CWmin for every category, once the overrides meet the defaults."""
-        problems: list[_Problem] = []
-        for ac, o in self.edca.items():
-            std = EDCA_DEFAULTS[ac]
-            lo = std.cw_min if o.cw_min is None else o.cw_min
-            hi = std.cw_max if o.cw_max is None else o.cw_max
-            if hi >= lo:
-                continue
-            std_note = f" (the standard's {ac.value} value)"
-            hi_txt = f"{hi}{'' if o.cw_max is not None else std_note}"
-            lo_txt = f"{lo}{'' if o.cw_min is not None else std_note}"
-            value: int | None
-            if o.cw_max is not None:  # report at the key that was set (cw_max if both)
-                where, value = "cw_max", o.cw_max
-                allowed = f"cw_max >= {lo}" + ("" if o.cw_min is not None else ", or set cw_min")
-            else:
-                where, value = "cw_min", o.cw_min
-                allowed = f"cw_min <= {hi}, or set cw_max"
-            problems.append((
-                ("edca", ac.value, where), value,
-                f"cw_max {hi_txt} < cw_min {lo_txt}; allowed: {allowed}",
-            ))  # fmt: skip
-        _raise_at(MacConfig, problems)
-        return self
-
-
-class HwQueueConfig(_Model):
-    mode: HwQueueMode = HwQueueMode.PER_AC
-    capacity_packets: int = Field(128, ge=1, le=65536, description="packets per ring")
-
-
 class StationConfig(_Model):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
     position_m: tuple[float, float] = (0.0, 0.0)
@@ -220,7 +81,7 @@ class StationConfig(_Model):
 class LinkOverride(_Model):
     src: str
     dst: str
-    mcs: int = Field(ge=0, le=9)
+    mcs: int = Field(ge=0, le=HE_MAX_MCS, description="0-9 (VHT) or 0-11 (HE)")
     spatial_streams: int | None = Field(
         None, ge=1, le=4, description="spatial streams of this link (default: phy.spatial_streams)"
     )
@@ -235,7 +96,9 @@ class PathLossConfig(_Model):
 
 class LinkConfig(_Model):
     mode: Literal["fixed", "distance"] = "fixed"
-    mcs: int = Field(7, ge=0, le=9, description="MCS of every link in fixed mode")
+    mcs: int = Field(
+        7, ge=0, le=HE_MAX_MCS, description="MCS of every link in fixed mode: 0-9 (VHT), 0-11 (HE)"
+    )
     overrides: list[LinkOverride] = Field(default_factory=list)
     pathloss: PathLossConfig = Field(default_factory=PathLossConfig)
     packet_errors: bool = False
@@ -335,11 +198,14 @@ class Scenario(_Model):
         if dupes:
             raise ValueError(f"station names must be unique; repeated: {dupes}")
         nss, width = self.phy.spatial_streams, self.phy.width_mhz
-        allowed = valid_vht_mcs(nss, width)
-        if self.links.mode == "fixed" and not is_valid_vht_mcs(self.links.mcs, nss, width):
+        std = self.phy.standard
+        allowed = valid_mcs(std, nss, width)
+        # VHT messages stay as they were; an HE channel says which standard it checked.
+        in_std = "" if std is PhyStandard.AC else " in 802.11ax (HE)"
+        if self.links.mode == "fixed" and not is_valid_mcs(std, self.links.mcs, nss, width):
             raise ValueError(
                 f"links.mcs = {self.links.mcs} does not exist for {nss} spatial stream(s) at "
-                f"{width} MHz; allowed: {allowed}"
+                f"{width} MHz{in_std}; allowed: {allowed}"
             )
         known = set(names)
         for i, o in enumerate(self.links.overrides):
@@ -347,17 +213,17 @@ class Scenario(_Model):
                 if end not in known:
                     raise ValueError(f"links.overrides[{i}] names unknown station {end!r}")
             if o.spatial_streams is not None:
-                if not is_valid_vht_mcs(o.mcs, o.spatial_streams, width):
+                if not is_valid_mcs(std, o.mcs, o.spatial_streams, width):
                     raise ValueError(
                         f"links.overrides[{i}].spatial_streams = {o.spatial_streams}: MCS "
                         f"{o.mcs} does not exist for {o.spatial_streams} spatial stream(s) "
-                        f"at {width} MHz; allowed MCS at {o.spatial_streams} stream(s): "
-                        f"{valid_vht_mcs(o.spatial_streams, width)}"
+                        f"at {width} MHz{in_std}; allowed MCS at "
+                        f"{o.spatial_streams} stream(s): {valid_mcs(std, o.spatial_streams, width)}"
                     )
-            elif not is_valid_vht_mcs(o.mcs, nss, width):
+            elif not is_valid_mcs(std, o.mcs, nss, width):
                 raise ValueError(
                     f"links.overrides[{i}].mcs = {o.mcs} does not exist for {nss} spatial "
-                    f"stream(s) at {width} MHz; allowed: {allowed}"
+                    f"stream(s) at {width} MHz{in_std}; allowed: {allowed}"
                 )
         flow_names = [f.name for f in self.flows]
         dupes = sorted(n for n, c in Counter(flow_names).items() if c > 1)
@@ -372,7 +238,10 @@ class Scenario(_Model):
                     )
             if f.src == f.dst:
                 raise ValueError(f"flows[{i}] ({f.name}) has src == dst = {f.src!r}")
-        _raise_at(Scenario, self._ack_name_clashes() + self._link_problems())
+        _raise_at(
+            Scenario,
+            self._standard_problems() + self._ack_name_clashes() + self._link_problems(),
+        )
         if self.workload is not None:
             w = self.workload
             if w.leader not in known:
@@ -393,16 +262,16 @@ class Scenario(_Model):
     def _problems_with_overrides(self, extra: list[dict[str, object]]) -> list[str]:
         """What would be wrong with the links if ``extra`` ``[[links.overrides]]`` entries
         were added (a link change must give a rate the file could have set)."""
-        nss, width = self.phy.spatial_streams, self.phy.width_mhz
+        std, nss, width = self.phy.standard, self.phy.spatial_streams, self.phy.width_mhz
         out = []
         added = []
         for o in extra:
             ov = LinkOverride.model_validate(o)
             streams = nss if ov.spatial_streams is None else ov.spatial_streams
-            if not is_valid_vht_mcs(ov.mcs, streams, width):
+            if not is_valid_mcs(std, ov.mcs, streams, width):
                 out.append(
                     f"MCS {ov.mcs} does not exist for {streams} spatial stream(s) at {width} "
-                    f"MHz; allowed: {valid_vht_mcs(streams, width)}"
+                    f"MHz; allowed: {valid_mcs(std, streams, width)}"
                 )
             added.append(ov)
         if out:
@@ -410,6 +279,17 @@ class Scenario(_Model):
         links = self.links.model_copy(update={"overrides": [*self.links.overrides, *added]})
         trial = self.model_copy(update={"links": links})
         return [msg for loc, _, msg in trial._link_problems() if loc == ("packet_bytes",)]
+
+    def _standard_problems(self) -> list[_Problem]:
+        """What only 802.11ax allows: Block Ack windows of more than 64 MPDUs."""
+        k = self.mac.max_ampdu_mpdus
+        if k > 64 and self.phy.standard is not PhyStandard.AX:
+            return [(
+                ("mac", "max_ampdu_mpdus"), k,
+                "more than 64 MPDUs per A-MPDU needs 802.11ax's 256-MPDU Block Ack "
+                '(phy.standard = "ax"); allowed on 802.11ac: <= 64',
+            )]  # fmt: skip
+        return []
 
     def _ack_name_clashes(self) -> list[_Problem]:
         """A bulk flow with TCP acks adds a flow named ``<name>:ack``: no flow may use it."""
@@ -465,7 +345,7 @@ class Scenario(_Model):
                     b = stations[j]
                     d = math.dist(a.position_m, b.position_m)
                     rx = budget.rx_power_dbm(d)
-                    best = budget.best_mcs_at(rx, nss, width)
+                    best = budget.best_mcs_at(rx, nss, width, phy.standard)
                     if best is None:
                         lo, hi = (a, b) if a.name < b.name else (b, a)  # report a pair once
                         pos = i * n + j if lo is a else j * n + i
@@ -515,13 +395,13 @@ class Scenario(_Model):
         # The slowest link: the longest PPDU for a full packet, then the lowest MCS, then
         # the first in station order (with one number of streams everywhere this is the
         # first link with the lowest MCS).
-        slowest: tuple[int, int, int, int, VhtMode] | None = None
+        slowest: tuple[int, int, int, int, PhyMode] | None = None
         for mcs, link_nss, pos in [
             *((m, nss, p) for m, p in plain.items()),
             *((m, s, p) for (m, s), (p, _) in overridden.items()),
         ]:
-            mode = VhtMode(mcs, link_nss, width, phy.guard_interval)
-            ppdu_ns = vht_ppdu_duration_ns(mpdu + AMPDU_DELIMITER_BYTES, mode)
+            mode = phy.mode(mcs, link_nss)
+            ppdu_ns = ppdu_duration_ns(mpdu + AMPDU_DELIMITER_BYTES, mode)
             cand = (-ppdu_ns, mcs, pos, link_nss, mode)
             if slowest is None or cand[:3] < slowest[:3]:
                 slowest = cand
@@ -534,12 +414,17 @@ class Scenario(_Model):
                 where = f"link {a.name} -> {b.name}, {d:.1f} m apart"
             elif where is None:
                 where = "links.mcs"
-            fits = vht_max_psdu_bytes(MAX_PPDU_NS, mode) - AMPDU_DELIMITER_BYTES
+            fits = max_psdu_bytes(MAX_PPDU_NS, mode) - AMPDU_DELIMITER_BYTES
+            gi = (
+                f"{phy.guard_interval.value} GI"
+                if isinstance(mode, VhtMode)
+                else f"{phy.he_guard_interval_ns} ns GI, HE"
+            )
             problems.append((
                 ("packet_bytes",), self.packet_bytes,
                 f"a full packet (a {mpdu}-byte MPDU) lasts {-neg_ppdu / 1e6:.3f} ms at MCS "
                 f"{mcs} ({where}; {link_nss} spatial stream(s), {width} MHz, "
-                f"{phy.guard_interval.value} GI), longer than aPPDUMaxTime "
+                f"{gi}), longer than aPPDUMaxTime "
                 f"({MAX_PPDU_NS / 1e6:.3f} ms); allowed at this rate: packet_bytes <= "
                 f"{fits - MAC_OVERHEAD_BYTES}, or a faster MCS",
             ))  # fmt: skip

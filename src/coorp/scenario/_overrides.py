@@ -1,7 +1,8 @@
 """Parameter overrides: a dotted key into the scenario, a value, and re-validation
 (``coorp sweep --set``, sweep files, ``coorp learn``).
 
-``coorp.margin_us`` is shorthand for ``policy.coorp.margin_us`` (likewise ``schedwifi.``).
+``coorp.margin_us`` is shorthand for ``policy.coorp.margin_us`` (likewise ``schedwifi.``,
+``ofdma.`` and ``rtwt.``).
 The scenario is dumped, the key set, and the whole scenario validated again, so an
 override can never produce a scenario that a file could not.
 """
@@ -19,7 +20,12 @@ from ._models import Scenario
 __all__ = ["OverrideError", "apply_overrides", "canonical_key", "override_label"]
 
 #: Short prefixes and what they stand for.
-SHORTHANDS = {"coorp": "policy.coorp", "schedwifi": "policy.schedwifi"}
+SHORTHANDS = {
+    "coorp": "policy.coorp",
+    "schedwifi": "policy.schedwifi",
+    "ofdma": "policy.ofdma",
+    "rtwt": "policy.rtwt",
+}
 
 #: Keys a sweep sets by other means.
 _RESERVED = {

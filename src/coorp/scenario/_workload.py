@@ -7,13 +7,15 @@ epochs, paper §III-A and §VI); ``[policy]`` holds the tunables of the shipped 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from coorp.scenario._timing import JitterKind, LinkChange, LsFlowConfig
 
 __all__ = ["CoorpOptions", "DrlcConfig", "JitterKind", "LsPhase", "LsTransport", "MpcConfig",
-           "PolicyOptions", "SchedWifiOptions", "SyncMode", "WorkloadConfig"]  # fmt: skip
+           "OfdmaOptions", "PolicyOptions", "RtwtOptions", "SchedWifiOptions", "SyncMode",
+           "WorkloadConfig"]  # fmt: skip
 
 
 class _Model(BaseModel):
@@ -158,6 +160,53 @@ class SchedWifiOptions(_Model):
     ctt_percentile: float = Field(95.0, gt=0, le=100)
 
 
+class OfdmaOptions(_Model):
+    """The ``ofdma`` policy's AP scheduler (trigger-based UL OFDMA, 802.11ax 26.5.2);
+    defaults follow ns-3's RrMultiUserScheduler where it has one."""
+
+    access_ac: Literal["BK", "BE", "VI", "VO"] = Field(
+        "BE", description="EDCA parameters the AP contends with to send trigger frames"
+    )
+    max_users: int = Field(4, ge=1, le=74, description="stations per trigger (equal RUs)")
+    bsrp: bool = Field(
+        True, description="poll buffer status (BSRP trigger) before each Basic trigger"
+    )
+    access_interval_us: float = Field(
+        1_000.0,
+        ge=0,
+        description="ask for the medium at least this often (0: only with data known)",
+    )
+    max_tb_us: float = Field(5_484.0, gt=0, le=5_484.0, description="longest TB PPDU solicited")
+    mu_edca_timer_us: float | None = Field(
+        2_088_960.0,
+        gt=0,
+        le=2_088_960.0,
+        description="MU EDCA timer (EDCA disabled after a TB PPDU); none: stations keep EDCA",
+    )
+    bsr_lifetime_us: float = Field(20_000.0, gt=0, description="how long a buffer report counts")
+    ul_psdu_bytes: int = Field(500, gt=0, description="assumed queue of a station not yet heard")
+    trigger_rate_mbps: Literal[6, 9, 12, 18, 24, 36, 48, 54] | None = Field(
+        None, description="non-HT rate of trigger frames; none: phy.basic_rate_mbps"
+    )
+
+
+class RtwtOptions(_Model):
+    """The ``rtwt`` policies' restricted-TWT schedule (802.11be 35.8)."""
+
+    sp_retries: int = Field(
+        1,
+        ge=0,
+        le=7,
+        description="service periods hold each LS message's airtime this many times more",
+    )
+    wake_duration_unit_us: Literal[256, 1024] = Field(
+        256, description="SP durations are whole units of this (TWT Wake Duration Unit)"
+    )
+    controls: bool = Field(True, description="a service period for the leader's controls too")
+
+
 class PolicyOptions(_Model):
     coorp: CoorpOptions = Field(default_factory=CoorpOptions)
     schedwifi: SchedWifiOptions = Field(default_factory=SchedWifiOptions)
+    ofdma: OfdmaOptions = Field(default_factory=OfdmaOptions)
+    rtwt: RtwtOptions = Field(default_factory=RtwtOptions)

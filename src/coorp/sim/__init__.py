@@ -1,4 +1,4 @@
-"""The built-in simulator of one shared 802.11ac channel.
+"""The built-in simulator of one shared 802.11ac or 802.11ax channel.
 
 ``simulate(scenario, seed=...)`` is the one-call API; :class:`Simulation` is the
 programmable one (the workload layer and policies use it). See ``docs/simulator.md``.
@@ -25,6 +25,7 @@ from coorp.sim.driver import (  # noqa: E402
 )
 from coorp.sim.engine import Simulation, simulate  # noqa: E402
 from coorp.sim.mac import ChannelStats  # noqa: E402
+from coorp.sim.ofdma import UlOfdma, UlOfdmaConfig, UlOfdmaStats  # noqa: E402
 from coorp.sim.results import FlowStats, SimResult, StationStats  # noqa: E402
 
 __all__ = [
@@ -40,5 +41,8 @@ __all__ = [
     "SimResult",
     "Simulation",
     "StationStats",
+    "UlOfdma",
+    "UlOfdmaConfig",
+    "UlOfdmaStats",
     "simulate",
 ]

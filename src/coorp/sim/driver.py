@@ -101,7 +101,10 @@ class AirtimeBudgetHooks(DriverHooks, Protocol):
 
     A driver with airtime control (cf. Linux AQL, or firmware that bounds an A-MPDU's
     duration) can keep a bulk exchange from running into a protected instant. The
-    station reads the method when the hooks are set (``set_hooks``).
+    station reads the method when the hooks are set (``set_hooks``), and with it the
+    optional ``bulk_hold_until_ns(station, now_ns) -> int | None``: asked when a bulk
+    frame is held, a later end for the hold than the budget's (a quiet period, e.g. a
+    restricted-TWT service period, outlasts the budget that kept the frame off the air).
     """
 
     def max_bulk_airtime_ns(self, station: DriverView, now_ns: int) -> int | None:
@@ -121,6 +124,13 @@ class AirtimeBudgetHooks(DriverHooks, Protocol):
         In a TXOP a next exchange that does not fit ends the TXOP instead.
         """
         ...
+
+    # Optional, read only when ``max_bulk_airtime_ns`` is defined too:
+    #
+    # def bulk_hold_until_ns(self, station: DriverView, now_ns: int) -> int | None:
+    #     """A bulk frame is held at ``now_ns`` (not even one MPDU fitted the budget):
+    #     hold it until this time instead, if later than ``now_ns + b + 1`` (None: that
+    #     time). For a quiet period longer than the budget (restricted TWT)."""
 
 
 class RunHooks(DriverHooks, Protocol):

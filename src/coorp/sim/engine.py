@@ -57,7 +57,7 @@ class Simulation:
         # load (ScenarioError naming ``source``).
         parse_scenario(scenario.model_dump(), source=source)
         edca = edca_params(scenario.mac)
-        self.timing = ExchangeTiming(scenario.phy)
+        self.timing = ExchangeTiming(scenario.phy, ba_window=scenario.mac.max_ampdu_mpdus)
         self.links = LinkTable(scenario, source)
         self._seeds = np.random.SeedSequence(self.seed)
         self.channel = Channel(

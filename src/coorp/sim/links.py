@@ -47,7 +47,7 @@ class LinkTable:
                 rx = self.budget.rx_power_dbm(d)
                 rx_i[j] = self._rx_dbm[j][i] = rx
                 if distance:
-                    mcs = self.budget.best_mcs_at(rx, nss, width)
+                    mcs = self.budget.best_mcs_at(rx, nss, width, phy.standard)
                     if mcs is None:
                         raise ScenarioError(source, [ScenarioProblem(
                             "stations", f"{a.name} -> {b.name}",

@@ -12,6 +12,10 @@ station resolve the internal collision in favour of the higher category, and the
 behaves as after a failed attempt. The exchange airtimes come from
 :mod:`coorp.sim.timing`.
 
+An access function with ``Edcaf.mu`` set (an AP's trigger-based UL OFDMA scheduler,
+:mod:`coorp.sim.ofdma`) contends like any EDCAF; when it wins, it builds the exchange
+(trigger frame, the stations' TB PPDUs, the multi-STA BlockAck) and ends it itself.
+
 A station whose hooks give an airtime budget (``AirtimeBudgetHooks``) has each bulk
 A-MPDU trimmed to it when its EDCAF wins the medium, or its frame held until the budget
 has passed if not even one MPDU fits. :meth:`Channel.ring_drain` is the matching
@@ -50,9 +54,6 @@ __all__ = ["Channel", "ChannelStats", "RingDrain", "Transmission"]
 
 #: Self-checks of the fast paths (set COORP_SIM_CHECK=1; for tests and fuzzing).
 _CHECK = os.environ.get("COORP_SIM_CHECK") == "1"
-#: Every VHT PPDU lasts a whole number of 4 µs (preamble and data field, either guard
-#: interval), so the largest PSDU for a duration only depends on it in 4 µs steps.
-_PPDU_QUANTUM_NS = 4_000
 
 
 @dataclass(slots=True)
@@ -155,6 +156,10 @@ class Channel:
         #: What an A-MPDU's exchange adds to its PPDU: SIFS + BlockAck, and RTS/CTS with
         #: their SIFS when an A-MPDU may be long enough to use RTS.
         self._ampdu_overhead = SIFS_NS + timing.block_ack_ns
+        #: Every data PPDU lasts a whole number of this (4 µs VHT: preamble and data
+        #: field, either guard interval; 0.4 µs HE), so the largest PSDU for a duration
+        #: only depends on it in these steps.
+        self._quantum = timing.ppdu_quantum_ns
         if self.rts_threshold < self.max_ampdu_bytes:
             self._ampdu_overhead += timing.rts_ns + timing.cts_ns + 2 * SIFS_NS
 
@@ -306,7 +311,7 @@ class Channel:
             if e.station.airtime_budget is not None:
                 deadline = self._ask_budget(e, now)
                 if deadline >= 0 and now + self._single_exchange_ns(e) > deadline:
-                    self._hold(e, deadline + 1)
+                    self._hold(e, self._hold_end(e, now, deadline + 1))
                     continue
             kept.append(e)
         return kept
@@ -338,6 +343,23 @@ class Channel:
         if durations is None:
             durations = self._exchange(key)
         return durations[1]
+
+    def _hold_end(self, e: Edcaf, now: int, until: int) -> int:
+        """When a hold ends: the first instant after the budget, or later if the hooks'
+        ``bulk_hold_until_ns`` says so (a quiet period that outlasts the budget)."""
+        st = e.station
+        hook = st.hold_until
+        if hook is None:
+            return until
+        later = hook(st, now)
+        if later is None:
+            return until
+        if isinstance(later, bool) or not isinstance(later, int):
+            raise InvariantError(
+                f"bulk_hold_until_ns on {st.name!r} returned {later!r} at {now} ns: it must "
+                "return None or an int time in ns (AirtimeBudgetHooks)"
+            )
+        return later if later > until else until
 
     def _hold(self, e: Edcaf, until: int) -> None:
         """``e`` keeps its frame off the medium until ``until``, as if its queue were empty."""
@@ -414,6 +436,9 @@ class Channel:
         return max_psdu
 
     def _build(self, e: Edcaf, now: int, txop_start: int) -> Transmission | None:
+        if e.mu is not None:
+            tx: Transmission = e.mu.build(e, now)
+            return tx
         if e.bar_pending is not None:
             tx = Transmission(e, [], txop_start, 0)
             tx.success_ns = tx.failure_ns = self.timing.bar_exchange_ns()
@@ -435,7 +460,7 @@ class Channel:
                 max_data = min(max_data, txop_left - self._ampdu_overhead)
             if deadline >= 0:
                 budget = deadline - now - self._ampdu_overhead
-                budget = budget - budget % _PPDU_QUANTUM_NS if budget > 0 else 0
+                budget = budget - budget % self._quantum if budget > 0 else 0
                 if budget < max_data:
                     max_data = budget
             max_psdu = self._max_psdu.get((mcs, max_data), -1)
@@ -504,7 +529,7 @@ class Channel:
             st.airtime_ns += dur
             stats.exchanges += 1
             stats.success_ns += dur
-            if not tx.packets:
+            if not tx.packets and tx.edcaf.mu is None:
                 stats.bar_exchanges += 1
             self._on_air = txs
             self._on_air_start = now
@@ -524,7 +549,7 @@ class Channel:
             stats.failure_ns += dur
         else:
             stats.success_ns += dur
-        if not txs[0].packets and not collided:
+        if not txs[0].packets and not collided and txs[0].edcaf.mu is None:
             stats.bar_exchanges += 1
         if stats.trace is not None:
             stats.trace.append((
@@ -542,10 +567,16 @@ class Channel:
         now = self.loop.now_ns
         if collided:
             for tx in txs:
-                self._fail(tx)
+                if tx.edcaf.mu is None:
+                    self._fail(tx)
+                else:
+                    tx.edcaf.mu.failed(tx, now)
             self._go_idle(now, txs)
             return
         tx = txs[0]
+        if tx.edcaf.mu is not None:
+            self._end_mu(tx, now)
+            return
         if not self._succeed(tx, now):
             self._go_idle(now, txs)
             return
@@ -565,6 +596,20 @@ class Channel:
                 return
         e.backoff = e.station.rng.randrange(e.cw + 1)
         self._go_idle(now, txs)
+
+    def _end_mu(self, tx: Transmission, now: int) -> None:
+        """An access function's own exchange ended: it delivers what was sent and says
+        which stations' rings changed, and what follows after SIFS (its next exchange)
+        or nothing (the medium goes idle)."""
+        changed, nxt = tx.edcaf.mu.end(tx, now)
+        if nxt is not None:
+            self.stats.success_ns += SIFS_NS
+            self._on_air = []
+            self._on_air_collided = False
+            self._counted_until = now + SIFS_NS
+            self.loop.set_slot(now + SIFS_NS, PRIO_MEDIUM, self._continue_txop, nxt)
+            return
+        self._go_idle(now, [tx, *changed])
 
     def _continue_txop(self, tx: Transmission) -> None:
         self._transmit(self.loop.now_ns, [tx])
@@ -766,6 +811,9 @@ class Channel:
 
     def _fail_internal(self, e: Edcaf) -> None:
         """The lower category lost an internal collision: as a failed attempt of its head."""
+        if e.mu is not None:
+            e.mu.lost_internal(e)
+            return
         st = e.station
         e.cw = min(2 * e.cw + 1, e.cw_max)
         if e.bar_pending is None:

@@ -56,6 +56,7 @@ class Edcaf:
         "deadline",
         "epoch",
         "held",
+        "mu",
         "not_before",
         "priority",
         "ring",
@@ -89,6 +90,11 @@ class Edcaf:
         self.deadline = -1
         #: Holding its frame because not even one MPDU fitted the budget.
         self.held = False
+        #: Set on an access function that is not a plain EDCAF: an AP's UL MU scheduler
+        #: (``coorp.sim.ofdma``) contending for the medium to send trigger frames. The
+        #: channel lets it build, end and fail its own exchanges (``build``, ``end``,
+        #: ``failed``, ``lost_internal``); None for every EDCAF of a station's rings.
+        self.mu: Any = None
 
     def has_frame(self) -> bool:
         return self.station.head_ac(self.ac)
@@ -202,6 +208,8 @@ class Station:
         self._admit_all = True
         #: The hooks' optional ``max_bulk_airtime_ns`` (``AirtimeBudgetHooks``), or None.
         self.airtime_budget: Callable[[Any, int], object] | None = None
+        #: The hooks' optional ``bulk_hold_until_ns`` (``AirtimeBudgetHooks``), or None.
+        self.hold_until: Callable[[Any, int], object] | None = None
         #: Channel accesses at which a bulk frame was held (no MPDU fitted the budget).
         self.bulk_holds = 0
         self.channel: Channel | None = None
@@ -232,6 +240,8 @@ class Station:
         self._admit_all = type(hooks) is AdmitAll
         budget = getattr(hooks, "max_bulk_airtime_ns", None)
         self.airtime_budget = budget if callable(budget) else None
+        hold = getattr(hooks, "bulk_hold_until_ns", None)
+        self.hold_until = hold if callable(hold) and self.airtime_budget is not None else None
         for e in self.edcafs.values():
             e.deadline = -1  # a deadline is asked again at every access
 

@@ -27,12 +27,17 @@ from coorp.phy import (
     BAR_BYTES,
     BLOCK_ACK_BYTES,
     CTS_BYTES,
+    HE_BLOCK_ACK_256_BYTES,
     MAC_OVERHEAD_BYTES,
     RTS_BYTES,
     SIFS_NS,
     SLOT_NS,
-    VhtMode,
+    HeMode,
+    PhyMode,
+    he_max_psdu_bytes,
+    he_ppdu_duration_ns,
     legacy_duration_ns,
+    ppdu_quantum_ns,
     vht_max_psdu_bytes,
     vht_ppdu_duration_ns,
 )
@@ -146,32 +151,40 @@ class ExchangeTiming:
     """Durations of frame exchanges for one PHY configuration (all in ns).
 
     Every ``mcs`` argument is a link's rate code (:func:`rate_code`): a plain MCS uses
-    the PHY's spatial streams.
+    the PHY's spatial streams. Data PPDUs are VHT or HE SU PPDUs as ``phy.standard``
+    says; control frames are non-HT either way. ``ba_window``: the Block Ack window
+    (``mac.max_ampdu_mpdus``); above 64 (802.11ax's 256-MPDU agreements) every BlockAck
+    carries a 256-bit bitmap.
     """
 
-    def __init__(self, phy: PhyConfig) -> None:
+    def __init__(self, phy: PhyConfig, *, ba_window: int = 64) -> None:
         rate = phy.basic_rate_mbps
         self.phy = phy
         self.rts_ns = legacy_duration_ns(RTS_BYTES, rate)
         self.cts_ns = legacy_duration_ns(CTS_BYTES, rate)
         self.ack_ns = legacy_duration_ns(ACK_BYTES, rate)
-        self.block_ack_ns = legacy_duration_ns(BLOCK_ACK_BYTES, rate)
+        ba_bytes = BLOCK_ACK_BYTES if ba_window <= 64 else HE_BLOCK_ACK_256_BYTES
+        self.block_ack_ns = legacy_duration_ns(ba_bytes, rate)
         self.bar_ns = legacy_duration_ns(BAR_BYTES, rate)
-        self._modes: dict[int, VhtMode] = {}
+        self._modes: dict[int, PhyMode] = {}
         self._max_psdu: dict[tuple[int, int], int] = {}
+        #: Every data PPDU lasts a multiple of this (4 µs VHT, 0.4 µs HE).
+        self.ppdu_quantum_ns = ppdu_quantum_ns(phy.standard)
 
-    def mode(self, mcs: int) -> VhtMode:
+    def mode(self, mcs: int) -> PhyMode:
         """The transmit vector of a link's rate code (a plain MCS: the PHY's streams)."""
         m = self._modes.get(mcs)
         if m is None:
             p = self.phy
-            nss = rate_code_streams(mcs, p.spatial_streams)
-            m = VhtMode(rate_code_mcs(mcs), nss, p.width_mhz, p.guard_interval)
+            m = p.mode(rate_code_mcs(mcs), rate_code_streams(mcs, p.spatial_streams))
             self._modes[mcs] = m
         return m
 
     def data_ns(self, psdu: int, mcs: int) -> int:
-        return vht_ppdu_duration_ns(psdu, self.mode(mcs))
+        m = self.mode(mcs)
+        if isinstance(m, HeMode):
+            return he_ppdu_duration_ns(psdu, m)
+        return vht_ppdu_duration_ns(psdu, m)
 
     def response_ns(self, block_ack: bool) -> int:
         return self.block_ack_ns if block_ack else self.ack_ns
@@ -194,7 +207,11 @@ class ExchangeTiming:
         cached = self._max_psdu.get(key)
         if cached is not None:
             return cached
-        out = vht_max_psdu_bytes(max_data_ns, self.mode(mcs))
+        m = self.mode(mcs)
+        if isinstance(m, HeMode):
+            out = he_max_psdu_bytes(max_data_ns, m)
+        else:
+            out = vht_max_psdu_bytes(max_data_ns, m)
         self._max_psdu[key] = out
         return out
 

@@ -90,7 +90,7 @@ def plan_sweep(
 
     Nothing runs here; every error of the sweep is found before the first simulation.
     """
-    policies = list(spec.policies) if spec.policies is not None else policy_names()
+    policies = list(spec.policies) if spec.policies is not None else []
     for name in policies:
         if name == BH_ONLY:
             raise UsageError(f"{BH_ONLY!r} is the reference run every sweep adds; do not list it")
@@ -106,11 +106,20 @@ def plan_sweep(
             raise UsageError(f"scenario {ref!r} is listed twice (as {loaded[name][0]})")
         loaded[name] = (str(path), sc)
     combos = combinations(spec.overrides)
+    variants = {
+        (name, i): apply_overrides(sc, combo, source=source, origin=origin)
+        for name, (source, sc) in loaded.items()
+        for i, combo in enumerate(combos)
+    }
+    if spec.policies is None:
+        # Every registered policy that runs on every PHY standard of the sweep.
+        standards = {v.phy.standard for v in variants.values()}
+        policies = [n for n in policy_names() if standards <= get_policy(n).standards]
     tasks: list[Task] = []
     for name, (source, sc) in loaded.items():
         duration_ns = round((spec.duration_s or sc.duration_s) * 1e9)
-        for combo in combos:
-            varied = apply_overrides(sc, combo, source=source, origin=origin)
+        for i, combo in enumerate(combos):
+            varied = variants[name, i]
             reference = varied.model_copy(update={"policy": PolicyOptions()})
             lab = label(combo)
             for policy in [*policies, BH_ONLY]:

@@ -71,9 +71,17 @@ def _figure_legend(fig: Figure, axes: Any) -> None:
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             seen.setdefault(label, handle)
-    if seen:
-        fig.legend(list(seen.values()), list(seen), loc="outside lower center", fontsize=8,
-                   ncol=min(len(seen), 5), frameon=False)  # fmt: skip
+    if not seen:
+        return
+    # As many columns as fit the figure's width: five in a one-panel figure cut the
+    # last labels ("oracle (n…") off the demo's figure.
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    for ncol in range(min(len(seen), 5), 0, -1):
+        legend = fig.legend(list(seen.values()), list(seen), loc="outside lower center",
+                            fontsize=8, ncol=ncol, frameon=False)  # fmt: skip
+        if ncol == 1 or legend.get_window_extent(renderer).width <= 0.98 * fig.bbox.width:
+            return
+        legend.remove()
 
 
 def _marker(style: PolicyStyle, oi: int) -> dict[str, Any]:

@@ -9,12 +9,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 from rich.markup import escape
 from rich.table import Table
 
 from coorp._errors import UsageError
-from coorp._tables import write_table
+from coorp._tables import parquet_available, read_csv_rows, write_table
 from coorp.policies import policy_label
 from coorp.report import BH_ONLY, deployable
 from coorp.scenario import parse_scenario
@@ -125,18 +124,23 @@ def write_aggregate(
 
 
 def load_rows(folder: Path) -> list[dict[str, Any]]:
-    """The long table of a sweep folder (``runs.parquet``), or of a ``coorp compare --out``
-    folder (``compare.json`` + ``manifest.json``: one seed, n = 1)."""
+    """The long table of a sweep folder (``runs.parquet``, or ``runs.csv`` where pyarrow
+    is not installed), or of a ``coorp compare --out`` folder (``compare.json`` +
+    ``manifest.json``: one seed, n = 1)."""
     if not folder.is_dir():
         raise UsageError(f"{folder} is not a directory")
     runs = folder / "runs.parquet"
-    if runs.is_file():
+    if runs.is_file() and parquet_available():
+        import pyarrow.parquet as pq
+
         table = pq.read_table(runs)
-        missing = sorted(set(LONG_COLUMNS) - set(table.column_names) - set(_OPTIONAL))
-        if missing:
-            raise UsageError(f"{runs} is not a coorp sweep table (missing columns {missing})")
-        names = [c for c in LONG_COLUMNS if c in table.column_names]
-        return [{**_OPTIONAL, **r} for r in table.select(names).to_pylist()]
+        return _long_rows(runs, table.column_names, table.to_pylist())
+    runs_csv = folder / "runs.csv"
+    if runs_csv.is_file():  # written without pyarrow (make demo's .venv), or read without
+        records = read_csv_rows(runs_csv)
+        return _long_rows(runs_csv, list(records[0]) if records else list(LONG_COLUMNS), records)
+    if runs.is_file():
+        raise UsageError(f"reading {runs} needs pyarrow: pip install 'coorp[parquet]'")
     cmp = folder / "compare.json"
     if cmp.is_file():
         return _rows_from_compare(folder, json.loads(cmp.read_text()))
@@ -144,6 +148,17 @@ def load_rows(folder: Path) -> list[dict[str, Any]]:
         f"{folder} has neither runs.parquet (coorp sweep --out) nor compare.json "
         "(coorp compare --out); nothing to plot"
     )
+
+
+def _long_rows(
+    source: Path, columns: Sequence[str], records: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The long table's rows from a file's columns and records (Parquet or CSV)."""
+    missing = sorted(set(LONG_COLUMNS) - set(columns) - set(_OPTIONAL))
+    if missing:
+        raise UsageError(f"{source} is not a coorp sweep table (missing columns {missing})")
+    names = [c for c in LONG_COLUMNS if c in columns]
+    return [{**_OPTIONAL, **{k: r[k] for k in names}} for r in records]
 
 
 def _rows_from_compare(folder: Path, data: dict[str, Any]) -> list[dict[str, Any]]:

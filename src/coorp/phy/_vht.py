@@ -1,14 +1,13 @@
 """802.11ac (VHT) and legacy OFDM PHY timing, from IEEE Std 802.11-2016 clauses 17 and 21.
 
-This module owns every number that turns bytes into airtime: data rates by (MCS, spatial
-streams, width, guard interval), PPDU durations with preambles, service and tail bits and
-symbol rounding, control-frame durations at a basic rate, and the link budget that maps
-distance to a usable MCS. All durations are integer nanoseconds. Nothing here has state.
+Data rates by (MCS, spatial streams, width, guard interval), VHT PPDU durations with
+preambles, service and tail bits and symbol rounding, control-frame durations at a basic
+rate, and the MAC-level constants every standard here shares (slot, SIFS, frame sizes).
+All durations are integer nanoseconds. Nothing here has state.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from enum import StrEnum
@@ -27,12 +26,9 @@ __all__ = [
     "SIFS_NS",
     "SLOT_NS",
     "GuardInterval",
-    "LinkBudget",
     "VhtMode",
     "is_valid_vht_mcs",
     "legacy_duration_ns",
-    "min_sensitivity_dbm",
-    "packet_error_rate",
     "valid_vht_mcs",
     "vht_max_psdu_bytes",
     "vht_ppdu_duration_ns",
@@ -40,7 +36,8 @@ __all__ = [
 
 SLOT_NS: Final = 9_000
 SIFS_NS: Final = 16_000
-#: aPPDUMaxTime for VHT PPDUs (802.11-2016 Table 21-28).
+#: aPPDUMaxTime for VHT PPDUs (802.11-2016 Table 21-28), and for HE PPDUs too
+#: (802.11ax-2021 Table 27-54).
 MAX_PPDU_NS: Final = 5_484_000
 #: Largest A-MPDU a VHT station may send (maximum A-MPDU length exponent 7).
 MAX_VHT_AMPDU_BYTES: Final = 1_048_575
@@ -76,10 +73,6 @@ _INVALID_VHT: Final = {(9, 1, 20), (9, 2, 20), (9, 4, 20), (6, 3, 80), (9, 3, 16
 _VHT_LTFS: Final = {1: 1, 2: 2, 3: 4, 4: 4}
 # L-STF, L-LTF, L-SIG (20) + VHT-SIG-A (8) + VHT-STF (4) + VHT-SIG-B (4); VHT-LTFs added per stream.
 _VHT_FIXED_PREAMBLE_NS: Final = 36_000
-
-#: Receiver minimum input sensitivity at 20 MHz (dBm), MCS 0..9 (802.11-2016 Table 21-25).
-#: Each doubling of the width raises it by 3 dB.
-_SENSITIVITY_20MHZ_DBM: Final = (-82, -79, -77, -74, -70, -66, -65, -64, -59, -57)
 
 
 class GuardInterval(StrEnum):
@@ -178,56 +171,3 @@ def legacy_duration_ns(frame_bytes: int, rate_mbps: int) -> int:
         ) from None
     n_sym = math.ceil((_SERVICE_BITS + 8 * frame_bytes + _TAIL_BITS) / n_dbps)
     return _LEGACY_PREAMBLE_NS + _SYMBOL_NS * n_sym
-
-
-def min_sensitivity_dbm(mcs: int, width_mhz: int) -> float:
-    """Minimum input sensitivity: the power at which a 4096-byte PSDU sees 10% PER."""
-    doublings = {20: 0, 40: 1, 80: 2, 160: 3}[width_mhz]
-    return _SENSITIVITY_20MHZ_DBM[mcs] + 3.0 * doublings
-
-
-def packet_error_rate(rx_power_dbm: float, mcs: int, width_mhz: int, psdu_bytes: int) -> float:
-    """Approximate PER of one MPDU from received power.
-
-    A logistic waterfall (slope 2 per dB) anchored at the standard's sensitivity point
-    (10% PER for 4096 bytes), scaled to the MPDU length assuming independent bit errors.
-    An approximation, used only when a scenario turns packet errors on.
-    """
-    margin_db = rx_power_dbm - min_sensitivity_dbm(mcs, width_mhz)
-    per_4096 = 1.0 / (1.0 + 9.0 * math.exp(2.0 * margin_db))
-    return 1.0 - (1.0 - per_4096) ** (max(psdu_bytes, 1) / 4096.0)
-
-
-@dataclass(frozen=True, slots=True)
-class LinkBudget:
-    """Log-distance path loss: received power and the highest MCS it sustains."""
-
-    tx_power_dbm: float = 20.0
-    reference_loss_db: float = 46.7  # free space at 1 m, 5.2 GHz
-    exponent: float = 3.0
-    margin_db: float = 0.0
-
-    def rx_power_dbm(self, distance_m: float) -> float:
-        d = max(distance_m, 1.0)
-        return self.tx_power_dbm - self.reference_loss_db - 10.0 * self.exponent * math.log10(d)
-
-    def best_mcs(self, distance_m: float, nss: int, width_mhz: int) -> int | None:
-        """Highest valid MCS whose sensitivity (plus margin) the link meets, else None."""
-        return self.best_mcs_at(self.rx_power_dbm(distance_m), nss, width_mhz)
-
-    def best_mcs_at(self, rx_dbm: float, nss: int, width_mhz: int) -> int | None:
-        """:meth:`best_mcs` for a received power already computed (one pair of stations
-        costs one comparison per MCS: scenarios with many stations check every pair)."""
-        for mcs, threshold in _mcs_thresholds(nss, width_mhz, self.margin_db):
-            if rx_dbm >= threshold:
-                return mcs
-        return None
-
-
-@functools.cache
-def _mcs_thresholds(nss: int, width_mhz: int, margin_db: float) -> tuple[tuple[int, float], ...]:
-    """(MCS, sensitivity + margin) of every valid MCS, fastest first."""
-    return tuple(
-        (m, min_sensitivity_dbm(m, width_mhz) + margin_db)
-        for m in sorted(valid_vht_mcs(nss, width_mhz), reverse=True)
-    )
