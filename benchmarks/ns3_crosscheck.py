@@ -441,6 +441,35 @@ def _set_error_free(ns: Any, devs: Any) -> None:
     cppyy.gbl.coorp_xc.SetErrorFree(devs)
 
 
+def place_and_address(ns: Any, n: int, ap: Any, stas: Any, ap_devs: Any, sta_devs: Any) -> Any:
+    """The AP at the origin and ``n`` stations on a 1 m circle around it (fixed), IPv4 on
+    every node (10.1.0.0/16, the AP first), fixed random streams; the AP's interfaces."""
+    mobility = ns.MobilityHelper()
+    pos = ns.ListPositionAllocator()
+    pos.Add(ns.Vector(0.0, 0.0, 0.0))
+    for i in range(n):
+        a = 2 * math.pi * i / n
+        pos.Add(ns.Vector(math.cos(a), math.sin(a), 0.0))
+    mobility.SetPositionAllocator(pos)
+    mobility.SetMobilityModel("ns3::ConstantPositionMobilityModel")
+    mobility.Install(ap)
+    mobility.Install(stas)
+
+    stack = ns.InternetStackHelper()
+    stack.Install(ap)
+    stack.Install(stas)
+    # Fixed random streams: otherwise ns-3 numbers them in creation order across the whole
+    # process, and a run's result would depend on the runs before it.
+    used = ns.WifiHelper.AssignStreams(sta_devs, 0)
+    used += ns.WifiHelper.AssignStreams(ap_devs, used)
+    stack.AssignStreams(stas, used)
+    addresses = ns.Ipv4AddressHelper()
+    addresses.SetBase(ns.Ipv4Address("10.1.0.0"), ns.Ipv4Mask("255.255.0.0"))
+    ap_if = addresses.Assign(ap_devs)
+    addresses.Assign(sta_devs)
+    return ap_if
+
+
 def run_ns3(
     ns: Any,
     cfg: Config,
@@ -519,29 +548,7 @@ def run_ns3(
     )  # fmt: skip
     ap_devs = wifi.Install(phy, mac, ap)
 
-    mobility = ns.MobilityHelper()
-    pos = ns.ListPositionAllocator()
-    pos.Add(ns.Vector(0.0, 0.0, 0.0))
-    for i in range(cfg.n):
-        a = 2 * math.pi * i / cfg.n
-        pos.Add(ns.Vector(math.cos(a), math.sin(a), 0.0))
-    mobility.SetPositionAllocator(pos)
-    mobility.SetMobilityModel("ns3::ConstantPositionMobilityModel")
-    mobility.Install(ap)
-    mobility.Install(stas)
-
-    stack = ns.InternetStackHelper()
-    stack.Install(ap)
-    stack.Install(stas)
-    # Fixed random streams: otherwise ns-3 numbers them in creation order across the whole
-    # process, and a run's result would depend on the runs before it.
-    used = ns.WifiHelper.AssignStreams(sta_devs, 0)
-    used += ns.WifiHelper.AssignStreams(ap_devs, used)
-    stack.AssignStreams(stas, used)
-    addresses = ns.Ipv4AddressHelper()
-    addresses.SetBase(ns.Ipv4Address("10.1.0.0"), ns.Ipv4Mask("255.255.0.0"))
-    ap_if = addresses.Assign(ap_devs)
-    addresses.Assign(sta_devs)
+    ap_if = place_and_address(ns, cfg.n, ap, stas, ap_devs, sta_devs)
 
     port = 9
     any_addr = ns.InetSocketAddress(ns.Ipv4Address.GetAny(), port).ConvertTo()

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -49,7 +48,13 @@ from rich.table import Table
 
 from coorp.scenario import Scenario, parse_scenario
 from coorp.sim import Simulation, UlOfdma, UlOfdmaConfig
-from ns3_crosscheck import IP_UDP_HEADER_BYTES, NS3_APP_START_S, import_ns3, ns3_version
+from ns3_crosscheck import (
+    IP_UDP_HEADER_BYTES,
+    NS3_APP_START_S,
+    import_ns3,
+    ns3_version,
+    place_and_address,
+)
 
 INSTALL_HINT = (
     "ns-3 is not importable here: install its Python bindings with "
@@ -245,27 +250,7 @@ def run_ns3(ns: Any, cfg: Config, duration_s: float, seed: int = 1) -> dict[str,
     )  # fmt: skip
     ap_devs = wifi.Install(phy, mac, ap)
 
-    mobility = ns.MobilityHelper()
-    pos = ns.ListPositionAllocator()
-    pos.Add(ns.Vector(0.0, 0.0, 0.0))
-    for i in range(cfg.n):
-        a = 2 * math.pi * i / cfg.n
-        pos.Add(ns.Vector(math.cos(a), math.sin(a), 0.0))
-    mobility.SetPositionAllocator(pos)
-    mobility.SetMobilityModel("ns3::ConstantPositionMobilityModel")
-    mobility.Install(ap)
-    mobility.Install(stas)
-
-    stack = ns.InternetStackHelper()
-    stack.Install(ap)
-    stack.Install(stas)
-    used = ns.WifiHelper.AssignStreams(sta_devs, 0)
-    used += ns.WifiHelper.AssignStreams(ap_devs, used)
-    stack.AssignStreams(stas, used)
-    addresses = ns.Ipv4AddressHelper()
-    addresses.SetBase(ns.Ipv4Address("10.1.0.0"), ns.Ipv4Mask("255.255.0.0"))
-    ap_if = addresses.Assign(ap_devs)
-    addresses.Assign(sta_devs)
+    ap_if = place_and_address(ns, cfg.n, ap, stas, ap_devs, sta_devs)
 
     port = 9
     any_addr = ns.InetSocketAddress(ns.Ipv4Address.GetAny(), port).ConvertTo()
