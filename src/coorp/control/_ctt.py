@@ -107,7 +107,8 @@ class CompletionTimeTable:
         self._size = samples_per_depth
         self._percentile = percentile
         self._default_ns = default_ns
-        self._rings: list[_Ring] = [_Ring() for _ in range(max_depth + 1)]
+        # One ring per depth, made when the depth is first recorded or asked.
+        self._rings: list[_Ring | None] = [None] * (max_depth + 1)
         self._sampled = 0  # depths holding at least one sample
         p = Fraction(percentile) / 100
         self._p_num, self._p_den = p.numerator, p.denominator
@@ -200,9 +201,16 @@ class CompletionTimeTable:
             return None
         return self._by_lead[bisect_right(self._edges, lead_ns)]
 
+    def _ring(self, d: int) -> _Ring:
+        """The ring of depth ``d`` (0 <= d <= max_depth), made if need be."""
+        ring = self._rings[d]
+        if ring is None:
+            ring = self._rings[d] = _Ring(self._size, self._max_age >= 0)
+        return ring
+
     def samples(self, depth: int) -> tuple[int, ...]:
         """The ring of ``CTT[depth]`` (after clamping), oldest first."""
-        ring = self._rings[self._clamp(depth)]
+        ring = self._ring(self._clamp(depth))
         size = self._size
         return tuple(cast(int, ring.buf[(ring.head + i) % size]) for i in range(ring.n))
 
@@ -242,54 +250,57 @@ class CompletionTimeTable:
         # is otherwise boxed anew for each slot).
         value: object = duration_ns
         if lead_ns is not None and self._edges:
-            self._by_lead[bisect_right(self._edges, lead_ns)]._add(depth, count, value, at)
-        self._add(depth, count, value, at)
+            bucket = self._by_lead[bisect_right(self._edges, lead_ns)]
+            bucket._add(depth, count, value, duration_ns, at)
+        self._add(depth, count, value, duration_ns, at)
 
-    def _add(self, depth: int, count: int, value: object, at: int) -> None:
+    def _add(self, depth: int, count: int, value: object, v: int, at: int) -> None:
+        """Record ``value`` (the int ``v``) at depths ``depth .. depth + count - 1``."""
         if depth < 0:
             raise UsageError(f"depth={depth}: queue depths must be >= 0")
         rings = self._rings
         size = self._size
         ageing = self._max_age >= 0
         last = self._max_depth
-        need = self._need
         keep = self._keep
-        for i in range(count):
-            d = depth + i
-            ring = rings[d if d <= last else last]
+        end = depth + count
+        d = depth
+        while d < end:
+            dd = d if d <= last else last
+            d += 1
+            ring = rings[dd]
+            if ring is None:
+                ring = rings[dd] = _Ring(size, ageing)
             buf = ring.buf
-            n = ring.n
-            if n < size:
-                if not buf:
-                    buf = ring.buf = [0] * size
-                    if ageing:
-                        ring.times = [0] * size
-                idx = ring.head + n
+            prev = ring.n  # samples before this one (once the oldest has left)
+            if prev < size:
+                idx = ring.head + prev
                 if idx >= size:
                     idx -= size
-                ring.n = n + 1
-                if n == 0:
+                ring.n = prev + 1
+                if prev == 0:
                     self._sampled += 1
             else:  # full: the newest sample takes the oldest one's place
                 idx = ring.head
                 ring.head = idx + 1 if idx + 1 < size else 0
-                n -= 1
+                prev -= 1
                 if ring.keeping:
-                    _leave(ring.top, cast(int, buf[idx]))
-                    if len(ring.top) < need and len(ring.top) < n:
-                        ring.keeping = False  # too few known: found again when asked
+                    old = cast(int, buf[idx])
+                    if old >= ring.top0:  # one of the largest leaves
+                        self._leave(ring, old, prev)
             buf[idx] = value
             if ring.keeping:
-                # ``top`` holds the largest len(top) of the n samples before this one;
-                # every other sample is <= top[0].
+                # ``top`` holds the largest len(top) of the ``prev`` samples before
+                # this one; every other sample is <= top[0].
                 top = ring.top
-                if len(top) == n or cast(int, value) >= cast(int, top[0]):
+                if v >= ring.top0 or len(top) == prev:
                     _insert(top, value)
                     if len(top) > keep:
                         del top[0]
+                    ring.top0 = cast(int, top[0])
             if ageing:
                 ring.times[idx] = at
-                self._born.append((at, d if d <= last else last))
+                self._born.append((at, dd))
             # Only this depth's answer and fallback answers (depths with no samples,
             # which borrow from neighbours) can change; sampled depths keep theirs.
             ring.cache = -1
@@ -297,6 +308,22 @@ class CompletionTimeTable:
             for other in self._fallbacks:
                 other.cache = -1
             self._fallbacks.clear()
+
+    def _leave(self, ring: _Ring, x: int, left: int) -> None:
+        """Sample ``x`` (>= ``ring.top0``) left ``ring``, which holds ``left`` samples
+        now: its largest samples lose it, or the ring stops keeping them when too few
+        are left known."""
+        top = ring.top
+        j = len(top) - 1
+        while j >= 0 and cast(int, top[j]) != x:
+            j -= 1
+        if j < 0:
+            return
+        del top[j]
+        if len(top) < self._need and len(top) < left:
+            ring.keeping = False  # too few known: found again when asked
+        elif top:
+            ring.top0 = cast(int, top[0])
 
     def query(self, depth: int, lead_ns: int | None = None, *, now_ns: int | None = None) -> int:
         """``percentile(CTT[depth], p_prot)`` in ns, rounded up; see the class docstring
@@ -319,7 +346,10 @@ class CompletionTimeTable:
         """The answer for ``depth`` from this table alone (cached)."""
         if depth < 0:
             raise UsageError(f"depth={depth}: queue depths must be >= 0")
-        ring = self._rings[depth if depth <= self._max_depth else self._max_depth]
+        d = depth if depth <= self._max_depth else self._max_depth
+        ring = self._rings[d]
+        if ring is None:
+            ring = self._ring(d)
         cached = ring.cache
         if cached < 0:
             cached = ring.cache = self._compute(
@@ -335,15 +365,15 @@ class CompletionTimeTable:
         size = self._size
         while born and born[0][0] < before_ns:
             t, d = born.popleft()
-            ring = self._rings[d]
+            ring = self._ring(d)
             n = ring.n
             head = ring.head
             if not n or ring.times[head] != t:
                 continue  # already pushed out of its ring by newer samples
             if ring.keeping:
-                _leave(ring.top, cast(int, ring.buf[head]))
-                if len(ring.top) < self._need and len(ring.top) < n - 1:
-                    ring.keeping = False
+                old = cast(int, ring.buf[head])
+                if old >= ring.top0:
+                    self._leave(ring, old, n - 1)
             ring.head = head + 1 if head + 1 < size else 0
             ring.n = n - 1
             if n == 1:
@@ -351,7 +381,8 @@ class CompletionTimeTable:
                 self._sampled -= 1
                 # Every fallback may have leaned on this depth.
                 for other in self._rings:
-                    other.cache = -1
+                    if other is not None:
+                        other.cache = -1
                 self._fallbacks.clear()
             else:
                 ring.cache = -1
@@ -360,18 +391,20 @@ class CompletionTimeTable:
                 self._fallbacks.clear()
 
     def _compute(self, d: int) -> int:
-        n = self._rings[d].n
+        n = self._ring(d).n
         if n:
             return self._percentile_of(d, n)
         rings = self._rings
         deeper = -1
         for k in range(d + 1, self._max_depth + 1):
-            if rings[k].n:
+            ring = rings[k]
+            if ring is not None and ring.n:
                 deeper = k
                 break
         shallower = -1
         for k in range(d - 1, -1, -1):
-            if rings[k].n:
+            ring = rings[k]
+            if ring is not None and ring.n:
                 shallower = k
                 break
         if shallower < 0:
@@ -396,11 +429,12 @@ class CompletionTimeTable:
         lo = num // den
         hi = min(lo + 1, n - 1)
         rest = num - lo * den
-        ring = self._rings[d]
+        ring = self._ring(d)
         if self._keep:
             if not ring.keeping:
                 ring.top = self._largest(ring)
                 ring.keeping = True
+                ring.top0 = cast(int, ring.top[0])
             top = ring.top
             j = len(top) - (n - lo)  # values[lo] is the (n - lo)-th largest
             v_lo = cast(int, top[j])
@@ -434,19 +468,20 @@ class CompletionTimeTable:
 
 
 class _Ring:
-    """One depth's samples: a circular buffer (allocated at the first sample), the
-    index of the oldest and how many there are, their times (ageing only), the answer
-    (-1: not known) and, once asked for a high percentile, its largest samples
-    (``keeping``: kept up to date; ascending, every other sample <= ``top[0]``)."""
+    """One depth's samples: a circular buffer, the index of the oldest and how many
+    there are, their times (ageing only), the answer (-1: not known) and, once asked
+    for a high percentile, its largest samples (``keeping``: kept up to date;
+    ascending, every other sample <= ``top[0]``, whose value is ``top0``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, size: int, ageing: bool) -> None:
         # Samples are ints, kept as shared objects (see record_run).
-        self.buf: list[object] = []
-        self.times: list[int] = []
+        self.buf: list[object] = [0] * size
+        self.times: list[int] = [0] * size if ageing else []
         self.head = 0
         self.n = 0
         self.cache = -1
         self.top: list[object] = []
+        self.top0 = 0
         self.keeping = False
 
 
@@ -454,20 +489,7 @@ class _Ring:
 #: incrementally; lower ones are found by sorting the ring when asked.
 _SELECT_MAX = 8
 #: How many more of the largest samples a ring keeps than it needs.
-_SLACK = 8
-
-
-def _leave(top: list[object], x: int) -> None:
-    """Sample ``x`` leaves a ring whose largest samples are ``top`` (ascending; every
-    other sample is <= top[0]): if it is one of them (or equals the smallest, then any
-    copy will do), they lose it and remain the largest of what is left."""
-    if not top or x < cast(int, top[0]):
-        return
-    j = len(top) - 1
-    while j >= 0 and cast(int, top[j]) != x:
-        j -= 1
-    if j >= 0:
-        del top[j]
+_SLACK = 3
 
 
 def _insert(top: list[object], x: object) -> None:

@@ -140,9 +140,24 @@ class Gate:
         self._ctt = ctt
         self._edges = ctt.lead_edges_ns
         self._max_pending = max_pending
-        # packet id -> the run it was enqueued with (when, behind how many, its lead to
-        # the next window, the first LS send after it, the window's end): one record
-        # per run, shared by its packets.
+        # Which packets are pending, each with the run it was enqueued with (when,
+        # behind how many, its lead to the next window, the first LS send after it, the
+        # window's end): one record per run, shared by its packets. Two stores, the
+        # same answers (tests/control/test_gate_store.py checks them against a plain
+        # dict of every packet):
+        # * fast (while every run enqueued has ids above every pending id, as a driver
+        #   numbering its packets in order gives): the records in id order, each with
+        #   the ids of its run still pending (``lo``..``end`` less ``gone``); one
+        #   append per run, completions of the oldest packets found at the front;
+        # * dict (ids reused or out of order, or the ``max_pending`` bound reached):
+        #   packet id -> record, in enqueue order (the oldest is evicted first).
+        # The fast store turns into the dict when its rule would break, and back
+        # once nothing is pending.
+        self._fast = True
+        self._fast_allowed = True  # (False: the dict store only; a test compares them)
+        self._queue: list[_Enqueued] = []  # fast: records from _qhead on, in id order
+        self._qhead = 0
+        self._npending = 0  # fast: packets pending
         # (Keys typed object: a packet id boxed once serves several dict operations.)
         self._pending: dict[object, _Enqueued] = {}
         # The records with packets still pending, in enqueue order (realized mode).
@@ -187,7 +202,7 @@ class Gate:
     @property
     def pending(self) -> int:
         """Bulk packets enqueued to the NIC whose completion is not yet known."""
-        return len(self._pending)
+        return self._npending if self._fast else len(self._pending)
 
     @property
     def stats(self) -> GateStats:
@@ -267,17 +282,34 @@ class Gate:
         window = self._planner.next_window(now_ns)
         lead = _lead(window, now_ns)
         table = self._ctt._table(lead, now_ns)
-        record: _Enqueued | None = None
-        for i in range(count):
-            # (decide() would choose the table again for each packet: the same one, as
-            # nothing is recorded meanwhile and what expired by now is gone already.)
-            if self._decide_at(window, table, now_ns, queue_depth + i) == _DENY:
-                return i
-            if enqueue:
-                if record is None:
-                    record = self._record_for(window, now_ns, packet_id, queue_depth)
-                self._enqueue_at(packet_id + i, record)
-        return count
+        if self._decide_at(window, table, now_ns, queue_depth) == _DENY:
+            return 0
+        # The packets after the first see the state an admission leaves (no gap start,
+        # no bucket crossing, no probe pending a decision, a probe in flight only if it
+        # is this run's first packet, whose window has not begun): for them Algorithm 2
+        # alone decides, and exploration only ever applies to a denial. So the allowed
+        # prefix is found by comparing the table's answers with the gap, and only a
+        # denial goes through _decide_at again.
+        n = 1
+        if window is None or now_ns > window.end_ns:
+            n = count  # no window ahead: every decision allows
+        else:
+            gap = window.start_ns - now_ns  # > 0: the first packet was admitted ahead
+            while n < count and table._answer(queue_depth + n) < gap:
+                n += 1
+        if n > 1:
+            self._allowed += n - 1
+            self._gap_start_ns = -1  # (set by a first decision that explored)
+        if enqueue:
+            # A probe armed by the first decision becomes the first packet's.
+            self._enqueue_run(
+                packet_id, n, self._record_for(window, now_ns, packet_id, queue_depth)
+            )
+        elif n > 1:
+            self._probe_armed = None  # the second decision cleared it
+        if n < count and self._decide_at(window, table, now_ns, queue_depth + n) != _DENY:
+            raise AssertionError("gate: a decision after an admission must deny here")
+        return n
 
     def _decide_at(
         self, window: Interval | None, table: CompletionTimeTable, now_ns: int, depth: int
@@ -341,9 +373,9 @@ class Gate:
         window = None
         if self._realized or self._edges:
             window = self._planner.next_window(now_ns)
-        record = self._record_for(window, now_ns, packet_id, queue_depth)
-        for i in range(count):
-            self._enqueue_at(packet_id + i, record)
+        self._enqueue_run(
+            packet_id, count, self._record_for(window, now_ns, packet_id, queue_depth)
+        )
 
     def _record_for(
         self, window: Interval | None, now_ns: int, packet_id: int, queue_depth: int
@@ -362,7 +394,55 @@ class Gate:
             self._runs.append(record)
         return record
 
+    def _enqueue_run(self, packet_id: int, count: int, record: _Enqueued) -> None:
+        """Packets ``packet_id .. packet_id + count - 1`` (count >= 1) entered the NIC with
+        ``record``, in turn."""
+        if not self._fast and not self._pending and self._fast_allowed:
+            self._fast = True  # nothing pending: the fast store's rule holds again
+        if self._fast:
+            queue = self._queue
+            if self._npending == 0:
+                del queue[:]  # only dead records left
+                self._qhead = 0
+            if self._npending + count <= self._max_pending and (
+                not queue or packet_id >= queue[-1].end
+            ):
+                record.end = packet_id + count
+                record.live += count
+                queue.append(record)
+                self._npending += count
+                armed = self._probe_armed
+                if armed is not None:  # the first packet is the probe
+                    self._probe_pid = packet_id
+                    self._probe_start = armed.start_ns
+                    self._probe_armed = None
+                elif packet_id <= self._probe_pid < packet_id + count:
+                    self._probe_pid = -1  # the probe's id was reused: its completion was lost
+                return
+            self._to_dict()
+        for i in range(count):
+            self._enqueue_at(packet_id + i, record)
+
+    def _to_dict(self) -> None:
+        """Move the fast store's pending packets into the dict, in enqueue order."""
+        pending = self._pending
+        queue = self._queue
+        for j in range(self._qhead, len(queue)):
+            record = queue[j]
+            if record.live <= 0:
+                continue
+            gone = record.gone
+            for pid in range(record.lo, record.end):
+                if gone is None or pid not in gone:
+                    pending[pid] = record
+            record.gone = None
+        del queue[:]
+        self._qhead = 0
+        self._npending = 0
+        self._fast = False
+
     def _enqueue_at(self, packet_id: int, record: _Enqueued) -> None:
+        """The dict store's enqueue of one packet."""
         pending = self._pending
         key: object = packet_id  # boxed once for both dict operations (compiled)
         old = pending.pop(key, None)
@@ -384,6 +464,64 @@ class Gate:
         elif self._probe_pid == packet_id:
             self._probe_pid = -1  # the probe's id was reused: its completion was lost
 
+    def _find(self, pid: int) -> _Enqueued | None:
+        """Fast store: the record whose run holds ``pid``, if ``pid`` is pending."""
+        queue = self._queue
+        n = len(queue)
+        h = self._qhead
+        while h < n and queue[h].live <= 0:
+            h += 1  # completed runs at the front
+        if h > 64 and 2 * h > n:
+            del queue[:h]  # keep the list short
+            n -= h
+            h = 0
+        self._qhead = h
+        if h == n:
+            return None
+        record = queue[h]
+        if pid >= record.end:  # not the oldest run: the last record starting at or before it
+            lo, hi = h + 1, n
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if queue[mid].pid <= pid:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            record = queue[lo - 1]
+            if pid >= record.end:
+                return None
+        if pid < record.lo or record.live <= 0:
+            return None
+        gone = record.gone
+        if gone is not None and pid in gone:
+            return None
+        return record
+
+    def _take(self, pid: int) -> _Enqueued | None:
+        """Remove ``pid`` from the pending packets: its record, None if not pending (the
+        caller updates ``record.live``)."""
+        if not self._fast:
+            return self._pending.pop(pid, None)
+        record = self._find(pid)
+        if record is None:
+            return None
+        self._npending -= 1
+        gone = record.gone
+        if pid == record.lo:
+            lo = pid + 1
+            if gone is not None:
+                while lo in gone:
+                    gone.discard(lo)
+                    lo += 1
+                if not gone:
+                    record.gone = None
+            record.lo = lo
+        elif gone is None:
+            record.gone = {pid}
+        else:
+            gone.add(pid)
+        return record
+
     def on_complete(self, packet_id: int, now_ns: int) -> None:
         """The NIC reported the packet done: record ``t_comp − t_enq`` in ``CTT[n]``."""
         self.on_complete_run(packet_id, 1, now_ns)
@@ -391,12 +529,42 @@ class Gate:
     def on_complete_run(self, packet_id: int, count: int, now_ns: int) -> None:
         """:meth:`on_complete` for packets ``packet_id .. packet_id + count - 1`` in
         turn (consecutive packets of one run record one sample each, in one call)."""
-        pending = self._pending
+        if count <= 0:
+            return
+        if self._fast:
+            record = self._find(packet_id)
+            end = packet_id + count
+            if (
+                record is not None
+                and record.gone is None
+                and record.lo == packet_id
+                and end <= record.end
+            ):
+                # The common case: the oldest pending packets of one run complete.
+                if now_ns < record.enq_ns:
+                    self._take(packet_id)  # as the loop below leaves it
+                    raise UsageError(
+                        f"now_ns={now_ns}: packet {packet_id} completes before it was "
+                        f"enqueued ({record.enq_ns})"
+                    )
+                record.lo = end
+                self._npending -= count
+                record.live -= count
+                self._completions += count
+                probe = self._probe_pid
+                if packet_id <= probe < end:
+                    if now_ns < self._probe_start:
+                        self._probe_pid = -1
+                        self._backoff = self._skip = 0  # it fit: explore freely again
+                    else:
+                        self._probe_late()
+                self._completed(record, record.depth + (packet_id - record.pid), count, now_ns)
+                return
         group: _Enqueued | None = None  # the record of the packets gathered so far
         first_depth = 0
         gathered = 0
         for pid in range(packet_id, packet_id + count):
-            record = pending.pop(pid, None)
+            record = self._take(pid)
             if record is None:
                 self._unknown_completions += 1
                 continue
@@ -476,7 +644,7 @@ class Gate:
 
     def on_discard(self, packet_id: int) -> None:
         """Forget a packet that will never complete (dropped, queue flushed)."""
-        record = self._pending.pop(packet_id, None)
+        record = self._take(packet_id)
         if record is not None:
             record.live -= 1
         if self._probe_pid == packet_id:
@@ -498,7 +666,8 @@ _DENY = 2
 class _Enqueued:
     """Packets handed to the NIC together: when, the first one behind how many others,
     its lead to the next window (-1: none), the first LS send after it (-1: none yet;
-    at most the window's end) and the window's end; ``live``: how many still pending."""
+    at most the window's end) and the window's end; ``live``: how many still pending
+    (``end``, ``lo``, ``gone``: which, in the gate's fast store)."""
 
     def __init__(self, enq_ns: int, pid: int, depth: int, lead: int, until: int) -> None:
         self.enq_ns = enq_ns
@@ -508,6 +677,11 @@ class _Enqueued:
         self.send = -1
         self.until = until
         self.live = 0
+        # Fast store (see Gate): the run's ids are pid .. end - 1, of which those below
+        # ``lo`` and those in ``gone`` are no longer pending.
+        self.end = pid
+        self.lo = pid
+        self.gone: set[int] | None = None
 
 
 class _Done:

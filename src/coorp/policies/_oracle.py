@@ -59,7 +59,11 @@ class OracleHooks:
     sends ``on_ls_send`` sees.
 
     Per packet (``per_packet`` is not declared ``False``): the admission of each bulk
-    packet depends on what the ring already holds.
+    packet depends on what the ring already holds. The driver asks a run of packets
+    at a time (``per_run``, ``coorp.sim.RunHooks``): the packets of one run are alike
+    (one transfer, one size), so the permit and the next protected send are asked
+    once and the drain model grows by one packet per admitted packet, as it does
+    packet by packet.
     """
 
     def __init__(
@@ -195,6 +199,58 @@ class OracleHooks:
         self._model = None
         self._trial = None
         self.permits.on_hw_complete(station, pid, ac, now_ns, delivered)
+
+    # -- RunHooks: the same calls, a run of packets at a time ------------------------------
+    per_run: ClassVar[bool] = True
+
+    def admit_bulk_run(
+        self, station: DriverView, now_ns: int, pid: int, count: int, ac: AccessCategory,
+        depth: int,
+    ) -> tuple[int, int]:  # fmt: skip
+        # admit_bulk then on_hw_enqueue for each packet in turn, with what cannot change
+        # within one run (the instant, the permit, the next send, the packets' size and
+        # destination) asked once.
+        admitted, resume = self.permits.admit_bulk_run(station, now_ns, pid, count, ac, depth)
+        if admitted < count:
+            return admitted, resume  # no permit (admitted is 0: nothing changes)
+        t = self.next_protected_ns(now_ns)
+        if t is None:
+            self.stats.allowed += count
+            self._model = self._trial = None  # (an admission with no model made)
+            return count, 0
+        if t <= now_ns:
+            self.stats.denied_now += 1
+            return 0, now_ns + 1 if self._last_send_ns == now_ns else now_ns + SLOT_NS
+        pkt = self.station.next_bulk_packet()
+        if pkt is None:  # (the driver asks only with data waiting)
+            raise UsageError(f"{self.robot}: asked to admit {count} bulk packets, none wait")
+        model = self._model
+        if model is None or self._model_now != now_ns:
+            model = self.channel.ring_drain(self.station, now_ns, pkt.ac)
+            self._model_now = now_ns
+        # Each admitted packet extends the model (as on_hw_enqueue does with the trial).
+        n = model.extend_until(pkt, count, t)
+        self._model = model
+        self._trial = None
+        self.stats.allowed += n
+        if n < count:
+            self.stats.denied_ahead += 1
+            return n, t + 1
+        return count, 0
+
+    def on_hw_enqueue_run(
+        self, station: DriverView, pid: int, count: int, ac: AccessCategory, depth: int,
+        now_ns: int,
+    ) -> None:  # fmt: skip
+        self._model = self._trial = None  # packets not admitted here: rebuild
+        self.permits.on_hw_enqueue_run(station, pid, count, ac, depth, now_ns)
+
+    def on_hw_complete_run(
+        self, station: DriverView, pid: int, count: int, ac: AccessCategory, now_ns: int,
+        delivered: bool,
+    ) -> None:  # fmt: skip
+        self._model = self._trial = None
+        self.permits.on_hw_complete_run(station, pid, count, ac, now_ns, delivered)
 
 
 @register_policy

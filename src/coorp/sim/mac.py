@@ -907,6 +907,26 @@ class RingDrain:
             self.closed_ns += self._aifs + self._open_exchange_ns()
             self._n = 0
 
+    def extend_until(self, p: Packet, count: int, until_ns: int) -> int:
+        """Append run ``p`` (one packet) up to ``count`` times, each only if every frame,
+        the open one included, would still be over by ``until_ns``; how many were.
+        (``copy``, ``add``, ``end_ns`` per packet, without the copies.)"""
+        n = 0
+        while n < count:
+            closed, n_open, psdu, dst, ac = self.closed_ns, self._n, self._psdu, self.dst, self.ac
+            mcs, aifs, max_psdu, aggregate = self._mcs, self._aifs, self._max_psdu, self._aggregate
+            self.add(p)
+            if self.end_ns() > until_ns:  # it would not be over in time: undo
+                self.closed_ns, self._n, self._psdu, self.dst, self.ac = (
+                    closed, n_open, psdu, dst, ac,
+                )  # fmt: skip
+                self._mcs, self._aifs, self._max_psdu, self._aggregate = (
+                    mcs, aifs, max_psdu, aggregate,
+                )  # fmt: skip
+                break
+            n += 1
+        return n
+
     def add(self, p: Packet) -> None:
         """Append the ``p.count`` MPDUs of run ``p``."""
         ch = self._ch
