@@ -53,7 +53,8 @@ __all__ = [
 MODULES: dict[str, tuple[str, ...]] = {
     "coorp.sim": ("events", "timing", "links", "packets", "station", "mac", "engine"),
     "coorp.control": (
-        "_interval", "_ctt", "_timemodel", "_windows", "_gate", "_permits", "_schedwifi",
+        "_interval", "_ctt", "_timemodel", "_windows", "_gate_types", "_gate", "_permits",
+        "_schedwifi",
     ),
     "coorp.policies": ("_hooks",),
 }  # fmt: skip

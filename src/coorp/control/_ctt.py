@@ -169,9 +169,10 @@ class CompletionTimeTable:
         self._need = max(n - (n - 1) * self._p_num // self._p_den for n in range(1, self._size + 1))
         self._keep = self._need + _SLACK if self._need <= _SELECT_MAX else 0
         for ring in self._rings:
-            ring.cache = -1
-            ring.top = []
-            ring.keeping = False
+            if ring is not None:
+                ring.cache = -1
+                ring.top = []
+                ring.keeping = False
         self._fallbacks.clear()
         for table in self._by_lead:
             table.set_percentile(percentile)
