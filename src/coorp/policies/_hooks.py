@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import ClassVar
+from typing import ClassVar, Final
 
 from coorp._errors import UsageError
 from coorp.control import BulkClient, Gate, ProtectionPlanner
@@ -19,6 +19,9 @@ __all__ = [
     "per_packet_estimate_ns",
     "per_packet_floor_ns",
 ]
+
+#: A module constant: compiled, a lookup on the enum class per call is not free.
+_BE: Final = AccessCategory.BE
 
 
 def per_packet_estimate_ns(sim: Simulation, robot: str) -> int:
@@ -224,7 +227,7 @@ class GatedHooks:
     def on_hw_enqueue(
         self, station: DriverView, pid: int, ac: AccessCategory, depth: int, now_ns: int
     ) -> None:
-        if self.gate is not None and ac is AccessCategory.BE:
+        if self.gate is not None and ac is _BE:
             self.gate.on_enqueue(pid, now_ns, depth)
 
     def on_hw_complete(
@@ -237,7 +240,7 @@ class GatedHooks:
         depth: int,
     ) -> None:  # fmt: skip
         """``on_hw_complete`` with the station's ``hw_queue_length()`` given."""
-        if self.gate is not None and ac is AccessCategory.BE:
+        if self.gate is not None and ac is _BE:
             if delivered:
                 self.gate.on_complete(pid, now_ns)
             else:
@@ -271,7 +274,7 @@ class GatedHooks:
         admitted = max(room, 0)
         gate = self.gate
         if gate is not None and admitted:
-            if ac is AccessCategory.BE:
+            if ac is _BE:
                 admitted = gate.admit_run(now_ns, pid, admitted, depth)
             else:
                 admitted = gate.decide_run(now_ns, admitted, depth)
@@ -290,7 +293,7 @@ class GatedHooks:
         self, station: DriverView, pid: int, count: int, ac: AccessCategory, depth: int,
         now_ns: int,
     ) -> None:  # fmt: skip
-        if self.gate is not None and ac is AccessCategory.BE:
+        if self.gate is not None and ac is _BE:
             self.gate.on_enqueue_run(pid, count, now_ns, depth)
 
     def on_hw_complete_run(
@@ -298,7 +301,7 @@ class GatedHooks:
         delivered: bool,
     ) -> None:  # fmt: skip
         gate = self.gate
-        if (gate is None or ac is not AccessCategory.BE) and not self._ring_full:
+        if (gate is None or ac is not _BE) and not self._ring_full:
             return  # nothing to do for any of them
         # The ring does not change while the driver reports one run's completions.
         depth = station.hw_queue_length()
@@ -311,7 +314,7 @@ class GatedHooks:
             q += 1
         if q == end:
             return
-        if gate is not None and ac is AccessCategory.BE:
+        if gate is not None and ac is _BE:
             if delivered:
                 gate.on_complete_run(q, end - q, now_ns)
             else:
