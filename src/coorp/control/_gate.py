@@ -17,7 +17,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import deque
 
-from coorp._errors import UsageError
+from coorp._errors import InvariantError, UsageError
 from coorp.control._ctt import CompletionTimeTable
 from coorp.control._gate_types import (
     _ALLOW,
@@ -272,7 +272,7 @@ class Gate:
         elif n > 1:
             self._probe_armed = None  # the second decision cleared it
         if n < count and self._decide_at(window, table, now_ns, queue_depth + n) != _DENY:
-            raise AssertionError("gate: a decision after an admission must deny here")
+            raise InvariantError("gate: a decision after an admission must deny here")
         return n
 
     def _decide_at(
