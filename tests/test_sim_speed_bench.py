@@ -24,6 +24,14 @@ def test_policies_are_timed_against_edca_in_the_same_rounds(tmp_path: Path) -> N
         assert len(r["wall_s"]) == len(r["cpu_s"]) == 2 and r["scenario"] == "crl-2"
         # The median of two rounds is their mean.
         assert r["wall_per_sim_s"] == pytest.approx(sum(r["wall_s"]) / 2 / 0.4)
+    # Per event: each policy's CPU ratio scaled by the work it simulated.
+    assert rows["edca"]["cpu_per_event_vs_edca"] == 1.0
+    for r in rows.values():
+        assert r["events"] > 0 and r["loops"] > 0
+        assert r["cpu_per_event_vs_edca"] == pytest.approx(
+            r["cpu_vs_edca"] * rows["edca"]["events"] / r["events"]
+        )
+        assert r["cpu_us_per_event"] == pytest.approx(sum(r["cpu_s"]) / 2 / r["events"] * 1e6)
     assert rows["oracle"]["label"] == "oracle (not deployable)"
     assert not rows["oracle"]["deployable"]
     assert doc["repeat"] == 2 and len(doc["load_average_before"]) == 3

@@ -215,4 +215,5 @@ def _checked(interval: Interval) -> Interval:
     start, end = interval
     if start > end:
         raise UsageError(f"interval={tuple(interval)}: start_ns must be <= end_ns")
-    return Interval(start, end)
+    # A source's own Interval is returned as it is (no copy per query).
+    return interval if isinstance(interval, Interval) else Interval(start, end)
