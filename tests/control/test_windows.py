@@ -239,3 +239,49 @@ def test_an_exact_instant_protects_a_flow_the_model_has_not_fitted_yet() -> None
         assert planner.next_window(6 * MS + 1) is None
     planner.forget("ctl")
     assert planner.next_window(0) is None
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    periods=st.lists(st.integers(2 * MS, 40 * MS), min_size=1, max_size=3),
+    jitter=st.lists(st.integers(-300_000, 300_000), min_size=40, max_size=40),
+    steps=st.lists(st.integers(1, 3 * MS), min_size=40, max_size=60),
+    margin=st.sampled_from([0, 500_000, 2 * MS, 8 * MS]),
+    hint=st.sampled_from([None, True]),
+    hint_at=st.integers(-5 * MS, 30 * MS),
+)
+def test_a_reused_window_answers_as_a_fresh_planner_would(
+    periods: list[int], jitter: list[int], steps: list[int], margin: int, hint: bool | None,
+    hint_at: int,
+) -> None:  # fmt: skip
+    """The planner reuses its last answer, inside the window too; a planner asked for
+    the first time at each instant (no answer to reuse) must agree on all a caller reads
+    inside a window: its end, and that the start is not after now. (Exact hints only: a
+    lower bound is not monotone in the time asked, and with one standing the planner
+    does not reuse an answer inside its window; the golden digests pin that case.)"""
+    sends = sorted(
+        (k * p + 7 * MS * i + jitter[(k + i) % len(jitter)], f"f{i}")
+        for i, p in enumerate(periods)
+        for k in range(12)
+    )
+    cached = ProtectionPlanner(margin_ns=margin, min_samples=4)
+    for t, flow in sends:
+        cached.observe(flow, max(t, 0))
+    if hint is not None:
+        cached.expect("f0", sends[-1][0] + hint_at, exact=hint)
+    now = sends[-1][0]
+    for step in steps:
+        now += step
+        fresh = ProtectionPlanner(margin_ns=margin, min_samples=4)
+        for t, flow in sends:
+            fresh.observe(flow, max(t, 0))
+        if hint is not None:
+            fresh.expect("f0", sends[-1][0] + hint_at, exact=hint)
+        got, want = cached.next_window(now), fresh.next_window(now)
+        assert (got is None) == (want is None)
+        if got is not None and want is not None:
+            assert got.end_ns == want.end_ns
+            if want.start_ns <= now:
+                assert got.start_ns <= now
+            else:
+                assert got == want

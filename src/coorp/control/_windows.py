@@ -68,13 +68,21 @@ def first_window(
     the merge really began (intervals over before ``now_ns`` are not revisited), but
     never after ``now_ns``.
     """
+    return _first_window(sources, now_ns, margin_ns)[0]
+
+
+def _first_window(
+    sources: Sequence[Callable[[int], Interval | None]], now_ns: int, margin_ns: int
+) -> tuple[Interval | None, bool]:
+    """:func:`first_window`, and whether the chain stopped at ``MAX_CHAIN`` (the
+    window's end is then where the cap cut it, not where the intervals do)."""
     heap: list[tuple[Interval, int]] = []
     for i, source in enumerate(sources):
         interval = source(now_ns - margin_ns)
         if interval is not None:
             heap.append((_checked(interval), i))
     if not heap:
-        return None
+        return None, False
     heapq.heapify(heap)
     (start, end), i = heapq.heappop(heap)
     window_end = end + margin_ns
@@ -83,10 +91,10 @@ def first_window(
         if following is not None:
             heapq.heappush(heap, (_checked(following), i))
         if not heap or heap[0][0].start_ns > window_end:
-            break
+            return Interval(start, window_end), False
         (_, end), i = heapq.heappop(heap)
         window_end = max(window_end, end + margin_ns)
-    return Interval(start, window_end)
+    return Interval(start, window_end), True
 
 
 _FOREVER_NS = 2**63 - 1
@@ -120,6 +128,12 @@ class ProtectionPlanner:
         # (models version, valid from, valid through, answer): see next_window.
         self._version = 0
         self._cached: tuple[int, int, int, Interval | None] | None = None
+        # Whether the cached window may answer for instants inside it (see next_window).
+        self._inside_ok = False
+        # The sources of the windows (a predict per flow, hinted or not) and the
+        # version they were made at.
+        self._sources: list[Callable[[int], Interval | None]] = []
+        self._sources_version = -1
 
     @property
     def margin_ns(self) -> int:
@@ -177,38 +191,61 @@ class ProtectionPlanner:
         The gate asks this for every bulk packet, so the answer is reused while it
         cannot change: with no new observation, every flow's chosen interval ends at
         or after ``t1``, so for any later ``now <= t1`` each flow predicts the same
-        interval (and a flow with no prediction still has none).
+        interval (and a flow with no prediction still has none). Inside the window
+        (``t1 <= now <= t2``) it is reused too, when no flow has a hint and the merge
+        was not cut at ``MAX_CHAIN``: asked again, each model would skip only its
+        intervals over before ``now − margin`` (a model's next interval only moves
+        later as the time asked does), which end the window no later than ``now``, so
+        ``t2`` stays and ``t1`` could only move up to ``now`` (a later start that no
+        caller inside a window reads). A hint is not monotone in that way: past its
+        instant it hands over to the model.
         """
         c = self._cached
-        if c is not None and c[0] == self._version and c[1] <= now_ns <= c[2]:
-            return c[3]
-        sources: list[Callable[[int], Interval | None]] = [
-            m.predict if f not in self._hints else self._hinted(f, m)
-            for f, m in self._models.items()
-        ]
-        sources.extend(self._hinted(f, None) for f in self._hints if f not in self._models)
-        window = first_window(sources, now_ns, self._margin_ns)
+        if c is not None and c[0] == self._version and c[1] <= now_ns:
+            if now_ns <= c[2]:
+                return c[3]
+            inside = c[3]
+            if self._inside_ok and inside is not None and now_ns <= inside.end_ns:
+                return inside  # inside.start_ns <= c[2] < now_ns
+        if self._sources_version != self._version:
+            # The sources change only with the models and hints (the version).
+            hints = self._hints
+            sources: list[Callable[[int], Interval | None]] = [
+                m.predict if f not in hints else _Hinted(*hints[f], m)
+                for f, m in self._models.items()
+            ]
+            sources.extend(_Hinted(*hints[f], None) for f in hints if f not in self._models)
+            self._sources = sources
+            self._sources_version = self._version
+        window, cut = _first_window(self._sources, now_ns, self._margin_ns)
         through = window.start_ns if window is not None else _FOREVER_NS
         self._cached = (self._version, now_ns, max(through, now_ns), window)
+        self._inside_ok = not cut and not self._hints
         return window
 
-    def _hinted(self, flow: str, model: SendTimeModel | None) -> Callable[[int], Interval | None]:
-        at, exact = self._hints[flow]
 
-        def predict(after_ns: int) -> Interval | None:
-            if model is None or (iv := model.predict(after_ns)) is None:
-                return Interval(at, at) if at >= after_ns else None
-            if not exact:
-                return Interval(max(iv.start_ns, at), max(iv.end_ns, at))
-            if at >= after_ns:
-                return Interval(at, at)
-            # Past the announced instant: the model's interval for that same send (the
-            # next unobserved one) is not protected a second time.
-            if iv == model.predict(0):
-                return model.predict(iv.end_ns + 1)
-            return iv
+class _Hinted:
+    """A flow's intervals with the application's hint applied (see
+    :meth:`ProtectionPlanner.expect`): a source for :func:`first_window`."""
 
-        return predict
+    def __init__(self, at: int, exact: bool, model: SendTimeModel | None) -> None:
+        self.at = at
+        self.exact = exact
+        self.model = model
+
+    def __call__(self, after_ns: int) -> Interval | None:
+        at, model = self.at, self.model
+        if model is None or (iv := model.predict(after_ns)) is None:
+            return Interval(at, at) if at >= after_ns else None
+        if not self.exact:
+            return Interval(max(iv.start_ns, at), max(iv.end_ns, at))
+        if at >= after_ns:
+            return Interval(at, at)
+        # Past the announced instant: the model's interval for that same send (the
+        # next unobserved one) is not protected a second time.
+        if iv == model.predict(0):
+            return model.predict(iv.end_ns + 1)
+        return iv
 
 
 def _checked(interval: Interval) -> Interval:
