@@ -5,15 +5,16 @@ A policy module for ``--policy-module``: each rung is ``coorp-paper`` plus the
 additions above it; the last rung is ``coorp`` itself::
 
     RUNGS=coorp-paper,ladder-recheck,ladder-lead,ladder-realized,ladder-hints,ladder-floor,\\
-ladder-budget,ladder-team-budget,coorp
+ladder-budget,ladder-team-budget,ladder-foreign,coorp
     coorp sweep --policy-module benchmarks/coorp_ladder.py --policies $RUNGS \\
         --scenarios crl-10,one-low --seeds 1-5 --duration 20 --out results/ladder
 
 The rungs after ``ladder-floor`` (issue 22): ``ladder-budget`` is ``coorp`` as it was
 before traffic outside the team existed (its ring budget counts every packet in the
 ring, one CTT percentile always); ``ladder-team-budget`` counts only the team's packets
-against the budget; ``coorp`` also lowers the gates' percentile while a station outside
-the team takes the air.
+against the budget; ``ladder-foreign`` also lowers the gates' percentile while a station
+outside the team takes the air; ``coorp`` also holds the TCP acks each robot sends for
+the team's bulk data it receives (``gate_acks``).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class LadderHints(CoorpPolicy):
     ctt_floor = False
     ring_airtime_budget_ns = None
     foreign_ctt_percentile = None
+    gate_acks = False
 
 
 @register_policy
@@ -60,6 +62,7 @@ class LadderFloor(CoorpPolicy):
     summary = "… + the completion-time table's physical floor (coorp without the ring budget)"
     ring_airtime_budget_ns = None
     foreign_ctt_percentile = None
+    gate_acks = False
 
 
 @register_policy
@@ -68,6 +71,7 @@ class LadderBudget(CoorpPolicy):
     summary = "… + the ring budget, counting every packet in the ring (coorp before issue 22)"
     ring_budget_counts_other = True
     foreign_ctt_percentile = None
+    gate_acks = False
 
 
 @register_policy
@@ -75,6 +79,14 @@ class LadderTeamBudget(CoorpPolicy):
     name = "ladder-team-budget"
     summary = "… + the ring budget counts only the team's packets"
     foreign_ctt_percentile = None
+    gate_acks = False
+
+
+@register_policy
+class LadderForeign(CoorpPolicy):
+    name = "ladder-foreign"
+    summary = "… + the median percentile while a station outside the team takes the air"
+    gate_acks = False
 
 
 @register_policy

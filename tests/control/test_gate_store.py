@@ -100,6 +100,14 @@ def test_the_fast_store_answers_as_the_dict(
         assert fast.pending == slow.pending
         assert fast.exploring == slow.exploring
         assert fast.admits(now, len(ring)) == slow.admits(now, len(ring))
+        # admits_run is admits at each depth in turn, up to the first refusal, and asks
+        # nothing that changes the gate.
+        before = fast.stats
+        n = fast.admits_run(now, count, len(ring))
+        prefix = 0
+        while prefix < count and fast.admits(now, len(ring) + prefix):
+            prefix += 1
+        assert n == prefix and fast.stats == before
     for d in range(41):
         assert fast.ctt.samples(d) == slow.ctt.samples(d)
         assert fast.ctt.query(d) == slow.ctt.query(d)

@@ -1,6 +1,8 @@
 """Coorp's additions to the paper's local preemption, each against the same run without
 it (docs/control.md, "Beyond the paper"): a small team, several seeds, the measured
-effect. Nothing here asserts a headline percentage."""
+effect. Nothing here asserts a headline percentage. The ablations hold no TCP acks
+(``gate_acks = False``): each addition is measured where the ladder measured it, on
+the rung before issue 22's (``benchmarks/coorp_ladder.py``)."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ class _CoorpWithoutHints(CoorpPolicy):
     summary = "coorp without the leader's send-time hints"
     use_hints = False
     ring_airtime_budget_ns = None
+    gate_acks = False
 
 
 class _CoorpWithPaperTable(CoorpPolicy):
@@ -33,6 +36,7 @@ class _CoorpWithPaperTable(CoorpPolicy):
     realized_ctt = False
     ctt_lead_edges_ns: ClassVar[tuple[int, ...]] = ()
     ring_airtime_budget_ns = None
+    gate_acks = False
 
 
 class _CoorpWithoutFloor(CoorpPolicy):
@@ -40,12 +44,14 @@ class _CoorpWithoutFloor(CoorpPolicy):
     summary = "coorp without the completion-time table's physical floor (nor a ring budget)"
     ctt_floor = False
     ring_airtime_budget_ns = None
+    gate_acks = False
 
 
 class _CoorpFloorOnly(CoorpPolicy):
     name = "test-coorp-floor-only"
     summary = "coorp with the table's physical floor and no ring budget"
     ring_airtime_budget_ns = None
+    gate_acks = False
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -173,6 +179,7 @@ class _CoorpNoRingBudget(CoorpPolicy):
     name = "test-coorp-no-ring-budget"
     summary = "coorp with the whole ring open to bulk data"
     ring_airtime_budget_ns = None
+    gate_acks = False
 
 
 def test_the_ring_limit_is_the_budget_over_the_next_packets_link_airtime() -> None:

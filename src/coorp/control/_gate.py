@@ -191,15 +191,31 @@ class Gate:
         others. A pure query (no counters, no exploration state): a driver paused ahead
         of a window asks it as its NIC drains, since a shallower queue may fit the gap
         that a deeper one did not."""
+        return self.admits_run(now_ns, 1, queue_depth) == 1
+
+    def admits_run(self, now_ns: int, count: int, queue_depth: int) -> int:
+        """:meth:`admits` for ``queue_depth``, ``queue_depth + 1``, … in turn: how many
+        packets, one behind the other, Algorithm 2 alone would admit now before the
+        first it would not (a pure query, like :meth:`admits`). For packets the gate
+        only holds back, never explores with: the TCP acks a robot sends for the
+        team's bulk data it receives (``GatedHooks(gate_acks=True)``)."""
         _check_depth(queue_depth)
+        if count <= 0:
+            return 0
         window = self._planner.next_window(now_ns)
         table = self._ctt._table(_lead(window, now_ns), now_ns)
         if window is None:
-            return True
+            return count
         t1, t2 = window
         if t1 <= now_ns <= t2:
-            return False
-        return not (now_ns < t1 and t1 - now_ns <= table._answer(queue_depth))
+            return 0
+        if now_ns > t2:
+            return count
+        gap = t1 - now_ns
+        n = 0
+        while n < count and table._answer(queue_depth + n) < gap:
+            n += 1
+        return n
 
     @property
     def exploring(self) -> bool:
@@ -469,102 +485,45 @@ class Gate:
     def on_complete_run(self, packet_id: int, count: int, now_ns: int) -> None:
         """:meth:`on_complete` for packets ``packet_id .. packet_id + count - 1`` in
         turn (consecutive packets of one run record one sample each, in one call)."""
-        if count <= 0:
-            return
-        if self._fast:
-            record = self._find(packet_id)
-            end = packet_id + count
-            if (
-                record is not None
-                and record.gone is None
-                and record.lo == packet_id
-                and end <= record.end
-            ):
-                # The common case: the oldest pending packets of one run complete.
-                if now_ns < record.enq_ns:
-                    self._take(packet_id)  # as the loop below leaves it
-                    raise UsageError(
-                        f"now_ns={now_ns}: packet {packet_id} completes before it was "
-                        f"enqueued ({record.enq_ns})"
-                    )
-                record.lo = end
-                self._npending -= count
-                record.live -= count
-                self._completions += count
-                probe = self._probe_pid
-                if packet_id <= probe < end:
-                    if now_ns < self._probe_start:
-                        self._probe_pid = -1
-                        self._backoff = self._skip = 0  # it fit: explore freely again
-                    else:
-                        self._probe_late()
-                self._completed(record, record.depth + (packet_id - record.pid), count, now_ns)
-                return
         group: _Enqueued | None = None  # the record of the packets gathered so far
-        first_depth = 0
-        gathered = 0
-        pid = packet_id
-        end = packet_id + count
+        first_depth = gathered = 0
+        pid, end = packet_id, packet_id + count
         while pid < end:
-            if self._fast:
-                # The oldest pending packets of one run, as many as complete now: what
-                # taking them one by one does, in one step (an A-MPDU often carries
-                # several runs).
-                record = self._find(pid)
-                if record is not None and record.gone is None and record.lo == pid:
-                    k = min(end, record.end) - pid
-                    if now_ns < record.enq_ns:
-                        self._take(pid)  # as the one-by-one loop leaves it
-                        raise UsageError(
-                            f"now_ns={now_ns}: packet {pid} completes before it was "
-                            f"enqueued ({record.enq_ns})"
-                        )
-                    record.lo = pid + k
-                    self._npending -= k
-                    record.live -= k
-                    depth = record.depth + (pid - record.pid)
-                    if group is record and depth == first_depth + gathered:
-                        gathered += k
-                    else:
-                        if group is not None:
-                            self._completed(group, first_depth, gathered, now_ns)
-                        group, first_depth, gathered = record, depth, k
-                    self._completions += k
-                    probe = self._probe_pid
-                    if pid <= probe < pid + k:
-                        if now_ns < self._probe_start:
-                            self._probe_pid = -1
-                            self._backoff = self._skip = 0  # it fit: explore freely again
-                        else:
-                            self._probe_late()
-                    pid += k
+            k = 1
+            record = self._find(pid) if self._fast else None
+            if record is not None and record.gone is None and record.lo == pid:
+                # The oldest pending packets of one run, as many as complete now (an
+                # A-MPDU often carries several runs): taking them one by one, in one step.
+                if now_ns < record.enq_ns:
+                    self._take(pid)  # as taking them one by one leaves it
+                    raise _early(pid, record, now_ns)
+                k = min(end, record.end) - pid
+                record.lo = pid + k
+                self._npending -= k
+            else:
+                record = self._take(pid)
+                if record is None:
+                    self._unknown_completions += 1
+                    pid += 1
                     continue
-            q = pid
-            pid += 1
-            record = self._take(q)
-            if record is None:
-                self._unknown_completions += 1
-                continue
-            if now_ns < record.enq_ns:
-                raise UsageError(
-                    f"now_ns={now_ns}: packet {q} completes before it was enqueued "
-                    f"({record.enq_ns})"
-                )
-            record.live -= 1
-            depth = record.depth + (q - record.pid)
+                if now_ns < record.enq_ns:
+                    raise _early(pid, record, now_ns)
+            record.live -= k
+            depth = record.depth + (pid - record.pid)
             if group is record and depth == first_depth + gathered:
-                gathered += 1
+                gathered += k
             else:
                 if group is not None:
                     self._completed(group, first_depth, gathered, now_ns)
-                group, first_depth, gathered = record, depth, 1
-            self._completions += 1
-            if q == self._probe_pid:
+                group, first_depth, gathered = record, depth, k
+            self._completions += k
+            if pid <= self._probe_pid < pid + k:
                 if now_ns < self._probe_start:
                     self._probe_pid = -1
                     self._backoff = self._skip = 0  # it fit: explore freely again
                 else:
                     self._probe_late()
+            pid += k
         if group is not None:
             self._completed(group, first_depth, gathered, now_ns)
 
@@ -633,3 +592,9 @@ class Gate:
         self._explore_late += 1
         self._backoff = min(max(1, 2 * self._backoff), self._max_backoff)
         self._skip = self._backoff
+
+
+def _early(pid: int, record: _Enqueued, now_ns: int) -> UsageError:
+    return UsageError(
+        f"now_ns={now_ns}: packet {pid} completes before it was enqueued ({record.enq_ns})"
+    )

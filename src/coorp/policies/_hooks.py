@@ -147,6 +147,12 @@ class GatedHooks:
     * ``ring_limit``: called before each bulk packet, at most this many packets in
       the ring it would join (a :class:`RingBudget`); a full one resumes at the next
       completion that leaves room. None: the ring's capacity.
+    * ``gate_acks``: the gate also holds the TCP acks the robot sends for the team's
+      bulk data it receives (``coorp.sim.AckGateHooks``): they skip the kernel queue,
+      so a robot downloading the model otherwise finds a ring of its own acks ahead of
+      its next LS message. Each ack is admitted as Algorithm 2 alone would admit a
+      bulk packet at its depth (:meth:`Gate.admits_run`: no permit, no ring budget,
+      no exploration), and held ones are asked again after the window.
     """
 
     def __init__(
@@ -158,6 +164,7 @@ class GatedHooks:
         ls_flows: frozenset[str] = frozenset(),
         drain_recheck: bool = False,
         ring_limit: Callable[[], int] | None = None,
+        gate_acks: bool = False,
     ) -> None:
         self.client = client
         self.gate = gate
@@ -173,6 +180,22 @@ class GatedHooks:
         self._ring_full = False
         #: Times bulk data waited for room under ring_limit.
         self.ring_full_pauses = 0
+        #: Read by the station when the hooks are set (``AckGateHooks``).
+        self.gates_acks = gate_acks and gate is not None
+
+    def admit_acks(
+        self, station: DriverView, now_ns: int, count: int, depth: int
+    ) -> tuple[int, int]:
+        gate = self.gate
+        if gate is None:
+            return count, 0
+        n = gate.admits_run(now_ns, count, depth)
+        if n >= count:
+            return count, 0
+        window = gate.window(now_ns)
+        # Denied ahead of or inside the window: ask again after it, as Algorithm 2 does
+        # (and at every refill before that, as the ring drains).
+        return n, (window.end_ns + 1 if window is not None else FOREVER)
 
     def admit_bulk(self, station: DriverView, now_ns: int) -> int | None:
         resume = self._admit(now_ns, station.hw_queue_length())
@@ -343,11 +366,12 @@ class CappedGatedHooks(GatedHooks):
         ls_flows: frozenset[str] = frozenset(),
         drain_recheck: bool = False,
         ring_limit: Callable[[], int] | None = None,
+        gate_acks: bool = False,
     ) -> None:
         # Spelled out, not **kwargs: mypyc mis-forwards **kwargs to a compiled base.
         super().__init__(
             client=client, gate=gate, planner=planner, ls_flows=ls_flows,
-            drain_recheck=drain_recheck, ring_limit=ring_limit,
+            drain_recheck=drain_recheck, ring_limit=ring_limit, gate_acks=gate_acks,
         )  # fmt: skip
         if cap_ns < 1:
             raise UsageError(f"cap_ns={cap_ns}: must be >= 1 nanosecond")

@@ -219,6 +219,9 @@ class CoorpRtwtPolicy(CoorpPolicy):
     name = "coorp-rtwt"
     summary = "COORP (permits + local gate) with restricted-TWT service periods on top"
     standards: ClassVar[frozenset[PhyStandard]] = frozenset({PhyStandard.AX})
+    #: The service periods already keep TCP acks off the air with the bulk frames
+    #: (RtwtHooks trims and holds both), and the wrapper does not pass the ack hook on.
+    gate_acks = False
 
     def install(self) -> None:
         _require_ax(self.team, self.name)

@@ -17,6 +17,7 @@ COMPILED = _load("coorp.sim")
 
 from coorp.sim.driver import (  # noqa: E402
     FOREVER,
+    AckGateHooks,
     AdmitAll,
     AirtimeBudgetHooks,
     DriverHooks,
@@ -31,6 +32,7 @@ from coorp.sim.results import FlowStats, SimResult, StationStats  # noqa: E402
 __all__ = [
     "COMPILED",
     "FOREVER",
+    "AckGateHooks",
     "AdmitAll",
     "AirtimeBudgetHooks",
     "ChannelStats",

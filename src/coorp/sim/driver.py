@@ -13,6 +13,7 @@ from coorp.scenario import AccessCategory
 
 __all__ = [
     "FOREVER",
+    "AckGateHooks",
     "AdmitAll",
     "AirtimeBudgetHooks",
     "DriverHooks",
@@ -131,6 +132,36 @@ class AirtimeBudgetHooks(DriverHooks, Protocol):
     #     """A bulk frame is held at ``now_ns`` (not even one MPDU fitted the budget):
     #     hold it until this time instead, if later than ``now_ns + b + 1`` (None: that
     #     time). For a quiet period longer than the budget (restricted TWT)."""
+
+
+class AckGateHooks(DriverHooks, Protocol):
+    """Driver hooks that also decide when the TCP acknowledgements a station sends for
+    the team's bulk data join its NIC ring (optional).
+
+    Acks skip the kernel queue as LS messages do, so in a shared ring they sit ahead of
+    the station's next LS message like bulk data: a robot downloading the team's model
+    fills its ring with acks just before its own perception. Hooks whose instance
+    attribute ``gates_acks`` is true when they are set are asked before each run of
+    such acks joins the ring; acks of transfers outside the team (``gated = False``)
+    and every other packet in the priority queues are never asked about. Held acks
+    wait at the head of their priority queue (later packets of that category wait
+    behind them; other categories do not) and are asked again at every refill of the
+    station (its completions, its sends) and at the time the hooks name. Hooks without
+    the attribute are never asked: the simulation is exactly what it was without the
+    feature. (The simulator has no TCP sender model, docs/simulator.md: holding acks
+    does not slow the sender here, as it would once its window is in flight.)
+    """
+
+    gates_acks: bool
+
+    def admit_acks(
+        self, station: DriverView, now_ns: int, count: int, depth: int
+    ) -> tuple[int, int]:
+        """``count`` acks (the head of their priority queue) would join the ring behind
+        ``depth`` packets, one behind the other: how many of them may join now (a
+        prefix, ``0 <= n <= count``) and, when fewer than ``count``, the time
+        (``> now_ns``) to ask again at the latest (``FOREVER``: at the next refill)."""
+        ...
 
 
 class RunHooks(DriverHooks, Protocol):

@@ -171,6 +171,7 @@ class Simulation:
             ack = FlowState(ack_name, f.dst, f.src, AccessCategory.BE, bulk=False)
             f.ack_flow = ack
             f.ack_every = 2
+            ack.gate_acks = True
             self.flows[ack_name] = ack
             self._ack_flows[ack_name] = name
         return f
@@ -234,6 +235,8 @@ class Simulation:
         """
         if not flow.bulk:
             raise UsageError(f"flow {flow.name!r} is not a bulk flow")
+        if not gated and flow.ack_flow is not None:
+            flow.ack_flow.gate_acks = False  # traffic outside the team: its acks too
         t = BulkTransfer(flow, total_bytes, on_complete, gated)
         flow.src.add_transfer(t)
         return t

@@ -26,8 +26,8 @@ class FlowState:
 
     __slots__ = (
         "ac", "ack_every", "ack_flow", "bulk", "delivered_bytes", "delivered_packets",
-        "dropped_packets", "dst", "name", "repair_ns", "repair_rng", "retransmitted_packets",
-        "sent_packets", "src", "unacked",
+        "dropped_packets", "dst", "gate_acks", "name", "repair_ns", "repair_rng",
+        "retransmitted_packets", "sent_packets", "src", "unacked",
     )  # fmt: skip
 
     def __init__(self, name: str, src: Station, dst: Station, ac: AccessCategory, bulk: bool):
@@ -46,6 +46,10 @@ class FlowState:
         self.ack_flow: FlowState | None = None
         self.ack_every = 0
         self.unacked = 0
+        #: A flow of TCP acknowledgements for the team's bulk data: the sending
+        #: station's hooks may hold them out of its NIC ring (``AckGateHooks``). False
+        #: for every other flow, and for the acks of traffic outside the team.
+        self.gate_acks = False
         #: Datagram flows on a reliable transport: a fragment the MAC drops is handed to
         #: the NIC again a delay drawn from [repair_ns / 2, 3 repair_ns / 2] after the
         #: drop; -1: best effort, the message is lost.

@@ -21,7 +21,7 @@ from coorp._errors import InvariantError
 from coorp.scenario import AccessCategory, HwQueueMode
 from coorp.sim._compat import mypyc_attr
 from coorp.sim._ungated import refill_mixed, ungated_in
-from coorp.sim.driver import FOREVER, AdmitAll, DriverHooks, RunHooks
+from coorp.sim.driver import FOREVER, AckGateHooks, AdmitAll, DriverHooks, RunHooks
 from coorp.sim.events import PRIO_CONTROL, Event, EventLoop
 from coorp.sim.packets import FlowState, Packet
 from coorp.sim.timing import EdcaParams, aifs_ns
@@ -212,6 +212,12 @@ class Station:
         self.hold_until: Callable[[Any, int], object] | None = None
         #: Channel accesses at which a bulk frame was held (no MPDU fitted the budget).
         self.bulk_holds = 0
+        #: The hooks again when they hold the team's TCP acks (``AckGateHooks``).
+        self.ack_hooks: AckGateHooks | None = None
+        #: When held acks are asked again at the latest (None: none held).
+        self._ack_event: Event | None = None
+        #: Refills at which the hooks held acks back.
+        self.ack_holds = 0
         self.channel: Channel | None = None
         self._paused = False
         self._resume_event: Event | None = None
@@ -242,6 +248,8 @@ class Station:
         self.airtime_budget = budget if callable(budget) else None
         hold = getattr(hooks, "bulk_hold_until_ns", None)
         self.hold_until = hold if callable(hold) and self.airtime_budget is not None else None
+        gates_acks = bool(getattr(hooks, "gates_acks", False))
+        self.ack_hooks = hooks if gates_acks else None  # type: ignore[assignment]
         for e in self.edcafs.values():
             e.deadline = -1  # a deadline is asked again at every access
 
@@ -279,6 +287,28 @@ class Station:
     @property
     def bulk_paused(self) -> bool:
         return self._paused
+
+    def _hold_acks(self, until: int, now: int) -> None:
+        """The hooks held acks back: ask again by ``until`` (``FOREVER``: at the next
+        refill only)."""
+        if until <= now:
+            raise InvariantError(
+                f"{type(self._hooks).__name__}.admit_acks held acks at {now} ns with "
+                f"a time to ask again, {until} ns, that is not in the future"
+            )
+        self.ack_holds += 1
+        event = self._ack_event
+        if event is not None and not event.cancelled and event.time_ns <= until:
+            return  # already asked again no later than that
+        if event is not None:
+            event.cancel()
+            self._ack_event = None
+        if until < FOREVER:
+            self._ack_event = self.loop.call_at(until, PRIO_CONTROL, self._ack_timer)
+
+    def _ack_timer(self) -> None:
+        self._ack_event = None
+        self.refill()
 
     def _resume_timer(self) -> None:
         self._resume_event = None
@@ -349,6 +379,15 @@ class Station:
                 room = cap - rings[head.ac].n
                 if room <= 0:
                     break
+                if self.ack_hooks is not None and head.flow.gate_acks:
+                    want = head.count if head.count <= room else room
+                    n, until = self.ack_hooks.admit_acks(self, now, want, rings[head.ac].n)
+                    if n < want:
+                        if n > 0:
+                            ls[0] = head.split(n)
+                            self._enqueue_hw(head, now)
+                        self._hold_acks(until, now)
+                        break
                 if head.count > room:
                     ls[0] = head.split(room)
                     self._enqueue_hw(head, now)
