@@ -90,6 +90,13 @@ class LadderForeign(CoorpPolicy):
 
 
 @register_policy
+class CoorpOneTable(CoorpPolicy):
+    name = "coorp-one-table"
+    summary = "coorp with the acks in the bulk gate's completion-time table (a variant)"
+    ack_table = False
+
+
+@register_policy
 class CoorpEmpirical(CoorpPolicy):
     name = "coorp-empirical"
     summary = "coorp with windows from the recent residuals' quantiles (a variant)"

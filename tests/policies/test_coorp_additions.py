@@ -335,3 +335,21 @@ def test_the_teams_own_traffic_outside_the_team_counts_as_foreign_air() -> None:
     run_crl(load_scenario(resolve_scenario("crl-5-download")), "test-foreign-download",
             duration_ns=1_200_000_000)  # fmt: skip
     assert seen[:2] == [CoorpPolicy.foreign_ctt_percentile] * 2
+
+
+def test_the_team_acks_are_judged_and_learned_apart_from_bulk_data() -> None:
+    # With a gate of their own (CoorpPolicy.ack_table), every ack a robot sent went
+    # through its acks' gate: announced, completed there, never as an unknown packet in
+    # either gate; and the robots that received bulk data held some acks back.
+    r = run("coorp", 1)
+    stats = r.policy_stats
+    acks, bulk = stats["ack_gate"], stats["gate"]
+    assert set(acks) == set(bulk) == {"leader", "r1", "r2", "r3", "r4"}
+    delivered_acks = sum(f.delivered_packets for n, f in r.sim.flows.items() if n.endswith(":ack"))
+    assert delivered_acks > 0  # the team's bulk flows have TCP acks
+    # One completion in the acks' gates per ack delivered, none in the bulk gates.
+    assert sum(a["completions"] for a in acks.values()) == delivered_acks
+    for robot in acks:
+        assert acks[robot]["unknown_completions"] == 0
+        assert bulk[robot]["unknown_completions"] == 0
+    assert sum(stats["ack_holds"].values()) > 0

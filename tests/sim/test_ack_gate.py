@@ -1,6 +1,6 @@
 """Hooks that hold a station's TCP acks (``AckGateHooks``): which acks they are asked
-about, at which depth, what a held ack waits for, and that hooks without the feature
-change nothing."""
+about, at which depth, how the acks that go are announced, what a held ack waits for,
+and that hooks without the feature change nothing."""
 
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ class Hooks:
         self.per_call = per_call
         self.resume = resume
         self.asked: list[tuple[int, int, int]] = []  # (now, count, depth)
-        self.enqueued_acks = 0
+        self.enqueued_acks = 0  # announced as acks (on_acks_enqueued)
+        self.enqueued_other = 0  # announced as anything else (on_hw_enqueue)
 
     def admit_acks(
         self, station: DriverView, now_ns: int, count: int, depth: int
@@ -45,6 +46,11 @@ class Hooks:
         n = min(count, self.per_call)
         return n, (FOREVER if n < count else 0)
 
+    def on_acks_enqueued(
+        self, station: DriverView, pid: int, count: int, depth: int, now_ns: int
+    ) -> None:
+        self.enqueued_acks += count
+
     def admit_bulk(self, station: DriverView, now_ns: int) -> int | None:
         return None
 
@@ -54,7 +60,7 @@ class Hooks:
     def on_hw_enqueue(
         self, station: DriverView, pid: int, ac: AccessCategory, depth: int, now_ns: int
     ) -> None:
-        self.enqueued_acks += 1
+        self.enqueued_other += 1
 
     def on_hw_complete(
         self, station: DriverView, pid: int, ac: AccessCategory, now_ns: int, delivered: bool
@@ -90,6 +96,7 @@ def test_held_acks_join_the_ring_only_when_released() -> None:
     assert any(now >= release for now, _, _ in hooks.asked)
     acks = r.flows["down:ack"]
     assert hooks.enqueued_acks == acks.sent_packets > 0
+    assert hooks.enqueued_other == 0  # acks are announced as acks, never as data
     assert acks.delivered_packets > 0
     # Questions before the release came at the station's refills or its timer only:
     # each was about the whole queue head, behind an empty ring (it holds nothing else).
@@ -119,7 +126,7 @@ def test_a_prefix_goes_and_the_rest_waits_at_the_head_of_its_queue() -> None:
 def test_without_the_attribute_the_hooks_are_never_asked_and_nothing_changes() -> None:
     off = Hooks(30 * MS, gates_acks=False)  # would hold every ack if asked
     _, r_off = _run(off)
-    assert off.asked == []
+    assert off.asked == [] and off.enqueued_acks == 0 and off.enqueued_other > 0
     _, r_plain = _run(None)
     assert _sta_frames(r_off) == _sta_frames(r_plain)
     assert r_off.flows["down"].delivered_bytes == r_plain.flows["down"].delivered_bytes

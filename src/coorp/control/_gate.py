@@ -32,6 +32,7 @@ from coorp.control._gate_types import (
     _lead,
     decide_against,
     drop_from_run,
+    early_completion,
     runs_to_dict,
 )
 from coorp.control._interval import Interval
@@ -168,6 +169,10 @@ class Gate:
         """Bulk packets enqueued to the NIC whose completion is not yet known."""
         return self._npending if self._fast else len(self._pending)
 
+    def holds(self, packet_id: int) -> bool:
+        """Whether ``packet_id`` is pending here (enqueued, not completed)."""
+        return (self._find(packet_id) if self._fast else self._pending.get(packet_id)) is not None
+
     @property
     def stats(self) -> GateStats:
         return GateStats(
@@ -195,10 +200,8 @@ class Gate:
 
     def admits_run(self, now_ns: int, count: int, queue_depth: int) -> int:
         """:meth:`admits` for ``queue_depth``, ``queue_depth + 1``, … in turn: how many
-        packets, one behind the other, Algorithm 2 alone would admit now before the
-        first it would not (a pure query, like :meth:`admits`). For packets the gate
-        only holds back, never explores with: the TCP acks a robot sends for the
-        team's bulk data it receives (``GatedHooks(gate_acks=True)``)."""
+        packets Algorithm 2 alone would admit now before the first it would not (a pure
+        query): for packets the gate only holds back, never explores with (TCP acks)."""
         _check_depth(queue_depth)
         if count <= 0:
             return 0
@@ -496,7 +499,7 @@ class Gate:
                 # A-MPDU often carries several runs): taking them one by one, in one step.
                 if now_ns < record.enq_ns:
                     self._take(pid)  # as taking them one by one leaves it
-                    raise _early(pid, record, now_ns)
+                    raise early_completion(pid, record, now_ns)
                 k = min(end, record.end) - pid
                 record.lo = pid + k
                 self._npending -= k
@@ -507,7 +510,7 @@ class Gate:
                     pid += 1
                     continue
                 if now_ns < record.enq_ns:
-                    raise _early(pid, record, now_ns)
+                    raise early_completion(pid, record, now_ns)
             record.live -= k
             depth = record.depth + (pid - record.pid)
             if group is record and depth == first_depth + gathered:
@@ -592,9 +595,3 @@ class Gate:
         self._explore_late += 1
         self._backoff = min(max(1, 2 * self._backoff), self._max_backoff)
         self._skip = self._backoff
-
-
-def _early(pid: int, record: _Enqueued, now_ns: int) -> UsageError:
-    return UsageError(
-        f"now_ns={now_ns}: packet {pid} completes before it was enqueued ({record.enq_ns})"
-    )

@@ -151,3 +151,11 @@ def drop_from_run(record: _Enqueued, pid: int) -> None:
         record.gone = {pid}
     else:
         gone.add(pid)
+
+
+def early_completion(pid: int, record: _Enqueued, now_ns: int) -> UsageError:
+    """The error for packet ``pid`` (of ``record``) reported complete before it was
+    enqueued."""
+    return UsageError(
+        f"now_ns={now_ns}: packet {pid} completes before it was enqueued ({record.enq_ns})"
+    )

@@ -101,6 +101,10 @@ class CoorpPolicy(Policy):
     #: receives (GatedHooks(gate_acks=True)): at 60 Hz with aligned phases most late
     #: perceptions waited behind 26-32 of their robot's own acks for the model download.
     gate_acks: ClassVar[bool] = True
+    #: The acks have a gate and a completion-time table of their own (the same planner
+    #: and settings): a 52-byte ack completes unlike a bulk packet, and its samples in
+    #: the bulk table made the gate deny bulk data it could have sent.
+    ack_table: ClassVar[bool] = True
 
     def install(self) -> None:
         team = self.team
@@ -109,6 +113,7 @@ class CoorpPolicy(Policy):
         self.controller: GlobalController | None = None
         self.clients: dict[str, BulkClient] = {}
         self.gates: dict[str, Gate] = {}
+        self.ack_gates: dict[str, Gate] = {}
         self.planners: dict[str, ProtectionPlanner] = {}
         self.hooks: dict[str, GatedHooks] = {}
         self.hints_taken: dict[str, int] = {}
@@ -131,24 +136,20 @@ class CoorpPolicy(Policy):
                 planner = ProtectionPlanner(
                     margin_ns=us(opts.margin_us), confidence=opts.confidence, **extra
                 )
-                ctt = CompletionTimeTable(
-                    percentile=opts.ctt_percentile,
-                    default_ns=per_packet_estimate_ns(sim, robot),
-                    lead_edges_ns=self.ctt_lead_edges_ns,
-                    max_age_ns=self.ctt_max_age_ns,
-                    min_per_packet_ns=(
-                        per_packet_floor_ns(sim, robot, team.bulk_peers(robot))
-                        if self.ctt_floor
-                        else None
-                    ),
-                )
+                ctt = self._table(robot, opts.ctt_percentile)
                 gate = Gate(planner, ctt, realized=self.realized_ctt)
                 self.gates[robot] = gate
                 self.planners[robot] = planner
+                if self.gate_acks and self.ack_table:
+                    self.ack_gates[robot] = Gate(
+                        planner, self._table(robot, opts.ctt_percentile),
+                        realized=self.realized_ctt,
+                    )  # fmt: skip
             kwargs: dict[str, Any] = dict(
                 client=self.clients.get(robot), gate=gate, planner=planner,
                 ls_flows=team.ls_flows, drain_recheck=self.drain_recheck,
                 gate_acks=self.gate_acks and gate is not None,
+                ack_gate=self.ack_gates.get(robot),
             )  # fmt: skip
             budget = self.ring_airtime_budget_ns
             if budget is not None and opts.ring_budget_us is not None:
@@ -178,6 +179,19 @@ class CoorpPolicy(Policy):
             assert isinstance(leader_hooks, GatedHooks)
             leader_hooks.ls_flows = frozenset()
 
+    def _table(self, robot: str, percentile: float) -> CompletionTimeTable:
+        """A completion-time table for ``robot``'s gate (or its acks' gate)."""
+        sim, team = self.team.sim, self.team
+        return CompletionTimeTable(
+            percentile=percentile,
+            default_ns=per_packet_estimate_ns(sim, robot),
+            lead_edges_ns=self.ctt_lead_edges_ns,
+            max_age_ns=self.ctt_max_age_ns,
+            min_per_packet_ns=(
+                per_packet_floor_ns(sim, robot, team.bulk_peers(robot)) if self.ctt_floor else None
+            ),
+        )
+
     def _watch_foreign(self) -> None:
         """Measure the air stations outside the team took since the last look; switch
         the gates' percentile when a foreign contender comes or goes."""
@@ -192,7 +206,7 @@ class CoorpPolicy(Policy):
         if busy != self._foreign_busy:
             assert self.foreign_ctt_percentile is not None
             p = self.foreign_ctt_percentile if busy else self.team.options.coorp.ctt_percentile
-            for gate in self.gates.values():
+            for gate in (*self.gates.values(), *self.ack_gates.values()):
                 gate.ctt.set_percentile(p)
         self._foreign_busy = busy
         sim.call_control_at(now + FOREIGN_PERIOD_NS, self._watch_foreign)
@@ -353,6 +367,9 @@ class CoorpPolicy(Policy):
             if self.gate_acks:
                 sim = self.team.sim
                 out["ack_holds"] = {r: sim.station(r).ack_holds for r in hooks}
+            ack_gates = getattr(self, "ack_gates", {})
+            if ack_gates:
+                out["ack_gate"] = {r: asdict(g.stats) for r, g in ack_gates.items()}
         if getattr(self, "_foreign", None):
             out["foreign_contender_s"] = getattr(self, "foreign_busy_ns", 0) / 1e9
         return out

@@ -151,8 +151,12 @@ class GatedHooks:
       bulk data it receives (``coorp.sim.AckGateHooks``): they skip the kernel queue,
       so a robot downloading the model otherwise finds a ring of its own acks ahead of
       its next LS message. Each ack is admitted as Algorithm 2 alone would admit a
-      bulk packet at its depth (:meth:`Gate.admits_run`: no permit, no ring budget,
-      no exploration), and held ones are asked again after the window.
+      packet at its depth (:meth:`Gate.admits_run`: no permit, no ring budget, no
+      exploration), and held ones are asked again after the window.
+    * ``ack_gate``: with ``gate_acks``, a gate of its own for the acks (the same
+      planner, its own completion-time table): acks are asked about, recorded and
+      completed there, and the bulk gate's table learns from bulk data only. None:
+      the bulk gate does all of it (one table for both).
     """
 
     def __init__(
@@ -165,6 +169,7 @@ class GatedHooks:
         drain_recheck: bool = False,
         ring_limit: Callable[[], int] | None = None,
         gate_acks: bool = False,
+        ack_gate: Gate | None = None,
     ) -> None:
         self.client = client
         self.gate = gate
@@ -182,11 +187,12 @@ class GatedHooks:
         self.ring_full_pauses = 0
         #: Read by the station when the hooks are set (``AckGateHooks``).
         self.gates_acks = gate_acks and gate is not None
+        self.ack_gate = ack_gate if self.gates_acks else None
 
     def admit_acks(
         self, station: DriverView, now_ns: int, count: int, depth: int
     ) -> tuple[int, int]:
-        gate = self.gate
+        gate = self.ack_gate if self.ack_gate is not None else self.gate
         if gate is None:
             return count, 0
         n = gate.admits_run(now_ns, count, depth)
@@ -196,6 +202,13 @@ class GatedHooks:
         # Denied ahead of or inside the window: ask again after it, as Algorithm 2 does
         # (and at every refill before that, as the ring drains).
         return n, (window.end_ns + 1 if window is not None else FOREVER)
+
+    def on_acks_enqueued(
+        self, station: DriverView, pid: int, count: int, depth: int, now_ns: int
+    ) -> None:
+        gate = self.ack_gate if self.ack_gate is not None else self.gate
+        if gate is not None:
+            gate.on_enqueue_run(pid, count, now_ns, depth)
 
     def admit_bulk(self, station: DriverView, now_ns: int) -> int | None:
         resume = self._admit(now_ns, station.hw_queue_length())
@@ -245,6 +258,8 @@ class GatedHooks:
             self.planner.observe(flow, now_ns)
             if self.gate is not None:
                 self.gate.on_ls_send(now_ns)
+            if self.ack_gate is not None:
+                self.ack_gate.on_ls_send(now_ns)
             self._recheck(station, now_ns)
 
     def on_hw_enqueue(
@@ -256,7 +271,25 @@ class GatedHooks:
     def on_hw_complete(
         self, station: DriverView, pid: int, ac: AccessCategory, now_ns: int, delivered: bool
     ) -> None:
+        acks = self.ack_gate
+        if acks is not None and ac is _BE and acks.holds(pid):
+            if delivered:
+                acks.on_complete(pid, now_ns)
+            else:
+                acks.on_discard(pid)
+            self._drained(station, now_ns, station.hw_queue_length())
+            return
         self._completed(station, pid, ac, now_ns, delivered, station.hw_queue_length())
+
+    def _drained(self, station: DriverView, now_ns: int, depth: int) -> None:
+        """Packets that were not bulk data left the ring: a paused queue asks again."""
+        if self.gate is not None:
+            self._recheck(station, now_ns, depth)
+        if self._ring_full:
+            assert self.ring_limit is not None
+            if depth < self.ring_limit():
+                self._ring_full = False
+                station.pause_bulk(now_ns)  # resume through the driver's timer
 
     def _completed(
         self, station: DriverView, pid: int, ac: AccessCategory, now_ns: int, delivered: bool,
@@ -323,6 +356,16 @@ class GatedHooks:
         self, station: DriverView, pid: int, count: int, ac: AccessCategory, now_ns: int,
         delivered: bool,
     ) -> None:  # fmt: skip
+        acks = self.ack_gate
+        if acks is not None and ac is _BE and acks.holds(pid):
+            # One ring run, so all of them acks (a run is never part acks, part data).
+            if delivered:
+                acks.on_complete_run(pid, count, now_ns)
+            else:
+                for q in range(pid, pid + count):
+                    acks.on_discard(q)
+            self._drained(station, now_ns, station.hw_queue_length())
+            return
         gate = self.gate
         if (gate is None or ac is not _BE) and not self._ring_full:
             return  # nothing to do for any of them
@@ -367,11 +410,13 @@ class CappedGatedHooks(GatedHooks):
         drain_recheck: bool = False,
         ring_limit: Callable[[], int] | None = None,
         gate_acks: bool = False,
+        ack_gate: Gate | None = None,
     ) -> None:
         # Spelled out, not **kwargs: mypyc mis-forwards **kwargs to a compiled base.
         super().__init__(
             client=client, gate=gate, planner=planner, ls_flows=ls_flows,
             drain_recheck=drain_recheck, ring_limit=ring_limit, gate_acks=gate_acks,
+            ack_gate=ack_gate,
         )  # fmt: skip
         if cap_ns < 1:
             raise UsageError(f"cap_ns={cap_ns}: must be >= 1 nanosecond")

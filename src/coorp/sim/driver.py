@@ -163,6 +163,15 @@ class AckGateHooks(DriverHooks, Protocol):
         (``> now_ns``) to ask again at the latest (``FOREVER``: at the next refill)."""
         ...
 
+    def on_acks_enqueued(
+        self, station: DriverView, pid: int, count: int, depth: int, now_ns: int
+    ) -> None:
+        """Acks ``pid .. pid + count - 1`` entered the ring behind ``depth``,
+        ``depth + 1``, … others: announced here instead of ``on_hw_enqueue(_run)``, so
+        the hooks can tell them from bulk data (their completions and drops come through
+        ``on_hw_complete(_run)`` as every packet's do)."""
+        ...
+
 
 class RunHooks(DriverHooks, Protocol):
     """Per-packet driver hooks that take consecutive packets a run at a time (optional).

@@ -522,7 +522,10 @@ class Station:
                 ring.append(pkt)
             edcaf = self.edcafs.get(ac) or self.edcaf(ac)
             if announce:
-                run_hooks.on_hw_enqueue_run(self, pkt.pid, pkt.count, ac, depth, now)
+                if self.ack_hooks is not None and pkt.flow.gate_acks:
+                    self.ack_hooks.on_acks_enqueued(self, pkt.pid, pkt.count, depth, now)
+                else:
+                    run_hooks.on_hw_enqueue_run(self, pkt.pid, pkt.count, ac, depth, now)
             if depth == 0:
                 assert self.channel is not None
                 self.channel.frame_arrived(edcaf, now)
@@ -552,7 +555,10 @@ class Station:
         # it becomes the head later, when the packets ahead of it are gone.
         edcaf = self.edcafs.get(ac) or self.edcaf(ac)
         if self.per_packet and announce:
-            self._hooks.on_hw_enqueue(self, pkt.pid, ac, depth, now)
+            if self.ack_hooks is not None and pkt.flow.gate_acks:
+                self.ack_hooks.on_acks_enqueued(self, pkt.pid, pkt.count, depth, now)
+            else:
+                self._hooks.on_hw_enqueue(self, pkt.pid, ac, depth, now)
         if depth == 0:
             assert self.channel is not None
             self.channel.frame_arrived(edcaf, now)
