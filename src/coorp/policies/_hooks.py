@@ -286,10 +286,14 @@ class GatedHooks:
         if self.gate is not None:
             self._recheck(station, now_ns, depth)
         if self._ring_full:
-            assert self.ring_limit is not None
-            if depth < self.ring_limit():
-                self._ring_full = False
-                station.pause_bulk(now_ns)  # resume through the driver's timer
+            self._room(station, now_ns, depth)
+
+    def _room(self, station: DriverView, now_ns: int, depth: int) -> None:
+        """The ring was full under ``ring_limit``: resume if it has room now."""
+        assert self.ring_limit is not None
+        if depth < self.ring_limit():
+            self._ring_full = False
+            station.pause_bulk(now_ns)  # resume through the driver's timer
 
     def _completed(
         self, station: DriverView, pid: int, ac: AccessCategory, now_ns: int, delivered: bool,
@@ -303,10 +307,7 @@ class GatedHooks:
                 self.gate.on_discard(pid)
             self._recheck(station, now_ns, depth)
         if self._ring_full:
-            assert self.ring_limit is not None
-            if depth < self.ring_limit():
-                self._ring_full = False
-                station.pause_bulk(now_ns)  # resume through the driver's timer
+            self._room(station, now_ns, depth)
 
     # -- RunHooks: the same calls, a run of packets at a time ------------------------------
     #: The driver may call the ``*_run`` methods (see ``coorp.sim.RunHooks``).
@@ -387,10 +388,7 @@ class GatedHooks:
                 for r in range(q, end):
                     gate.on_discard(r)
         if self._ring_full:
-            assert self.ring_limit is not None
-            if depth < self.ring_limit():
-                self._ring_full = False
-                station.pause_bulk(now_ns)  # resume through the driver's timer
+            self._room(station, now_ns, depth)
 
 
 class CappedGatedHooks(GatedHooks):
