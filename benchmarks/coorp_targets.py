@@ -83,7 +83,12 @@ def mbps(m: MeanCI) -> str:
 
 def load(path: Path) -> Data:
     """(scenario, overrides, policy, metric) -> values over seeds (feasible runs)."""
-    table = pq.read_table(path / "runs.parquet").to_pylist()
+    runs = path / "runs.parquet"
+    if not runs.is_file():
+        raise SystemExit(
+            f"{path}: no runs.parquet here; give the --out directory of a finished `coorp sweep`"
+        )
+    table = pq.read_table(runs).to_pylist()
     out: Data = {}
     for row in table:
         if row.get("infeasible"):
