@@ -5,7 +5,7 @@ A policy module for ``--policy-module``: each rung is ``coorp-paper`` plus the
 additions above it; the last rung is ``coorp`` itself::
 
     RUNGS=coorp-paper,ladder-recheck,ladder-lead,ladder-realized,ladder-hints,ladder-floor,\\
-ladder-budget,ladder-team-budget,ladder-foreign,coorp
+ladder-budget,ladder-team-budget,ladder-foreign,ladder-acks,coorp
     coorp sweep --policy-module benchmarks/coorp_ladder.py --policies $RUNGS \\
         --scenarios crl-10,one-low --seeds 1-5 --duration 20 --out results/ladder
 
@@ -13,8 +13,9 @@ The rungs after ``ladder-floor`` (issue 22): ``ladder-budget`` is ``coorp`` as i
 before traffic outside the team existed (its ring budget counts every packet in the
 ring, one CTT percentile always); ``ladder-team-budget`` counts only the team's packets
 against the budget; ``ladder-foreign`` also lowers the gates' percentile while a station
-outside the team takes the air; ``coorp`` also holds the TCP acks each robot sends for
-the team's bulk data it receives (``gate_acks``).
+outside the team takes the air; ``ladder-acks`` also holds the TCP acks each robot sends
+for the team's bulk data it receives (``gate_acks``); ``coorp`` also sends each robot's
+own bulk transfers one at a time (``serial_transfers``).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class LadderHints(CoorpPolicy):
     ring_airtime_budget_ns = None
     foreign_ctt_percentile = None
     gate_acks = False
+    serial_transfers = False
 
 
 @register_policy
@@ -63,6 +65,7 @@ class LadderFloor(CoorpPolicy):
     ring_airtime_budget_ns = None
     foreign_ctt_percentile = None
     gate_acks = False
+    serial_transfers = False
 
 
 @register_policy
@@ -72,6 +75,7 @@ class LadderBudget(CoorpPolicy):
     ring_budget_counts_other = True
     foreign_ctt_percentile = None
     gate_acks = False
+    serial_transfers = False
 
 
 @register_policy
@@ -80,6 +84,7 @@ class LadderTeamBudget(CoorpPolicy):
     summary = "… + the ring budget counts only the team's packets"
     foreign_ctt_percentile = None
     gate_acks = False
+    serial_transfers = False
 
 
 @register_policy
@@ -87,6 +92,14 @@ class LadderForeign(CoorpPolicy):
     name = "ladder-foreign"
     summary = "… + the median percentile while a station outside the team takes the air"
     gate_acks = False
+    serial_transfers = False
+
+
+@register_policy
+class LadderAcks(CoorpPolicy):
+    name = "ladder-acks"
+    summary = "… + the gate holds the team's TCP acks (coorp before serial transfers)"
+    serial_transfers = False
 
 
 @register_policy
@@ -94,6 +107,7 @@ class CoorpOneTable(CoorpPolicy):
     name = "coorp-one-table"
     summary = "coorp with the acks in the bulk gate's completion-time table (a variant)"
     ack_table = False
+    serial_transfers = False
 
 
 @register_policy

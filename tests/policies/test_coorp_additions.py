@@ -1,8 +1,9 @@
 """Coorp's additions to the paper's local preemption, each against the same run without
 it (docs/control.md, "Beyond the paper"): a small team, several seeds, the measured
 effect. Nothing here asserts a headline percentage. The ablations hold no TCP acks
-(``gate_acks = False``): each addition is measured where the ladder measured it, on
-the rung before issue 22's (``benchmarks/coorp_ladder.py``)."""
+and interleave a robot's transfers (``gate_acks = False``, ``serial_transfers =
+False``): each addition is measured where the ladder measured it, on the rung before
+issue 22's (``benchmarks/coorp_ladder.py``)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ class _CoorpWithoutHints(CoorpPolicy):
     use_hints = False
     ring_airtime_budget_ns = None
     gate_acks = False
+    serial_transfers = False
 
 
 class _CoorpWithPaperTable(CoorpPolicy):
@@ -37,6 +39,7 @@ class _CoorpWithPaperTable(CoorpPolicy):
     ctt_lead_edges_ns: ClassVar[tuple[int, ...]] = ()
     ring_airtime_budget_ns = None
     gate_acks = False
+    serial_transfers = False
 
 
 class _CoorpWithoutFloor(CoorpPolicy):
@@ -45,6 +48,7 @@ class _CoorpWithoutFloor(CoorpPolicy):
     ctt_floor = False
     ring_airtime_budget_ns = None
     gate_acks = False
+    serial_transfers = False
 
 
 class _CoorpFloorOnly(CoorpPolicy):
@@ -52,6 +56,7 @@ class _CoorpFloorOnly(CoorpPolicy):
     summary = "coorp with the table's physical floor and no ring budget"
     ring_airtime_budget_ns = None
     gate_acks = False
+    serial_transfers = False
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -180,6 +185,7 @@ class _CoorpNoRingBudget(CoorpPolicy):
     summary = "coorp with the whole ring open to bulk data"
     ring_airtime_budget_ns = None
     gate_acks = False
+    serial_transfers = False
 
 
 def test_the_ring_limit_is_the_budget_over_the_next_packets_link_airtime() -> None:

@@ -15,6 +15,7 @@ from rt_helpers import KEY, LeaderHandle, RawClient, ThrottledProxy
 
 from coorp.runtime import (
     BulkReceipt,
+    BulkSettings,
     LeaderSettings,
     RefusedError,
     Team,
@@ -342,3 +343,50 @@ def test_local_preemption_pauses_bulk_around_ls_windows(teams: list[Team]) -> No
         assert msg.kind == "bulk" and digest(msg.payload) == digest(data)
     finally:
         proxy.close()
+
+
+@pytest.mark.parametrize("one_at_a_time", [True, False])
+def test_a_robots_bulk_streams_take_turns_under_one_permit(
+    leader: LeaderHandle, teams: list[Team], one_at_a_time: bool
+) -> None:
+    # Two messages of one robot to two receivers, asked for together. Taking turns,
+    # the second writes nothing until the first is confirmed, and the robot holds one
+    # permit for both; without turns both write at once (so this can tell them apart).
+    sink = join(None, "sink", KEY)
+    teams.append(sink)
+    inbox = sink.listen("127.0.0.1:0")
+    proxies = [ThrottledProxy(("127.0.0.1", inbox.address[1]), rate=8e6) for _ in range(2)]
+    try:
+        settings = TeamSettings(bulk=BulkSettings(one_message_at_a_time=one_at_a_time))
+        team = join(leader.address, "r1", KEY, settings=settings)
+        teams.append(team)
+        assert team.mode == "coordinated"
+        payloads = [os.urandom(4_000_000), os.urandom(4_000_001)]
+        receipts: list[BulkReceipt] = []
+        streams = [team.bulk(f"part{i}", p.address) for i, p in enumerate(proxies)]
+        threads = [
+            threading.Thread(
+                target=lambda s=s, d=d: receipts.append(s.send(d, timeout_s=60))  # type: ignore[misc]
+            )
+            for s, d in zip(streams, payloads, strict=True)
+        ]
+        for t in threads:
+            t.start()
+        got = sorted(digest(inbox.recv(timeout=60).payload) for _ in payloads)
+        for t in threads:
+            t.join(timeout=60)
+        assert got == sorted(digest(d) for d in payloads)
+        assert len(receipts) == 2
+        first, second = sorted(receipts, key=lambda r: r.finished_ns)
+        assert first.first_write_ns is not None and second.first_write_ns is not None
+        if one_at_a_time:
+            assert second.first_write_ns >= first.finished_ns
+            assert second.permit_wait_ns > 0
+            assert team.sync_leader()
+            stats = leader.stats()
+            assert stats["grants"] == 1 and stats["releases"] == 1
+        else:
+            assert second.first_write_ns < first.finished_ns
+    finally:
+        for p in proxies:
+            p.close()

@@ -12,6 +12,7 @@ protection window (Algorithm 2).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict
 from functools import partial
@@ -105,6 +106,13 @@ class CoorpPolicy(Policy):
     #: and settings): a 52-byte ack completes unlike a bulk packet, and its samples in
     #: the bulk table made the gate deny bulk data it could have sent.
     ack_table: ClassVar[bool] = True
+    #: A robot's own bulk transfers go one at a time, in the order they were started
+    #: (the leader's model to one worker, then the next), not interleaved: each
+    #: receiver sends TCP acks, so four transfers at once put four ack senders on the
+    #: air beside the data, and every extra contender adds collisions whose binary
+    #: exponential backoff is what a control message then waits behind. The permits
+    #: make the team one bulk sender; this makes it one bulk conversation.
+    serial_transfers: ClassVar[bool] = True
 
     def install(self) -> None:
         team = self.team
@@ -120,6 +128,12 @@ class CoorpPolicy(Policy):
         self._active: dict[str, int] = dict.fromkeys(team.robots, 0)
         self._tick_event: Event | None = None
         self.messages_sent = 0
+        #: Transfers waiting for the robot's current one (serial_transfers).
+        self._waiting: dict[str, deque[tuple[FlowState, int, Callable[[int], None]]]] = {
+            r: deque() for r in team.robots
+        }
+        #: Transfers that waited for another of their robot's (serial_transfers).
+        self.transfers_queued = 0
         if self.use_permits:
             self.controller = GlobalController(
                 team.robots, limit=opts.limit, timeslice_ns=s(opts.timeslice_s)
@@ -244,12 +258,25 @@ class CoorpPolicy(Policy):
     def send_bulk(
         self, robot: str, flow: FlowState, nbytes: int, on_complete: Callable[[int], None]
     ) -> None:
+        self._team_bulk.add(flow.name)
+        if self.serial_transfers and self._active[robot]:
+            self._waiting[robot].append((flow, nbytes, on_complete))
+            self.transfers_queued += 1
+            return
+        self._start(robot, flow, nbytes, on_complete)
+
+    def _start(
+        self, robot: str, flow: FlowState, nbytes: int, on_complete: Callable[[int], None]
+    ) -> None:
         sim = self.team.sim
         self._active[robot] += 1
-        self._team_bulk.add(flow.name)
 
         def done(_t: object, now: int) -> None:
             self._active[robot] -= 1
+            waiting = self._waiting[robot]
+            if waiting and not self._active[robot]:
+                # The next one starts first (in order, and the permit is still wanted).
+                self._start(robot, *waiting.popleft())
             on_complete(now)
             if self._active[robot] == 0 and self.controller is not None:
                 self._finished(robot, now)
@@ -370,6 +397,8 @@ class CoorpPolicy(Policy):
             ack_gates = getattr(self, "ack_gates", {})
             if ack_gates:
                 out["ack_gate"] = {r: asdict(g.stats) for r, g in ack_gates.items()}
+        if self.serial_transfers:
+            out["transfers_queued"] = getattr(self, "transfers_queued", 0)
         if getattr(self, "_foreign", None):
             out["foreign_contender_s"] = getattr(self, "foreign_busy_ns", 0) / 1e9
         return out
@@ -402,3 +431,4 @@ class CoorpPaperPolicy(CoorpPolicy):
     ring_airtime_budget_ns = None
     foreign_ctt_percentile = None
     gate_acks = False
+    serial_transfers = False

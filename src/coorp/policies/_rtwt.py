@@ -222,6 +222,9 @@ class CoorpRtwtPolicy(CoorpPolicy):
     #: The service periods already keep TCP acks off the air with the bulk frames
     #: (RtwtHooks trims and holds both), and the wrapper does not pass the ack hook on.
     gate_acks = False
+    #: Its bulk transfers run as they did when its service periods were measured
+    #: (issue 26): interleaved.
+    serial_transfers = False
 
     def install(self) -> None:
         _require_ax(self.team, self.name)

@@ -3,7 +3,9 @@
 :meth:`AsyncBulkStream.send` delivers one message to a receiver, whole and once:
 
 1. the robot's :class:`~._coordination.Coordinator` requests a permit (all streams of
-   a robot share it) and the stream writes only while it is permitted;
+   a robot share it) and the stream writes only while it is permitted; the robot's
+   streams take turns, one message at a time in the order asked
+   (``BulkSettings.one_message_at_a_time``), so one receiver at a time sends acks;
 2. before each chunk the robot's :class:`~coorp.control.Gate` decides whether the
    chunk would still be outstanding when the next protection window opens (see
    :mod:`._preempt`); if so the stream pauses until the window has passed. Near the
@@ -72,7 +74,8 @@ class BulkReceipt:
     started_ns: int
     finished_ns: int
     permit_wait_ns: int
-    """Time spent without a permit (waiting for a grant, or for the leader)."""
+    """Time spent without a permit (waiting for a grant, or for the leader), or
+    waiting for the robot's earlier messages (``BulkSettings.one_message_at_a_time``)."""
     preempted_ns: int
     """Time spent paused by local preemption (protection windows, permit end)."""
     preemptions: int
@@ -161,8 +164,19 @@ class AsyncBulkStream:
     async def _send(self, msg_id: int, view: memoryview) -> BulkReceipt:
         started = self._clock()
         prog = Progress(last_progress_ns=started)
-        self._coord.begin()
+        self._coord.begin()  # counted as wanting the permit while it waits its turn
+        turn = self._coord.turn if self.settings.one_message_at_a_time else None
+        have_turn = False
         try:
+            if turn is not None:
+                await turn.acquire()
+                have_turn = True
+                # Waiting for the robot's other messages is waiting for its permit;
+                # the reconnect window starts once this one may go.
+                prog.last_progress_ns = self._clock()
+                turn_wait = prog.last_progress_ns - started
+                prog.permit_wait_ns += turn_wait
+                self.counters["permit_wait_ns"] += turn_wait
             backoff = 0.05
             while True:
                 try:
@@ -200,6 +214,9 @@ class AsyncBulkStream:
             self._drop_connection()
             raise
         finally:
+            if have_turn:
+                assert turn is not None
+                turn.release()
             self._coord.end()
         finished = self._clock()
         self.counters["messages"] += 1

@@ -162,6 +162,11 @@ class AgentSection(_Model):
         description="while LS is protected, bulk bytes in flight stay within this drain "
         "time (docs/runtime.md, 'Bytes in flight'); 0 = no bound",
     )
+    bulk_one_message_at_a_time: bool = Field(
+        True,
+        description="a robot's bulk streams send one message at a time, in the order "
+        "asked, so one receiver at a time sends TCP acks (false = all at once)",
+    )
     inbox_connections_per_member: int = Field(
         64, ge=1, le=4096, description="authenticated connections one robot may hold at an inbox"
     )

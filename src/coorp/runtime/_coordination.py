@@ -55,6 +55,10 @@ class Coordinator:
         self.state: LinkState | None = None  # None: no leader, never coordinated
         self._client = BulkClient(robot)
         self._active = 0
+        #: Held by the stream whose message goes out while the robot's streams send
+        #: one message at a time (``BulkSettings.one_message_at_a_time``); an
+        #: ``asyncio.Lock`` wakes its waiters in the order they came.
+        self.turn = asyncio.Lock()
         self._changed = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self.counters = {

@@ -89,6 +89,14 @@ class BulkSettings:
     for every flow, not only this robot's (cf. Linux's airtime queue limits). None:
     no bound (the congestion window decides)."""
 
+    one_message_at_a_time: bool = True
+    """A robot's bulk streams send one message at a time, in the order they were
+    asked (the rest wait, holding the robot's permit for it): each receiver sends TCP
+    acks, so messages to four receivers at once put four ack senders on the air beside
+    the data, and each extra contender adds collisions whose backoff an LS datagram
+    then waits behind (the simulator's ``CoorpPolicy.serial_transfers``). False: every
+    stream writes as soon as the permit allows."""
+
     def __post_init__(self) -> None:
         if self.protection_tolerance_ns < 0:
             raise RuntimeUsageError("protection_tolerance_ns must be >= 0")
