@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 
 from coorp._errors import ScenarioError, UsageError
-from coorp.policies import CoorpPolicy, _registry, register_policy
+from coorp.policies import CoorpPolicy, register_policy
 from coorp.scenario import AccessCategory, Scenario, load_scenario, parse_scenario, resolve_scenario
 from coorp.units import NS_PER_S
 from coorp.workload import CrlResult, run_crl
 from crl_scenarios import crl_scenario
+from policy_registry import registered
 
 SEEDS = [1, 2, 3]
 
@@ -62,15 +63,11 @@ class _CoorpFloorOnly(CoorpPolicy):
 @pytest.fixture(scope="module", autouse=True)
 def ablations() -> Iterator[None]:
     """The ablations are registered for this module only."""
-    saved = dict(_registry._REGISTRY)
-    register_policy(_CoorpWithoutHints)
-    register_policy(_CoorpWithPaperTable)
-    register_policy(_CoorpWithoutFloor)
-    register_policy(_CoorpFloorOnly)
-    register_policy(_CoorpNoRingBudget)
-    yield
-    _registry._REGISTRY.clear()
-    _registry._REGISTRY.update(saved)
+    with registered(
+        _CoorpWithoutHints, _CoorpWithPaperTable, _CoorpWithoutFloor, _CoorpFloorOnly,
+        _CoorpNoRingBudget,
+    ):  # fmt: skip
+        yield
 
 
 def run(policy: str, seed: int) -> CrlResult:
@@ -159,11 +156,8 @@ class _CoorpCapped(CoorpPolicy):
 
 def test_an_airtime_cap_splits_a_slow_links_aggregates() -> None:
     sc = load_scenario(resolve_scenario("one-low"))
-    register_policy(_CoorpCapped)
-    try:
+    with registered(_CoorpCapped):
         capped = run_crl(sc, "test-coorp-capped", seed=1, duration_ns=8 * NS_PER_S, trace=True)
-    finally:
-        del _registry._REGISTRY[_CoorpCapped.name]
     plain = run_crl(sc, "test-coorp-no-ring-budget", seed=1, duration_ns=8 * NS_PER_S, trace=True)
 
     def r4_bulk(r: CrlResult) -> list[int]:

@@ -11,7 +11,6 @@ from coorp.policies import (
     CoorpPolicy,
     EdcaPolicy,
     Policy,
-    _registry,
     get_policy,
     policy_label,
     policy_names,
@@ -20,6 +19,7 @@ from coorp.policies import (
 from coorp.sim.packets import FlowState
 from coorp.workload import run_crl
 from crl_scenarios import crl_scenario
+from policy_registry import registered
 
 SHIPPED = ["edca", "schedwifi", "coorp", "coorp-global", "coorp-local"]
 
@@ -27,10 +27,8 @@ SHIPPED = ["edca", "schedwifi", "coorp", "coorp-global", "coorp-local"]
 @pytest.fixture
 def registry() -> Iterator[None]:
     """Registrations made by a test are undone after it."""
-    saved = dict(_registry._REGISTRY)
-    yield
-    _registry._REGISTRY.clear()
-    _registry._REGISTRY.update(saved)
+    with registered():
+        yield
 
 
 def test_shipped_policies_are_listed_in_order() -> None:

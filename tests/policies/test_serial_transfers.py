@@ -11,10 +11,11 @@ from typing import ClassVar
 
 import pytest
 
-from coorp.policies import CoorpPolicy, _registry, register_policy
+from coorp.policies import CoorpPolicy
 from coorp.sim.packets import FlowState
 from coorp.workload import CrlResult, run_crl
 from crl_scenarios import crl_scenario
+from policy_registry import registered
 
 
 class _Recording(CoorpPolicy):
@@ -52,12 +53,8 @@ class _Interleaved(_Recording):
 
 @pytest.fixture(scope="module", autouse=True)
 def policies() -> Iterator[None]:
-    saved = dict(_registry._REGISTRY)
-    register_policy(_Recording)
-    register_policy(_Interleaved)
-    yield
-    _registry._REGISTRY.clear()
-    _registry._REGISTRY.update(saved)
+    with registered(_Recording, _Interleaved):
+        yield
 
 
 def run(
