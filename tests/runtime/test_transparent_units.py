@@ -14,12 +14,6 @@ from typing import Any
 import pytest
 
 from coorp.runtime import TeamFileError, load_team_config
-from coorp.runtime._coordination import Coordinator
-from coorp.runtime._link import LinkState
-from coorp.runtime._nft import LS_PRIORITY, build_ruleset
-from coorp.runtime._observe import LsPacket, PacketObserver, SendGrouper, parse_ls_packet
-from coorp.runtime._pacing import BulkSettings
-from coorp.runtime._relay import Relay
 from coorp.runtime._selectors import (
     DSCP_NAMES,
     BulkSelector,
@@ -28,6 +22,17 @@ from coorp.runtime._selectors import (
     dds_port_range,
     parse_ports,
 )
+from coorp.runtime.robot._coordination import Coordinator
+from coorp.runtime.robot._link import LinkState
+from coorp.runtime.robot._pacing import BulkSettings
+from coorp.runtime.transparent._nft import LS_PRIORITY, build_ruleset
+from coorp.runtime.transparent._observe import (
+    LsPacket,
+    PacketObserver,
+    SendGrouper,
+    parse_ls_packet,
+)
+from coorp.runtime.transparent._relay import Relay
 
 # -- selectors ---------------------------------------------------------------------------------
 
@@ -101,6 +106,12 @@ def _team(tmp_path: Path, body: str, hosts: str = "") -> Path:
         ('ls = [{ ports = "99999" }]', "", "transparent.ls[0].ports", "1..65535"),
         ("ls = [{}]", "", "transparent.ls[0]", "at least one of"),
         ("bulk = [{ uid = 5, nope = 1 }]", "", "transparent.bulk[0].nope", "unknown key"),
+        (
+            'bulk = [{ ports = 9000, proto = "udp" }]',
+            "",
+            "transparent.bulk[0].proto",
+            "TCP connections only",
+        ),  # fmt: skip
         ('ls = [{ preset = "dds", ports = 7400 }]', "", "transparent.ls[0]", "preset 'dds'"),
         ('ls = [{ dscp = "gold" }]', "", "transparent.ls[0].dscp", "unknown DSCP name"),
         ('ls = [{ to = "robot-1" }]', "", "transparent.ls[0].to", "IPv4 address or CIDR"),
@@ -419,7 +430,7 @@ def test_kernel_refusals_say_what_is_missing() -> None:
 
     from pyroute2.netlink.exceptions import NetlinkError
 
-    from coorp.runtime._nft import TransparentUnavailableError, _explain
+    from coorp.runtime.transparent._nft import TransparentUnavailableError, _explain
 
     perm = _explain(NetlinkError(errno.EPERM), "add table coorp-r1")
     assert isinstance(perm, TransparentUnavailableError)

@@ -273,6 +273,11 @@ class LsSelector(_Model):
 class BulkSelector(_Model):
     """Bandwidth-hungry TCP connections: intercepted and sent under the robot's permit."""
 
+    proto: Literal["tcp"] | None = Field(
+        None,
+        description="tcp (the default and the only choice: the relay re-sends TCP "
+        "connections; UDP bulk cannot be intercepted)",
+    )
     ports: int | str | None = Field(None, description="TCP destination port or range")
     to: str | None = Field(None, description="destination IPv4 address or CIDR")
     to_team: bool = Field(False, description="TCP to any host in team.hosts")
@@ -283,6 +288,16 @@ class BulkSelector(_Model):
     _cgroup = field_validator("cgroup")(_check_cgroup)
     _to = field_validator("to")(_check_network)
     _ports = field_validator("ports")(_check_ports)
+
+    @field_validator("proto", mode="before")
+    @classmethod
+    def _tcp_only(cls, v: object) -> object:
+        if v is not None and v != "tcp":
+            raise ValueError(
+                f"bulk selectors match TCP connections only (the relay re-sends TCP); "
+                f"{v!r} is not allowed: drop proto, or give 'tcp'"
+            )
+        return v
 
     @model_validator(mode="after")
     def _consistent(self) -> BulkSelector:

@@ -7,7 +7,7 @@ gives the columnar per-message / per-flow / per-station tables written as Parque
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -15,10 +15,28 @@ from coorp.stats import percentile
 from coorp.units import NS_PER_MS
 
 if TYPE_CHECKING:
-    from coorp.sim.engine import Simulation
-    from coorp.sim.mac import ChannelStats
+    from coorp.scenario import Scenario
+    from coorp.sim.events import EventLoop
+    from coorp.sim.mac import Channel, ChannelStats
+    from coorp.sim.packets import FlowState, Message
+    from coorp.sim.station import Station
 
 __all__ = ["FlowStats", "SimResult", "StationStats"]
+
+
+class FinishedRun(Protocol):
+    """What :meth:`SimResult.collect` reads of a finished run (a
+    :class:`~coorp.sim.engine.Simulation`): stated here, so that the engine imports its
+    results and not the other way round."""
+
+    scenario: Scenario
+    seed: int
+    wall_s: float
+    loop: EventLoop
+    channel: Channel
+    stations: dict[str, Station]
+    flows: dict[str, FlowState]
+    messages: list[Message]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +92,7 @@ class SimResult:
         return (self.duration_ns / 1e9) / self.wall_s if self.wall_s > 0 else float("inf")
 
     @classmethod
-    def collect(cls, sim: Simulation, duration_ns: int) -> SimResult:
+    def collect(cls, sim: FinishedRun, duration_ns: int) -> SimResult:
         msgs = sim.messages
         names = [m.flow.name for m in msgs]
         created = np.fromiter((m.created_ns for m in msgs), np.int64, len(msgs))
