@@ -301,7 +301,9 @@ class Pacer:
                     # Whatever we write now would still be in flight when the next
                     # holder starts: let it drain and wait for the permit to end.
                     self.counters["revocation_pauses"] += 1
-                    self.counters["end_pause_ns"] += await self._hold_until(ends, prog)
+                    self.counters["end_pause_ns"] += await self._hold_until(
+                        ends, prog, while_ends=ends
+                    )
                     continue
             return n, depth
 
@@ -313,11 +315,19 @@ class Pacer:
         enqueued = self._clock()
         bufs = list(bufs)
         while bufs:
+            # Asked right before every syscall, not only before the chunk: a wait for
+            # the socket (or a freeze of this process) may have outlasted the permit
+            # or its lease. The rest of the chunk then waits for the next permit.
+            start = self._clock()
+            if not self._coord.permitted(start):
+                await self._wait_for_permit(Progress(), None)
+                continue
             try:
                 sent = sock.sendmsg(bufs)
             except BlockingIOError:
                 await self.wait_fd(writable=True)
                 continue
+            self._coord.note_write(start, self._clock())
             while sent and bufs:
                 first = bufs[0]
                 if sent >= len(first):
@@ -330,7 +340,6 @@ class Pacer:
         self.counters["write_ns"] += done - enqueued
         if self._tracker is not None:
             self._tracker.on_write(nbytes, enqueued, depth)
-        self._coord.note_write(enqueued, done)
         if depth is not None:
             inflight = bytes_outstanding(sock)
             if inflight > self.counters["inflight_max_bytes"]:
@@ -378,14 +387,24 @@ class Pacer:
         self.counters["permit_wait_ns"] += waited
         prog.last_progress_ns = self._clock()
 
-    async def _hold_until(self, until_ns: int, prog: Progress, *, recheck: bool = False) -> int:
+    async def _hold_until(
+        self,
+        until_ns: int,
+        prog: Progress,
+        *,
+        recheck: bool = False,
+        while_ends: int | None = None,
+    ) -> int:
         """Write nothing until ``until_ns``, sampling what drains meanwhile; returns
         how long that was. With ``recheck``, stop early once the gate would admit a
         chunk: the bytes in flight drained enough to fit the gap, or this robot's LS
-        send came and consumed the window (the simulator's ``drain_recheck``)."""
+        send came and consumed the window (the simulator's ``drain_recheck``). With
+        ``while_ends``, stop early once the permit's end moved (a lease renewed)."""
         t0 = self._clock()
         now = t0
         while now < until_ns:
+            if while_ends is not None and self._coord.permit_ends_ns() != while_ends:
+                break
             tracker = self._tracker
             if tracker is not None:
                 tracker.poll(now)
