@@ -42,6 +42,7 @@ from ..wire import (
     PeerClosed,
     Ping,
     Pong,
+    Queued,
     QuotaSettings,
     Refused,
     Release,
@@ -130,6 +131,8 @@ class PermitService:
         self._agents: dict[str, FramedConnection] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._timer: asyncio.TimerHandle | None = None
+        #: What each holder was last told of the queue: (grant id, robots waiting).
+        self._told: dict[str, tuple[int, int]] = {}
         self._listener: socket.socket | None = None
         self._accept: AcceptLoop | None = None
         self._counts = {
@@ -389,15 +392,30 @@ class PermitService:
             self._send_to(g.robot, Granted(g.grant_id, g.granted_ns, g.expires_ns))
         holders = len(self.controller.holders)
         self._counts["max_holders"] = max(self._counts["max_holders"], holders)
+        self._tell_holders()
         self._reschedule()
 
-    def _send_to(self, robot: str, msg: Granted | Revoked) -> None:
+    def _tell_holders(self) -> None:
+        """Tell each holder how many robots wait whenever that changed (a fresh grant
+        starts at none): one with nothing left to send then releases at once."""
+        waiting = len(self.controller.waiting)
+        told: dict[str, tuple[int, int]] = {}
+        for g in self.controller.holders:
+            gid, last = self._told.get(g.robot, (g.grant_id, 0))
+            if gid != g.grant_id:
+                last = 0
+            if waiting != last:
+                self._send_to(g.robot, Queued(waiting))
+            told[g.robot] = (g.grant_id, waiting)
+        self._told = told
+
+    def _send_to(self, robot: str, msg: Granted | Revoked | Queued) -> None:
         conn = self._agents.get(robot)
         if conn is None:
             return
         self._spawn(self._send_or_close(conn, msg), f"coorp-leader-send-{robot}")
 
-    async def _send_or_close(self, conn: FramedConnection, msg: Granted | Revoked) -> None:
+    async def _send_or_close(self, conn: FramedConnection, msg: Granted | Revoked | Queued) -> None:
         try:
             await conn.send(msg)
         except (PeerError, OSError) as exc:
