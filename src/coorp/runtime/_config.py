@@ -209,11 +209,12 @@ class TeamConfig(_Model):
         t = self.transparent
         if t is not None:
             self._ports_clear_of_dds(t)
-        if t is not None and any(b.to_team for b in t.bulk) and not self.team.hosts:
-            raise ValueError(
-                "transparent.bulk selects to_team, but team.hosts is empty: list each "
-                "robot's address under [team.hosts]"
-            )
+        for flag in ("to_team", "from_team"):
+            if t is not None and any(getattr(b, flag) for b in t.bulk) and not self.team.hosts:
+                raise ValueError(
+                    f"transparent.bulk selects {flag}, but team.hosts is empty: list each "
+                    "robot's address under [team.hosts]"
+                )
         return self
 
     def _ports_clear_of_dds(self, t: TransparentSection) -> None:
@@ -225,6 +226,8 @@ class TeamConfig(_Model):
             "leader.listen": parse_address(self.leader.listen)[1],
             "transparent.relay_port": t.relay_port,
         }
+        if any(b.server_side for b in t.bulk):
+            ports["transparent.inbound_relay_port"] = t.inbound_relay_port
         for i, sel in enumerate(t.ls):
             if sel.preset != "dds":
                 continue

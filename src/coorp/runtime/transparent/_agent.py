@@ -10,7 +10,9 @@
   channels feed;
 * the relay (:mod:`._relay`): intercepted bulk connections sent under the robot's
   permit, local preemption and in-flight budget, with the same
-  :class:`~._pacing.Pacer` as the API's bulk streams.
+  :class:`~._pacing.Pacer` as the API's bulk streams; and, with server-side bulk
+  selectors, the inbound relay: the replies this robot sends on connections it
+  accepted, under the same permit.
 
 Order matters: the relay listens before a connection can be redirected to it, and on
 :meth:`close` the rules go first (new connections go direct again), then the relay
@@ -28,7 +30,7 @@ from ..robot import ReportPart
 from ..wire import FlowSummary
 from ._nft import NftTable, Ruleset, build_ruleset
 from ._observe import PacketObserver, SendGrouper
-from ._relay import Relay
+from ._relay import Relay, RelayFlow
 
 if TYPE_CHECKING:
     from ..robot import AsyncTeam
@@ -53,6 +55,8 @@ def transparent_ruleset(
         relay_port=section.relay_port,
         relay_mark=section.relay_mark,
         coorp_ports=(*coorp_ports, section.relay_port),
+        serve=section.serve_matches(team_hosts),
+        inbound_port=section.inbound_relay_port,
     )
 
 
@@ -81,24 +85,36 @@ class TransparentAgent:
             SendGrouper(burst_gap_ns=section.burst_gap_ns, min_bytes=section.min_message_bytes),
         )
         self.relay: Relay | None = None
-        if section.bulk:
-            self.relay = Relay(
-                port=section.relay_port,
-                mark=section.relay_mark,
-                coordinator=team.coordinator,
-                planner=planner,
-                settings=team.settings.bulk,
-                idle_release_ns=section.idle_release_ns,
+        self.inbound: Relay | None = None
+        common: dict[str, Any] = {
+            "mark": section.relay_mark,
+            "coordinator": team.coordinator,
+            "planner": planner,
+            "settings": team.settings.bulk,
+            "idle_release_ns": section.idle_release_ns,
+        }
+        if self.ruleset.bh_redirect:
+            self.relay = Relay(port=section.relay_port, **common)
+        if self.ruleset.bh_inbound:
+            # Redirected in prerouting, to an address of the interface the connection
+            # came in on: listen on all of them (a connection made to this port
+            # directly, not redirected, is closed).
+            self.inbound = Relay(
+                port=section.inbound_relay_port, host="0.0.0.0", inbound=True, **common
             )
         self._started = False
+
+    @property
+    def relays(self) -> list[Relay]:
+        return [r for r in (self.relay, self.inbound) if r is not None]
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         try:
             if self.section.ls:
                 self.observer.start(loop)
-            if self.relay is not None:
-                await self.relay.start()
+            for relay in self.relays:
+                await relay.start()
             await self.table.install()
         except BaseException:
             await self.close()
@@ -112,10 +128,12 @@ class TransparentAgent:
                 self.ruleset.table,
             )
         log.info(
-            "%s: transparent mode: %d LS rule(s), %d bulk rule(s) in table ip %s%s",
+            "%s: transparent mode: %d LS rule(s), %d bulk rule(s), %d server-side bulk "
+            "rule(s) in table ip %s%s",
             self.team.robot,
             len(self.ruleset.ls_mark),
             sum(1 for r in self.ruleset.bh_redirect if r.action == "redirect"),
+            sum(1 for r in self.ruleset.bh_inbound if r.action == "redirect_in"),
             self.ruleset.table,
             "" if self.table.owned else " (kernel < 5.12: removed at exit or next start)",
         )
@@ -123,18 +141,19 @@ class TransparentAgent:
     def _report_part(self) -> ReportPart:
         """Transparent mode's share of the robot's report (``coorp top``)."""
         part = ReportPart(ls_sends=self.observer.counters["sends"])
-        relay = self.relay
-        if relay is None:
-            return part
-        part.bulk_bytes = relay.counters["bytes_up"]
-        part.relayed = relay.counters["accepted"]
-        part.gate_pause_ns = relay.pacing["gate_pause_ns"]
-        part.permit_wait_ns = relay.pacing["permit_wait_ns"]
-        flows = sorted(relay.flows.values(), key=lambda f: (not f.active, -f.bytes_up))
-        for f in flows:
+        flows: list[tuple[str, RelayFlow]] = []
+        for relay in self.relays:
+            part.bulk_bytes += relay.counters["bytes_up"]
+            part.relayed += relay.counters["accepted"]
+            part.gate_pause_ns += relay.pacing["gate_pause_ns"]
+            part.permit_wait_ns += relay.pacing["permit_wait_ns"]
+            # An accepted connection is shown by its peer, marked with "<".
+            flows += [(f"<{f.app}" if relay.inbound else f.dest, f) for f in relay.flows.values()]
+        flows.sort(key=lambda p: (not p[1].active, -p[1].bytes_up))
+        for _, f in flows:
             part.gate_pause_ns += f.counters["gate_pause_ns"]
             part.permit_wait_ns += f.counters["permit_wait_ns"]
-        part.intercepted = [FlowSummary(f.dest, f.bytes_up, f.active) for f in flows[:16]]
+        part.intercepted = [FlowSummary(name, f.bytes_up, f.active) for name, f in flows[:16]]
         return part
 
     async def close(self) -> None:
@@ -146,22 +165,25 @@ class TransparentAgent:
         finally:
             self.table.close()
             self.observer.stop(loop)
-            if self.relay is not None:
-                await self._drain_relay()
-                await self.relay.close()
+            if self.relays:
+                await self._drain_relays()
+                for relay in self.relays:
+                    await relay.close()
 
-    async def _drain_relay(self) -> None:
-        relay = self.relay
-        assert relay is not None
+    async def _drain_relays(self) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.drain_s
-        while relay.flows and loop.time() < deadline:
+
+        def still_open() -> int:
+            return sum(len(r.flows) for r in self.relays)
+
+        while still_open() and loop.time() < deadline:
             await asyncio.sleep(0.05)
-        if relay.flows:
+        if still_open():
             log.warning(
                 "%s: resetting %d relayed connection(s) still open at exit",
                 self.team.robot,
-                len(relay.flows),
+                still_open(),
             )
 
     async def stats(self) -> dict[str, Any]:
@@ -178,4 +200,6 @@ class TransparentAgent:
             out["rules_error"] = str(exc)
         if self.relay is not None:
             out["relay"] = self.relay.stats()
+        if self.inbound is not None:
+            out["inbound"] = self.inbound.stats()
         return out

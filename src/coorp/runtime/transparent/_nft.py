@@ -13,6 +13,11 @@ netlink. The table (``ip coorp-<robot>``, IPv4) holds two chains:
   bulk TCP connection is redirected to the local relay (:mod:`._relay`); the relay's own
   connections carry ``relay_mark`` and return first, as do Coorp's own ports and every
   LS match (a TCP LS flow such as Zenoh is marked and observed, never intercepted).
+* ``bh_inbound`` (``type nat hook prerouting priority dstnat``, only with server-side
+  bulk selectors): the first packet of a connection another host opens to a selected
+  listening port is redirected to the inbound relay, which connects to the local
+  server itself and sends the server's replies under this robot's permit. Coorp's own
+  ports and TCP LS flows return first here too.
 
 **Lifetime.** The table is created with ``NFT_TABLE_F_OWNER`` where the kernel has it
 (5.12+): the kernel deletes it when the agent's netlink socket closes, so even
@@ -88,7 +93,7 @@ class Rule:
     """One rule: a match (None: every packet), then an action."""
 
     match: Match | None
-    action: Literal["mark_ls", "return", "redirect"]
+    action: Literal["mark_ls", "return", "redirect", "redirect_in"]
     label: str
     """What the rule is for (shown in --show-rules and counted in stats)."""
     mark: int | None = None
@@ -101,23 +106,31 @@ class Ruleset:
     relay_port: int
     ls_mark: list[Rule] = field(default_factory=list)
     bh_redirect: list[Rule] = field(default_factory=list)
+    bh_inbound: list[Rule] = field(default_factory=list)
+    inbound_port: int = 0
+
+    def chains(self) -> list[tuple[str, str, str, str, list[Rule]]]:
+        """(name, type, hook, priority, rules) of every chain that has rules."""
+        every = [
+            ("ls_mark", "filter", "output", "mangle", self.ls_mark),
+            ("bh_redirect", "nat", "output", "dstnat", self.bh_redirect),
+            ("bh_inbound", "nat", "prerouting", "dstnat", self.bh_inbound),
+        ]
+        return [c for c in every if c[4] or c[0] != "bh_inbound"]
 
     def render(self) -> str:
         """The table in ``nft`` syntax, one rule per line with its label as a comment."""
         out = [f"table ip {self.table} {{"]
-        out.append("  chain ls_mark {")
-        out.append("    type filter hook output priority mangle; policy accept;")
-        out += [f"    {_render(r, self.relay_port)}" for r in self.ls_mark]
-        out.append("  }")
-        out.append("  chain bh_redirect {")
-        out.append("    type nat hook output priority dstnat; policy accept;")
-        out += [f"    {_render(r, self.relay_port)}" for r in self.bh_redirect]
-        out.append("  }")
+        for name, kind, hook, priority, rules in self.chains():
+            out.append(f"  chain {name} {{")
+            out.append(f"    type {kind} hook {hook} priority {priority}; policy accept;")
+            out += [f"    {_render(r, self.relay_port, self.inbound_port)}" for r in rules]
+            out.append("  }")
         out.append("}")
         return "\n".join(out)
 
 
-def _render(rule: Rule, relay_port: int) -> str:
+def _render(rule: Rule, relay_port: int, inbound_port: int = 0) -> str:
     if rule.mark is not None:
         head = f"meta mark {rule.mark:#x}"
     else:
@@ -126,6 +139,7 @@ def _render(rule: Rule, relay_port: int) -> str:
         "mark_ls": "meta priority set 0:106 ip dscp set cs6",
         "return": "return",
         "redirect": f"redirect to :{relay_port}",
+        "redirect_in": f"redirect to :{inbound_port}",
     }[rule.action]
     text = f"{head} counter {action}".strip()
     return f'{text} comment "{rule.label}"'
@@ -139,10 +153,13 @@ def build_ruleset(
     relay_port: int,
     relay_mark: int,
     coorp_ports: tuple[int, ...],
+    serve: list[Match] | None = None,
+    inbound_port: int = 0,
 ) -> Ruleset:
     """The rules for ``robot``: LS matches marked; bulk matches redirected to the relay,
-    except the relay's own connections, Coorp's own ports and LS flows."""
-    rs = Ruleset(table_name(robot), relay_port)
+    except the relay's own connections, Coorp's own ports and LS flows; connections
+    accepted on ``serve`` matches redirected to the inbound relay (same exceptions)."""
+    rs = Ruleset(table_name(robot), relay_port, inbound_port=inbound_port)
     for i, m in enumerate(ls):
         rs.ls_mark.append(Rule(m, "mark_ls", f"ls {i}"))
     if bulk:
@@ -155,6 +172,16 @@ def build_ruleset(
                 rs.bh_redirect.append(Rule(m, "return", f"ls {i} (never bulk)"))
         for i, m in enumerate(bulk):
             rs.bh_redirect.append(Rule(m, "redirect", f"bulk {i}"))
+    if serve:
+        rs.bh_inbound.append(Rule(None, "return", "relay's own", mark=relay_mark))
+        for port in sorted(set(coorp_ports) | {inbound_port}):
+            own = Match(proto="tcp", dport=(port, port))
+            rs.bh_inbound.append(Rule(own, "return", f"coorp's own port {port}"))
+        for i, m in enumerate(ls):
+            if m.proto in (None, "tcp"):
+                rs.bh_inbound.append(Rule(m, "return", f"ls {i} (never bulk)"))
+        for i, m in enumerate(serve):
+            rs.bh_inbound.append(Rule(m, "redirect_in", f"serve {i}"))
     return rs
 
 
@@ -215,6 +242,11 @@ def _match_exprs(m: Match, cgroup_root: Path | None) -> list[dict[str, Any]]:
             _expr("socket", key=_NFT_SOCKET_CGROUPV2, dreg=1, level=level),
             _cmp(struct.pack("=Q", cgid)),
         ]
+    if m.saddr is not None:
+        out.append(_payload(_BASE_NETWORK, 12, 4))
+        if m.saddr.prefixlen < 32:
+            out.append(_bitwise(m.saddr.netmask.packed, bytes(4)))
+        out.append(_cmp(m.saddr.network_address.packed))
     if m.daddr is not None:
         out.append(_payload(_BASE_NETWORK, 16, 4))
         if m.daddr.prefixlen < 32:
@@ -263,6 +295,10 @@ def _rule_exprs(rule: Rule, relay_port: int, cgroup_root: Path | None) -> list[d
     else:
         out += [_immediate(struct.pack("!H", relay_port)), _expr("redir", reg_proto_min=1)]
     return out
+
+
+def _rule_port(rule: Rule, rs: Ruleset) -> int:
+    return rs.inbound_port if rule.action == "redirect_in" else rs.relay_port
 
 
 def cgroup2_root() -> Path | None:
@@ -369,10 +405,7 @@ class NftTable:
                 if getattr(exc, "code", None) not in (errno.EOPNOTSUPP, errno.EINVAL):
                     raise
                 await nft.table("add", name=rs.table)  # kernel < 5.12: no owner flag
-            for chain, kind, hook_priority, rules in (
-                ("ls_mark", "filter", _HOOK_PRIORITY["mangle"], rs.ls_mark),
-                ("bh_redirect", "nat", _HOOK_PRIORITY["dstnat"], rs.bh_redirect),
-            ):
+            for chain, kind, hook, priority, rules in rs.chains():
                 if not rules:
                     continue
                 try:
@@ -380,21 +413,22 @@ class NftTable:
                         "add",
                         table=rs.table,
                         name=chain,
-                        hook="output",
+                        hook=hook,
                         type=kind,
-                        priority=hook_priority,
+                        priority=_HOOK_PRIORITY[priority],
                         policy=1,
                     )
                 except Exception as exc:
-                    raise _explain(exc, f"add chain {chain} (type {kind} hook output)") from None
+                    raise _explain(exc, f"add chain {chain} (type {kind} hook {hook})") from None
                 for r in rules:
-                    exprs = _rule_exprs(r, rs.relay_port, cgroup_root)
+                    exprs = _rule_exprs(r, _rule_port(r, rs), cgroup_root)
                     try:
                         await nft.rule(
                             "add", table=rs.table, chain=chain, expressions=[[e] for e in exprs]
                         )
                     except Exception as exc:
-                        raise _explain(exc, f"add rule {_render(r, rs.relay_port)!r}") from None
+                        text = _render(r, rs.relay_port, rs.inbound_port)
+                        raise _explain(exc, f"add rule {text!r}") from None
         except BaseException:
             if self._nft is not None:
                 with contextlib.suppress(Exception):  # the original error says more
@@ -405,11 +439,8 @@ class NftTable:
         """Packets and bytes matched per rule label (summed over a label's rules)."""
         nft = await self._socket()
         out: dict[str, tuple[int, int]] = {}
-        labels = {
-            "ls_mark": [r.label for r in self.ruleset.ls_mark],
-            "bh_redirect": [r.label for r in self.ruleset.bh_redirect],
-        }
-        seen = {"ls_mark": 0, "bh_redirect": 0}
+        labels = {name: [r.label for r in rules] for name, _, _, _, rules in self.ruleset.chains()}
+        seen = dict.fromkeys(labels, 0)
         try:
             rules = [r async for r in await nft.get_rules()]
         except Exception as exc:

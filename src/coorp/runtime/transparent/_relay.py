@@ -22,6 +22,14 @@ destination that refuses the connection resets the application's.
 
 Only connections the kernel redirected are relayed: one made to the relay port
 directly has no original destination and is closed.
+
+**Inbound** (``inbound=True``, server-side selectors): the kernel redirects connections
+*other* hosts open to a selected listening port here (``bh_inbound``, prerouting). The
+relay connects to the local server itself (the original destination, an address of
+this host) and the roles swap: what the local server sends back goes to the remote
+peer through the :class:`~._pacing.Pacer`, under this robot's permit; what the peer
+sends goes to the server as it comes. Either way the paced direction is the bytes
+this host puts on the air.
 """
 
 from __future__ import annotations
@@ -128,9 +136,12 @@ class Relay:
         host: str = "127.0.0.1",
         max_flows: int = 1024,
         destination: Callable[[socket.socket], tuple[str, int] | None] = original_destination,
+        inbound: bool = False,
     ) -> None:
         self.host = host
         self.port = port
+        #: Connections other hosts opened to this one (see the module docstring).
+        self.inbound = inbound
         self.mark = mark
         self._coord = coordinator
         self._planner = planner
@@ -215,7 +226,9 @@ class Relay:
                     continue
                 raise
             dest = self._destination(app)
-            if dest is None:
+            if dest is None or (self.inbound and dest[1] == self.port):
+                # Not redirected (made to our port directly: its "original" destination
+                # is this listener).
                 self.counters["not_redirected"] += 1
                 app.close()
                 continue
@@ -254,9 +267,15 @@ class Relay:
                 clock=self._clock,
                 counters=flow.counters,
             )
-            pacer.attach(up)
-            upward = asyncio.create_task(self._upward(flow, app, up, pacer))
-            downward = asyncio.create_task(self._downward(flow, up, app))
+            # The paced side is the one towards the remote peer: the destination for a
+            # connection a program here opened, the peer for one it accepted.
+            local, remote = (up, app) if self.inbound else (app, up)
+            if self.inbound:
+                mark_socket(remote, "bh")
+                tune_tcp(remote)
+            pacer.attach(remote)
+            upward = asyncio.create_task(self._upward(flow, local, remote, pacer))
+            downward = asyncio.create_task(self._downward(flow, remote, local))
             reset = False
             try:
                 done, _ = await asyncio.wait(
@@ -301,8 +320,13 @@ class Relay:
         try:
             # Our own connection must not be redirected to ourselves.
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, self.mark)
-            mark_socket(sock, "bh")
-            tune_tcp(sock)
+            if self.inbound:
+                # To the local server: what the relay holds of its replies is bounded
+                # like an application's socket buffer towards an outbound relay.
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _APP_RCVBUF)
+            else:
+                mark_socket(sock, "bh")
+                tune_tcp(sock)
             sock.setsockopt(
                 socket.IPPROTO_TCP,
                 socket.TCP_USER_TIMEOUT,
