@@ -91,6 +91,10 @@ class LeaderSettings:
     """Frames (and handshakes) one robot may have handled per second; beyond, its
     frames are read later (an agent sends about 5 per second)."""
     frame_burst_per_member: int = 400
+    max_weight: int = 8
+    """A robot sending for several flows at once gets up to this many timeslices per
+    grant (one per flow): a server answering four clients holds the air about as long
+    as four robots would in turn. 1: every grant one timeslice (the paper)."""
 
     @property
     def silence_timeout_s(self) -> float:
@@ -327,7 +331,13 @@ class PermitService:
             if isinstance(msg, Ping):
                 await conn.send(Pong(msg.token))
             elif isinstance(msg, Request):
-                self._apply(self._controller_call(self.controller.request, robot, now))
+                weight = min(msg.flows, self.settings.max_weight)
+                ctl = self.controller
+                changed = weight != ctl.weight(robot)
+                ctl.set_weight(robot, weight)
+                queued = robot in ctl.waiting or any(g.robot == robot for g in ctl.holders)
+                if not (changed and queued):  # (else: only its weight changed)
+                    self._apply(self._controller_call(ctl.request, robot, now))
             elif isinstance(msg, Release):
                 self._apply(
                     self._controller_call(self.controller.release, robot, msg.grant_id, now)
@@ -449,4 +459,5 @@ def leader_settings(config: TeamConfig) -> LeaderSettings:
         member_reserve=ld.member_reserve,
         connections_per_member=ld.connections_per_member,
         frames_per_s_per_member=ld.frames_per_s_per_member,
+        max_weight=ld.max_weight,
     )

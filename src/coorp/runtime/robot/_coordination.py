@@ -76,6 +76,8 @@ class Coordinator:
         #: The leader said other robots wait for a permit (``Queued``): release as
         #: soon as no stream has data, without lingering for a next message.
         self.others_waiting = False
+        #: The number of flows the leader was last told (``Request.flows``).
+        self._told_flows = 0
         #: Held by the stream whose message goes out while the robot's streams send
         #: one message at a time (``BulkSettings.one_message_at_a_time``); an
         #: ``asyncio.Lock`` wakes its waiters in the order they came.
@@ -241,6 +243,15 @@ class Coordinator:
             self.counters["kept"] += 1
         if self._active == 1 and self.state is LinkState.JOINED:
             self._request()
+        elif (
+            self._active > self._told_flows
+            and self.state is LinkState.JOINED
+            and (self._client.requested or self._client.grant is not None)
+        ):
+            # More flows want the permit than the leader was told: it weighs grants by
+            # them (one timeslice per flow, up to its max_weight).
+            self._told_flows = self._active
+            self._send(Request(self._active))
 
     def end(self) -> None:
         """A stream finished its message. The last one to finish releases the permit,
@@ -336,7 +347,11 @@ class Coordinator:
     def _request(self) -> None:
         if self._client.want(self._clock()):
             self.counters["requests"] += 1
-            self._send(Request(), on_fail=lambda: self._client.on_request_lost(self._clock()))
+            self._told_flows = max(self._active, 1)
+            self._send(
+                Request(self._told_flows),
+                on_fail=lambda: self._client.on_request_lost(self._clock()),
+            )
 
     def _send(self, msg: Message, on_fail: Callable[[], None] | None = None) -> None:
         link = self.link

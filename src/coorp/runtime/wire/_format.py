@@ -150,7 +150,11 @@ class Welcome(_Msg, tag="welcome"):
 
 
 class Request(_Msg, tag="request"):
-    """Agent -> leader: this robot has BH data (Algorithm 1 request)."""
+    """Agent -> leader: this robot has BH data (Algorithm 1 request), for ``flows``
+    streams or connections at once (timeslices per grant, at most the leader's
+    ``max_weight``). Sent again when that number grew while the robot waits or holds."""
+
+    flows: Annotated[int, Meta(ge=1, le=1 << 16)] = 1
 
 
 class Release(_Msg, tag="release"):
