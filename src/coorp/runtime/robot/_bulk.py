@@ -96,6 +96,9 @@ class BulkReceipt:
     first_write_ns: int | None = None
     """When the first payload byte was written (after the permit); None if the
     receiver already had everything."""
+    last_write_ns: int | None = None
+    """When the last payload byte was written: the robot's next message and the next
+    permit holder may start then, while these bytes drain."""
 
     @property
     def duration_ns(self) -> int:
@@ -256,6 +259,7 @@ class AsyncBulkStream:
             prog.preemptions,
             prog.reconnects,
             prog.first_write_ns,
+            prog.last_write_ns,
         )
 
     async def _prepare(
@@ -301,7 +305,7 @@ class AsyncBulkStream:
             await self._write_segment(conn, msg_id, off, view[off : off + n], depth)
             off += n
             self.progress_bytes = off
-            prog.last_progress_ns = self._clock()
+            prog.last_progress_ns = prog.last_write_ns = self._clock()
 
     async def _write_segment(
         self, conn: FramedConnection, msg_id: int, offset: int, chunk: memoryview, depth: int | None

@@ -121,6 +121,7 @@ class Progress:
     reconnects: int = 0
     last_progress_ns: int = 0
     first_write_ns: int | None = None
+    last_write_ns: int | None = None
 
 
 def new_counters() -> dict[str, int]:
