@@ -28,6 +28,7 @@ import shutil
 import signal
 import struct
 import subprocess
+import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -133,10 +134,15 @@ def _delete(namespace: str) -> None:
 
 def remove_stale(tag: str) -> list[str]:
     """Kill the processes left in, and delete, the namespaces of dead runs tagged
-    ``tag``; the names removed."""
+    ``tag`` (and their temporary folders, ``<tmp>/<tag>-<pid>-*``); the names removed."""
     gone = stale_namespaces(tag)
     for name in gone:
         _delete(name)
+    tmp = Path(tempfile.gettempdir())
+    for p in tmp.glob(f"{tag}-*-*"):
+        m = re.match(rf"^{re.escape(tag)}-(\d+)-", p.name)
+        if m and p.is_dir() and not _alive(int(m[1])):
+            shutil.rmtree(p, ignore_errors=True)
     return gone
 
 

@@ -160,7 +160,8 @@ class Emulation:
         self.removed_stale = remove_stale(self.hosts.tag)
         try:
             self.hosts.create(sysctls=self._sysctls)
-            self._tmp = tempfile.TemporaryDirectory(prefix="coorp-emulate-")
+            # Named after this process: remove_stale deletes it if it dies first.
+            self._tmp = tempfile.TemporaryDirectory(prefix=f"{self.hosts.tag}-{os.getpid()}-")
             tmp = Path(self._tmp.name)
             fds = [self.hosts.fds[s] for s in self.stations]
             cfg = {**self._cfg, "fds": fds, "parent": os.getpid(),

@@ -1,0 +1,219 @@
+"""The emulated channel without devices: packets in at instants, deliveries out.
+
+Behaviour of :class:`coorp.emulate.Air` (the part of the emulator that decides): the
+access category from the DSCP, the NIC ring model, the AP relaying between stations,
+802.11's in-order delivery per sender, receiver and category, the kernel queue's tail
+drop, replay of recorded arrivals, and a saturated channel's throughput against the
+simulator's own run.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+import numpy as np
+import pytest
+from emu_packets import addr, seq_of, udp
+
+from coorp._errors import UsageError
+from coorp.emulate import Air, FrameLog, Outcome, choose_ap, replay, station_addresses
+from coorp.emulate._validate import saturation_scenario, simulated_saturation, uplinks
+from coorp.scenario import AccessCategory, parse_scenario
+from coorp.sim import Simulation
+
+MS = 1_000_000
+
+
+def scenario(n: int = 2, *, ring: str = "per_ac", errors: bool = False, dist: float = 1.0,
+             capacity: int = 128, mcs: int = 7) -> Any:  # fmt: skip
+    return parse_scenario({
+        "name": "air", "phy": {"width_mhz": 20, "spatial_streams": 1},
+        "links": {"mode": "fixed", "mcs": mcs, "packet_errors": errors},
+        "hw_queue": {"mode": ring, "capacity_packets": capacity},
+        "stations": [{"name": "ap"}]
+        + [{"name": f"s{i}", "position_m": [dist, 0.0]} for i in range(1, n + 1)],
+    })  # fmt: skip
+
+
+def test_frames_are_delivered_in_order_per_category_despite_retries() -> None:
+    """Packet errors make the MAC deliver MPDUs of an A-MPDU out of order (the failed
+    ones are retried after later ones went through); the receiver's reorder buffer
+    releases them in order per (sender, receiver, category), and a dropped one is a
+    hole, not a reordering. Categories overtake each other (EDCA)."""
+    air = Air(scenario(1, errors=True, dist=16.0), seed=3)
+    log = FrameLog()
+    air.log = log
+    s1, ap = addr(air, "s1"), addr(air, "ap")
+    sent = {46: 0, 0: 0}
+    for k in range(400):
+        dscp = 46 if k % 4 == 0 else 0
+        air.send(1, udp(s1, ap, dscp=dscp, seq=sent[dscp] * 100 + dscp), 0)
+        sent[dscp] += 1
+    out = air.advance(3_000 * MS)
+    got: dict[int, list[int]] = {46: [], 0: []}
+    for _, station, packet, _ in out:
+        assert station == 0
+        s = seq_of(packet)
+        got[s % 100].append(s // 100)
+    for dscp, seqs in got.items():
+        assert seqs == sorted(seqs), f"DSCP {dscp} delivered out of order"
+        assert len(set(seqs)) == len(seqs)
+    cols = log.cols
+    mac = [(cols["done_ns"][i], cols["fid"][i]) for i in range(len(log))
+           if cols["outcome"][i] == Outcome.DELIVERED and cols["ac"][i] == 2]  # BE  # fmt: skip
+    fids_by_time = [fid for _, fid in sorted(mac)]
+    assert fids_by_time != sorted(fids_by_time), "no MAC reordering: the test proves nothing"
+    lost = sum(1 for o in cols["outcome"] if o == Outcome.LOST)
+    assert sum(map(len, got.values())) == 400 - lost
+    first_vo = out[[seq_of(p) % 100 for _, _, p, _ in out].index(46)][0]
+    last_be = max(t for t, _, p, _ in out if seq_of(p) % 100 == 0)
+    assert first_vo < last_be  # voice did not wait for all best effort queued before it
+
+
+def _latencies(ring: str) -> dict[str, float]:
+    """Median latency of EF packets and of saturating BE traffic of another station."""
+    air = Air(scenario(2, ring=ring), seed=1)
+    s1, s2, ap = addr(air, "s1"), addr(air, "s2"), addr(air, "ap")
+    sent: dict[int, int] = {}
+    lat: dict[int, list[int]] = {0: [], 46: []}
+    k = 0
+    for t in range(0, 2_000 * MS, MS):
+        for d in air.advance(t):
+            lat[seq_of(d[2]) % 100].append(d[0] - sent[seq_of(d[2])])
+        while air.queued(1) < 200:
+            sent[k * 100] = t
+            air.send(1, udp(s1, ap, seq=k * 100), t)
+            k += 1
+        if t % (10 * MS) == 0:  # voice, and BE from the same station behind it
+            sent[k * 100 + 46] = t
+            air.send(2, udp(s2, ap, size=200, dscp=46, seq=k * 100 + 46), t)
+            k += 1
+            for _ in range(40):
+                sent[k * 100] = t
+                air.send(2, udp(s2, ap, seq=k * 100), t)
+                k += 1
+    return {"vo": statistics.median(lat[46]), "be": statistics.median(lat[0])}
+
+
+def test_dscp_picks_the_category_and_the_ring_model_decides_its_wait() -> None:
+    per_ac, shared = _latencies("per_ac"), _latencies("shared")
+    assert per_ac["vo"] < per_ac["be"] / 10  # EF -> AC_VO, its own ring
+    # One shared ring: the EF packet waits behind the bulk packets handed to the NIC.
+    assert shared["vo"] > 3 * per_ac["vo"]
+
+
+def test_station_to_station_crosses_the_air_twice_and_groups_fan_out() -> None:
+    air = Air(scenario(3), seed=1)
+    s1, s2 = addr(air, "s1"), addr(air, "s2")
+    air.send(1, udp(s1, s2, size=300, seq=7), 0)
+    out = air.advance(50 * MS)
+    assert [(d[1], seq_of(d[2])) for d in out] == [(2, 7)]
+    c = air.counters
+    assert c.relayed == 1 and c.rx_frames == [1, 0, 1, 0]  # AP, then s2
+    assert air.sim.channel.stats.exchanges == 2
+    air.send(1, udp(s1, "239.1.2.3", size=300, seq=8), 50 * MS)
+    out = air.advance(100 * MS)
+    assert sorted(d[1] for d in out) == [0, 2, 3]  # the AP's host and every other station
+    air.send(0, udp(addr(air, "ap"), "10.77.0.255", size=300, seq=9), 100 * MS)
+    assert sorted(d[1] for d in air.advance(150 * MS)) == [1, 2, 3]
+
+
+def test_a_full_kernel_queue_drops_at_its_tail() -> None:
+    air = Air(scenario(1, capacity=4), seed=1, queue_packets=10)
+    s1, ap = addr(air, "s1"), addr(air, "ap")
+    for k in range(50):
+        air.send(1, udp(s1, ap, seq=k), 0)
+    assert air.counters.queue_drops[1] == 50 - 4 - 10  # 4 in the NIC ring, 10 queued
+    out = air.advance(200 * MS)
+    assert [seq_of(d[2]) for d in out] == list(range(14))
+
+
+def test_unroutable_and_malformed_packets_are_counted_not_sent() -> None:
+    air = Air(scenario(1), seed=1)
+    log = FrameLog()
+    air.log = log
+    air.send(1, udp(addr(air, "s1"), "10.99.0.1"), 0)
+    air.send(1, b"\x45" + bytes(10), 0)
+    air.send(1, udp(addr(air, "s1"), addr(air, "ap"), size=1600), 0)  # above the MTU
+    assert (air.counters.no_route, air.counters.malformed) == (1, 2)
+    assert list(log.cols["outcome"]) == [Outcome.NO_ROUTE, Outcome.MALFORMED, Outcome.MALFORMED]
+    assert air.advance(10 * MS) == [] and air.sim.channel.stats.exchanges == 0
+
+
+def _arrivals(air: Air, seed: int) -> list[tuple[int, int, bytes]]:
+    rng = np.random.default_rng(seed)
+    out = []
+    t = 0
+    for k in range(600):
+        t += int(rng.exponential(0.4 * MS))
+        src = int(rng.integers(0, 4))
+        dst = int(rng.integers(0, 4))
+        if dst == src:
+            dst = (dst + 1) % 4
+        dscp = int(rng.choice([0, 46, 8, 34]))
+        size = int(rng.integers(60, 1500))
+        a, b = air.names[src], air.names[dst]
+        out.append((t, src, udp(addr(air, a), addr(air, b), size=size, dscp=dscp, seq=k)))
+    return out
+
+
+def test_the_same_arrivals_and_seed_give_the_same_decisions() -> None:
+    live = Air(scenario(3, errors=True, dist=14.0, ring="shared"), seed=5, record_arrivals=True)
+    arrivals = _arrivals(live, 1)
+    first = replay(live, arrivals, until_ns=arrivals[-1][0] + 200 * MS)
+    assert live.arrivals == arrivals
+    again = replay(Air(live.scenario, seed=5), arrivals, until_ns=arrivals[-1][0] + 200 * MS)
+    assert again == first
+    other = replay(Air(live.scenario, seed=6), arrivals, until_ns=arrivals[-1][0] + 200 * MS)
+    assert [d[0] for d in other] != [d[0] for d in first]  # the seed matters
+
+
+def _window_tolerance(sc: Any, window_s: float, sims: list[float]) -> float:
+    """How far an emulated saturation throughput may be from the simulator's mean over
+    ``sims`` (one per seed) when both are draws of the same process: 4 standard
+    deviations of the difference of one draw and a k-seed mean, plus one longest
+    exchange (a whole A-MPDU of 64 packets) at each edge of the window."""
+    k = len(sims)
+    sd = statistics.stdev(sims)
+    edge = 2 * 64 * sc.packet_bytes * 8 / window_s / 1e6
+    return 4 * sd * math.sqrt(1 + 1 / k) + edge
+
+
+@pytest.mark.parametrize("n", [1, 2, 5])
+def test_saturated_throughput_matches_the_simulator(n: int) -> None:
+    """Packets injected to keep every queue backlogged carry what the simulator's own
+    saturated bulk flows carry (same stations, same window)."""
+    sc = saturation_scenario(n, mcs=4)
+    warm, window = 0.3, 1.5
+    sims = [simulated_saturation(sc, uplinks(sc), warmup_s=warm, window_s=window, seed=s)
+            for s in range(1, 9)]  # fmt: skip
+    air = Air(sc, seed=11)
+    pk = [udp(addr(air, f"s{i}"), addr(air, "ap")) for i in range(1, n + 1)]
+    a, b = round(warm * 1e9), round((warm + window) * 1e9)
+    before = 0
+    for t in range(0, b + 1, MS):
+        air.advance(t)
+        if t == a:
+            before = air.counters.rx_bytes[0]
+        for i in range(1, n + 1):
+            for _ in range(300 - air.queued(i)):
+                air.send(i, pk[i - 1], t)
+    emu = (air.counters.rx_bytes[0] - before) * 8e3 / (b - a)
+    mean = statistics.fmean(sims)
+    assert abs(emu - mean) <= _window_tolerance(sc, window, sims), (emu, mean, sims)
+
+
+def test_bad_settings_get_clear_errors() -> None:
+    sc = scenario(2)
+    with pytest.raises(UsageError, match=r"'zz' is not a station.*\['ap', 's1', 's2'\]"):
+        choose_ap(sc, "zz")
+    with pytest.raises(UsageError, match="three octets"):
+        station_addresses(["ap", "s1"], "ap", "10.77")
+    with pytest.raises(UsageError, match="queue_packets = 0"):
+        Air(sc, queue_packets=0)
+    sim = Simulation(sc)
+    f = sim.flow("x", "s1", "ap", AccessCategory.BE, bulk=False)
+    with pytest.raises(UsageError, match=r"ip_bytes = 1501.*packet_bytes \(1500\)"):
+        sim.send_packet(f, 1501)
