@@ -140,7 +140,7 @@ def register(app: typer.Typer) -> None:
 
           coorp emulate crl-5 --duration 60
         """
-        from coorp.emulate import Emulation, emulation_unavailable
+        from coorp.emulate import Emulation, EmulationReport, emulation_unavailable
         from coorp.scenario import apply_overrides
         from coorp.sweep import parse_override
 
@@ -178,6 +178,7 @@ def register(app: typer.Typer) -> None:
             rt_priority=rt_priority, source=str(path),
         )  # fmt: skip
         code = 0
+        report: EmulationReport | None = None
         t0 = time.perf_counter()
         load0 = os.getloadavg()
         try:
