@@ -168,15 +168,20 @@ def register(app: typer.Typer) -> None:
             raise UsageError(f"--at {at!r} is not a station; stations: {stations}")
         if at is not None and not cmd:
             raise UsageError("--at STATION needs a command after --")
-        why = emulation_unavailable()
-        if why is not None:
-            raise ConfigurationError(f"coorp emulate cannot run here: {why}")
         em = Emulation(
             sc, seed=seed, ap=ap, subnet=subnet, queue_packets=queue_packets,
             background=background, duration_s=duration if not cmd else None,
             trace_dir=trace, record_arrivals=trace is not None, status=not quiet,
             rt_priority=rt_priority, source=str(path),
         )  # fmt: skip
+        why = emulation_unavailable()
+        if why is not None:
+            raise ConfigurationError(f"coorp emulate cannot run here: {why}")
+
+        def on_term(signum: int, frame: object) -> None:
+            raise KeyboardInterrupt  # SIGTERM cleans up like Ctrl-C
+
+        signal.signal(signal.SIGTERM, on_term)
         code = 0
         report: EmulationReport | None = None
         t0 = time.perf_counter()
