@@ -20,12 +20,18 @@ Nothing here reads a clock or touches a device (``coorp.emulate._pump`` does), s
 same packet arrivals at the same instants with the same seed give the same channel
 decisions: :func:`replay` runs a recorded arrival log again offline.
 
-Each station's *kernel queue* is the simulator's priority queues (one per access
-category, served VO first, as mac80211's per-AC queues feed the driver) with at most
-``queue_packets`` packets in all; a packet arriving at a full queue is dropped there
-(like a qdisc's tail drop). Behind it is the scenario's NIC ring model (``shared`` or
-``per_ac``), then EDCA, A-MPDU aggregation with block ack, retries and losses as the
-simulator has them.
+Each station's *kernel queue* holds at most ``queue_packets`` packets in all; one
+arriving at a full queue is dropped there (a qdisc's tail drop). Inside it, as in
+mac80211, every receiver has its own queue per access category, and receivers take
+turns handing the driver a burst of up to one A-MPDU each (what the simulator's bulk
+transfers do too): :meth:`Air._feed` keeps the simulator's priority queues (one per
+category, served VO first) one burst deep, when a packet arrives and whenever one of
+the station's frames is settled. Behind them is the scenario's NIC ring model
+(``shared`` or ``per_ac``), then EDCA, A-MPDU aggregation with block ack, retries and
+losses as the simulator has them. (A shared ring filled while packets for several
+receivers trickle in holds them interleaved, and each A-MPDU then carries the few
+consecutive ones of one receiver: the model's commodity NIC, which an AP's saturated
+downlink to several robots shows at its start.)
 """
 
 from __future__ import annotations
@@ -61,6 +67,8 @@ Delivery = tuple[int, int, bytes, int]
 Arrival = tuple[int, int, bytes]
 
 _MISSING = object()
+#: A packet waiting in a station's queue: packet, final destination, arrival instant.
+_Queued = tuple[bytes, int, int]
 #: A frame in flight: packet, src, hop receiver, final destination, category, link,
 #: sequence number on the link, enqueue time, frame id.
 _Rec = tuple[bytes, int, int, int, AccessCategory, int, int, int, int]
@@ -161,6 +169,14 @@ class Air:
         self.queue_packets = queue_packets
         stations = [self.sim.station(n) for n in self.names]
         self._queues = [list(st.ls_queues.values()) for st in stations]
+        self._sim_queue = [dict(st.ls_queues) for st in stations]
+        #: Per station and category: the queue of each receiver, and the receivers with
+        #: packets waiting in the order they take turns.
+        self._txq: list[dict[AccessCategory, tuple[dict[int, deque[_Queued]], deque[int]]]] = [
+            {ac: ({}, deque()) for ac in AccessCategory} for _ in stations
+        ]
+        self._pending = [0] * len(stations)
+        self._burst = scenario.mac.max_ampdu_mpdus
         self._stations = stations
         n = len(self.names)
         self._links: dict[tuple[int, int, AccessCategory], int] = {}
@@ -257,25 +273,61 @@ class Air:
     def _enqueue(
         self, src: int, hop: int, ac: AccessCategory, packet: bytes, final: int, now: int
     ) -> None:
-        c = self.counters
-        size = len(packet)
-        if sum(map(len, self._queues[src])) >= self.queue_packets:
-            c.queue_drops[src] += 1
+        """Into ``src``'s queue for receiver ``hop`` and category ``ac`` (tail drop when
+        the station's kernel queue is full), then on to the simulator if it wants more."""
+        if self._pending[src] + sum(map(len, self._queues[src])) >= self.queue_packets:
+            self.counters.queue_drops[src] += 1
             if self.log is not None:
-                self.log.frame(-1, src, hop, final, ac.value, size, now, Outcome.QUEUE_DROP, now)
+                self.log.frame(-1, src, hop, final, ac.value, len(packet), now,
+                               Outcome.QUEUE_DROP, now)  # fmt: skip
             return
-        link = self._links.get((src, hop, ac))
-        if link is None:
-            link = self._link(src, hop, ac)
-        fid = self._fid
-        self._fid = fid + 1
-        seq = self._next_seq[link]
-        self._next_seq[link] = seq + 1
-        self._inflight[fid] = (packet, src, hop, final, ac, link, seq, now, fid)
-        c.sent_packets[src] += 1
-        c.sent_bytes[src] += size
-        c.by_ac[ac.value] += 1
-        self.sim.send_packet(self._flows[link], size, self._ok, self._lost, fid)
+        by_hop, turns = self._txq[src][ac]
+        q = by_hop.get(hop)
+        if q is None:
+            q = by_hop[hop] = deque()
+        if not q:
+            turns.append(hop)
+        q.append((packet, final, now))
+        self._pending[src] += 1
+        self._feed(src, ac)
+
+    def _feed(self, src: int, ac: AccessCategory) -> None:
+        """Hand ``src``'s queued packets of category ``ac`` to the simulator's priority
+        queue while it holds fewer than one A-MPDU's worth: receivers take turns, a burst
+        of up to one A-MPDU each, as mac80211's per-station queues feed the driver (and as
+        the simulator's own bulk transfers take turns). Runs when a packet arrives and
+        when one of the station's frames is settled, so the NIC ring refills as the
+        simulator's does, and only at the simulator's own instants."""
+        by_hop, turns = self._txq[src][ac]
+        if not turns:
+            return
+        lsq = self._sim_queue[src][ac]
+        burst = self._burst
+        c = self.counters
+        while turns and len(lsq) < burst:
+            hop = turns[0]
+            q = by_hop[hop]
+            link = self._links.get((src, hop, ac))
+            if link is None:
+                link = self._link(src, hop, ac)
+            flow = self._flows[link]
+            for _ in range(min(burst, len(q))):
+                packet, final, enq = q.popleft()
+                size = len(packet)
+                fid = self._fid
+                self._fid = fid + 1
+                seq = self._next_seq[link]
+                self._next_seq[link] = seq + 1
+                self._inflight[fid] = (packet, src, hop, final, ac, link, seq, enq, fid)
+                self._pending[src] -= 1
+                c.sent_packets[src] += 1
+                c.sent_bytes[src] += size
+                c.by_ac[ac.value] += 1
+                self.sim.send_packet(flow, size, self._ok, self._lost, fid)
+            if q:
+                turns.rotate(-1)
+            else:
+                turns.popleft()
 
     def _delivered(self, msg: Message) -> None:
         self._settle(msg.msg_id, True)
@@ -301,6 +353,7 @@ class Air:
         expect = self._expect[link]
         if seq != expect:
             self._held[link][seq] = rec if ok else None
+            self._feed(src, ac)
             return
         ready: list[_Rec] = []
         if ok:
@@ -317,6 +370,7 @@ class Air:
         self._expect[link] = expect
         for r in ready:
             self._release(r, now)
+        self._feed(src, ac)
 
     def _release(self, rec: _Rec, now: int) -> None:
         packet, src, hop, final, ac = rec[0], rec[1], rec[2], rec[3], rec[4]
@@ -336,7 +390,7 @@ class Air:
     # -- reading -------------------------------------------------------------------------
     def queued(self, station: int) -> int:
         """Packets in the station's kernel queue (not yet in its NIC ring)."""
-        return sum(map(len, self._queues[station]))
+        return self._pending[station] + sum(map(len, self._queues[station]))
 
     def drain_ls_depths(self) -> None:
         """Forget the NIC depths the simulator records for every LS packet (an emulator
