@@ -90,7 +90,7 @@ def realtime(args: argparse.Namespace, details: dict[str, Any]) -> list[dict[str
         pps = total * 1e6 / 8 / sc.packet_bytes / len(robots)
         load = os.getloadavg()
         r = run_load(sc, robots, pps=pps, warmup_s=args.warmup, window_s=args.window, seed=1,
-                     rt_priority=args.rt_priority)  # fmt: skip
+                     rt_priority=args.rt_priority, sender_rt_priority=args.sender_rt)  # fmt: skip
         row = {"scenario": f"{label}, {total:g} Mb/s offered up", "stations": len(sc.stations),
                "aggregate_mbps": round(r.mbps, 3), "lag_p99_ms": round(r.report.lag_p99_ms, 4),
                "late_frames": r.report.late_frames}  # fmt: skip
@@ -138,6 +138,12 @@ def main() -> int:
     ap.add_argument("--ns", default="1,2,5,10", help="saturation: stations")
     ap.add_argument("--ladder", default="25,50,100,150,200,300", help="realtime: Mb/s offered")
     ap.add_argument("--rt-priority", type=int, default=10)
+    ap.add_argument(
+        "--sender-rt",
+        type=int,
+        default=5,
+        help="SCHED_FIFO priority of the ladder's UDP senders (0: ordinary)",
+    )
     args = ap.parse_args()
     args.ns = [int(x) for x in args.ns.split(",")]
     args.ladder = [float(x) for x in args.ladder.split(",") if x]

@@ -20,8 +20,9 @@ Nothing here reads a clock or touches a device (``coorp.emulate._pump`` does), s
 same packet arrivals at the same instants with the same seed give the same channel
 decisions: :func:`replay` runs a recorded arrival log again offline.
 
-Each station's *kernel queue* holds at most ``queue_packets`` packets in all; one
-arriving at a full queue is dropped there (a qdisc's tail drop). Inside it, as in
+Each station's *kernel queue* holds at most ``queue_packets`` packets per access category
+(like Linux's ``mq`` qdisc, one queue per hardware queue); one arriving at a full queue
+is dropped there (a tail drop), and a full BE queue never drops a VO packet. Inside it, as in
 mac80211, every receiver has its own queue per access category, and receivers take
 turns handing the driver a burst of up to one A-MPDU each (what the simulator's bulk
 transfers do too): :meth:`Air._feed` keeps the simulator's priority queues (one per
@@ -175,7 +176,7 @@ class Air:
         self._txq: list[dict[AccessCategory, tuple[dict[int, deque[_Queued]], deque[int]]]] = [
             {ac: ({}, deque()) for ac in AccessCategory} for _ in stations
         ]
-        self._pending = [0] * len(stations)
+        self._pending = [dict.fromkeys(AccessCategory, 0) for _ in stations]
         self._burst = scenario.mac.max_ampdu_mpdus
         self._stations = stations
         n = len(self.names)
@@ -275,7 +276,8 @@ class Air:
     ) -> None:
         """Into ``src``'s queue for receiver ``hop`` and category ``ac`` (tail drop when
         the station's kernel queue is full), then on to the simulator if it wants more."""
-        if self._pending[src] + sum(map(len, self._queues[src])) >= self.queue_packets:
+        pending = self._pending[src]
+        if pending[ac] + len(self._sim_queue[src][ac]) >= self.queue_packets:
             self.counters.queue_drops[src] += 1
             if self.log is not None:
                 self.log.frame(-1, src, hop, final, ac.value, len(packet), now,
@@ -288,7 +290,7 @@ class Air:
         if not q:
             turns.append(hop)
         q.append((packet, final, now))
-        self._pending[src] += 1
+        pending[ac] += 1
         self._feed(src, ac)
 
     def _feed(self, src: int, ac: AccessCategory) -> None:
@@ -302,6 +304,7 @@ class Air:
         if not turns:
             return
         lsq = self._sim_queue[src][ac]
+        pending = self._pending[src]
         burst = self._burst
         c = self.counters
         while turns and len(lsq) < burst:
@@ -319,7 +322,7 @@ class Air:
                 seq = self._next_seq[link]
                 self._next_seq[link] = seq + 1
                 self._inflight[fid] = (packet, src, hop, final, ac, link, seq, enq, fid)
-                self._pending[src] -= 1
+                pending[ac] -= 1
                 c.sent_packets[src] += 1
                 c.sent_bytes[src] += size
                 c.by_ac[ac.value] += 1
@@ -390,7 +393,7 @@ class Air:
     # -- reading -------------------------------------------------------------------------
     def queued(self, station: int) -> int:
         """Packets in the station's kernel queue (not yet in its NIC ring)."""
-        return self._pending[station] + sum(map(len, self._queues[station]))
+        return sum(self._pending[station].values()) + sum(map(len, self._queues[station]))
 
     def drain_ls_depths(self) -> None:
         """Forget the NIC depths the simulator records for every LS packet (an emulator

@@ -3,9 +3,11 @@
 One thread, no busy wait. Each turn it advances the channel to the wall clock (the
 simulator's time is the wall clock since the start), writes every frame the channel
 delivered by then to its receiver's interface, then sleeps in ``select`` until the
-channel's next event is due or a station's interface has packets; packets read at a
-turn enter the channel at that turn's instant. Reads are batched per interface
-(``batch`` packets per turn); a TUN device gives one packet per ``read``.
+channel's next event is due or a station's interface has packets; packets enter the channel
+at the instant of the read pass that got them. Reads go in passes of ``batch`` packets
+per interface, each pass stamped with its own instant and preceded by the deliveries
+due, until the interfaces are drained, the next event is due or ``read_budget_ns`` is
+spent (a TUN device gives one packet per ``read``).
 
 Why this path (docs/emulate.md has the numbers): the channel itself costs 3-5 µs of CPU
 per frame; a ``read`` and a ``write`` on a TUN device cost 2-6 µs each from Python, so
@@ -76,7 +78,8 @@ class Pump:
         fds: Sequence[int],
         *,
         clock: Callable[[], int] = time.monotonic_ns,
-        batch: int = 256,
+        batch: int = 16,
+        read_budget_ns: int = 200_000,
         trace_writes: bool = False,
         late_ns: int = 1_000_000,
     ) -> None:
@@ -86,6 +89,7 @@ class Pump:
         self.fds = list(fds)
         self.clock = clock
         self.batch = batch
+        self.read_budget_ns = read_budget_ns
         self.stats = PumpStats(frame_lag=LagMeter(late_ns), wake_lag=LagMeter(late_ns))
         if trace_writes:
             self.stats.writes = []
@@ -128,7 +132,7 @@ class Pump:
         index = {fd: i for i, fd in enumerate(fds)}
         clock = self.clock
         read = os.read
-        batch = self.batch
+        chunk = self.batch
         stats = self.stats
         wake = stats.wake_lag
         t0 = clock()
@@ -167,21 +171,34 @@ class Pump:
             if deadline >= 0 and now >= deadline:
                 wake.add(now - deadline)
                 deadline = -1
-            out = air.advance(now)
-            if out:
-                self._write(out, t0)
+            # Read in short passes, each stamped with its own instant and preceded by
+            # the deliveries due by then, until the interfaces are drained, the next
+            # event is due or the pass budget is spent: a long read phase would delay
+            # deliveries and misdate arrivals.
+            until = now + self.read_budget_ns
+            if 0 <= nxt < until:
+                until = nxt
             send = air.send
-            for fd in ready:
-                src = index[fd]
-                for _ in range(batch):
-                    try:
-                        packet = read(fd, 65536)
-                    except BlockingIOError:
-                        break
-                    except OSError:  # the interface went away: the run is ending
-                        break
-                    stats.frames_in += 1
-                    send(src, packet, now)
+            while ready:
+                out = air.advance(now)
+                if out:
+                    self._write(out, t0)
+                more = []
+                for fd in ready:
+                    src = index[fd]
+                    for _ in range(chunk):
+                        try:
+                            packet = read(fd, 65536)
+                        except OSError:  # EAGAIN: drained (or the interface is gone)
+                            break
+                        stats.frames_in += 1
+                        send(src, packet, now)
+                    else:
+                        more.append(fd)
+                ready = more
+                now = clock() - t0
+                if now >= until:
+                    break
 
     def _write(self, out: list[tuple[int, int, bytes, int]], t0: int) -> None:
         fds = self.fds

@@ -123,16 +123,19 @@ def run_load(
     dscp: int = 0,
     queue_packets: int = 1000,
     tag: str = "cemu",
+    sender_rt_priority: int = 0,
 ) -> LoadResult:
     """Emulate ``scenario`` with one real UDP sender per flow at ``pps`` packets/s of
-    ``packet_bytes`` IP packets; the throughput in the window."""
+    ``packet_bytes`` IP packets; the throughput in the window. ``sender_rt_priority``
+    runs the senders at that SCHED_FIFO priority (0: ordinary), so that on a busy host
+    the load offered is the load asked for."""
     size = scenario.packet_bytes - _UDP_IP
     duration = warmup_s + window_s
     with Emulation(scenario, seed=seed, rt_priority=rt_priority, queue_packets=queue_packets,
                    tag=tag) as em:  # fmt: skip
         argv = [sys.executable, str(_BLAST), "--pps", str(pps), "--size", str(size),
                 "--dscp", str(dscp), "--duration", f"{duration + 1.0:.3f}",
-                "--warmup", str(warmup_s)]  # fmt: skip
+                "--warmup", str(warmup_s), "--rt", str(sender_rt_priority)]  # fmt: skip
         for src, dst in flows:
             argv += ["--flow", f"{em.ns(src)},{em.ns(dst)},{em.addr(dst)}"]
         r = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 60)
