@@ -14,6 +14,9 @@ Sections (``--sections``, default all that are built):
   namespaces, mean over ``--emu-seeds`` seeds) and simulated (the simulator's own
   saturated UDP flows, mean over ``--seeds`` seeds), over the same window of simulated
   time; Bianchi's model beside them in the details file.
+* ``anchors`` (details file only): a UDP echo's round-trip times idle and under load in
+  AC_BE and AC_VO against the simulator's access delays, and a real TCP upload against
+  the simulator's bulk rate (``benchmarks/_emulate_anchors.py``).
 
 ``--json PATH`` gets exactly ``{"realtime": [{"scenario", "stations", "aggregate_mbps",
 "lag_p99_ms", "late_frames"}], "saturation": [{"n", "emulated_mbps", "simulated_mbps"}],
@@ -42,7 +45,7 @@ from coorp.emulate import emulation_unavailable
 from coorp.emulate._validate import run_load, saturation_scenario, simulated_saturation, uplinks
 from coorp.scenario import Scenario, apply_overrides, load_scenario, resolve_scenario
 
-SECTIONS = ("realtime", "saturation")
+SECTIONS = ("realtime", "saturation", "anchors")
 
 
 def crl5(width: int | None = None, streams: int | None = None) -> tuple[str, Scenario]:
@@ -175,6 +178,10 @@ def main() -> int:
         out["saturation"] = saturation(args, details)
     if "realtime" in sections:
         out["realtime"] = realtime(args, details)
+    if "anchors" in sections:
+        from _emulate_anchors import anchors
+
+        anchors(args, details)
     if "transparent_wifi" in sections:
         from _emulate_transparent import transparent_wifi  # type: ignore[import-not-found]
 
