@@ -115,17 +115,23 @@ class Emulation:
         trace_dir: str | Path | None = None,
         record_arrivals: bool = False,
         status: bool = False,
-        rt_priority: int = 0,
+        rt_priority: int = 10,
         sysctls: Sequence[str] = (),
         source: str = "<scenario>",
         stderr: IO[bytes] | int | None = None,
+        ifname: str = "wlan0",
     ) -> None:
         self.scenario = scenario
         self.stations = [s.name for s in scenario.stations]
         self.ap = choose_ap(scenario, ap)
         self.addresses = station_addresses(self.stations, self.ap, subnet)
         self.subnet = subnet
-        self.hosts = Hosts(self.stations, self.addresses, tag=tag, mtu=scenario.packet_bytes)
+        #: The namespaces and TUN interfaces (``coorp.emulate._hosts.Hosts``).
+        self.netns = Hosts(self.stations, self.addresses, tag=tag, mtu=scenario.packet_bytes,
+                           ifname=ifname)  # fmt: skip
+        #: The hosts by the names :meth:`ns` and :meth:`addr` take (StarNetwork's
+        #: ``hosts``): the scenario's stations.
+        self.hosts = list(self.stations)
         self._cfg: dict[str, Any] = {
             "scenario": scenario.model_dump(mode="json"), "source": source, "seed": seed,
             "ap": self.ap, "subnet": subnet, "queue_packets": queue_packets,
@@ -146,7 +152,7 @@ class Emulation:
 
     # -- naming (StarNetwork's interface) ------------------------------------------------
     def ns(self, station: str) -> str:
-        return self.hosts.ns(station)
+        return self.netns.ns(station)
 
     def addr(self, station: str) -> str:
         if station not in self.addresses:
@@ -157,13 +163,13 @@ class Emulation:
     def up(self, timeout_s: float = 60.0) -> Emulation:
         """Remove leftovers of dead runs, make the namespaces, start the emulator and
         wait until its loop runs."""
-        self.removed_stale = remove_stale(self.hosts.tag)
+        self.removed_stale = remove_stale(self.netns.tag)
         try:
-            self.hosts.create(sysctls=self._sysctls)
+            self.netns.create(sysctls=self._sysctls)
             # Named after this process: remove_stale deletes it if it dies first.
-            self._tmp = tempfile.TemporaryDirectory(prefix=f"{self.hosts.tag}-{os.getpid()}-")
+            self._tmp = tempfile.TemporaryDirectory(prefix=f"{self.netns.tag}-{os.getpid()}-")
             tmp = Path(self._tmp.name)
-            fds = [self.hosts.fds[s] for s in self.stations]
+            fds = [self.netns.fds[s] for s in self.stations]
             cfg = {**self._cfg, "fds": fds, "parent": os.getpid(),
                    "report": str(tmp / "report.json")}  # fmt: skip
             (tmp / "config.json").write_text(json.dumps(cfg))
@@ -171,7 +177,7 @@ class Emulation:
                 [sys.executable, "-m", "coorp.emulate._serve", str(tmp / "config.json")],
                 pass_fds=fds, stdout=subprocess.PIPE, stderr=self._stderr,
             )  # fmt: skip
-            self.hosts.close_fds()  # the emulator holds them now
+            self.netns.close_fds()  # the emulator holds them now
             self._wait_ready(timeout_s)
         except BaseException:
             self.destroy()
@@ -288,7 +294,7 @@ class Emulation:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=10)
         self.emulator = None
-        self.hosts.destroy()
+        self.netns.destroy()
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
@@ -304,9 +310,11 @@ class Emulation:
 
 class EmulatedStar(Emulation):
     """An :class:`Emulation` named like :class:`coorp._netns.StarNetwork`: host ``ld``
-    is the scenario's AP, ``r1``, ``r2``.. its other stations in order."""
+    is the scenario's AP, ``r1``, ``r2``.. its other stations in order, and each
+    interface is ``eth0`` as on the star (programs configured for it run unchanged)."""
 
     def __init__(self, hosts: Sequence[str], scenario: Scenario, **kwargs: Any) -> None:
+        kwargs.setdefault("ifname", "eth0")
         if not hosts or hosts[0] != "ld" or any(not h[1:].isdigit() for h in hosts[1:]):
             raise ValueError(f"hosts={list(hosts)}: 'ld' first, then names like 'r1', 'r2'")
         super().__init__(scenario, **kwargs)
@@ -316,7 +324,7 @@ class EmulatedStar(Emulation):
                 f"{len(hosts) - 1} robots on scenario {scenario.name!r}, which has "
                 f"{len(others)} stations besides its AP {self.ap!r}"
             )
-        self.star_hosts = list(hosts)
+        self.hosts = list(hosts)
         self._station = {"ld": self.ap, **{h: others[int(h[1:]) - 1] for h in hosts[1:]}}
 
     def station_of(self, host: str) -> str:
