@@ -14,6 +14,10 @@ Sections (``--sections``, default all that are built):
   namespaces, mean over ``--emu-seeds`` seeds) and simulated (the simulator's own
   saturated UDP flows, mean over ``--seeds`` seeds), over the same window of simulated
   time; Bianchi's model beside them in the details file.
+* ``transparent_wifi``: ``benchmarks/transparent.py --medium wifi`` per NIC ring model
+  (shared, per-AC): the unmodified DDS/Zenoh MPC loop and TCP uploads on crl-5's emulated
+  channel without Coorp, with Coorp's marking only, transparent, and on Coorp's API
+  (``benchmarks/_emulate_transparent.py``).
 * ``anchors`` (details file only): a UDP echo's round-trip times idle and under load in
   AC_BE and AC_VO against the simulator's access delays, and a real TCP upload against
   the simulator's bulk rate (``benchmarks/_emulate_anchors.py``).
@@ -45,7 +49,7 @@ from coorp.emulate import emulation_unavailable
 from coorp.emulate._validate import run_load, saturation_scenario, simulated_saturation, uplinks
 from coorp.scenario import Scenario, apply_overrides, load_scenario, resolve_scenario
 
-SECTIONS = ("realtime", "saturation", "anchors")
+SECTIONS = ("realtime", "saturation", "anchors", "transparent_wifi")
 
 
 def crl5(width: int | None = None, streams: int | None = None) -> tuple[str, Scenario]:
@@ -149,6 +153,12 @@ def main() -> int:
     ap.add_argument("--ns", default="1,2,5,10", help="saturation: stations")
     ap.add_argument("--ladder", default="25,50,100,150,200,300", help="realtime: Mb/s offered")
     ap.add_argument("--rt-priority", type=int, default=10)
+    ap.add_argument("--tw-apps", default="dds,zenoh", help="transparent_wifi: middleware")
+    ap.add_argument("--tw-modes", default="none,marking,transparent,api")
+    ap.add_argument("--tw-rings", default="shared,per-ac")
+    ap.add_argument("--tw-repetitions", type=int, default=3)
+    ap.add_argument("--tw-duration", type=float, default=15.0, help="seconds per run")
+    ap.add_argument("--tw-warmup", type=float, default=3.0)
     ap.add_argument(
         "--sender-rt",
         type=int,
@@ -160,8 +170,8 @@ def main() -> int:
     args.ladder = [float(x) for x in args.ladder.split(",") if x]
     sections = args.sections.split(",")
     for s in sections:
-        if s not in (*SECTIONS, "transparent_wifi"):
-            ap.error(f"--sections: {s!r}; allowed: {', '.join((*SECTIONS, 'transparent_wifi'))}")
+        if s not in SECTIONS:
+            ap.error(f"--sections: {s!r}; allowed: {', '.join(SECTIONS)}")
     why = emulation_unavailable()
     if why is not None:
         print(f"benchmarks/emulate.py cannot run here: {why}", file=sys.stderr)
@@ -183,7 +193,7 @@ def main() -> int:
 
         anchors(args, details)
     if "transparent_wifi" in sections:
-        from _emulate_transparent import transparent_wifi  # type: ignore[import-not-found]
+        from _emulate_transparent import transparent_wifi
 
         out["transparent_wifi"] = transparent_wifi(args, details)
     details["load_end"] = os.getloadavg()

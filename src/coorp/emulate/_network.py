@@ -340,6 +340,9 @@ class EmulatedStar(Emulation):
         return super().addr(self.station_of(station))
 
     def create(self, *, sysctls: Sequence[str] = ()) -> None:
-        """StarNetwork's ``create``: here, :meth:`start` (``sysctls`` in every namespace)."""
+        """StarNetwork's ``create``: here, :meth:`up` (``sysctls`` in every namespace)."""
         self._sysctls = list(sysctls)
         self.up()
+
+    def __enter__(self) -> EmulatedStar:
+        return self  # as StarNetwork: :meth:`create` brings it up
