@@ -83,7 +83,7 @@ def realtime(args: argparse.Namespace, details: dict[str, Any]) -> list[dict[str
         pps = 1.5 * cap * 1e6 / 8 / sc.packet_bytes / len(flows)
         load = os.getloadavg()
         r = run_load(sc, flows, pps=pps, warmup_s=args.warmup, window_s=args.window, seed=1,
-                     rt_priority=args.rt_priority)  # fmt: skip
+                     rt_priority=args.rt_priority, sender_rt_priority=args.sender_rt)  # fmt: skip
         row = {"scenario": f"{label}, saturated", "stations": len(sc.stations),
                "aggregate_mbps": round(r.mbps, 3), "lag_p99_ms": round(r.report.lag_p99_ms, 4),
                "late_frames": r.report.late_frames}  # fmt: skip
@@ -121,7 +121,7 @@ def saturation(args: argparse.Namespace, details: dict[str, Any]) -> list[dict[s
         pps = 1.5 * sim * 1e6 / 8 / sc.packet_bytes / n
         load = os.getloadavg()
         rs = [run_load(sc, flows, pps=pps, warmup_s=args.warmup, window_s=args.window,
-                       seed=s, rt_priority=args.rt_priority)
+                       seed=s, rt_priority=args.rt_priority, sender_rt_priority=args.sender_rt)
               for s in range(1, args.emu_seeds + 1)]  # fmt: skip
         emu = statistics.fmean(r.mbps for r in rs)
         model = saturation_throughput(n, payload_bytes=sc.packet_bytes, mcs=sc.links.mcs,
@@ -151,7 +151,7 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=5, help="simulator seeds per saturation n")
     ap.add_argument("--emu-seeds", type=int, default=3, help="emulated runs per saturation n")
     ap.add_argument("--ns", default="1,2,5,10", help="saturation: stations")
-    ap.add_argument("--ladder", default="25,50,100,150,200,300", help="realtime: Mb/s offered")
+    ap.add_argument("--ladder", default="25,100,200,300,400,500", help="realtime: Mb/s offered")
     ap.add_argument("--rt-priority", type=int, default=10)
     ap.add_argument("--tw-apps", default="dds,zenoh", help="transparent_wifi: middleware")
     ap.add_argument("--tw-modes", default="none,marking,transparent,api")
@@ -163,7 +163,8 @@ def main() -> int:
         "--sender-rt",
         type=int,
         default=5,
-        help="SCHED_FIFO priority of the ladder's UDP senders (0: ordinary)",
+        help="SCHED_FIFO priority of the UDP senders (0: ordinary): on a busy host the "
+        "load offered is then the load asked for",
     )
     args = ap.parse_args()
     args.ns = [int(x) for x in args.ns.split(",")]

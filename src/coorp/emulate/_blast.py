@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     window_start: float | None = None
     window_end = t0
     buf = bytearray(65536)
-    burst = max(a.pps * 0.02, 2.0)  # a late turn catches up at most 20 ms
+    burst = max(a.pps * 0.1, 2.0)  # a late turn catches up at most 100 ms
     while True:
         now = time.monotonic()
         if now >= end:
