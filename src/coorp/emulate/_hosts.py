@@ -26,6 +26,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import struct
 import subprocess
 import tempfile
@@ -141,7 +142,13 @@ def remove_stale(tag: str) -> list[str]:
     tmp = Path(tempfile.gettempdir())
     for p in tmp.glob(f"{tag}-*-*"):
         m = re.match(rf"^{re.escape(tag)}-(\d+)-", p.name)
-        if m and p.is_dir() and not _alive(int(m[1])):
+        try:
+            st = p.lstat()
+        except OSError:
+            continue
+        # Only our own folders: not a link, owned by this user (another user's file in
+        # the shared /tmp is left alone).
+        if m and stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not _alive(int(m[1])):
             shutil.rmtree(p, ignore_errors=True)
     return gone
 
