@@ -222,3 +222,34 @@ def test_bad_settings_get_clear_errors() -> None:
     f = sim.flow("x", "s1", "ap", AccessCategory.BE, bulk=False)
     with pytest.raises(UsageError, match=r"ip_bytes = 1501.*packet_bytes \(1500\)"):
         sim.send_packet(f, 1501)
+
+
+def test_traces_hold_every_frame_and_the_arrivals_to_replay(tmp_path: Any) -> None:
+    from coorp.emulate import read_arrivals, write_traces
+
+    air = Air(scenario(2, errors=True, dist=14.0), seed=2, record_arrivals=True, trace=True)
+    log = FrameLog()
+    air.log = log
+    arrivals = _arrivals_between(air, 3)
+    replay(air, arrivals, until_ns=arrivals[-1][0] + 100 * MS)
+    files = {p.name for p in write_traces(tmp_path, air, log, [(0, 5, 9)])}
+    assert {"arrivals.csv"} <= files
+    assert read_arrivals(tmp_path / "arrivals.csv") == arrivals
+    outcomes = list(log.cols["outcome"])
+    assert outcomes.count(Outcome.DELIVERED) == sum(air.counters.rx_frames)
+    assert outcomes.count(Outcome.LOST) == sum(air.counters.mac_lost)
+    mcap = pytest.importorskip("mcap.reader")
+    with (tmp_path / "frames.mcap").open("rb") as fh:
+        n = sum(1 for _ in mcap.make_reader(fh).iter_messages())
+    assert n == outcomes.count(Outcome.DELIVERED) + outcomes.count(Outcome.LOST)
+
+
+def _arrivals_between(air: Air, n: int) -> list[tuple[int, int, bytes]]:
+    """Packets between the AP and ``n - 1`` stations, both ways, every 0.5 ms."""
+    out = []
+    for k in range(300):
+        src = k % n
+        dst = 0 if src else 1 + (k // n) % (n - 1)
+        a, b = air.names[src], air.names[dst]
+        out.append((k * MS // 2, src, udp(addr(air, a), addr(air, b), size=800, seq=k)))
+    return out
