@@ -221,6 +221,35 @@ class Simulation:
         st.send_ls(packets)
         return msg
 
+    def send_packet(
+        self,
+        flow: FlowState,
+        ip_bytes: int,
+        on_delivered: Callable[[Message], None] | None = None,
+        on_lost: Callable[[Message], None] | None = None,
+        handle: int = -1,
+    ) -> Message:
+        """Hand one IP packet of ``ip_bytes`` to ``flow.src`` now, as it is (one MPDU,
+        no fragmentation): the priority queue of its category, then the NIC ring.
+
+        For packets from outside the model (``coorp.emulate``: real programs' packets).
+        The packet is a message of one fragment: ``on_delivered`` when its MPDU is
+        acknowledged, ``on_lost`` when the MAC drops it; ``handle`` becomes its
+        ``msg_id``. Unlike :meth:`send_message` it is not kept in ``messages`` (an
+        emulator sends millions) and the station's hooks do not hear of it as a
+        periodic LS send.
+        """
+        if not 0 < ip_bytes <= self.scenario.packet_bytes:
+            raise UsageError(
+                f"send_packet: ip_bytes = {ip_bytes}; allowed: 1 to the scenario's "
+                f"packet_bytes ({self.scenario.packet_bytes})"
+            )
+        msg = Message(handle, flow, ip_bytes, self.loop.now_ns, 1, on_delivered)
+        msg.on_lost = on_lost
+        flow.sent_packets += 1
+        flow.src.send_ls([Packet(self._next_pid(), flow, ip_bytes, message=msg)])
+        return msg
+
     def start_transfer(
         self,
         flow: FlowState,
@@ -316,8 +345,10 @@ class Simulation:
                 r = f.repair_ns
                 delay = r // 2 + f.repair_rng.randint(0, r)
                 self.call_at(now + delay, f.src.send_ls, [again])
-            else:
+            elif not msg.lost:
                 msg.lost = True
+                if msg.on_lost is not None:
+                    msg.on_lost(msg)
         elif p.bulk:
             p.src.requeue_bulk_bytes(p)
             p.src.refill()

@@ -67,7 +67,7 @@ class Message:
 
     __slots__ = (
         "created_ns", "delivered_ns", "first_depth", "flow", "lost", "msg_id", "on_delivered",
-        "remaining", "size_bytes",
+        "on_lost", "remaining", "size_bytes",
     )  # fmt: skip
 
     def __init__(
@@ -88,6 +88,9 @@ class Message:
         self.first_depth = -1
         self.lost = False
         self.on_delivered = on_delivered
+        #: Called once if the message is lost (a fragment dropped, no repair): an
+        #: emulator's packets (``Simulation.send_packet``) report their loss here.
+        self.on_lost: Callable[[Message], None] | None = None
 
 
 class Packet:
