@@ -10,19 +10,29 @@ segments, a 40 ms delayed-ACK timeout, RTO bounds of 200 ms .. 120 s with a 1 ms
 granularity, no SACK, a fixed receive window (``--rwnd``). Congestion control: ns-3's
 ``TcpLinuxReno`` against ``reno``, ``TcpCubic`` (HyStart on) against ``cubic``; both
 recover with proportional rate reduction. ns-3 runs without a queue disc (its WiFi MAC
-queue holds 500 packets, more than the window: nothing is dropped there), and with its
-neighbour caches filled (no ARP).
+queue holds 500 packets, more than the window: nothing is dropped there), with its
+neighbour caches filled (no ARP) and its Block Ack agreements set up by a few UDP
+datagrams each way half a second before (coorp has them from the start). ns-3 sends
+its segments without the timestamps option (1460 payload bytes in the same 1500-byte
+packets, 40-byte ACKs against coorp's 52): with it, ns-3 3.44 measures RTTs in whole
+milliseconds (a sub-millisecond RTT becomes 1 µs), which is not what Linux does.
+coorp's connections start when ns-3's sent their first segment (after the handshake).
 
 Two things are compared per case:
 
 * **Throughput**: delivered IP bytes per second over ``--duration`` seconds after
-  ``--warmup`` seconds of each connection (ns-3 counts TCP payload, scaled by 1500/1448).
-* **cwnd trace shape**: each side's congestion window (segments) from the connection's
-  first data segment, as a step function sampled every 0.1 ms over the first
-  ``--trace-ms`` milliseconds, capped at the receive window (what limits the sender:
-  ns-3's cwnd keeps growing while the receive window limits it, Linux's and coorp's
-  does not, ``tcp_is_cwnd_limited``). Metric: the mean of ``|coorp - ns3| / ns3`` over
-  the samples, and the time each reaches the receive window. ``--figure`` plots both.
+  ``--warmup`` seconds of the applications (ns-3 counts TCP payload, scaled by
+  1500/1460), the mean over ``--seeds`` seeds.
+* **cwnd trace shape**: each side's congestion window (segments) as a step function
+  sampled every 0.1 ms over the first ``--trace-ms`` milliseconds, capped at the receive
+  window (what limits the sender: ns-3's cwnd keeps growing while the receive window
+  limits it, Linux's and coorp's does not, ``tcp_is_cwnd_limited``). Two metrics, each
+  the mean of ``|coorp - ns3| / ns3`` over the samples: per connection from its first
+  segment (averaged over connections and seeds: with several senders it depends on the
+  order in which contention serves them), and of the *mean window per connection* from
+  the applications' start, averaged over the seeds first (the expected window, which
+  that order does not decide); and when that mean reaches the receive window.
+  ``--figure`` plots the mean windows.
 
 ``--json PATH`` writes exactly ``{"rows": [{"case", "coorp_mbps", "ns3_mbps"}]}``;
 ``--details PATH`` everything (traces, metrics, the command, the load). Without ns-3 the
@@ -238,6 +248,7 @@ def run_ns3(
     tch.Uninstall(ap_devs)
     tch.Uninstall(sta_devs)
     ns.NeighborCacheHelper().PopulateNeighborCache()
+    _warm_up_block_ack(ns, case.n, ap, stas, ap_if)
     port = 9
     any_addr = ns.InetSocketAddress(ns.Ipv4Address.GetAny(), port).ConvertTo()
     sinks = ns.PacketSinkHelper("ns3::TcpSocketFactory", any_addr).Install(ap.Get(0))
@@ -277,6 +288,28 @@ def run_ns3(
         "starts_ns": [t[0][0] if t else 0 for t in traces],
         "traces": traces,
     }
+
+
+def _warm_up_block_ack(ns: Any, n: int, ap: Any, stas: Any, ap_if: Any) -> None:
+    """A few UDP datagrams each way between the AP and every station half a second before
+    the connections open: ns-3 sets up each Block Ack agreement (ADDBA) with the first
+    data of a link, which coorp's channel has from the start."""
+    port = 10
+    any_addr = ns.InetSocketAddress(ns.Ipv4Address.GetAny(), port).ConvertTo()
+    servers = ns.PacketSinkHelper("ns3::UdpSocketFactory", any_addr)
+    sinks = servers.Install(ap.Get(0))
+    sinks.Add(servers.Install(stas))
+    sinks.Start(ns.Seconds(0.0))
+    for i in range(n):
+        sta = stas.Get(i)
+        sta_addr = sta.GetObject[ns.Ipv4]().GetAddress(1, 0).GetLocal()
+        for dst, src in ((ap_if.GetAddress(0), sta), (sta_addr, ap.Get(0))):
+            client = ns.UdpClientHelper(ns.InetSocketAddress(dst, port).ConvertTo())
+            client.SetAttribute("MaxPackets", ns.UintegerValue(16))
+            client.SetAttribute("Interval", ns.TimeValue(ns.MicroSeconds(50)))
+            client.SetAttribute("PacketSize", ns.UintegerValue(1000))
+            apps = client.Install(src)
+            apps.Start(ns.Seconds(NS3_APP_START_S - 0.5 + 0.01 * i))
 
 
 # -- comparing the traces ----------------------------------------------------------------------
@@ -335,30 +368,55 @@ def compare_traces(ours: dict[str, Any], theirs: dict[str, Any], rwnd_bytes: int
     }
 
 
+def mean_window(run: dict[str, Any], until_ns: int, cap: int) -> list[float]:
+    """The mean over connections of the capped window, from the applications' start."""
+    curves = [sample(t, until_ns, cap) for t in run["traces"]]
+    return [sum(col) / len(curves) for col in zip(*curves, strict=True)]
+
+
+def compare_seeds(runs: list[dict[str, Any]], rwnd_bytes: int, trace_ms: float) -> dict[str, Any]:
+    """Over the seeds: the per-connection difference (mean of each seed's), and the
+    difference of the mean window curves (the expected window per connection, from the
+    applications' start: what contention order does not decide)."""
+    cap = max(rwnd_bytes // MSS, 1)
+    until = round(trace_ms * 1e6)
+    per = [r["cwnd"]["mean_rel_diff"] for r in runs if r["cwnd"]["mean_rel_diff"] is not None]
+    a = [mean_window(r["coorp"], until, cap) for r in runs]
+    b = [mean_window(r["ns3"], until, cap) for r in runs]
+    ma = [sum(col) / len(a) for col in zip(*a, strict=True)]
+    mb = [sum(col) / len(b) for col in zip(*b, strict=True)]
+    d = [abs(x - y) / y for x, y in zip(ma, mb, strict=True) if y > 0]
+    return {
+        "cap_segments": cap,
+        "mean_rel_diff": sum(per) / len(per) if per else None,
+        "mean_window_rel_diff": sum(d) / len(d) if d else None,
+        "coorp_mean_window": ma,
+        "ns3_mean_window": mb,
+        "coorp_reach_ms": reach_ms([round(x) for x in ma], cap),
+        "ns3_reach_ms": reach_ms([round(x) for x in mb], cap),
+    }
+
+
 def figure(path: Path, results: list[dict[str, Any]], trace_ms: float) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cases = [r for r in results if r["ns3"] is not None]
+    cases = [r for r in results if r["cwnd"] is not None]
     if not cases:
         return
     fig, axes = plt.subplots(1, len(cases), figsize=(3.2 * len(cases), 3.0), squeeze=False)
-    until = round(trace_ms * 1e6)
     for ax, r in zip(axes[0], cases, strict=True):
-        cap = r["cwnd"]["cap_segments"]
-        xs = [k * SAMPLE_NS / 1e6 for k in range(until // SAMPLE_NS + 1)]
-        for side, color, label in (("ns3", "0.5", "ns-3"), ("coorp", "C0", "coorp")):
-            tr = r[side]["traces"][0]
-            t0 = r[side]["starts_ns"][0]
-            ax.plot(xs, sample([(t - t0, w) for t, w in tr], until, 10**9), color=color,
-                    label=label)  # fmt: skip
-        ax.axhline(cap, color="k", lw=0.6, ls=":")
-        ax.set_ylim(0, cap * 2.2)
-        ax.set_title(r["case"], fontsize=9)
-        ax.set_xlabel("ms since first segment")
-    axes[0][0].set_ylabel("cwnd, segments (first connection)")
+        c = r["cwnd"]
+        xs = [k * SAMPLE_NS / 1e6 for k in range(len(c["ns3_mean_window"]))]
+        ax.plot(xs, c["ns3_mean_window"], color="0.5", label="ns-3")
+        ax.plot(xs, c["coorp_mean_window"], color="C0", label="coorp")
+        ax.axhline(c["cap_segments"], color="k", lw=0.6, ls=":")
+        ax.set_ylim(0, c["cap_segments"] * 1.15)
+        ax.set_title(f"{r['case']} ({len(r['runs'])} seeds)", fontsize=9)
+        ax.set_xlabel("ms since the applications start")
+    axes[0][0].set_ylabel("window per connection, segments")
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -375,7 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=float, default=1.0, help="seconds before the measurement")
     ap.add_argument("--duration", type=float, default=4.0, help="measured seconds")
     ap.add_argument("--trace-ms", type=float, default=40.0, help="trace comparison span, ms")
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=1, help="the first seed")
+    ap.add_argument("--seeds", type=int, default=1, help="seeds per case (means over them)")
     ap.add_argument(
         "--hystart", choices=("on", "off"), default="off",
         help="CUBIC's HyStart on both sides (off by default: see the module docstring)",
@@ -393,8 +452,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         console.print(f"error: {escape(str(exc))}")
         return 2
-    if args.warmup <= 0 or args.duration <= 0 or args.trace_ms <= 0:
-        console.print("error: --warmup, --duration and --trace-ms must be > 0")
+    if args.warmup <= 0 or args.duration <= 0 or args.trace_ms <= 0 or args.seeds < 1:
+        console.print("error: --warmup, --duration, --trace-ms and --seeds must be > 0")
         return 2
     load_before = os.getloadavg()
     ns, import_s, why = (None, 0.0, "--no-ns3") if args.no_ns3 else import_ns3()
@@ -402,48 +461,56 @@ def main(argv: list[str] | None = None) -> int:
         console.print(escape(INSTALL_HINT), style="yellow")
         console.print(escape(f"({why})"), style="dim")
     results: list[dict[str, Any]] = []
+    seeds = list(range(args.seed, args.seed + args.seeds))
     for case in cases:
-        theirs = None
-        if ns is not None:
-            theirs = run_ns3(ns, case, NS3_APP_START_S + args.warmup, args.duration,
-                             args.seed, args.hystart == "on")  # fmt: skip
-        starts = theirs["starts_ns"] if theirs is not None else None
-        ours = run_coorp(case, args.warmup, args.duration, args.seed, starts, args.hystart)
-        cwnd = (
-            compare_traces(ours, theirs, case.rwnd_bytes, args.trace_ms)
-            if theirs is not None
-            else None
-        )
-        results.append({"case": case.name, "cc": case.cc, "n": case.n,
-                        "rwnd_bytes": case.rwnd_bytes, "coorp": ours, "ns3": theirs,
-                        "cwnd": cwnd})  # fmt: skip
+        runs = []
+        for seed in seeds:
+            theirs = None
+            if ns is not None:
+                theirs = run_ns3(ns, case, NS3_APP_START_S + args.warmup, args.duration,
+                                 seed, args.hystart == "on")  # fmt: skip
+            starts = theirs["starts_ns"] if theirs is not None else None
+            ours = run_coorp(case, args.warmup, args.duration, seed, starts, args.hystart)
+            cwnd = (
+                compare_traces(ours, theirs, case.rwnd_bytes, args.trace_ms)
+                if theirs is not None
+                else None
+            )
+            runs.append({"seed": seed, "coorp": ours, "ns3": theirs, "cwnd": cwnd})
+        ns3_mbps = [r["ns3"]["mbps"] for r in runs if r["ns3"] is not None]
+        results.append({
+            "case": case.name, "cc": case.cc, "n": case.n, "rwnd_bytes": case.rwnd_bytes,
+            "coorp_mbps": sum(r["coorp"]["mbps"] for r in runs) / len(runs),
+            "ns3_mbps": sum(ns3_mbps) / len(ns3_mbps) if ns3_mbps else None,
+            "coorp_wall_s": sum(r["coorp"]["wall_s"] for r in runs),
+            "ns3_wall_s": sum(r["ns3"]["wall_s"] for r in runs) if ns3_mbps else None,
+            "cwnd": compare_seeds(runs, case.rwnd_bytes, args.trace_ms) if ns3_mbps else None,
+            "runs": runs,
+        })  # fmt: skip
         console.print(f"[dim]done: {case.name}[/dim]")
     table = Table(
         title=f"TCP over 802.11ac (80 MHz 2x2 MCS 7), {args.duration:g} s after {args.warmup:g} s"
     )
-    for col in ("case", "coorp Mb/s", "ns-3 Mb/s", "coorp / ns-3", "cwnd diff (mean)",
-                "sum diff",
-                "reach rwnd ms coorp / ns-3", "coorp wall s", "ns-3 wall s"):  # fmt: skip
+    for col in ("case", "coorp Mb/s", "ns-3 Mb/s", "coorp / ns-3", "cwnd diff per conn.",
+                "mean window diff", "reach rwnd ms coorp / ns-3", "coorp wall s",
+                "ns-3 wall s"):  # fmt: skip
         table.add_column(col, justify="left" if col == "case" else "right")
+
+    def pct(x: float | None, sign: str = "") -> str:
+        return "-" if x is None else f"{100 * x:{sign}.1f}%"
+
     for r in results:
-        t = r["ns3"]
         c = r["cwnd"]
-        reach = "-"
-        if c is not None:
-            first = c["connections"][0]
-            reach = f"{first['coorp_reach_ms']} / {first['ns3_reach_ms']}"
         table.add_row(
             r["case"],
-            f"{r['coorp']['mbps']:.1f}",
-            "-" if t is None else f"{t['mbps']:.1f}",
-            "-" if t is None else f"{100 * (r['coorp']['mbps'] / t['mbps'] - 1):+.1f}%",
-            "-" if c is None or c["mean_rel_diff"] is None else f"{100 * c['mean_rel_diff']:.1f}%",
-            "-"
-            if c is None or c["aggregate_mean_rel_diff"] is None
-            else f"{100 * c['aggregate_mean_rel_diff']:.1f}%",
-            reach,
-            f"{r['coorp']['wall_s']:.2f}",
-            "-" if t is None else f"{t['wall_s']:.1f}",
+            f"{r['coorp_mbps']:.1f}",
+            "-" if r["ns3_mbps"] is None else f"{r['ns3_mbps']:.1f}",
+            "-" if r["ns3_mbps"] is None else pct(r["coorp_mbps"] / r["ns3_mbps"] - 1, "+"),
+            "-" if c is None else pct(c["mean_rel_diff"]),
+            "-" if c is None else pct(c["mean_window_rel_diff"]),
+            "-" if c is None else f"{c['coorp_reach_ms']} / {c['ns3_reach_ms']}",
+            f"{r['coorp_wall_s']:.2f}",
+            "-" if r["ns3_wall_s"] is None else f"{r['ns3_wall_s']:.1f}",
         )
     console.print(table)
     load_after = os.getloadavg()
@@ -451,10 +518,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         rows = [
-            {"case": r["case"], "coorp_mbps": r["coorp"]["mbps"],
-             "ns3_mbps": None if r["ns3"] is None else r["ns3"]["mbps"]}
+            {"case": r["case"], "coorp_mbps": r["coorp_mbps"], "ns3_mbps": r["ns3_mbps"]}
             for r in results
-        ]  # fmt: skip
+        ]
         args.json.write_text(json.dumps({"rows": rows}, indent=2))
         console.print(f"wrote {args.json}")
     if args.details:
@@ -468,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
             "warmup_s": args.warmup,
             "duration_s": args.duration,
             "trace_ms": args.trace_ms,
-            "seed": args.seed,
+            "seeds": seeds,
             "results": results,
         }
         args.details.write_text(json.dumps(doc))

@@ -27,8 +27,10 @@ def test_the_json_has_exactly_the_rows_schema(tmp_path: Path) -> None:
     assert all(r["coorp_mbps"] > 100 and r["ns3_mbps"] is None for r in doc["rows"])
     full = json.loads(details.read_text())["results"]
     assert full[1]["rwnd_bytes"] == 64 * 1024 and full[1]["n"] == 2
+    assert [r["coorp_mbps"] for r in full] == [r["coorp_mbps"] for r in doc["rows"]]
     # Each connection's window trace starts with the initial window at its start.
-    assert all(t[0][1] == 10 for r in full for t in r["coorp"]["traces"])
+    runs = [run for r in full for run in r["runs"]]
+    assert len(runs) == 2 and all(t[0] == [0, 10] for run in runs for t in run["coorp"]["traces"])
 
 
 def test_bad_cases_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
@@ -48,6 +50,10 @@ def test_trace_comparison() -> None:
     c = xc.compare_traces(ours, later, 64 * 1024, 2.0)
     assert c["mean_rel_diff"] == 0 and c["aggregate_mean_rel_diff"] > 0
     assert c["connections"][0]["coorp_reach_ms"] is None and c["cap_segments"] == cap
+    # Over seeds: the mean window per connection, from the applications' start.
+    runs = [{"coorp": ours, "ns3": later, "cwnd": c}] * 2
+    m = xc.compare_seeds(runs, 64 * 1024, 2.0)
+    assert m["mean_rel_diff"] == 0 and m["mean_window_rel_diff"] == c["aggregate_mean_rel_diff"]
     # Windows beyond the receive window count as the receive window.
     big = {"traces": [[(0, 10), (500_000, 400)]], "starts_ns": [0]}
     capped = {"traces": [[(0, 10), (500_000, cap)]], "starts_ns": [0]}
