@@ -5,6 +5,7 @@ that the model changes nothing when it is off."""
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -56,7 +57,7 @@ def test_slow_start_doubles_the_window_every_round_trip() -> None:
     # One ACK per two segments, each adding the segments it acknowledges (Linux's
     # tcp_slow_start): 10 -> 20 -> 40 -> 80 -> 160, a round trip apart.
     assert [w for _, w, _ in trace[:4]] == [20, 40, 80, 160]
-    gaps = [b[0] - a[0] for a, b in zip(trace[:4], trace[1:4], strict=False)]
+    gaps = [b[0] - a[0] for a, b in pairwise(trace[:4])]
     assert all(g > 0 for g in gaps)
     # Still in slow start: the window is the initial one plus every acknowledged segment.
     assert conn.ssthresh > conn.cwnd
