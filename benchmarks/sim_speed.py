@@ -35,6 +35,12 @@ each run processed and the CPU time per event relative to EDCA's.
 
 ``oracle`` is a reference bound that cannot be deployed (it reads the future); it is
 labelled so.
+
+``--tcp none,cubic`` runs each scenario once per TCP sender model (``[tcp] sender``,
+docs/simulator.md) in every round, and gives each run's CPU time against the same
+policy's without the model (``tcp = none``) in the same round: what the model costs.
+
+    python benchmarks/sim_speed.py --policies edca,coorp --scenarios crl-5 --tcp none,cubic
 """
 
 from __future__ import annotations
@@ -83,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
         "--scenarios", default="crl-5,crl-10", help="with --policies: scenarios (names/paths)"
     )
     ap.add_argument("--repeat", type=int, default=3, help="with --policies: rounds")
+    ap.add_argument(
+        "--tcp", help="with --policies: TCP sender models to run each scenario with, e.g. "
+        "none,cubic ([tcp] sender; the scenario's own if unset)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     console = Console()
     if not console.is_terminal:
@@ -197,7 +207,7 @@ def policies_main(args: argparse.Namespace, console: Console) -> int:
     """``--policies``: the CRL workload per policy, wall time relative to EDCA's."""
     from coorp import CoorpError
     from coorp.policies import get_policy, policy_label
-    from coorp.scenario import load_scenario, resolve_scenario
+    from coorp.scenario import apply_overrides, load_scenario, resolve_scenario
     from coorp.workload import run_crl
 
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
@@ -217,6 +227,13 @@ def policies_main(args: argparse.Namespace, console: Console) -> int:
             for name in args.scenarios.split(",")
             if name
         ]
+        senders = [t.strip() for t in (args.tcp or "").split(",") if t.strip()]
+        if senders:
+            scenarios = [
+                (f"{name} tcp={t}", apply_overrides(sc, [("tcp.sender", t)], source=name))
+                for name, sc in scenarios
+                for t in senders
+            ]
     except CoorpError as exc:
         console.print(escape(f"error: {exc}"), style="red")
         return 2
@@ -301,6 +318,21 @@ def policies_main(args: argparse.Namespace, console: Console) -> int:
                 f"{cpu_per_event * 1e6:.2f}", f"{per_event_ratio:.2f}x",
             )  # fmt: skip
     console.print(table)
+    # The model's cost: each run against the same policy without it, round by round.
+    for r in rows:
+        base_name = r["scenario"].rsplit(" tcp=", 1)[0] + " tcp=none"
+        if " tcp=" in r["scenario"] and base_name in cpu and base_name != r["scenario"]:
+            base = cpu[base_name][r["policy"]]
+            r["cpu_vs_no_tcp"] = statistics.median(
+                c / b for c, b in zip(r["cpu_s"], base, strict=True)
+            )
+            r["wall_vs_no_tcp"] = statistics.median(
+                w / b for w, b in zip(r["wall_s"], times[base_name][r["policy"]], strict=True)
+            )
+            console.print(
+                f"{r['scenario']}, {r['policy']}: CPU {r['cpu_vs_no_tcp']:.2f}x, wall "
+                f"{r['wall_vs_no_tcp']:.2f}x the same policy without the TCP model"
+            )
     console.print(
         f"load average (1/5/15 min) before {' '.join(f'{x:.2f}' for x in load_before)}, "
         f"after {' '.join(f'{x:.2f}' for x in load_after)}; {os.cpu_count()} CPUs"

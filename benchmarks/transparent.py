@@ -18,10 +18,17 @@ WiFi channel (an upload and a download take turns on it). Every robot runs, for
 * with ``--cpu-hog N``, N busy processes on every host (robots' CPUs are busy with
   perception, MPC and training).
 
+With ``--medium wifi`` the leader and robots are stations of an emulated 802.11 channel
+instead (``coorp.emulate``: ``--scenario``, crl-5 by default, its NICs' rings per
+``--ring``): the programs contend for the air, their DSCP picks the access category.
+(``wire`` is the old name of ``split``.)
+
 Modes, interleaved per repetition (the same programs; every contender timed over the
 same window):
 
 * ``none``: no Coorp at all — what a team gets today;
+* ``marking``: transparent agents with the LS selectors only: LS marked (EF), no bulk
+  interception, no permits;
 * ``transparent``: ``coorp leader`` and ``coorp agent --transparent`` on every host,
   the team file selecting the middleware's LS traffic (preset ``dds``/``zenoh``), the
   uploads' port as client-side bulk and the download port as server-side bulk (the
@@ -89,7 +96,7 @@ def _env(net: Network) -> dict[str, str]:
     # discovery goes to every host's address instead.
     general = '<General><Interfaces><NetworkInterface name="eth0"/></Interfaces>'
     discovery = ""
-    if net.medium == "shared":
+    if getattr(net, "medium", None) == "shared":
         general += "<AllowMulticast>false</AllowMulticast>"
         peers = "".join(f'<Peer address="{net.addr(h)}"/>' for h in net.hosts)
         discovery = f"<Discovery><Peers>{peers}</Peers><ParticipantIndex>auto</ParticipantIndex>"
@@ -98,23 +105,23 @@ def _env(net: Network) -> dict[str, str]:
     return {**os.environ, "CYCLONEDDS_URI": uri, "PYTHONUNBUFFERED": "1"}
 
 
-def team_file(d: Path, net: Network, app: str, timeslice_ms: float) -> Path:
+def team_file(d: Path, net: Network, app: str, timeslice_ms: float, *, bulk: bool = True) -> Path:
     """The team file: Coorp on ports 7300/7301 (DDS domain 0 owns 7400-7649), LS by the
     middleware's preset, bulk = TCP to the upload port (client side: the robots'
     uploads) and connections accepted on the download port (server side: the leader's
-    replies)."""
+    replies); none with ``bulk=False`` (marking only)."""
     robots = ["leader", *net.hosts[1:]]
     hosts = ", ".join(f'{"leader" if h == "ld" else h} = "{net.addr(h)}"' for h in net.hosts)
     ls = '{ preset = "zenoh" }' if app == "zenoh" else '{ preset = "dds", domain_id = 0 }'
     ld = net.addr("ld")
-    path = d / f"team-{app}.toml"
+    path = d / f"team-{app}{'' if bulk else '-marking'}.toml"
+    bulk_line = f"bulk = [{{ ports = {BULK_PORT} }}, {{ listen = {DOWN_PORT} }}]\n" if bulk else ""
     path.write_text(
         f'[team]\nname = "tbench"\nkey_file = "team.key"\nrobots = {json.dumps(robots)}\n'
         f"hosts = {{ {hosts} }}\n"
         f'[leader]\nlisten = "{ld}:7300"\ntimeslice_ms = {timeslice_ms}\n'
         f'[agent]\nleader = "{ld}:7300"\nlisten = "0.0.0.0:7301"\n'
-        f"[transparent]\nls = [{ls}]\n"
-        f"bulk = [{{ ports = {BULK_PORT} }}, {{ listen = {DOWN_PORT} }}]\n"
+        f"[transparent]\nls = [{ls}]\n{bulk_line}"
     )
     write_team_keys(load_team_config(path), path, force=True)
     return path
@@ -172,6 +179,7 @@ def measure(
     mode: str,
     direction: str = "up",
     streams: int = 1,
+    medium: str = "split",
     ls: bool = True,
     bulk_port: int = BULK_PORT,
 ) -> dict[str, Any]:
@@ -181,12 +189,12 @@ def measure(
     load0 = os.getloadavg()[0]
     drops0 = _qdisc_drops(net)
     try:
-        team = team_file(d, net, app, args.timeslice_ms)
+        team = team_file(d, net, app, args.timeslice_ms, bulk=mode != "marking")
         for host in net.hosts:  # busy processes on every host, started first
             for i in range(args.cpu_hog):
                 run.start(host, ["sh", "-c", "while :; do :; done"], f"hog-{host}-{i}")
         if mode != "none":
-            start_coorp(run, team, robots, transparent=mode == "transparent")
+            start_coorp(run, team, robots, transparent=mode in ("transparent", "marking"))
         lead = args.warmup + 3.0
         start_at = time.monotonic_ns() + int(lead * 1e9)
         end_at = start_at + int(args.duration * 1e9)
@@ -195,7 +203,7 @@ def measure(
             "--start-at", str(start_at), "--duration", str(args.duration),
             "--warmup", str(args.warmup), "--seed", str(args.seed),
         ]  # fmt: skip
-        cell = {"direction": direction, "streams": streams, "medium": net.medium,
+        cell = {"direction": direction, "streams": streams, "medium": medium,
                 "cpu_hog": args.cpu_hog}  # fmt: skip
         if mode == "api":
             row = _measure_api(run, net, team, window, timeout, direction, streams)
@@ -260,9 +268,12 @@ def measure(
 def _qdisc_drops(net: Network) -> dict[str, int]:
     """Packets each bottleneck queue dropped so far (``tc -s``): where a late or lost
     LS datagram may have gone."""
+    medium = getattr(net, "medium", None)
+    if medium not in MEDIA:
+        return {}  # the emulated channel: its own report (out["emulator"])
     where = (
         {"air": ("ap", "air0")}
-        if net.medium == "shared"
+        if medium == "shared"
         else {"uplink": ("sw", net.port("ld")), "downlink": ("ld", "eth0")}
     )
     out = {}
@@ -465,6 +476,28 @@ def _counts(text: str) -> list[int]:
     return out
 
 
+WIFI_SYSCTLS = [
+    "net.ipv4.ipfrag_time=1",
+    "net.ipv4.ipfrag_high_thresh=33554432",
+    "net.ipv4.ipfrag_low_thresh=25165824",
+]  # as the wired star's (teambench)
+
+
+def network(args: argparse.Namespace, medium: str) -> Any:
+    """The wired star (``split``), one shared queue (``shared``), or the emulated channel
+    of ``--scenario`` with ``--ring`` NICs (``wifi``)."""
+    if medium != "wifi":
+        return Network(args.robots, medium=medium)
+    from coorp.emulate import EmulatedStar
+    from coorp.scenario import apply_overrides, load_scenario, resolve_scenario
+
+    path = resolve_scenario(args.scenario)
+    ring = args.ring.replace("-", "_")
+    sc = apply_overrides(load_scenario(path), [("hw_queue.mode", ring)], source=str(path))
+    hosts = ["ld", *(f"r{i}" for i in range(1, args.robots + 1))]
+    return EmulatedStar(hosts, sc, tag="coorptb", seed=args.seed)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--robots", type=int, default=4)
@@ -478,8 +511,12 @@ def main() -> int:
                    type=lambda t: _list(t, DIRECTIONS, "--direction"))  # fmt: skip
     p.add_argument("--streams", default=[1], type=_counts, help="connections per robot and "
                    "way, e.g. 1,4 (cells)")  # fmt: skip
-    p.add_argument("--medium", default=["split"], help="split,shared (cells)",
-                   type=lambda t: _list(t, MEDIA, "--medium"))  # fmt: skip
+    p.add_argument("--medium", default=["split"], help="split,shared,wifi (cells; wire = split)",
+                   type=lambda t: _list(t.replace("wire", "split"), (*MEDIA, "wifi"),
+                                        "--medium"))  # fmt: skip
+    p.add_argument("--scenario", default="crl-5", help="--medium wifi: the channel")
+    p.add_argument("--ring", choices=("shared", "per-ac"), default="shared",
+                   help="--medium wifi: the NICs' ring model")  # fmt: skip
     p.add_argument("--cpu-hog", type=int, default=0, help="busy processes on every host")
     p.add_argument("--timeslice-ms", type=float, default=5000.0, help="the team's timeslice")
     p.add_argument("--seed", type=int, default=1)
@@ -495,34 +532,43 @@ def main() -> int:
         return 2
     apps = [a for a in args.apps.split(",") if a]
     modes = [m for m in args.modes.split(",") if m]
-    bad = sorted(set(apps) - {"dds", "zenoh"}) + sorted(set(modes) - {"none", "transparent", "api"})
+    allowed = {"none", "marking", "transparent", "api"}
+    bad = sorted(set(apps) - {"dds", "zenoh"}) + sorted(set(modes) - allowed)
     if bad:
-        p.error(f"unknown app or mode {bad}: apps dds, zenoh; modes none, transparent, api")
+        p.error(f"unknown app or mode {bad}: apps dds, zenoh; modes {', '.join(sorted(allowed))}")
     t0 = time.monotonic()
     rows: list[dict[str, Any]] = []
     extras: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory(prefix="coorp-transparent-") as tmp:
         d = args.logs or Path(tmp)
         d.mkdir(parents=True, exist_ok=True)
+        emulator = None
         for m, medium in enumerate(args.medium):
-            with Network(args.robots, medium=medium) as net:
-                net.create(rate_mbit=args.rate_mbit, queue_ms=100.0)
+            with network(args, medium) as net:
+                if medium == "wifi":
+                    net.create(sysctls=WIFI_SYSCTLS)
+                else:
+                    net.create(rate_mbit=args.rate_mbit, queue_ms=100.0)
                 for rep in range(args.repetitions):
                     for direction in args.direction:
                         for streams in args.streams:
                             todo = [(a, md) for a in apps for md in modes if md != "api"]
                             todo += [("coorp", "api")] if "api" in modes else []
                             for app, mode in todo:
-                                row = measure(net, d, args, app=app, mode=mode,
+                                row = measure(net, d, args, app=app, mode=mode, medium=medium,
                                               direction=direction, streams=streams)  # fmt: skip
                                 row["repetition"] = rep
                                 rows.append(row)
                                 print(_line(rep, row), flush=True)
                     if args.no_extras or m > 0:
                         continue
-                    extras.append(_extras(net, d, args))
+                    extras.append(_extras(net, d, args, medium))
                     print(f"rep {rep} no LS: {extras[-1]}", flush=True)
+                if medium == "wifi":
+                    emulator = net.stop().data
     out = summarize(rows, extras)
+    if emulator is not None:  # how well the emulated channel kept real time
+        out["emulator"] = {k: emulator[k] for k in ("verdict", "frame_lag", "load_start")}
     print(json.dumps({k: v for k, v in out.items() if k not in ("runs", "extras")}, indent=2))
     if args.json is not None:
         write_json(args.json, out)
@@ -538,10 +584,10 @@ def main() -> int:
     return 0
 
 
-def _extras(net: Network, d: Path, args: argparse.Namespace) -> dict[str, float]:
+def _extras(net: Network, d: Path, args: argparse.Namespace, medium: str) -> dict[str, float]:
     """Without LS: the relay's cost to an upload, and a flow no selector names."""
     runs = {
-        (port, mode): measure(net, d, args, app="dds", mode=mode, ls=False,
+        (port, mode): measure(net, d, args, app="dds", mode=mode, ls=False, medium=medium,
                               bulk_port=port)["bulk_mbps"]
         for port in (BULK_PORT, OTHER_PORT) for mode in ("none", "transparent")
     }  # fmt: skip

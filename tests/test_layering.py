@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("bench",),
     ("sweep",),
     ("report",),
-    ("cosim", "learn", "teambench", "analysis", "testing"),
+    ("cosim", "emulate", "learn", "teambench", "analysis", "testing"),
     ("workload",),
     ("policies",),
     ("sim", "runtime", "flow"),

@@ -273,8 +273,8 @@ def ensure_out_dir(path: Path, flag: str = "--out") -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        why = _explain(exc, _nearest_existing(path))
-        raise UsageError(f"{flag} {path}: cannot create the directory ({why})") from None
+        reason = _explain(exc, _nearest_existing(path))
+        raise UsageError(f"{flag} {path}: cannot create the directory ({reason})") from None
     why = _why_not_writable(path)
     if why is not None:
         raise UsageError(f"{flag} {path}: cannot write there ({why})")

@@ -106,7 +106,7 @@ def _group_rows(result: SimResult) -> list[tuple[str, ...]]:
         groups.setdefault((f.kind, f.category), []).append(f)
     msg_flow = result.messages["flow"]
     latency = result.messages["latency_ns"]
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for (kind, ac), members in groups.items():
         names = [f.name for f in members]
         lat = latency[np.isin(msg_flow, names) & (latency >= 0)] / NS_PER_MS

@@ -29,6 +29,7 @@ from ._models import (
     StationConfig,
 )
 from ._overrides import OverrideError, apply_overrides, canonical_key, override_label
+from ._tcp import TcpConfig, TcpSender
 from ._timing import LinkChange, LsFlowConfig
 from ._workload import (
     CoorpOptions,
@@ -79,6 +80,8 @@ __all__ = [
     "SchedWifiOptions",
     "StationConfig",
     "SyncMode",
+    "TcpConfig",
+    "TcpSender",
     "WorkloadConfig",
     "apply_overrides",
     "builtin_scenarios",

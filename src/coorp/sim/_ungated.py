@@ -109,7 +109,12 @@ def _next_free_run(st: Station, room: int) -> Packet:
     size = st.packet_bytes
     k = min(room, st.bulk_burst - st._free_burst_used)
     remaining = transfer.remaining_bytes
-    if remaining is not None:
+    tcp = transfer.tcp
+    if tcp is not None and remaining is not None:
+        k, size = tcp.head_run(k)
+        remaining -= k * size
+        transfer.remaining_bytes = remaining
+    elif remaining is not None:
         full = remaining // size
         if full == 0:
             size = remaining
@@ -128,4 +133,7 @@ def _next_free_run(st: Station, room: int) -> Packet:
         st._free_burst_used = 0
         st._gated_turns = len(st.transfers)
     transfer.flow.sent_packets += k
-    return Packet(st._alloc_pids(k), transfer.flow, size, transfer=transfer, count=k)
+    pkt = Packet(st._alloc_pids(k), transfer.flow, size, transfer=transfer, count=k)
+    if tcp is not None:
+        tcp.dequeued(pkt)
+    return pkt

@@ -86,6 +86,10 @@ class SimResult:
     messages: dict[str, np.ndarray]
     ls_hw_depths: dict[str, np.ndarray]
     trace: list[tuple[object, ...]] | None = field(default=None, repr=False)
+    #: Per bulk flow with a TCP connection (``[tcp] sender``): its counters
+    #: (``TcpConnection.stats``) and, with ``trace=True``, ``cwnd_trace``: (time ns,
+    #: cwnd, ssthresh) at every change. Empty without the TCP model.
+    tcp: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
 
     @property
     def sim_s_per_wall_s(self) -> float:
@@ -151,6 +155,7 @@ class SimResult:
             wall_s=sim.wall_s, events_processed=sim.loop.events_processed, flows=flows,
             stations=stations, channel=sim.channel.stats_at(duration_ns), messages=messages,
             ls_hw_depths=depths, trace=sim.channel.stats.trace,
+            tcp={name: _tcp_stats(c) for name, c in sim.tcp.items()},
         )  # fmt: skip
 
     @property
@@ -179,7 +184,12 @@ class SimResult:
             },
             "flows": {n: _asdict(f) for n, f in self.flows.items()},
             "stations": {n: _asdict(s) for n, s in self.stations.items()},
-        }
+            **(
+                {"tcp": {n: {k: v for k, v in t.items() if k != "cwnd_trace"}
+                         for n, t in self.tcp.items()}}
+                if self.tcp else {}
+            ),
+        }  # fmt: skip
 
     def tables(self) -> dict[str, dict[str, Any]]:
         flows = list(self.flows.values())
@@ -189,6 +199,13 @@ class SimResult:
             "flows": {k: [getattr(f, k) for f in flows] for k in FlowStats.__slots__},
             "stations": {k: [getattr(s, k) for s in stations] for k in StationStats.__slots__},
         }
+
+
+def _tcp_stats(conn: Any) -> dict[str, Any]:
+    out: dict[str, Any] = dict(conn.stats())
+    if conn.trace is not None:
+        out["cwnd_trace"] = list(conn.trace)
+    return out
 
 
 def _asdict(obj: Any) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from coorp.sim.timing import EdcaParams, aifs_ns
 
 if TYPE_CHECKING:
     from coorp.sim.mac import Channel
+    from coorp.sim.tcp import TcpConnection
 
 __all__ = ["BulkTransfer", "Edcaf", "Station"]
 
@@ -109,10 +110,14 @@ class BulkTransfer:
 
     ``gated = False``: traffic the station's policy does not coordinate (a flow outside
     the team): it never asks the driver hooks and is never held by their pauses.
+
+    Under the TCP model (``coorp.sim.tcp``) the station sees one transfer per connection,
+    with ``tcp`` set: its ``remaining_bytes`` are the segments the sender's window let
+    into the kernel queue, which the connection hands out in sequence runs.
     """
 
     __slots__ = ("delivered_bytes", "flow", "gated", "on_complete", "remaining_bytes",
-                 "total_bytes")  # fmt: skip
+                 "tcp", "total_bytes")  # fmt: skip
 
     def __init__(
         self,
@@ -127,6 +132,7 @@ class BulkTransfer:
         self.delivered_bytes = 0
         self.on_complete = on_complete
         self.gated = gated
+        self.tcp: TcpConnection | None = None
 
 
 @mypyc_attr(native_class=False)  # a deque subclass stays a Python class when compiled
@@ -148,6 +154,7 @@ def _mergeable(tail: Packet, run: Packet) -> bool:
         and tail.ip_bytes == run.ip_bytes
         and tail.transfer is run.transfer
         and tail.retries == run.retries
+        and tail.seq_base == run.seq_base
         and tail.message is None
         and run.message is None
         and not tail.sealed
@@ -451,7 +458,10 @@ class Station:
     def _bulk_run_length(self, room: int) -> int:
         """How many packets ``_next_bulk_run(room)`` would take (no side effect)."""
         k = min(room, self.bulk_burst - self._burst_used)
-        remaining = self.transfers[0].remaining_bytes
+        head = self.transfers[0]
+        if head.tcp is not None:
+            return head.tcp.head_run(k)[0]
+        remaining = head.remaining_bytes
         if remaining is not None:
             full = remaining // self.packet_bytes
             if full == 0:
@@ -472,7 +482,13 @@ class Station:
         size = self.packet_bytes
         k = min(room, self.bulk_burst - self._burst_used)
         remaining = transfer.remaining_bytes
-        if remaining is not None:
+        tcp = transfer.tcp
+        if tcp is not None and remaining is not None:
+            # The connection's kernel queue: one run of segments of one size at a time.
+            k, size = tcp.head_run(k)
+            remaining -= k * size
+            transfer.remaining_bytes = remaining
+        elif remaining is not None:
             full = remaining // size
             if full == 0:  # the transfer's last packet, shorter than the MTU
                 size = remaining
@@ -490,7 +506,10 @@ class Station:
             self._burst_used = 0
         transfer.flow.sent_packets += k
         self._bulk_ac = transfer.flow.ac
-        return Packet(self._alloc_pids(k), transfer.flow, size, transfer=transfer, count=k)
+        pkt = Packet(self._alloc_pids(k), transfer.flow, size, transfer=transfer, count=k)
+        if tcp is not None:
+            tcp.dequeued(pkt)
+        return pkt
 
     def next_bulk_packet(self) -> Packet | None:
         """The bulk packet the driver would hand to the NIC next (not allocated, no side
@@ -501,7 +520,9 @@ class Station:
         transfer = transfers[0]
         size = self.packet_bytes
         remaining = transfer.remaining_bytes
-        if remaining is not None and remaining < size:
+        if transfer.tcp is not None:
+            size = transfer.tcp.head_run(1)[1]
+        elif remaining is not None and remaining < size:
             size = remaining
         return Packet(-1, transfer.flow, size, transfer=transfer)
 
