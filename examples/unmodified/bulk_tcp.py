@@ -217,6 +217,7 @@ def _send_one(args: argparse.Namespace) -> dict[str, Any]:
     host, port = args.to.rsplit(":", 1)
     h = hashlib.sha256()
     total = 0
+    error: str | None = None
     t0 = time.monotonic_ns()
     if args.http:
         conn = http.client.HTTPConnection(host, int(port), timeout=60)
@@ -235,21 +236,25 @@ def _send_one(args: argparse.Namespace) -> dict[str, Any]:
         conn.close()
     else:
         sock = socket.create_connection((host, int(port)), timeout=60)
-        for piece in _chunks(args):
-            sock.sendall(piece)
-            h.update(piece)
-            total += len(piece)
-        sock.shutdown(socket.SHUT_WR)  # half-close: the sink answers, then closes
         data = b""
-        while not data.endswith(b"\n"):
-            more = sock.recv(4096)
-            if not more:
-                break
-            data += more
+        try:
+            for piece in _chunks(args):
+                sock.sendall(piece)
+                h.update(piece)
+                total += len(piece)
+            sock.shutdown(socket.SHUT_WR)  # half-close: the sink answers, then closes
+            while not data.endswith(b"\n"):
+                more = sock.recv(4096)
+                if not more:
+                    break
+                data += more
+        except OSError as exc:  # a reset: reported, the transfer did not complete
+            error = f"{type(exc).__name__}: {exc}"
         sock.close()
         reply = json.loads(data) if data else {}
     elapsed = (time.monotonic_ns() - t0) / 1e9
-    return {
+    out = {} if error is None else {"error": error}
+    return out | {
         "role": "send",
         "bytes": total,
         "sha256": h.hexdigest(),
