@@ -105,7 +105,15 @@ def _env(net: Network) -> dict[str, str]:
     return {**os.environ, "CYCLONEDDS_URI": uri, "PYTHONUNBUFFERED": "1"}
 
 
-def team_file(d: Path, net: Network, app: str, timeslice_ms: float, *, bulk: bool = True) -> Path:
+def team_file(
+    d: Path,
+    net: Network,
+    app: str,
+    timeslice_ms: float,
+    *,
+    bulk: bool = True,
+    scheduling: str = "nice:-10",
+) -> Path:
     """The team file: Coorp on ports 7300/7301 (DDS domain 0 owns 7400-7649), LS by the
     middleware's preset, bulk = TCP to the upload port (client side: the robots'
     uploads) and connections accepted on the download port (server side: the leader's
@@ -121,6 +129,7 @@ def team_file(d: Path, net: Network, app: str, timeslice_ms: float, *, bulk: boo
         f"hosts = {{ {hosts} }}\n"
         f'[leader]\nlisten = "{ld}:7300"\ntimeslice_ms = {timeslice_ms}\n'
         f'[agent]\nleader = "{ld}:7300"\nlisten = "0.0.0.0:7301"\n'
+        f'scheduling = "{scheduling}"\n'
         f"[transparent]\nls = [{ls}]\n{bulk_line}"
     )
     write_team_keys(load_team_config(path), path, force=True)
@@ -165,7 +174,10 @@ def start_coorp(run: Run, team: Path, robots: list[str], *, transparent: bool) -
         return
     for host in ["ld", *robots]:
         name = "leader" if host == "ld" else host
-        argv = [*COORP, "agent", "--config", str(team), "--robot", name, "--transparent"]
+        # Its control socket in this run's folder: the default one under /tmp is shared
+        # with every other run on the machine as the same user.
+        argv = [*COORP, "agent", "--config", str(team), "--robot", name, "--transparent",
+                "--control", str(team.parent / f"ctl-{name}.sock")]  # fmt: skip
         a = run.start(host, [*argv, "--log-level", "warning"], f"agent-{name}")
         a.expect("coorp agent: transparent mode on", 30)
 
@@ -189,7 +201,8 @@ def measure(
     load0 = os.getloadavg()[0]
     drops0 = _qdisc_drops(net)
     try:
-        team = team_file(d, net, app, args.timeslice_ms, bulk=mode != "marking")
+        team = team_file(d, net, app, args.timeslice_ms, bulk=mode != "marking",
+                         scheduling=args.agent_scheduling)  # fmt: skip
         for host in net.hosts:  # busy processes on every host, started first
             for i in range(args.cpu_hog):
                 run.start(host, ["sh", "-c", "while :; do :; done"], f"hog-{host}-{i}")
@@ -341,6 +354,7 @@ def _ls(outs: list[dict[str, Any]]) -> dict[str, Any]:
         # Where the delay is: the robots' perceptions to the leader, or its commands.
         "perception_p50_p99_ms": [p(up, 50), p(up, 99)],
         "command_p50_p99_ms": [p(down, 50), p(down, 99)],
+        "perception_max_ms": {r: max(v) for r, v in ldr["perception_ms"].items() if v},
     }
 
 
@@ -412,8 +426,8 @@ def summarize(rows: list[dict[str, Any]], extras: list[dict[str, float]]) -> dic
         name = "/".join(str(x) for x in group)
         ratios[name] = {}
         for key in ("bulk_mbps", "up_mbps", "down_mbps"):
-            per_rep = [r[key] / _plain(rows, r, key, r["repetition"]) for r in mine]
-            per_rep = [x for x in per_rep if np.isfinite(x)]
+            plains = [(r[key], _plain(rows, r, key, r["repetition"])) for r in mine]
+            per_rep = [x / p for x, p in plains if np.isfinite(p) and p > 0]
             if per_rep:
                 m = mean_ci(per_rep)
                 ratios[name][key.removesuffix("_mbps")] = {"mean": m.mean, "ci95": m.ci95, "n": m.n}
@@ -446,7 +460,8 @@ def _line(rep: int, row: dict[str, Any]) -> str:
         f"up {row['up_mbps']:.1f} down {row['down_mbps']:.1f} Mb/s, "
         f"intact {row['bytes_intact']}; load {row['load'][0]:.1f}-{row['load'][1]:.1f}; "
         f"perception p50/p99 {_ms(row.get('perception_p50_p99_ms'))}, "
-        f"command {_ms(row.get('command_p50_p99_ms'))}; queue drops {row.get('qdisc_drops')}"
+        f"command {_ms(row.get('command_p50_p99_ms'))}; queue drops {row.get('qdisc_drops')}; "
+        f"perception max per robot {row.get('perception_max_ms')}"
     )
 
 
@@ -519,6 +534,8 @@ def main() -> int:
                    help="--medium wifi: the NICs' ring model")  # fmt: skip
     p.add_argument("--cpu-hog", type=int, default=0, help="busy processes on every host")
     p.add_argument("--timeslice-ms", type=float, default=5000.0, help="the team's timeslice")
+    p.add_argument("--agent-scheduling", default="nice:-10",
+                   help="the agents' agent.scheduling (none, nice:N, rr:P)")  # fmt: skip
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--no-extras", action="store_true", help="skip the runs without LS")
     p.add_argument("--json", type=Path, default=None)

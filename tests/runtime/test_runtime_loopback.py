@@ -399,7 +399,7 @@ def test_a_robots_bulk_streams_take_turns_under_one_permit(
             stats = leader.stats()
             assert stats["grants"] == 1 and stats["releases"] == 1
         else:
-            assert second.first_write_ns < first.last_write_ns
+            assert second.first_write_ns < first.finished_ns
     finally:
         for p in proxies:
             p.close()

@@ -71,6 +71,12 @@ def team_file(tmp: Path, topo: Topology, ls: str, bulk: str) -> Path:
     return path
 
 
+def control(team: Path, robot: str) -> str:
+    """The agent's control socket, in the test's own folder: the default one under
+    /tmp is shared with every other run on the machine as the same user."""
+    return str(team.parent / f"{robot}.sock")
+
+
 def start(topo: Topology, host: str, argv: list[str], name: str, stdin: bool = False) -> Proc:
     """A process in ``host``'s namespace, its stderr kept in the test's log folder."""
     with open(topo.logs / f"{name}.log", "ab") as err:  # type: ignore[attr-defined]
@@ -95,7 +101,8 @@ def start_team(topo: Topology, team: Path) -> dict[str, Proc]:
     agents = {}
     for host in topo.hosts:
         robot = "leader" if host == "ld" else host
-        argv = [*COORP, "agent", "--config", str(team), "--robot", robot, "--transparent"]
+        argv = [*COORP, "agent", "--config", str(team), "--robot", robot, "--transparent",
+                "--control", control(team, robot)]  # fmt: skip
         agents[host] = start(topo, host, argv, f"agent-{robot}")
     for p in agents.values():
         p.expect("coorp agent: transparent mode on", 30)
@@ -254,7 +261,8 @@ def test_no_rule_outlives_its_agent(topo: Topology, tmp_path: Path) -> None:
     team = team_file(tmp_path, topo, "{ ports = 9001 }", "{ ports = 9000 }")
     ldr = start(topo, "ld", [*COORP, "leader", "--config", str(team)], "leader")
     ldr.expect("coorp leader: serving", 30)
-    argv = [*COORP, "agent", "--config", str(team), "--robot", "a1", "--transparent"]
+    argv = [*COORP, "agent", "--config", str(team), "--robot", "a1", "--transparent",
+            "--control", control(team, "a1")]  # fmt: skip
     agent = start(topo, "a1", argv, "agent-a1")
     agent.expect("coorp agent: transparent mode on", 30)
     assert tables(topo, "a1") == ["coorp-a1"]
@@ -341,7 +349,7 @@ def test_downloads_take_turns_under_the_servers_permit_and_a_clean_start_logs_cl
     for host in topo.hosts:
         robot = "leader" if host == "ld" else host
         argv = [*COORP, "agent", "--config", str(team), "--robot", robot, "--transparent",
-                "--log-level", "info"]  # fmt: skip
+                "--log-level", "info", "--control", control(team, robot)]  # fmt: skip
         agents[host] = start(topo, host, argv, f"agent-{robot}")
     for p in agents.values():
         p.expect("coorp agent: transparent mode on", 30)
@@ -385,7 +393,8 @@ def test_sigterm_gives_relayed_connections_two_seconds(topo: Topology, tmp_path:
     team = team_file(tmp_path, topo, "{ ports = 9001 }", "{ ports = 9000 }")
     ldr = start(topo, "ld", [*COORP, "leader", "--config", str(team)], "leader")
     ldr.expect("coorp leader: serving", 30)
-    argv = [*COORP, "agent", "--config", str(team), "--robot", "a1", "--transparent"]
+    argv = [*COORP, "agent", "--config", str(team), "--robot", "a1", "--transparent",
+            "--control", control(team, "a1")]  # fmt: skip
     agent = start(topo, "a1", argv, "agent-a1")
     agent.expect("coorp agent: transparent mode on", 30)
     rx = sink(topo, 9000)
@@ -414,7 +423,8 @@ def test_an_agent_that_cannot_start_never_joins_and_names_the_running_one(
     team = team_file(tmp_path, topo, "{ ports = 9001 }", "{ ports = 9000 }")
     ldr = start(topo, "ld", [*COORP, "leader", "--config", str(team)], "leader")
     ldr.expect("coorp leader: serving", 30)
-    argv = [*COORP, "agent", "--config", str(team), "--robot", "a1"]
+    argv = [*COORP, "agent", "--config", str(team), "--robot", "a1", "--control",
+            control(team, "a1")]  # fmt: skip
     first = start(topo, "a1", argv, "agent-a1")
     first.expect("coorp agent: control socket", 30, anywhere=True)
     r = subprocess.run(["ip", "netns", "exec", topo.ns("a1"), *argv], capture_output=True,

@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -53,6 +54,7 @@ from ..wire import (
     Request,
     Revoked,
     Welcome,
+    bytes_outstanding,
 )
 from ._link import ControlLink, LinkState
 
@@ -102,6 +104,8 @@ class Coordinator:
         #: socket learned about the path before does not hold any more.
         self.regime = 0
         self.intervals: list[list[int]] = []
+        #: The robot's paced BH sockets: their bytes in flight share one budget.
+        self._bh_sockets: set[socket.socket] = set()
 
     def attach(self, link: ControlLink) -> None:
         self.link = link
@@ -165,6 +169,26 @@ class Coordinator:
         if self._ticker is not None:
             self._ticker.cancel()
             self._ticker = None
+
+    # -- bytes in flight, robot-wide ------------------------------------------------------
+    def track(self, sock: socket.socket) -> None:
+        """``sock`` carries this robot's paced bulk from now on."""
+        self._bh_sockets.add(sock)
+
+    def untrack(self, sock: socket.socket) -> None:
+        self._bh_sockets.discard(sock)
+
+    def outstanding(self) -> int:
+        """Bytes written and not yet acknowledged on all the robot's bulk sockets: what
+        its streams and relayed connections (several at once, or one still draining
+        while the next starts) have queued at the bottleneck together."""
+        total = 0
+        for sock in list(self._bh_sockets):
+            try:
+                total += bytes_outstanding(sock)
+            except (OSError, ValueError):  # closed meanwhile
+                self._bh_sockets.discard(sock)
+        return total
 
     def note_write(self, start_ns: int, end_ns: int) -> None:
         """BH bytes were written between ``start_ns`` and ``end_ns``."""

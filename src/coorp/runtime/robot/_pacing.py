@@ -10,7 +10,9 @@ connection, as they are). Before each chunk, :meth:`Pacer.next_chunk` waits unti
 2. the socket can take bytes;
 3. what is in flight drains within the in-flight budget
    (``BulkSettings.inflight_budget_ns``): other robots' LS waits behind these bytes at
-   the bottleneck;
+   the bottleneck. In flight counts the robot's bytes on all its bulk sockets
+   (:meth:`~._coordination.Coordinator.outstanding`): its streams and relayed
+   connections share one budget;
 4. the :class:`~coorp.control.Gate` allows it (the chunk would not still be in flight
    when this robot's next protection window opens), and
 5. it would drain before the permit ends;
@@ -181,6 +183,7 @@ class Pacer:
         """Pace ``sock`` from now on (a fresh connection)."""
         self.detach()
         self._sock = sock
+        self._coord.track(sock)
         self._paced = None
         self._paused_since = self._budget_since = self._bypass_until = None
         self._poller = select.poll()
@@ -197,6 +200,8 @@ class Pacer:
         if self._tracker is not None:
             self._tracker.reset()
             self._tracker = None
+        if self._sock is not None:
+            self._coord.untrack(self._sock)
         self._sock = None
         self._poller = None
         self._hangup = None
@@ -245,7 +250,7 @@ class Pacer:
             # datagrams, which wait behind its bytes at the bottleneck.
             self._pace(True)
             tracker.poll(now)
-            depth = tracker.depth()
+            depth = self._depth()
             n = min(s.chunk_bytes, remaining)
             if not within_budget(gate.ctt, depth, now, s.inflight_budget_ns):
                 # Too much in flight: whatever is written now would make every flow
@@ -409,7 +414,7 @@ class Pacer:
             tracker = self._tracker
             if tracker is not None:
                 tracker.poll(now)
-                if recheck and self.gate is not None and self.gate.admits(now, tracker.depth()):
+                if recheck and self.gate is not None and self.gate.admits(now, self._depth()):
                     self.counters["early_resumes"] += 1
                     break
             await asyncio.sleep(min((until_ns - now) / 1e9, self.settings.poll_s))
@@ -417,6 +422,13 @@ class Pacer:
         prog.preempted_ns += now - t0
         prog.last_progress_ns = now
         return now - t0
+
+    def _depth(self) -> int:
+        """Chunks in flight ahead of the next one: this robot's, on every bulk socket.
+        The budget bounds what the robot has queued at the bottleneck, not what one
+        socket has (four relayed connections at once would queue four budgets), and a
+        chunk written behind another socket's bytes completes after them."""
+        return self._coord.outstanding() // self.settings.chunk_bytes
 
     def _pace(self, paced: bool) -> None:
         """Bound unsent bytes to one chunk while protecting LS; lift it otherwise."""
