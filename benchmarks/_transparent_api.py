@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import hashlib
 import json
 import random
@@ -184,6 +185,7 @@ async def robot(args: argparse.Namespace) -> dict[str, Any]:
     await counter
     await _until(end_at + int(args.drain * 1e9))
     receiver.cancel()
+    stats = team.stats()
     await team.close()
     return {
         "role": "robot",
@@ -194,7 +196,19 @@ async def robot(args: argparse.Namespace) -> dict[str, Any]:
         "sent_digests": digests,
         "bulk_digests": received,
         "bulk_bytes": window["b1"] - window["b0"],
+        # Where the bulk's time went, summed over its streams (docs/runtime.md).
+        "pacing": _summed(stats.get("bulk", {})),
+        "permits": stats.get("permits", {}),
+        "ls_stats": {k: dataclasses.asdict(v) for k, v in stats.get("ls", {}).items()},
     }
+
+
+def _summed(streams: dict[str, dict[str, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for counters in streams.values():
+        for k, v in counters.items():
+            out[k] = max(out.get(k, 0), v) if k == "inflight_max_bytes" else out.get(k, 0) + v
+    return out
 
 
 def main() -> int:

@@ -220,7 +220,8 @@ def measure(
                 "cpu_hog": args.cpu_hog}  # fmt: skip
         if mode == "api":
             row = _measure_api(run, net, team, window, timeout, direction, streams)
-            return {**row, **cell, "load": [load0, os.getloadavg()[0]]}
+            drops = {k: v - drops0.get(k, 0) for k, v in _qdisc_drops(net).items()}
+            return {**row, **cell, "load": [load0, os.getloadavg()[0]], "qdisc_drops": drops}
         up = direction in ("up", "both")
         down = direction in ("down", "both")
         bulk_tcp = [*PY, str(APPS / "bulk_tcp.py")]
@@ -327,7 +328,9 @@ def _measure_api(
     up = lead["bulk_bytes"] * 8 / duration / 1e6
     down = sum(o["bulk_bytes"] for o in outs) * 8 / duration / 1e6
     row = {"app": "coorp", "mode": "api", "bytes_intact": sent == got, "intact": sent == got,
-           "up_mbps": up, "down_mbps": down, "bulk_mbps": up + down}  # fmt: skip
+           "up_mbps": up, "down_mbps": down, "bulk_mbps": up + down,
+           "api_robots": {o["name"]: {k: o.get(k) for k in ("pacing", "permits", "ls_stats")}
+                          for o in outs}}  # fmt: skip
     return {**row, **_ls([lead, *outs])}
 
 
@@ -577,6 +580,9 @@ def main() -> int:
                                 row["repetition"] = rep
                                 rows.append(row)
                                 print(_line(rep, row), flush=True)
+                                if args.json is not None:  # what is done so far, kept
+                                    write_json(args.json.with_suffix(".partial.json"),
+                                               {"runs": rows})  # fmt: skip
                     if args.no_extras or m > 0:
                         continue
                     extras.append(_extras(net, d, args, medium))
