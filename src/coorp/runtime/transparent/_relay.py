@@ -10,8 +10,8 @@ copies the bytes:
   as Coorp's bulk streams: only while the robot holds the permit, within the
   in-flight budget, paused by the gate ahead of this robot's LS sends. A connection
   with bytes to send counts as an active bulk stream of the robot (all of them share
-  one permit); one idle for ``idle_release_ns``, whose bytes have drained, stops
-  counting, and the last one to stop releases the permit.
+  one permit); one idle for ``idle_release_ns`` stops counting (what it has in flight
+  drains while the next holder starts), and the last one to stop releases the permit.
 * **destination → application** as it comes (that direction is the peer's traffic).
 
 Bytes are copied in order and exactly once. The relay reads from the application only
@@ -364,9 +364,10 @@ class Relay:
         while True:
             timeout = idle_s if flow.active else None
             if not await _wait_readable(app, timeout):
-                # Nothing more to send for a while: let what is in flight drain, then
-                # stop counting towards the permit.
-                await self._drain(up, pacer)
+                # Nothing more to send for a while: stop counting towards the permit.
+                # What is in flight (within the in-flight budget) drains while the next
+                # holder starts, as a bulk stream hands over at its last byte.
+                pacer.poll()
                 if not await _wait_readable(app, 0):
                     pacer.settle()
                     self._deactivate(flow)
