@@ -208,7 +208,9 @@ def measure(
                 run.start(host, ["sh", "-c", "while :; do :; done"], f"hog-{host}-{i}")
         if mode != "none":
             start_coorp(run, team, robots, transparent=mode in ("transparent", "marking"))
-        lead = args.warmup + 3.0
+        # Time for every program to start before the warm-up: on a saturated machine a
+        # Python program with DDS takes seconds to import and discover its peers.
+        lead = args.warmup + args.lead
         start_at = time.monotonic_ns() + int(lead * 1e9)
         end_at = start_at + int(args.duration * 1e9)
         timeout = lead + args.duration + 60
@@ -522,6 +524,8 @@ def main() -> int:
     p.add_argument("--rate-mbit", type=float, default=50.0)
     p.add_argument("--duration", type=float, default=15.0, help="seconds measured per run")
     p.add_argument("--warmup", type=float, default=3.0)
+    p.add_argument("--lead", type=float, default=3.0,
+                   help="seconds for the programs to start before the warm-up")  # fmt: skip
     p.add_argument("--repetitions", type=int, default=5)
     p.add_argument("--apps", default="dds,zenoh")
     p.add_argument("--modes", default="none,transparent,api")
