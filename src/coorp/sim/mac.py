@@ -32,9 +32,10 @@ for no change in behaviour (the golden digests pin this code). What is not per-e
 channel state already lives in its own module: exchange timing (``timing``), rings and
 EDCAFs (``station``), links (``links``), the event loop (``events``).
 
-The one import circle kept on purpose (speed): ``packets``, ``station``, ``mac`` and
-``_ungated`` name each other's classes (mostly for typing only) so that mypyc compiles
-every access between packets, stations and the channel to a native field access.
+The one import circle kept on purpose (speed): ``packets``, ``station``, ``mac``,
+``_ungated``, ``tcp`` and ``congestion`` name each other's classes (mostly for typing
+only) so that mypyc compiles every access between packets, stations, TCP connections
+and the channel to a native field access.
 """
 
 from __future__ import annotations
