@@ -346,6 +346,7 @@ class LoopbackAdmission:
         self.port = port
         self.connected = 0
         self.released = 0
+        self.upstreams: list[socket.socket] = []
 
     def claim(self, peer: tuple[str, int], dest: tuple[str, int] | None) -> Ticket | None:
         if dest is None:
@@ -353,6 +354,7 @@ class LoopbackAdmission:
         up = socket.create_connection(("127.0.0.1", self.port), timeout=5)
         hold_reset(up)
         self.connected += 1
+        self.upstreams.append(up)
         return Ticket((peer[0], peer[1], dest[0], dest[1]), up, Identity(0, 0, None), 0)
 
     def release(self, ticket: Ticket) -> None:
