@@ -24,7 +24,9 @@ and triaged, cheaply:
   ``dropped_early``), so an admitted connection keeps its slot long enough for an
   honest client to answer the greeting (one round trip);
 * **a reserve for known members** — hosts from which a member authenticated before
-  (``known_hosts``) bypass that budget and its early drop; the budget is at most
+  (``known_hosts``, at most ``known_hosts_per_member`` of each member's addresses, for
+  ``known_host_ttl_s``: :class:`~._quota.KnownHosts`) bypass that budget and its early
+  drop; the budget is at most
   ``max_connections - member_reserve``, and at the bound a known host's connection
   closes an unknown one's pre-auth connection to get in;
 * **bounded** — at ``max_connections`` (never more than the fd limit minus 64) a new
@@ -61,7 +63,7 @@ from typing import Any
 
 from .._counters import LogLimiter, host_of
 from .._errors import PeerTimeoutError
-from ._quota import MemberQuotas, QuotaSettings
+from ._quota import KnownHosts, MemberQuotas, QuotaSettings
 from ._sockets import format_address
 
 __all__ = ["AcceptLoop", "default_max_connections"]
@@ -76,7 +78,6 @@ _BATCH = 256
 #: An unknown host's connection keeps its pre-auth slot about this long before the
 #: budget may turn over (admissions from unknown hosts: the budget per this time).
 _PREAUTH_HOLD_S = 0.1
-_MAX_KNOWN_HOSTS = 4096
 
 #: (nonce, greeting frame): what the service says first on a new connection.
 Greeting = Callable[[], tuple[bytes, bytes]]
@@ -143,7 +144,8 @@ class AcceptLoop:
         self.preauth_budget = max(
             2, min(preauth_budget, self.max_connections - self.member_reserve)
         )
-        self.quotas = MemberQuotas(quotas or QuotaSettings(), clock)
+        q = quotas or QuotaSettings()
+        self.quotas = MemberQuotas(q, clock)
         self._greeting = greeting
         self._on_limited = on_limited
         self._accept_fn = accept
@@ -156,7 +158,9 @@ class AcceptLoop:
         # known hosts' (only for the greeting deadline).
         self._unknown: OrderedDict[_Conn, None] = OrderedDict()
         self._known_pre: OrderedDict[_Conn, None] = OrderedDict()
-        self._known: OrderedDict[str, None] = OrderedDict()
+        self.known = KnownHosts(
+            per_member=q.known_hosts_per_member, ttl_s=q.known_host_ttl_s, clock=clock
+        )
         self._task: asyncio.Task[None] | None = None
         self._sweeper: asyncio.TimerHandle | None = None
         self._tokens = float(self.preauth_budget)
@@ -222,7 +226,8 @@ class AcceptLoop:
         out["max_connections"] = self.max_connections
         out["preauth_budget"] = self.preauth_budget
         out["preauth_open"] = self.in_handshake
-        out["known_hosts"] = len(self._known)
+        out["known_hosts"] = len(self.known)
+        out.update(self.known.counters)
         out["accept_healthy"] = int(self.state == "accepting")
         return out
 
@@ -268,10 +273,7 @@ class AcceptLoop:
         if conn is None:
             return
         self._end_preauth(conn)
-        self._known[conn.host] = None
-        self._known.move_to_end(conn.host)
-        while len(self._known) > _MAX_KNOWN_HOSTS:
-            self._known.popitem(last=False)
+        self.known.add(conn.host, robot)
         self.quotas.open(robot)
         conn.robot = robot
         await self.quotas.pace(robot)
@@ -366,7 +368,7 @@ class AcceptLoop:
         unknown: list[tuple[socket.socket, str, str]] = []
         for sock, peer in batch:
             host = host_of(peer)
-            (known if host in self._known else unknown).append((sock, peer, host))
+            (known if host in self.known else unknown).append((sock, peer, host))
         for sock, peer, host in known:
             self._admit(sock, peer, host, known=True)
         if not unknown:
