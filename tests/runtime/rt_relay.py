@@ -17,6 +17,10 @@
 
 Every program is bounded in time (``--timeout``) and stops on a line on stdin where it
 waits for one.
+
+:class:`RelayNet` puts them on a topology (``rt_netns.Topology``: ``a1`` the robot, ``ld``
+the destinations and, if asked, the leader), for the namespace tests and
+``benchmarks/runtime_faults.py --only relay``.
 """
 
 from __future__ import annotations
@@ -32,8 +36,118 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+RELAY = [sys.executable, "-u", str(Path(__file__).resolve())]
+KEY_HEX = "c3" * 32
+NOBODY, NOGROUP = 65534, 65533
+#: Ports of the sink on ``ld``: uploads hashed, downloads sent, connections held; 9001
+#: has no listener; 9050 is selected by no rule (a direct connection).
+UPLOAD, REFUSED, DOWNLOAD, HOLD, DIRECT = 9000, 9001, 9002, 9003, 9050
+LEADER_PORT = 7300
+
+
+@dataclass
+class RelayNet:
+    """Processes on a topology, started with ``nsenter --net`` (not ``ip netns exec``,
+    which remounts /sys and hides the cgroup hierarchy the relay's connectors need)."""
+
+    topo: Any
+    logs: Path
+    team: Path
+    nofile: int | None = None
+    sink: Any = None
+    agent: Any = None
+    leader: Any = None
+    extra: list[Any] = field(default_factory=list)
+
+    def start(self, host: str, argv: list[str], name: str) -> Any:
+        from rt_netns import Proc
+
+        ns = f"--net=/run/netns/{self.topo.ns(host)}"
+        with open(self.logs / f"{name}.log", "ab") as err:
+            popen = self.topo.popen(None, ["nsenter", ns, *argv], stdin=True, stderr=err)
+        proc = Proc(name, popen)
+        self.topo.procs.append(proc)
+        return proc
+
+    def stats(self, proc: Any) -> dict[str, Any]:
+        proc.send("stats")
+        return dict(json.loads(proc.expect_rest("STATS ", 30)))
+
+    def probe(self, *argv: str, timeout: float = 60) -> dict[str, Any]:
+        p = self.start("a1", [*RELAY, "probe", *argv], "probe")
+        return dict(json.loads(p.expect_rest("RESULT ", timeout)))
+
+    def dest(self, port: int) -> str:
+        return f"{self.topo.addr('ld')}:{port}"
+
+    def start_agent(self) -> None:
+        pre = ["prlimit", f"--nofile={self.nofile}:{self.nofile}"] if self.nofile else []
+        argv = [*pre, *RELAY, "agent", "--config", str(self.team), "--robot", "a1"]
+        self.agent = self.start("a1", argv, "agent")
+        self.agent.expect("READY", 60)
+
+    def start_leader(self) -> None:
+        from rt_attacks import COORP
+
+        self.leader = self.start("ld", [*COORP, "leader", "--config", str(self.team)], "leader")
+        self.leader.expect("coorp leader: serving", 60)
+
+
+def team_file(tmp: Path, topo: Any, *, max_flows: int, leader: bool) -> Path:
+    (tmp / "team.key").write_text(KEY_HEX + "\n")
+    (tmp / "team.key").chmod(0o600)
+    ld = topo.addr("ld")
+    path = tmp / "team.toml"
+    lead = (
+        f'[leader]\nlisten = "{ld}:{LEADER_PORT}"\n[agent]\nleader = "{ld}:{LEADER_PORT}"\n'
+        if leader
+        else "[agent]\n"
+    )
+    path.write_text(
+        '[team]\nname = "rl"\nkey_file = "team.key"\nteam_key_fallback = true\n'
+        'robots = ["leader", "a1"]\n'
+        f'hosts = {{ leader = "{ld}", a1 = "{topo.addr("a1")}" }}\n'
+        f'{lead}listen = "0.0.0.0:7301"\n'
+        f'[transparent]\nbulk = [{{ ports = "9000-9010" }}]\nrelay_max_flows = {max_flows}\n'
+    )
+    return path
+
+
+@contextlib.contextmanager
+def relay_net(
+    tmp: Path,
+    *,
+    max_flows: int = 8,
+    leader: bool = False,
+    nofile: int | None = None,
+    tag: str = "coorpt",
+) -> Iterator[RelayNet]:
+    """``ld`` (sink, and leader if ``leader``) and ``a1`` (the robot's agent under
+    ``nofile``) on a bridge, the port towards ``ld`` shaped at 50 Mbit/s."""
+    from rt_netns import Topology
+
+    topo = Topology(agents=1, tag=tag)
+    try:
+        topo.create(rate_mbit=50, queue_ms=100)
+        # Unanswered ARP gives up after 3 x 100 ms (not 3 s): unreachable hosts fail fast.
+        for key in ("retrans_time_ms=100", "mcast_solicit=3"):
+            topo.run("a1", ["sysctl", "-q", "-w", f"net.ipv4.neigh.eth0.{key}"])
+        net = RelayNet(topo, tmp, team_file(tmp, topo, max_flows=max_flows, leader=leader),
+                       nofile=nofile)  # fmt: skip
+        net.sink = net.start("ld", [*RELAY, "sink", "--upload", str(UPLOAD), "--download",
+                                    str(DOWNLOAD), "--hold", str(HOLD)], "sink")  # fmt: skip
+        net.sink.expect("READY", 30)
+        if leader:
+            net.start_leader()
+        net.start_agent()
+        yield net
+    finally:
+        topo.destroy()
 
 
 def _err(exc: BaseException) -> str:
@@ -144,8 +258,16 @@ async def agent(args: argparse.Namespace) -> None:
         await team.close()
 
 
+def _room_for_fds() -> None:
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 # -- sink -----------------------------------------------------------------------------------
 async def sink(args: argparse.Namespace) -> None:
+    _room_for_fds()
     ends: list[dict[str, Any]] = []
     held: list[asyncio.StreamWriter] = []
     payload = bytes(range(256)) * 4096  # 1 MiB, repeated
@@ -230,6 +352,7 @@ def _addr(text: str) -> tuple[str, int]:
 
 
 def probe(args: argparse.Namespace) -> None:
+    _room_for_fds()
     _become(args)
     out: dict[str, Any] = {"uid": os.getuid(), "gid": os.getgid()}
     if args.action == "connect":
@@ -286,7 +409,10 @@ def probe(args: argparse.Namespace) -> None:
     elif args.action in ("hold", "direct"):
         socks, results = [], []
         to = ("127.0.0.1", args.port) if args.action == "direct" else _addr(args.to)
-        for _ in range(args.count):
+        until = time.monotonic() + args.seconds
+        k = 0
+        while k < args.count or time.monotonic() < until:
+            k += 1
             try:
                 s = socket.create_connection(to, timeout=args.timeout)
                 if args.action == "direct":
@@ -298,13 +424,17 @@ def probe(args: argparse.Namespace) -> None:
                         results.append(_err(exc))
                     s.close()
                 else:
+                    if args.bytes:
+                        s.sendall(b"x" * args.bytes)
                     results.append("ok")
                     socks.append(s)
             except OSError as exc:
                 results.append(_err(exc))
-        out["results"] = results
+        out["results"] = (
+            results if len(results) <= 100 else {r: results.count(r) for r in set(results)}
+        )
         if args.action == "hold":
-            print("HELD " + json.dumps(results), flush=True)
+            print("HELD " + json.dumps(out["results"]), flush=True)
             sys.stdin.readline()
             for s in socks:
                 s.close()
@@ -330,6 +460,7 @@ def main() -> None:
     q.add_argument("--port", type=int, default=7409)
     q.add_argument("--bytes", type=int, default=1000)
     q.add_argument("--count", type=int, default=1)
+    q.add_argument("--seconds", type=float, default=0.0)
     q.add_argument("--rate-mbps", type=float, default=0.0)
     q.add_argument("--uid", type=int)
     q.add_argument("--gid", type=int)

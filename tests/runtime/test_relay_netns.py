@@ -23,60 +23,26 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from rt_netns import Proc, Topology, netns_unavailable
+from rt_netns import netns_unavailable
+from rt_relay import (
+    DIRECT,
+    DOWNLOAD,
+    HOLD,
+    NOBODY,
+    NOGROUP,
+    REFUSED,
+    RELAY,
+    UPLOAD,
+    RelayNet,
+    relay_net,
+)
 
 pytestmark = pytest.mark.netns
-
-RELAY = [sys.executable, "-u", str(Path(__file__).with_name("rt_relay.py"))]
-KEY_HEX = "c3" * 32
-NOBODY, NOGROUP = 65534, 65533
-UPLOAD, REFUSED, DOWNLOAD, HOLD, DIRECT = 9000, 9001, 9002, 9003, 9050
-
-
-@dataclass
-class Net:
-    topo: Topology
-    sink: Proc
-    agent: Proc
-    logs: Path
-
-    def start(self, host: str, argv: list[str], name: str) -> Proc:
-        ns = f"--net=/run/netns/{self.topo.ns(host)}"
-        with open(self.logs / f"{name}.log", "ab") as err:
-            popen = self.topo.popen(None, ["nsenter", ns, *argv], stdin=True, stderr=err)
-        proc = Proc(name, popen)
-        self.topo.procs.append(proc)
-        return proc
-
-    def stats(self, proc: Proc) -> dict[str, Any]:
-        proc.send("stats")
-        return dict(json.loads(proc.expect_rest("STATS ", 20)))
-
-    def probe(self, *argv: str, timeout: float = 30) -> dict[str, Any]:
-        p = self.start("a1", [*RELAY, "probe", *argv], "probe")
-        return dict(json.loads(p.expect_rest("RESULT ", timeout)))
-
-    def dest(self, port: int) -> str:
-        return f"{self.topo.addr('ld')}:{port}"
-
-
-def _team(tmp: Path, topo: Topology) -> Path:
-    (tmp / "team.key").write_text(KEY_HEX + "\n")
-    (tmp / "team.key").chmod(0o600)
-    path = tmp / "team.toml"
-    path.write_text(
-        '[team]\nname = "rl"\nkey_file = "team.key"\nteam_key_fallback = true\n'
-        'robots = ["leader", "a1"]\n'
-        f'hosts = {{ leader = "{topo.addr("ld")}", a1 = "{topo.addr("a1")}" }}\n'
-        '[agent]\nlisten = "0.0.0.0:7301"\n'
-        '[transparent]\nbulk = [{ ports = "9000-9010" }]\nrelay_max_flows = 8\n'
-    )
-    return path
+Net = RelayNet
 
 
 @pytest.fixture(scope="module")
@@ -84,23 +50,8 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
     reason = netns_unavailable()
     if reason is not None:
         pytest.skip(reason)
-    tmp = tmp_path_factory.mktemp("relay")
-    topo = Topology(agents=1)
-    try:
-        topo.create(rate_mbit=50, queue_ms=100)
-        # Unanswered ARP gives up after 3 x 100 ms (not 3 s): unreachable hosts fail fast.
-        for key in ("retrans_time_ms=100", "mcast_solicit=3"):
-            topo.run("a1", ["sysctl", "-q", "-w", f"net.ipv4.neigh.eth0.{key}"])
-        team = _team(tmp, topo)
-        n = Net(topo, sink=None, agent=None, logs=tmp)  # type: ignore[arg-type]
-        n.sink = n.start("ld", [*RELAY, "sink", "--upload", str(UPLOAD), "--download",
-                                str(DOWNLOAD), "--hold", str(HOLD)], "sink")  # fmt: skip
-        n.sink.expect("READY", 30)
-        n.agent = n.start("a1", [*RELAY, "agent", "--config", str(team), "--robot", "a1"], "agent")
-        n.agent.expect("READY", 60)
+    with relay_net(tmp_path_factory.mktemp("relay"), max_flows=8) as n:
         yield n
-    finally:
-        topo.destroy()
 
 
 def test_a_direct_connect_to_the_relay_port_is_reset_and_connects_nowhere(net: Net) -> None:
