@@ -18,6 +18,7 @@ from test_transparent_units import Sink, _relay, _until
 from coorp.runtime._counters import LogLimiter
 from coorp.runtime.robot._coordination import Coordinator
 from coorp.runtime.robot._link import LinkState
+from coorp.runtime.transparent import _relay as relay_module
 from coorp.runtime.transparent._admission import Gatekeeper, is_local_destination
 from coorp.runtime.transparent._budget import FDS_PER_FLOW, BufferPool, fd_plan
 from coorp.runtime.transparent._endings import REFUSALS, REJECTS, refusal_for
@@ -201,6 +202,40 @@ def test_a_complete_relay_closes_cleanly_both_ways() -> None:
         assert relay.counters["completed"] == 1 and relay.counters["resets"] == 0
         assert relay.pool.in_use == 0  # every buffer given back
         w.close()
+        await relay.close()
+
+    asyncio.run(go())
+
+
+def test_an_idle_connection_stops_counting_towards_the_permit_and_costs_nothing() -> None:
+    """A program that sent a little and waits (its connection open) no longer holds the
+    robot's permit after ``idle_release_ns``, and its flow stops waking up."""
+
+    async def go() -> None:
+        sink = Sink()
+        coord = Coordinator("r1", lambda: 0)
+        relay = await _relay(coord, await sink.start())
+        sock = socket.create_connection(("127.0.0.1", relay.port))
+        sock.sendall(b"x" * 1000)
+        await asyncio.wait_for(_until(lambda: sink.nbytes == 1000), 10)
+        await asyncio.wait_for(_until(lambda: coord._active == 0), 10)
+        (flow,) = relay.flows.values()
+        assert not flow.active
+        woke = [0]
+        orig = relay_module._inq
+
+        def counting(s: socket.socket) -> int:
+            woke[0] += 1
+            return orig(s)
+
+        relay_module._inq = counting  # type: ignore[assignment]
+        try:
+            for _ in range(20):  # 20 idle_release periods of the loop running
+                await asyncio.sleep(0.005)
+        finally:
+            relay_module._inq = orig  # type: ignore[assignment]
+        assert woke[0] == 0 and len(relay.flows) == 1
+        sock.close()
         await relay.close()
 
     asyncio.run(go())

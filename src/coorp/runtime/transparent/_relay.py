@@ -443,7 +443,10 @@ async def _wait_readable(sock: socket.socket, timeout_s: float | None) -> bool:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout_s):
                 await fut
-        return fut.done()
+        # A timeout cancels the future it interrupted: cancelled is not readable (this
+        # read as "readable" before, so an idle connection never stopped counting
+        # towards the permit and woke every idle_release_ns, forever).
+        return fut.done() and not fut.cancelled()
     finally:
         loop.remove_reader(fd)
 
