@@ -9,9 +9,13 @@ removes them at a line on stdin (or its end)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import struct
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from coorp.runtime._selectors import Match
@@ -55,6 +59,41 @@ async def apply(rules: list[dict[str, Any]] | None) -> None:
             await nft.rule("add", table=TABLE, chain="out", expressions=[[e] for e in exprs])
     finally:
         nft.close()
+
+
+@contextlib.contextmanager
+def host_policy(net: Any, rules: list[dict[str, Any]]) -> Iterator[None]:
+    """The rules as ``a1``'s own egress policy while inside (``net``: a RelayNet)."""
+    p = net.start("a1", [sys.executable, str(Path(__file__).resolve()), json.dumps(rules)],
+                  "policy")  # fmt: skip
+    p.expect("READY", 60)
+    try:
+        yield
+    finally:
+        p.send("remove")
+        p.expect("REMOVED", 60)
+
+
+def test_cgroup() -> tuple[str, int] | None:
+    """A cgroup v2 of this run (path, id), or None where none can be made."""
+    root = cgroup2_root()
+    if root is None:
+        return None
+    path = root / f"coorpt-{os.getpid()}-relay"
+    try:
+        path.mkdir(exist_ok=True)
+    except OSError:
+        return None
+    return str(path), os.stat(path).st_ino
+
+
+def remove_cgroup(path: str) -> None:
+    """Move what is left in it (the relay's connector) to the root, then remove it."""
+    root = Path(path).parent
+    for pid in Path(path, "cgroup.procs").read_text().split():
+        with contextlib.suppress(OSError):  # it may have ended meanwhile
+            (root / "cgroup.procs").write_text(f"{pid}\n")
+    os.rmdir(path)
 
 
 if __name__ == "__main__":

@@ -369,6 +369,7 @@ def probe(args: argparse.Namespace) -> None:
             out["connect"] = _err(exc)
     elif args.action == "upload":
         data = os.urandom(args.bytes)
+        t0 = time.monotonic()
         try:
             s = socket.create_connection(_addr(args.to), timeout=args.timeout)
         except OSError as exc:
@@ -382,6 +383,7 @@ def probe(args: argparse.Namespace) -> None:
                 reply = s.recv(200).decode()
                 out["intact"] = reply == f"{len(data)} {hashlib.sha256(data).hexdigest()}"
                 out["end"] = "eof"
+                out["seconds"] = time.monotonic() - t0
             except OSError as exc:
                 out["end"] = _err(exc)
             s.close()

@@ -17,10 +17,7 @@ The tests share one topology and agent (module scope); the last one kills the ag
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +25,7 @@ from typing import Any
 
 import pytest
 from rt_netns import netns_unavailable
+from rt_policy import host_policy, remove_cgroup, test_cgroup
 from rt_relay import (
     DIRECT,
     DOWNLOAD,
@@ -71,7 +69,7 @@ def test_a_direct_connect_to_the_relay_port_is_reset_and_connects_nowhere(net: N
 def test_the_programs_egress_policy_holds_through_the_relay(net: Net) -> None:
     """An egress rule against a uid, a gid or a cgroup blocks that program's upload with
     the relay running, as it does without it; another user's goes through intact."""
-    cg = _cgroup(net)
+    cg = test_cgroup()
     # meta skuid / meta skgid / socket cgroupv2 ... tcp dport 9000 reject with tcp reset
     rules: list[dict[str, Any]] = [
         {"uid": NOBODY, "dport": UPLOAD},
@@ -80,7 +78,7 @@ def test_the_programs_egress_policy_holds_through_the_relay(net: Net) -> None:
     if cg is not None:
         rules.append({"cgroup": Path(cg[0]).name, "dport": UPLOAD})
     try:
-        with _policy(net, rules):
+        with host_policy(net, rules):
             ends = len(net.stats(net.sink)["ends"])
             to = ["--to", net.dest(UPLOAD), "--bytes", "100000"]
             by_uid = net.probe("upload", *to, "--uid", str(NOBODY), "--gid", "100")
@@ -101,7 +99,7 @@ def test_the_programs_egress_policy_holds_through_the_relay(net: Net) -> None:
                 assert st["gate"]["identities"]["via_connector"] >= 1
     finally:
         if cg is not None:
-            _remove_cgroup(cg[0])
+            remove_cgroup(cg[0])
 
 
 def test_refused_and_unreachable_fail_the_programs_connect_as_without_the_relay(
@@ -162,41 +160,3 @@ def test_kill_9_mid_transfer_resets_both_receivers(net: Net) -> None:
     by_port = {e["port"]: e for e in got}
     assert by_port[UPLOAD]["end"] == "reset" and by_port[UPLOAD]["bytes"] < 40_000_000, got
     assert by_port[DOWNLOAD]["end"] == "reset", got
-
-
-# -- helpers ------------------------------------------------------------------------------------
-@contextlib.contextmanager
-def _policy(net: Net, rules: list[dict[str, Any]]) -> Iterator[None]:
-    """The host's own egress policy (a table of its own in ``a1``) while inside."""
-    p = net.start("a1", [sys.executable, str(Path(__file__).with_name("rt_policy.py")),
-                         json.dumps(rules)], "policy")  # fmt: skip
-    p.expect("READY", 60)
-    try:
-        yield
-    finally:
-        p.send("remove")
-        p.expect("REMOVED", 60)
-
-
-def _cgroup(net: Net) -> tuple[str, int] | None:
-    """A cgroup v2 of this test (path, id), or None where none can be made."""
-    from coorp.runtime.transparent._nft import cgroup2_root
-
-    root = cgroup2_root()
-    if root is None:
-        return None
-    path = root / f"coorpt-{os.getpid()}-relay"
-    try:
-        path.mkdir(exist_ok=True)
-    except OSError:
-        return None
-    return str(path), os.stat(path).st_ino
-
-
-def _remove_cgroup(path: str) -> None:
-    """Move what is left in it (the relay's connector) to the root, then remove it."""
-    root = Path(path).parent
-    for pid in Path(path, "cgroup.procs").read_text().split():
-        with contextlib.suppress(OSError):  # it may have ended meanwhile
-            (root / "cgroup.procs").write_text(f"{pid}\n")
-    os.rmdir(path)
