@@ -76,8 +76,7 @@ _L4 = {"udp": socket.IPPROTO_UDP, "tcp": socket.IPPROTO_TCP}
 # nf_tables constants (include/uapi/linux/netfilter/nf_tables.h).
 _META_PRIORITY, _META_MARK, _META_SKUID, _META_SKGID, _META_L4PROTO = 2, 3, 10, 11, 16
 _BASE_NETWORK, _BASE_TRANSPORT = 1, 2
-_CMP_EQ, _CMP_NEQ = 0, 1
-_CT_STATE, _CT_STATE_NEW = 0, 1 << 3
+_CMP_EQ = 0
 _FIB_RESULT_ADDRTYPE, _FIB_F_DADDR, _RTN_LOCAL = 3, 1 << 1, 2
 _QUEUE_BYPASS = 1
 _NFT_RETURN = -5
@@ -109,7 +108,10 @@ class Rule:
     local: bool = False
     """Match connections to this host itself (``fib daddr type local``)."""
     syn: bool = False
-    """Only the SYN of a new connection (``tcp flags & (syn | ack) == syn ct state new``)."""
+    """Only a connection's SYN (``tcp flags & (syn | ack) == syn``). Not ``ct state
+    new``: a program that reuses a port within conntrack's memory of an aborted
+    connection (10 s in CLOSE) sends a SYN conntrack calls established, which the
+    redirect still sends to the relay; the gate must see it too."""
     reject: str | None = None
     """For ``reject``: which of :data:`~._endings.REJECTS`."""
 
@@ -158,7 +160,7 @@ def _render(rule: Rule, relay_port: int) -> str:
     else:
         head = rule.match.render() if rule.match is not None else ""
     if rule.syn:
-        head = f"{head} tcp flags & (syn | ack) == syn ct state new".strip()
+        head = f"{head} tcp flags & (syn | ack) == syn".strip()
     action = {
         "mark_ls": "meta priority set 0:106 ip dscp set cs6",
         "return": "return",
@@ -312,9 +314,6 @@ def _rule_exprs(
             _payload(_BASE_TRANSPORT, 13, 1),
             _bitwise(b"\x12", b"\x00"),
             _cmp(b"\x02"),
-            _expr("ct", dreg=1, key=_CT_STATE),
-            _bitwise(struct.pack("=I", _CT_STATE_NEW), bytes(4)),
-            _expr("cmp", sreg=1, op=_CMP_NEQ, data=_data(bytes(4))),
         ]
     out.append(_expr("counter"))
     if rule.action == "mark_ls":
@@ -559,7 +558,7 @@ def _explain(exc: BaseException, what: str) -> BaseException:
         return TransparentUnavailableError(
             f"{what}: the kernel lacks a needed nf_tables feature ({os.strerror(code)}); "
             "transparent mode needs nf_tables with NAT (nft_redir), meta, payload, range, "
-            "ct, fib, reject, queue (nft_queue, or xt_NFQUEUE through nft_compat) and, for "
+            "fib, reject, queue (nft_queue, or xt_NFQUEUE through nft_compat) and, for "
             "cgroup selectors, nft_socket"
         )
     return TransparentUnavailableError(f"{what}: {exc}")
