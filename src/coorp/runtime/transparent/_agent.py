@@ -96,11 +96,6 @@ class TransparentAgent:
         self.gate: Gatekeeper | None = None
         self.plan: FdPlan | None = None
         if section.bulk:
-            self.plan = fd_plan(
-                configured=section.relay_max_flows,
-                inbox_connections=team.settings.receiver.max_connections,
-                raise_soft=True,
-            )
             limiter = LogLimiter(log, time.monotonic_ns)
             self.gate = Gatekeeper(
                 queue_num=self.ruleset.queue_num,
@@ -146,6 +141,11 @@ class TransparentAgent:
             if self.section.ls:
                 self.observer.start(loop)
             if self.relay is not None and self.gate is not None:
+                self.plan = fd_plan(
+                    configured=self.section.relay_max_flows,
+                    inbox_connections=self.team.settings.receiver.max_connections,
+                    raise_soft=True,
+                )
                 await self.relay.start()
                 # The agent's own cgroup: its listener's, as the kernel reports it.
                 owner = socket_owner(self.relay.host, self.relay.port, "0.0.0.0", 0)

@@ -389,9 +389,9 @@ class AcceptLoop:
         tokens = self._admission_tokens()
         admitted = 0
         for sock, peer, host in unknown:
-            if (
-                tokens < 1 or admitted >= _ADMIT_PER_BATCH
-            ) and self._preauth[host] < self.max_preauth_per_source:
+            if (tokens < 1 or admitted >= _ADMIT_PER_BATCH) and self._preauth[
+                host
+            ] < self.max_preauth_per_source:
                 self.counters["dropped_early"] += 1
                 self._close(sock)
                 continue
