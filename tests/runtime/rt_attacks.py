@@ -42,6 +42,8 @@ LEADER_PORT, INBOX_PORT, RELAY_PORT = 7400, 7500, 7600
 PROBES = [f"p{i}" for i in range(1, 9)]
 #: The flood's source addresses (last octets on the leader's /24).
 FLOOD_SOURCES = range(100, 250)
+#: How long a member stays joined at most (a loaded machine's runs take longer).
+MEMBER_TIMEOUT_S = 300
 
 
 def team_file(tmp: Path) -> Path:
@@ -159,11 +161,11 @@ def member(topo: Topology, host: str) -> Proc:
             "--key-hex",
             KEY_HEX,
             "--timeout",
-            "300",
+            str(MEMBER_TIMEOUT_S),
         ],
         host,
     )
-    line = p.expect("READY", 30)
+    line = p.expect("READY", 120)
     if line.split()[1] != "coordinated":
         raise AssertionError(f"{host} did not join before the attack: {line}")
     return p

@@ -133,6 +133,7 @@ class Gatekeeper:
         self._pending: dict[Key, asyncio.Task[None]] = {}
         self._started: dict[Key, int] = {}
         self._tickets: dict[Key, Ticket] = {}
+        self._unclaimed = 0
         self._sweeper: asyncio.TimerHandle | None = None
         self.counters = _Counters().values
 
@@ -157,12 +158,13 @@ class Gatekeeper:
             if not ticket.claimed:
                 reset(ticket.up)
         self._tickets.clear()
+        self._unclaimed = 0
         self.identities.close()
 
     @property
     def deciding(self) -> int:
         """Connections being decided or approved and not yet taken by the relay."""
-        return len(self._pending) + sum(1 for t in self._tickets.values() if not t.claimed)
+        return len(self._pending) + self._unclaimed
 
     # -- the relay's side ------------------------------------------------------------------
     def claim(self, peer: tuple[str, int], dest: tuple[str, int] | None) -> Ticket | None:
@@ -176,6 +178,7 @@ class Gatekeeper:
             self.counters["unapproved"] += 1
             return None
         ticket.claimed = True
+        self._unclaimed -= 1
         self.counters["claimed"] += 1
         return ticket
 
@@ -263,6 +266,7 @@ class Gatekeeper:
             self.queue.verdict(syn.packet_id, DROP)
             raise
         self._tickets[syn.key] = Ticket(syn.key, up, ident, self._clock())
+        self._unclaimed += 1
         self.counters["approved"] += 1
         self.queue.verdict(syn.packet_id, ACCEPT)
 
@@ -298,6 +302,7 @@ class Gatekeeper:
         for key, t in list(self._tickets.items()):
             if not t.claimed and t.approved_ns < cutoff:
                 del self._tickets[key]
+                self._unclaimed -= 1
                 self.counters["unclaimed_expired"] += 1
                 reset(t.up)
         with contextlib.suppress(RuntimeError):
