@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import random
 import tempfile
@@ -296,12 +297,15 @@ def egress(each: int = 5) -> dict[str, Any]:
 
 # -- members ----------------------------------------------------------------------------------
 @contextlib.contextmanager
-def cpu_hog(processes: int, min_load: float = 10.0, wait_s: float = 150) -> Iterator[float]:
-    """``processes`` busy processes while inside; waits (bounded) until the 1-minute
-    load average reaches ``min_load``; yields it."""
+def cpu_hog(processes: int | None, min_load: float = 10.0, wait_s: float = 150) -> Iterator[float]:
+    """``processes`` busy processes while inside (None: as many as bring the load to
+    ``min_load`` + 2 over what other jobs already make, at least 2); waits (bounded)
+    until the 1-minute load average reaches ``min_load``; yields it."""
     from rt_bounds import cpu_hog as start
 
-    procs = start(processes) if processes else []
+    if processes is None:
+        processes = max(2, math.ceil(min_load + 2 - os.getloadavg()[0]))
+    procs = start(processes)
     try:
         t0 = time.monotonic()
         while os.getloadavg()[0] < min_load and time.monotonic() - t0 < wait_s:
@@ -328,14 +332,17 @@ def _scenario(name: str, fn: Any, **kw: Any) -> dict[str, Any]:
     return r
 
 
-def members(runs: int, hog_processes: int) -> dict[str, Any]:
+def members(runs: int, hog_processes: int | None) -> dict[str, Any]:
     import rt_attacks as attacks
     import rt_bounds as bounds
 
-    attacks.MEMBER_TIMEOUT_S = 1800  # under the CPU hog, a scenario takes minutes
+    # Under the CPU hog a Python program takes many seconds to start: a scenario takes
+    # minutes, the helpers' queries need room.
+    attacks.MEMBER_TIMEOUT_S = 1800
+    attacks.RUN_TIMEOUT_S = 240
     hogged = [_scenario("inbox-hog", bounds.inbox_hog) for _ in range(runs)]
     with cpu_hog(hog_processes) as load:
-        print(f"cpu hog: {hog_processes} busy processes, load {load:.1f}", flush=True)
+        print(f"cpu hog: {hog_processes or 'auto'} busy processes, load {load:.1f}", flush=True)
         laundered = [
             _scenario("laundered-flood", bounds.laundered_flood, nofile=1024) for _ in range(runs)
         ]
@@ -350,6 +357,14 @@ def members(runs: int, hog_processes: int) -> dict[str, Any]:
             for _ in range(runs)
         ]
     joins = [j for r in laundered + flooded for j in r["joins"]]
+    loads = [j["load"] for j in joins]
+    print(
+        f"loaded joins: {len(joins)}, load {min(loads):.1f}-{max(loads):.1f} while they ran; "
+        f"join_s {sorted(j['join_s'] for j in joins)}; status answered "
+        f"{[r['status_answered'] for r in laundered]} in "
+        f"{[round(r['status_s'], 1) for r in laundered]} s",
+        flush=True,
+    )
     return {
         "inbox_hog_rejections_of_others": sum(r["others_refused"] for r in hogged),
         "laundered_flood_fallbacks": sum(

@@ -44,7 +44,8 @@ docstring says what each measures):
    egress rule rejects;
 10. **members** (with ``relay``): a member hogging an inbox's partial-bulk space, a
     member laundering 150 addresses then flooding the leader, and flood joins with a CPU
-    hog running (``--cpu-hog N`` busy processes, default 10).
+    hog running (``--cpu-hog N`` busy processes; by default enough for load ≥ 12, at
+    least 2).
 
 ``--only relay,members`` prints the details and, with ``--json``, writes exactly
 ``{"relay_self_loop_fds_max", "relay_rss_mb_max_2000_flows",
@@ -513,8 +514,9 @@ def main() -> None:
     p.add_argument(
         "--cpu-hog",
         type=int,
-        default=10,
-        help="relay,members: busy processes running during the loaded flood joins",
+        default=None,
+        help="relay,members: busy processes running during the loaded flood joins "
+        "(default: enough to bring the load to 12 over what other jobs make, at least 2)",
     )
     p.add_argument(
         "--trace",

@@ -241,5 +241,52 @@ def test_an_idle_connection_stops_counting_towards_the_permit_and_costs_nothing(
     asyncio.run(go())
 
 
+def test_a_program_that_does_not_read_cannot_stall_other_connections() -> None:
+    """The relay's buffers are held only across non-blocking calls: a download nobody
+    reads keeps its bytes in the destination's socket, and another connection's upload
+    goes through even with a pool of one buffer."""
+
+    async def go() -> None:
+        async def serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError):
+                if await r.readexactly(1) == b"D":
+                    for _ in range(3200):  # 200 MB: far more than the sockets hold
+                        w.write(bytes(65536))
+                        await w.drain()
+                    return
+                data = await r.read()
+                w.write(str(len(data)).encode())
+                await w.drain()
+                w.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        relay = await _relay(Coordinator("r1", lambda: 0), port)
+        relay.pool = BufferPool(budget_bytes=64 << 10, buffer_bytes=64 << 10)  # one buffer
+        _, stalled = await asyncio.open_connection("127.0.0.1", relay.port)
+        stalled.write(b"D")  # ...and never reads
+        await asyncio.wait_for(_until(lambda: relay.counters["bytes_down"] > 1 << 20), 10)
+        # Until the download is stuck (the program's socket full): its count stops.
+        seen, still = -1, 0
+        for _ in range(500):
+            now = relay.counters["bytes_down"]
+            still = still + 1 if now == seen else 0
+            if still >= 10:
+                break
+            seen = now
+            await asyncio.sleep(0.02)
+        assert still >= 10, "the download never stalled"
+        r, w = await asyncio.open_connection("127.0.0.1", relay.port)
+        w.write(b"U" + bytes(1_000_000))
+        w.write_eof()
+        assert await asyncio.wait_for(r.read(), 20) == b"1000000"
+        w.close()
+        stalled.close()
+        await relay.close()
+        server.close()
+
+    asyncio.run(go())
+
+
 def test_verdict_constants_are_netfilters() -> None:
     assert (DROP, ACCEPT, REPEAT) == (0, 1, 4)  # include/uapi/linux/netfilter.h

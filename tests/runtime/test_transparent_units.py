@@ -204,7 +204,7 @@ def test_ruleset_marks_ls_and_redirects_bulk_after_every_exception() -> None:
         "    meta mark 0xc13 counter reject with icmp type admin-prohibited comment "
         '"refused: admin-prohibited"',
         *exceptions,
-        '    tcp dport 9000 tcp flags & (syn | ack) == syn counter queue num 7409 bypass comment '
+        "    tcp dport 9000 tcp flags & (syn | ack) == syn counter queue num 7409 bypass comment "
         '"bulk 0"',
         "  }",
         "  chain bh_redirect {",

@@ -16,13 +16,18 @@ bytes:
   counting, and the last one to stop releases the permit.
 * **destination → application** as it comes (that direction is the peer's traffic).
 
-Bytes are copied in order and exactly once, through buffers taken from the relay's
-:class:`~._budget.BufferPool` only while a copy is under way (a waiting connection
-holds none; the pacer is made at the first byte). The relay reads from the application
-only what it may send next, so the application feels backpressure from its own socket
-buffers, never an unbounded queue. A half-close (``shutdown(SHUT_WR)``) is passed on
-once every byte before it is out; anything else — a reset on either side, an error, the
-relay closing, the agent dying — ends both sides with a reset (:mod:`._endings`).
+Bytes are copied in order and exactly once, through a buffer of the relay's
+:class:`~._budget.BufferPool` held only across non-blocking system calls: the bytes are
+peeked, written as far as the receiving socket takes them, and only those are taken
+from the sending socket. A slow or stalled receiver (a program that does not read its
+download, a destination that does not read an upload) keeps the bytes in the sender's
+socket, never a buffer of the relay, so it cannot starve the other connections' copies;
+a waiting connection holds nothing (its pacer is made at its first byte). The relay
+reads from the application only what it may send next, so the application feels
+backpressure from its own socket buffers, never an unbounded queue. A half-close
+(``shutdown(SHUT_WR)``) is passed on once every byte before it is out; anything else —
+a reset on either side, an error, the relay closing, the agent dying — ends both sides
+with a reset (:mod:`._endings`).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import asyncio
 import contextlib
 import errno
 import fcntl
+import functools
 import logging
 import select
 import socket
@@ -373,17 +379,12 @@ class Relay:
                 made.append(self._pacer(flow, up))
             pacer = made[0]
             n, depth = await pacer.next_chunk(pending, prog)
-            buf = await self.pool.get()
             try:
-                view = memoryview(buf)
-                got = app.recv_into(view, min(n, len(buf)))
-                if got == 0:
-                    continue  # EOF is handled at the top
-                await pacer.write([view[:got]], depth)
-            finally:
-                self.pool.put(buf)
-            flow.bytes_up += got
-            self.counters["bytes_up"] += got
+                sent = await self._copy(app, functools.partial(pacer.write_some, depth=depth), n)
+            except EOFError:
+                continue  # EOF is handled at the top
+            flow.bytes_up += sent
+            self.counters["bytes_up"] += sent
 
     async def _drain(self, up: socket.socket, pacer: Pacer) -> None:
         """Wait (bounded by the I/O timeout) until every byte sent upward is
@@ -399,27 +400,49 @@ class Relay:
 
     async def _downward(self, flow: RelayFlow, up: socket.socket, app: socket.socket) -> None:
         """Destination → application, as it comes; ends with a half-close on EOF."""
-        loop = asyncio.get_running_loop()
+
+        def send(view: memoryview) -> int:
+            try:
+                return app.send(view)
+            except BlockingIOError:
+                return 0
+
         while True:
             await _wait_readable(up, None)
-            buf = await self.pool.get()
+            await _wait_writable(app)
             try:
-                view = memoryview(buf)
-                try:
-                    got = up.recv_into(view)
-                except BlockingIOError:
-                    continue
-                if got == 0:
-                    # The destination's whole stream is in the program's socket: a
-                    # close of this side now ends it cleanly.
-                    release_clean(app)
-                    app.shutdown(socket.SHUT_WR)
-                    return
-                await loop.sock_sendall(app, view[:got])
-            finally:
-                self.pool.put(buf)
-            flow.bytes_down += got
-            self.counters["bytes_down"] += got
+                sent = await self._copy(up, send, 1 << 30)
+            except EOFError:
+                # The destination's whole stream is in the program's socket: a close of
+                # this side now ends it cleanly.
+                release_clean(app)
+                app.shutdown(socket.SHUT_WR)
+                return
+            flow.bytes_down += sent
+            self.counters["bytes_down"] += sent
+
+    async def _copy(
+        self, src: socket.socket, write: Callable[[memoryview], int], limit: int
+    ) -> int:
+        """Copy what ``src`` holds (up to ``limit``) and ``write`` takes now, without
+        waiting while a buffer is held: the bytes are peeked, written, and only what was
+        written is taken from ``src`` (a slow receiver keeps them in ``src``, not in a
+        buffer of the pool). EOFError at the end of ``src``'s stream."""
+        buf = await self.pool.get()
+        try:
+            view = memoryview(buf)[: min(limit, len(buf))]
+            try:
+                got = src.recv_into(view, len(view), socket.MSG_PEEK)
+            except BlockingIOError:
+                return 0
+            if got == 0:
+                raise EOFError
+            sent = write(view[:got])
+            if sent:
+                src.recv_into(view, sent)  # exactly the bytes that went
+            return sent
+        finally:
+            self.pool.put(buf)
 
 
 async def _wait_readable(sock: socket.socket, timeout_s: float | None) -> bool:
@@ -449,6 +472,26 @@ async def _wait_readable(sock: socket.socket, timeout_s: float | None) -> bool:
         return fut.done() and not fut.cancelled()
     finally:
         loop.remove_reader(fd)
+
+
+async def _wait_writable(sock: socket.socket) -> None:
+    """Until ``sock`` takes bytes (or has an error, which the write then raises)."""
+    p = select.poll()
+    p.register(sock.fileno(), select.POLLOUT)
+    if p.poll(0):
+        return
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[None] = loop.create_future()
+
+    def ready() -> None:
+        if not fut.done():
+            fut.set_result(None)
+
+    loop.add_writer(sock.fileno(), ready)
+    try:
+        await fut
+    finally:
+        loop.remove_writer(sock.fileno())
 
 
 def _poll_readable(sock: socket.socket) -> bool:
