@@ -115,7 +115,7 @@ def _team(tmp_path: Path, body: str, hosts: str = "") -> Path:
             "",
             "transparent.bulk[0].proto",
             "TCP connections only",
-        ),  # fmt: skip
+        ),
         ('ls = [{ preset = "dds", ports = 7400 }]', "", "transparent.ls[0]", "preset 'dds'"),
         ('ls = [{ dscp = "gold" }]', "", "transparent.ls[0].dscp", "unknown DSCP name"),
         ('ls = [{ to = "robot-1" }]', "", "transparent.ls[0].to", "IPv4 address or CIDR"),
