@@ -245,11 +245,11 @@ def kills(count: int = KILLS) -> dict[str, Any]:
 
 
 def egress(each: int = 5) -> dict[str, Any]:
-    from rt_policy import host_policy, remove_cgroup, test_cgroup
+    from rt_policy import host_policy, make_cgroup, remove_cgroup
     from rt_relay import NOBODY, NOGROUP, UPLOAD, relay_net
 
     with relay_net(_tmp("egress"), max_flows=64, tag="c33") as net:
-        cg = test_cgroup()
+        cg = make_cgroup()
         rules: list[dict[str, Any]] = [
             {"uid": NOBODY, "dport": UPLOAD},
             {"gid": NOGROUP, "dport": UPLOAD},

@@ -74,7 +74,7 @@ def host_policy(net: Any, rules: list[dict[str, Any]]) -> Iterator[None]:
         p.expect("REMOVED", 60)
 
 
-def test_cgroup() -> tuple[str, int] | None:
+def make_cgroup() -> tuple[str, int] | None:
     """A cgroup v2 of this run (path, id), or None where none can be made."""
     root = cgroup2_root()
     if root is None:

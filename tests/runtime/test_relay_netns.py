@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 from rt_netns import netns_unavailable
-from rt_policy import host_policy, remove_cgroup, test_cgroup
+from rt_policy import host_policy, make_cgroup, remove_cgroup
 from rt_relay import (
     DIRECT,
     DOWNLOAD,
@@ -69,7 +69,7 @@ def test_a_direct_connect_to_the_relay_port_is_reset_and_connects_nowhere(net: N
 def test_the_programs_egress_policy_holds_through_the_relay(net: Net) -> None:
     """An egress rule against a uid, a gid or a cgroup blocks that program's upload with
     the relay running, as it does without it; another user's goes through intact."""
-    cg = test_cgroup()
+    cg = make_cgroup()
     # meta skuid / meta skgid / socket cgroupv2 ... tcp dport 9000 reject with tcp reset
     rules: list[dict[str, Any]] = [
         {"uid": NOBODY, "dport": UPLOAD},

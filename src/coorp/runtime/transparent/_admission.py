@@ -298,6 +298,7 @@ class Gatekeeper:
                 task = self._pending.get(key)
                 if task is not None:
                     task.cancel()
+        self.identities.expire()
         cutoff = now - round(self.claim_ttl_s * 1e9)
         for key, t in list(self._tickets.items()):
             if not t.claimed and t.approved_ns < cutoff:

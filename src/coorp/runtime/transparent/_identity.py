@@ -157,14 +157,18 @@ class _Connector:
         return socket.socket(fileno=fds[0])
 
     def close(self) -> None:
+        """End it without holding up the event loop: its end of the channel sees EOF
+        and exits; one that did not yet is killed (the subprocess module reaps what is
+        left at its next start)."""
         with contextlib.suppress(OSError):
             self.chan.close()
         with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=1)
+            self.proc.wait(timeout=0.05)
         if self.proc.poll() is None:
-            self.proc.kill()
+            with contextlib.suppress(OSError):
+                self.proc.kill()
             with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=1)
+                self.proc.wait(timeout=0.05)
 
 
 class IdentityFactory:
@@ -241,7 +245,7 @@ class IdentityFactory:
 
     async def _start(self, cgroup: int) -> _Connector:
         path = await asyncio.to_thread(self._path_of, cgroup)
-        self._expire()
+        self.expire()
         while len(self._connectors) >= self.max_connectors:
             _, old = self._connectors.popitem(last=False)
             old.close()
@@ -293,7 +297,9 @@ class IdentityFactory:
                 return Path(d)
         raise IdentityError(errno.ENOENT, f"no cgroup with id {cgroup} under {root}")
 
-    def _expire(self) -> None:
+    def expire(self) -> None:
+        """End the connectors unused for ``idle_s`` (the gatekeeper calls this every
+        second)."""
         cutoff = time.monotonic_ns() - round(self.idle_s * 1e9)
         for cg in [cg for cg, c in self._connectors.items() if c.used_ns < cutoff]:
             if not self._connectors[cg].lock.locked():
