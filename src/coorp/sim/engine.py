@@ -19,7 +19,15 @@ from typing import Any
 import numpy as np
 
 from coorp._errors import UsageError
-from coorp.scenario import AccessCategory, BulkFlow, DatagramFlow, Scenario, parse_scenario
+from coorp.scenario import (
+    AccessCategory,
+    AmpduGrouping,
+    BulkFlow,
+    DatagramFlow,
+    HwQueueMode,
+    Scenario,
+    parse_scenario,
+)
 from coorp.sim._compat import mypyc_attr
 from coorp.sim.driver import DriverHooks
 from coorp.sim.events import PRIO_CONTROL, PRIO_TRAFFIC, Event, EventLoop
@@ -77,6 +85,10 @@ class Simulation:
             )  # fmt: skip
             st.channel = self.channel
             st.bulk_burst = scenario.mac.max_ampdu_mpdus
+            st.group_ls = (
+                scenario.mac.ampdu_grouping is AmpduGrouping.PER_RECEIVER_TID
+                and scenario.hw_queue.mode is HwQueueMode.SHARED
+            )
             st._alloc_pids = self._alloc_pids
             self.stations[cfg.name] = st
         self.flows: dict[str, FlowState] = {}

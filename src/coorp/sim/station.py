@@ -44,25 +44,9 @@ class Edcaf:
     """
 
     __slots__ = (
-        "ac",
-        "aggregation",
-        "aifs",
-        "backoff",
-        "bar_pending",
-        "bar_retries",
-        "cw",
-        "cw_max",
-        "cw_min",
-        "deadline",
-        "epoch",
-        "held",
-        "mu",
-        "not_before",
-        "priority",
-        "ring",
-        "shared",
-        "station",
-        "txop_limit",
+        "ac", "aggregation", "aifs", "backoff", "bar_pending", "bar_retries", "cw", "cw_max",
+        "cw_min", "deadline", "epoch", "held", "mu", "not_before", "priority", "ring", "shared",
+        "station", "txop_limit",
     )  # fmt: skip
 
     def __init__(self, station: Station, ac: AccessCategory, params: EdcaParams) -> None:
@@ -196,6 +180,10 @@ class Station:
         self._had_free = False
         #: Packets one transfer may hand to the NIC before the next transfer's turn.
         self.bulk_burst = 64
+        #: A shared ring with A-MPDUs per receiver and TID: the NIC's FIFO is not reordered;
+        #: the driver hands the priority queues over in per-receiver bursts (``_ls_burst``).
+        self.group_ls = False
+        self._ls_left: dict[AccessCategory, dict[Station, int]] = {ac: {} for ac in _AC_ORDER}
         self._burst_used = 0
         #: The category of the last bulk packet handed to the NIC (see hw_queue_length).
         self._bulk_ac = AccessCategory.BE
@@ -342,6 +330,8 @@ class Station:
         queues = self.ls_queues
         for p in packets:
             queues[p.ac].append(p)
+            if self.group_ls:
+                self._ls_left[p.ac][p.dst] = self._ls_left[p.ac].get(p.dst, 0) + p.count
         self.refill()
 
     def add_transfer(self, transfer: BulkTransfer) -> None:
@@ -373,6 +363,7 @@ class Station:
         now = self.loop.now_ns
         rings = self.rings
         cap = self.capacity
+        group = self.group_ls
         for ls in self.ls_queues.values():
             while ls:
                 head = ls[0]
@@ -385,15 +376,17 @@ class Station:
                     if n < want:
                         if n > 0:
                             ls[0] = head.split(n)
-                            self._enqueue_hw(head, now)
+                            self._enqueue_ls(head, now)
                         self._hold_acks(until, now)
                         break
                 if head.count > room:
                     ls[0] = head.split(room)
-                    self._enqueue_hw(head, now)
+                    self._enqueue_ls(head, now)
                     break
                 ls.popleft()
-                self._enqueue_hw(head, now)
+                self._enqueue_ls(head, now)
+                if group and ls and self._edca_params[head.ac].aggregation:
+                    self._ls_burst(ls, head, now)
         if self.free_transfers:
             refill_mixed(self, now)
             return
@@ -435,6 +428,39 @@ class Station:
                     self._deny(resume, now)
                     break
             self._enqueue_hw(self._next_bulk_run(room), now)
+
+    def _enqueue_ls(self, p: Packet, now: int) -> None:
+        if self.group_ls:  # (packets left in the priority queue, by receiver)
+            self._ls_left[p.ac][p.dst] -= p.count
+        self._enqueue_hw(p, now)
+
+    def _ls_burst(self, ls: deque[Packet], head: Packet, now: int) -> None:
+        """After ``head``: its queue's later packets to the same receiver, in order, others
+        skipped, up to one A-MPDU (``bulk_burst`` with ``head``) and the ring's room, as a
+        driver serves mac80211's per-station/TID queue of the oldest packet (mt76's
+        ``mt76_txq_send_burst``). Acks the hooks gate end it (asked at the head only)."""
+        left = self._ls_left[head.ac]
+        dst = head.dst
+        ring = self.rings[head.ac]
+        budget = self.bulk_burst - head.count
+        i = 0
+        while budget > 0 and left.get(dst, 0) > 0 and i < len(ls):
+            p = ls[i]
+            if p.dst is not dst:
+                i += 1
+                continue
+            if self.ack_hooks is not None and p.flow.gate_acks:
+                return
+            room = self.capacity - ring.n
+            if room <= 0:
+                return
+            k = min(p.count, room, budget)
+            if k < p.count:
+                ls[i] = p.split(k)  # the rest stays in place; the ring or budget is full
+            else:
+                del ls[i]
+            self._enqueue_ls(p, now)
+            budget -= k
 
     def _deny(self, resume: int, now: int) -> None:
         if resume <= now:
