@@ -250,7 +250,7 @@ class MacConfig(_Model):
     )
     edca: dict[AccessCategory, EdcaOverride] = Field(default_factory=dict)
     ampdu_grouping: AmpduGrouping = Field(
-        AmpduGrouping.CONSECUTIVE,
+        AmpduGrouping.PER_RECEIVER_TID,
         description='"per_receiver_tid": an A-MPDU per receiver and TID from the queue, '
         'as drivers and ns-3 build them; "consecutive": consecutive ring packets to one '
         "receiver only",
