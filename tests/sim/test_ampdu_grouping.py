@@ -267,6 +267,37 @@ def test_ring_drain_extends_each_receivers_frame() -> None:
     assert ends["shared"] == [one * US, 2 * one * US, 3 * one * US]
 
 
+def test_ring_drain_extend_until_matches_adding_one_by_one() -> None:
+    # The oracle's per-run path (extend_until) with a frame per receiver: as many packets
+    # as copy + add + end_ns one at a time would admit, and the same model after.
+    from coorp.sim.packets import Packet
+
+    sim = _sim("per_receiver_tid")
+    st = sim.station("ap")
+    fa = sim.flow("to-a", "ap", "a", AccessCategory.BE, bulk=False)
+    fb = sim.flow("to-b", "ap", "b", AccessCategory.BE, bulk=False)
+    base = sim.channel.ring_drain(st, 0, AccessCategory.BE)
+    for f in (fa, fb, fa, fb, fb):
+        base.add(Packet(-1, f, 1028))
+    for until_us in (900, 1500, 2600, 4000, 20_000):
+        fast = base.copy()
+        n = fast.extend_until(Packet(-1, fa, 1028), 40, until_us * US)
+        slow = base.copy()
+        k = 0
+        while k < 40:
+            trial = slow.copy()
+            trial.add(Packet(-1, fa, 1028))
+            if trial.end_ns() > until_us * US:
+                break
+            slow, k = trial, k + 1
+        assert n == k
+        assert fast.end_ns() == slow.end_ns()
+        # And the model goes on alike: one more packet for b.
+        fast.add(Packet(-1, fb, 1028))
+        slow.add(Packet(-1, fb, 1028))
+        assert fast.end_ns() == slow.end_ns()
+
+
 def _mixed(grouping: str, seed: int) -> SimResult:
     sc = parse_scenario({
         "duration_s": 0.3, "seed": seed,
