@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from coorp._errors import InvariantError
 from coorp.scenario import AccessCategory, HwQueueMode
 from coorp.sim._compat import mypyc_attr
+from coorp.sim._txq import ls_burst
 from coorp.sim._ungated import refill_mixed, ungated_in
 from coorp.sim.driver import FOREVER, AckGateHooks, AdmitAll, DriverHooks, RunHooks
 from coorp.sim.events import PRIO_CONTROL, Event, EventLoop
@@ -181,7 +182,7 @@ class Station:
         #: Packets one transfer may hand to the NIC before the next transfer's turn.
         self.bulk_burst = 64
         #: A shared ring with A-MPDUs per receiver and TID: the NIC's FIFO is not reordered;
-        #: the driver hands the priority queues over in per-receiver bursts (``_ls_burst``).
+        #: the driver hands the priority queues over in per-receiver bursts (``_txq``).
         self.group_ls = False
         self._ls_left: dict[AccessCategory, dict[Station, int]] = {ac: {} for ac in _AC_ORDER}
         self._burst_used = 0
@@ -386,7 +387,7 @@ class Station:
                 ls.popleft()
                 self._enqueue_ls(head, now)
                 if group and ls and self._edca_params[head.ac].aggregation:
-                    self._ls_burst(ls, head, now)
+                    ls_burst(self, ls, head, now)
         if self.free_transfers:
             refill_mixed(self, now)
             return
@@ -433,34 +434,6 @@ class Station:
         if self.group_ls:  # (packets left in the priority queue, by receiver)
             self._ls_left[p.ac][p.dst] -= p.count
         self._enqueue_hw(p, now)
-
-    def _ls_burst(self, ls: deque[Packet], head: Packet, now: int) -> None:
-        """After ``head``: its queue's later packets to the same receiver, in order, others
-        skipped, up to one A-MPDU (``bulk_burst`` with ``head``) and the ring's room, as a
-        driver serves mac80211's per-station/TID queue of the oldest packet (mt76's
-        ``mt76_txq_send_burst``). Acks the hooks gate end it (asked at the head only)."""
-        left = self._ls_left[head.ac]
-        dst = head.dst
-        ring = self.rings[head.ac]
-        budget = self.bulk_burst - head.count
-        i = 0
-        while budget > 0 and left.get(dst, 0) > 0 and i < len(ls):
-            p = ls[i]
-            if p.dst is not dst:
-                i += 1
-                continue
-            if self.ack_hooks is not None and p.flow.gate_acks:
-                return
-            room = self.capacity - ring.n
-            if room <= 0:
-                return
-            k = min(p.count, room, budget)
-            if k < p.count:
-                ls[i] = p.split(k)  # the rest stays in place; the ring or budget is full
-            else:
-                del ls[i]
-            self._enqueue_ls(p, now)
-            budget -= k
 
     def _deny(self, resume: int, now: int) -> None:
         if resume <= now:
