@@ -12,6 +12,11 @@ already reach the ring in bursts of one A-MPDU per transfer (``Station.refill``)
 
 Only shared rings with that grouping take this path, so it stays apart from the
 compiled hot one, as ``_ungated`` does.
+
+The one import circle kept on purpose (speed): ``packets``, ``station``, ``mac``,
+``_ungated``, ``_txq``, ``tcp`` and ``congestion`` name each other's classes (mostly for
+typing only) so that mypyc compiles every access between packets, stations, TCP
+connections and the channel to a native field access.
 """
 
 from __future__ import annotations
