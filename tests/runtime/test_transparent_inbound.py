@@ -6,15 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import socket
+import time
 from typing import Any
 
 import pytest
 
 from coorp.runtime import TransparentSection
+from coorp.runtime._counters import LogLimiter
 from coorp.runtime.robot import BulkSettings, Coordinator
 from coorp.runtime.robot._link import LinkState
+from coorp.runtime.transparent._admission import LocalServer
 from coorp.runtime.transparent._agent import transparent_ruleset
+from coorp.runtime.transparent._budget import BufferPool
 from coorp.runtime.transparent._relay import Relay
 
 
@@ -101,10 +106,19 @@ class Server:
         self.done.set()
 
 
-async def _inbound(coord: Coordinator, server_port: int) -> Relay:
-    relay = Relay(port=0, mark=1, coordinator=coord, planner=None, settings=BulkSettings(),
-                  idle_release_ns=5_000_000, destination=lambda s: ("127.0.0.1", server_port),
-                  inbound=True)  # fmt: skip
+def _admission(max_flows: int = 16, open_flows: Any = lambda: 0) -> LocalServer:
+    limiter = LogLimiter(logging.getLogger("t"), time.monotonic_ns)
+    return LocalServer(
+        prepare=lambda s: None, max_flows=lambda: max_flows, open_flows=open_flows, limiter=limiter
+    )
+
+
+async def _inbound(coord: Coordinator, server_port: int, **kw: Any) -> Relay:
+    kw.setdefault("destination", lambda s: ("127.0.0.1", server_port))
+    kw.setdefault("admission", _admission())
+    relay = Relay(port=0, coordinator=coord, planner=None, settings=BulkSettings(),
+                  idle_release_ns=5_000_000, inbound=True,
+                  pool=BufferPool(budget_bytes=1 << 20, buffer_bytes=64 << 10), **kw)  # fmt: skip
     await relay.start()
     return relay
 
@@ -171,19 +185,62 @@ def test_without_a_permit_the_servers_replies_wait_and_the_server_feels_it() -> 
     asyncio.run(go())
 
 
-def test_a_connection_made_to_the_inbound_port_directly_is_closed() -> None:
+def _reset_seen(host: str, port: int) -> bool:
+    """Whether a connection to ``host:port`` ends in a reset (True) or a clean EOF."""
+    try:  # the reset may come before connect() returns
+        with socket.create_connection((host, port), timeout=5) as sock:
+            sock.recv(1)
+    except ConnectionResetError:
+        return True
+    return False
+
+
+def test_a_connection_made_to_the_inbound_port_directly_is_reset() -> None:
     async def go() -> None:
         coord = Coordinator("ld", lambda: 0)
         holder: list[int] = []
-        relay = Relay(port=0, mark=1, coordinator=coord, planner=None, settings=BulkSettings(),
-                      idle_release_ns=0, inbound=True,
-                      destination=lambda s: ("127.0.0.1", holder[0]))  # fmt: skip
-        await relay.start()
+        relay = await _inbound(coord, 0, destination=lambda s: ("127.0.0.1", holder[0]))
         holder.append(relay.port)  # conntrack's "original" destination: this listener
-        r, w = await asyncio.open_connection("127.0.0.1", relay.port)
-        assert await asyncio.wait_for(r.read(), 10) == b""
+        assert await asyncio.to_thread(_reset_seen, "127.0.0.1", relay.port)
         assert relay.counters["not_redirected"] == 1 and relay.counters["accepted"] == 0
-        w.close()
+        await relay.close()
+
+    asyncio.run(go())
+
+
+def test_the_inbound_relay_connects_only_to_this_host_and_within_the_flow_cap() -> None:
+    async def go() -> None:
+        server = Server(b"x" * 1000)
+        port = await server.start()
+        coord = Coordinator("ld", lambda: 0)
+        # A forwarded connection (its original destination another host): reset, and
+        # nothing is connected for it.
+        away = await _inbound(coord, port, destination=lambda s: ("192.0.2.1", port))
+        assert await asyncio.to_thread(_reset_seen, "127.0.0.1", away.port)
+        adm = away.admission
+        assert isinstance(adm, LocalServer) and adm.counters["refused_destination"] == 1
+        assert away.counters["accepted"] == 0
+        await away.close()
+        # The cap both relays share is full: reset at accept, counted.
+        full = await _inbound(coord, port, admission=_admission(max_flows=4, open_flows=lambda: 4))
+        assert await asyncio.to_thread(_reset_seen, "127.0.0.1", full.port)
+        adm = full.admission
+        assert isinstance(adm, LocalServer) and adm.counters["over_limit"] == 1
+        await full.close()
+
+    asyncio.run(go())
+
+
+def test_a_server_that_refuses_resets_the_peer() -> None:
+    async def go() -> None:
+        with socket.socket() as probe:  # a port nothing listens on
+            probe.bind(("127.0.0.1", 0))
+            closed = probe.getsockname()[1]
+        coord = Coordinator("ld", lambda: 0)
+        relay = await _inbound(coord, closed)
+        assert await asyncio.to_thread(_reset_seen, "127.0.0.1", relay.port)
+        await asyncio.wait_for(_until(lambda: relay.counters["refused"] == 1), 10)
+        assert not relay.flows and relay.pool.in_use == 0
         await relay.close()
 
     asyncio.run(go())

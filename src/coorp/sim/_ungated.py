@@ -7,9 +7,10 @@ in ``Station.free_transfers`` and :func:`refill_mixed` serves them beside the ga
 (a station without hooks keeps one queue and the plain ``refill``). Only scenarios with
 traffic outside the team take this path, so it stays apart from the hot one.
 
-The one import circle kept on purpose (speed): ``packets``, ``station``, ``mac`` and
-``_ungated`` name each other's classes (mostly for typing only) so that mypyc compiles
-every access between packets, stations and the channel to a native field access.
+The one import circle kept on purpose (speed): ``packets``, ``station``, ``mac``,
+``_ungated``, ``_txq``, ``tcp`` and ``congestion`` name each other's classes (mostly for
+typing only) so that mypyc compiles every access between packets, stations, TCP
+connections and the channel to a native field access.
 """
 
 from __future__ import annotations

@@ -28,6 +28,11 @@ during which proportional rate reduction sets the window (``tcp_cwnd_reduction``
 (``tcp_enter_loss``); an ACK showing the reduction was spurious restores the window
 (``tcp_undo_cwnd_reduction``); data written after an idle period longer than the RTO
 restarts the window (``tcp_cwnd_restart``). The RTO is RFC 6298's.
+
+The one import circle kept on purpose (speed): ``packets``, ``station``, ``mac``,
+``_ungated``, ``_txq``, ``tcp`` and ``congestion`` name each other's classes (mostly for
+typing only) so that mypyc compiles every access between packets, stations, TCP
+connections and the channel to a native field access.
 """
 
 from __future__ import annotations

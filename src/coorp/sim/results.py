@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from coorp.sim.mac import Channel, ChannelStats
     from coorp.sim.packets import FlowState, Message
     from coorp.sim.station import Station
+    from coorp.sim.tcp import TcpConnection
 
 __all__ = ["FlowStats", "SimResult", "StationStats"]
 
@@ -37,6 +38,7 @@ class FinishedRun(Protocol):
     stations: dict[str, Station]
     flows: dict[str, FlowState]
     messages: list[Message]
+    tcp: dict[str, TcpConnection]
 
 
 @dataclass(frozen=True, slots=True)

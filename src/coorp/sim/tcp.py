@@ -38,6 +38,9 @@ stream, each transfer's last segment possibly short.
 Not modelled: SACK, RACK, tail-loss probes, pacing, TSQ, receive-window autotuning,
 ECN, AQM in the kernel queue (it never drops: without loss the window grows to the
 receive window). Losses come only from the MAC (retry-limit drops, packet errors).
+
+The one import circle kept on purpose (speed): this module, ``congestion``, ``packets``,
+``station``, ``mac``, ``_ungated`` and ``_txq`` name each other's classes for mypyc's native access.
 """
 
 from __future__ import annotations
