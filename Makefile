@@ -1,7 +1,7 @@
 # Two entry points: `make demo` and `make test`. Both build .venv from scratch when needed.
 #
-# One .venv, two levels: `make demo` installs the core only (`pip install -e .`: what
-# `coorp compare` needs; 223 MB on a fresh clone, as README says), `make test` every extra
+# One .venv, two levels: `make demo` installs the core only (`uv pip install -e .`: what
+# `coorp compare` needs; 217 MB on a fresh clone (uv included), as README says), `make test` every extra
 # as well (the dev tools, Parquet, Ray, MuJoCo, DDS, Zenoh, ...; ~1.1 GB). `make test`
 # after `make demo` adds the extras to the same .venv; `make demo` after `make test` finds
 # what it needs. Each level has its stamp (.venv/.installed-core, .venv/.installed);
@@ -11,6 +11,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 CORE := $(VENV)/.installed-core
 FULL := $(VENV)/.installed
+UV := $(BIN)/uv
+# pytest workers: one per core (tests that time real sockets share one worker: tests/conftest.py).
+JOBS ?= auto
 EXTRAS ?= dev,parquet,transport,ray,cosim,learn,team,transparent
 
 .PHONY: demo test lint typecheck bench clean venv native
@@ -18,16 +21,19 @@ EXTRAS ?= dev,parquet,transport,ray,cosim,learn,team,transparent
 # The install compiles the simulator, control algorithms and policy hooks with mypyc
 # (src/coorp/_accel/_build_hook.py, ~60 s); without a C compiler it falls back to plain
 # Python and `native` says so, once.
-$(CORE): pyproject.toml Makefile
+# uv (installed into the .venv by pip, first) resolves and downloads in parallel: `make
+# test`'s ~100 packages took 44 s wall and 7 s of CPU where pip took 272 s and 54 s (same
+# machine, same run, load 22). The project's own compile step is the same with either.
+$(UV):
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv
+
+$(CORE): pyproject.toml Makefile | $(UV)
+	$(UV) pip install --quiet --python $(BIN)/python -e .
 	touch $@
 
-$(FULL): pyproject.toml Makefile
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
+$(FULL): pyproject.toml Makefile | $(UV)
+	$(UV) pip install --quiet --python $(BIN)/python -e ".[$(EXTRAS)]"
 	touch $@ $(CORE)
 
 venv: $(FULL)
@@ -48,7 +54,7 @@ test: native
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/ruff format --check src tests benchmarks examples
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(JOBS) --dist loadgroup
 
 lint: $(FULL)
 	$(BIN)/ruff check src tests benchmarks examples

@@ -35,7 +35,7 @@ def test_the_demo_target_installs_the_core_only() -> None:
     make = (ROOT / "Makefile").read_text()
     demo_stamp = re.search(r"^\$\(CORE\):.*?(?=^\S)", make, re.S | re.M)
     assert demo_stamp is not None
-    assert "pip install --quiet -e .\n" in demo_stamp.group(0)
+    assert "pip install --quiet --python $(BIN)/python -e .\n" in demo_stamp.group(0)
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     names = {re.split(r"[<>=\[ ]", d)[0].lower() for d in deps}
     assert not names & {"pyarrow", "ray", "mujoco", "scipy"}
