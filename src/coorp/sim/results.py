@@ -34,6 +34,8 @@ class FinishedRun(Protocol):
     wall_s: float
     loop: EventLoop
     channel: Channel
+    channels: list[Channel]
+    cells: Any
     stations: dict[str, Station]
     flows: dict[str, FlowState]
     messages: list[Message]
@@ -86,6 +88,9 @@ class SimResult:
     messages: dict[str, np.ndarray]
     ls_hw_depths: dict[str, np.ndarray]
     trace: list[tuple[object, ...]] | None = field(default=None, repr=False)
+    #: A fleet's contention domains, each medium's counters (``channel`` sums them);
+    #: empty for one BSS.
+    domains: dict[str, ChannelStats] = field(default_factory=dict)
 
     @property
     def sim_s_per_wall_s(self) -> float:
@@ -134,7 +139,9 @@ class SimResult:
         depths = {}
         # Time counters cover [0, duration_ns]: an exchange on the air at the end counts
         # up to the horizon only (see ``Channel.stats_at``).
-        beyond = sim.channel.airtime_beyond(duration_ns)
+        beyond: dict[Station, int] = {}
+        for ch in sim.channels:
+            beyond.update(ch.airtime_beyond(duration_ns))
         for name, st in sim.stations.items():
             d = np.asarray(st.ls_depths, dtype=np.int64)
             depths[name] = d
@@ -146,11 +153,22 @@ class SimResult:
                 ls_hw_depth_mean=float(d.mean()) if d.size else None,
                 ls_hw_depth_max=int(d.max()) if d.size else None,
             )  # fmt: skip
+        domains: dict[str, ChannelStats] = {}
+        channel = sim.channel.stats_at(duration_ns)
+        trace = sim.channel.stats.trace
+        if sim.cells is not None:
+            domains = {name: ch.stats_at(duration_ns) for name, ch in sim.cells.channels.items()}
+            channel = _summed(list(domains.values()))
+            if trace is not None:
+                trace = sorted(
+                    (row for ch in sim.channels for row in (ch.stats.trace or ())),
+                    key=lambda row: row[0],  # type: ignore[arg-type,return-value]
+                )
         return cls(
             scenario_name=sim.scenario.name, seed=sim.seed, duration_ns=duration_ns,
             wall_s=sim.wall_s, events_processed=sim.loop.events_processed, flows=flows,
-            stations=stations, channel=sim.channel.stats_at(duration_ns), messages=messages,
-            ls_hw_depths=depths, trace=sim.channel.stats.trace,
+            stations=stations, channel=channel, messages=messages,
+            ls_hw_depths=depths, trace=trace, domains=domains,
         )  # fmt: skip
 
     @property
@@ -179,6 +197,15 @@ class SimResult:
             },
             "flows": {n: _asdict(f) for n, f in self.flows.items()},
             "stations": {n: _asdict(s) for n, s in self.stations.items()},
+            **(
+                {
+                    "domains": {
+                        n: _channel_summary(c, self.duration_ns) for n, c in self.domains.items()
+                    }
+                }
+                if self.domains
+                else {}
+            ),
         }
 
     def tables(self) -> dict[str, dict[str, Any]]:
@@ -189,6 +216,27 @@ class SimResult:
             "flows": {k: [getattr(f, k) for f in flows] for k in FlowStats.__slots__},
             "stations": {k: [getattr(s, k) for s in stations] for k in StationStats.__slots__},
         }
+
+
+def _summed(parts: list[ChannelStats]) -> ChannelStats:
+    """Several media's counters added up (a fleet's ``channel``: its busy time may
+    exceed the run's duration, one medium per contention domain)."""
+    from coorp.sim.mac import ChannelStats
+
+    out = ChannelStats()
+    for p in parts:
+        for k in ("busy_ns", "success_ns", "failure_ns", "exchanges", "collisions",
+                  "internal_collisions", "bar_exchanges", "per_failures"):  # fmt: skip
+            setattr(out, k, getattr(out, k) + getattr(p, k))
+    return out
+
+
+def _channel_summary(ch: ChannelStats, duration_ns: int) -> dict[str, Any]:
+    return {
+        "busy_fraction": ch.busy_ns / duration_ns,
+        "exchanges": ch.exchanges,
+        "collisions": ch.collisions,
+    }
 
 
 def _asdict(obj: Any) -> dict[str, Any]:

@@ -567,6 +567,17 @@ class Station:
             assert self.channel is not None
             self.channel.frame_arrived(edcaf, now)
 
+    def drop_transfers(self, drop: Callable[[FlowState], bool]) -> None:
+        """Forget the bulk transfers of the flows ``drop`` selects (their bytes not yet
+        handed to the NIC are never sent; their completion never runs)."""
+        for queue in (self.transfers, self.free_transfers):
+            keep = [t for t in queue if not drop(t.flow)]
+            if len(keep) < len(queue):
+                if drop(queue[0].flow):
+                    self._burst_used = 0
+                queue.clear()
+                queue.extend(keep)
+
     def requeue_bulk_bytes(self, pkt: Packet) -> None:
         """A bulk packet dropped by the MAC is resent by TCP: no byte is lost."""
         transfer = pkt.transfer
