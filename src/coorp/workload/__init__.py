@@ -3,10 +3,13 @@
 :func:`run_crl` runs one scenario's workload under one policy and returns the metrics
 ``coorp compare`` reports, its raw tables (:meth:`CrlResult.tables`) and the warnings of a
 run too short for what it reports (:meth:`CrlResult.warnings`,
-:func:`comparison_warnings`).
+:func:`comparison_warnings`). :func:`run_fleet` does the same for a fleet (``[fleet]``:
+every robot's loop and learning with its cell's leader, hand-overs included).
 """
 
 from coorp.workload._drlc import Drlc, EpochRecord
+from coorp.workload._fleet import FleetResult, run_fleet
+from coorp.workload._fleetloop import FleetLearning, FleetLoop
 from coorp.workload._mpc import LoopRecord, MpcLoop
 from coorp.workload._run import CrlResult, comparison_warnings, run_crl
 from coorp.workload._series import BIN_NS, SAMPLE_NS, Sampler
@@ -17,9 +20,13 @@ __all__ = [
     "CrlResult",
     "Drlc",
     "EpochRecord",
+    "FleetLearning",
+    "FleetLoop",
+    "FleetResult",
     "LoopRecord",
     "MpcLoop",
     "Sampler",
     "comparison_warnings",
     "run_crl",
+    "run_fleet",
 ]

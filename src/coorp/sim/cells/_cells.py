@@ -80,6 +80,10 @@ class Cells:
         #: Robot -> the AP it is associated with (None: between two, off the air).
         self.ap_of: dict[str, str | None] = dict(initial_association(sc))
         self.robots: tuple[str, ...] = tuple(self.ap_of)
+        self._members: dict[str, list[str]] = {ap: [] for ap in self.access_points}
+        for r, ap in self.ap_of.items():
+            assert ap is not None
+            self._members[ap].append(r)
         for name, st in sim.stations.items():
             ap = name if name in self.domain_of_ap else self.ap_of[name]
             assert ap is not None
@@ -96,8 +100,8 @@ class Cells:
 
     # -- reading ----------------------------------------------------------------------------
     def members(self, ap: str) -> list[str]:
-        """The robots associated with ``ap`` now, in robot order."""
-        return [r for r in self.robots if self.ap_of[r] == ap]
+        """The robots associated with ``ap`` now, in the order they joined."""
+        return list(self._members[ap])
 
     def roaming(self, robot: str) -> bool:
         """Whether ``robot``'s hand-over is under way (decided, not yet joined)."""
@@ -151,6 +155,7 @@ class Cells:
         if purge(ap_st, lambda flow: flow.dst is st, now):
             channel.queues_changed(ap_st, now)
         self.ap_of[robot] = None
+        self._members[old].remove(robot)
         for cb in self.on_leave:
             cb(robot, old, now)
         sim.call_control_at(now + self.gap_ns, self._join, robot, old, now)
@@ -161,6 +166,7 @@ class Cells:
         new, decided = self._moving.pop(robot)
         self.channels[self.domain_of_ap[new]].attach(sim.station(robot), now)
         self.ap_of[robot] = new
+        self._members[new].append(robot)
         self.handovers.append(HandoverRecord(robot, old, new, decided, left_ns, now))
         for cb in self.on_join:
             cb(robot, new, now)
