@@ -111,6 +111,14 @@ class FleetCoorpPolicy(FleetPolicy):
         """The station's hooks: COORP's gate as the team policy builds it (or the
         oracle's), its permits through its BulkClient."""
         fleet, sim = self.fleet, self.fleet.sim
+        if not sim.station(station).shared:
+            # An AP's per-AC rings: its controls never wait behind its bulk data in the
+            # NIC, so it needs the permits only (local preemption is the robots' answer
+            # to their one shared ring).
+            hooks = GatedHooks(client=self.clients[station])
+            self.hooks[station] = hooks
+            sim.set_hooks(station, hooks)
+            return
         opts = fleet.options.coorp
         team = CoorpPolicy
         peers = self._peers(station)
@@ -372,7 +380,9 @@ class FleetCoorpPolicy(FleetPolicy):
         """After a hand-over: what the hooks cache of the station's medium."""
 
     def _update_flows(self, ap: str) -> None:
-        self.hooks[ap].ls_flows = self.fleet.protected_flows(ap)
+        hooks = self.hooks[ap]
+        if hooks.planner is not None:
+            hooks.ls_flows = self.fleet.protected_flows(ap)
 
     # -- measurement --------------------------------------------------------------------------
     def _domain(self, station: str) -> str:
@@ -433,7 +443,7 @@ class FleetOraclePolicy(FleetCoorpPolicy):
 
     def _install_station(self, station: str) -> None:
         fleet, sim = self.fleet, self.fleet.sim
-        if fleet.ls_send is None:
+        if fleet.ls_send is None or not sim.station(station).shared:
             permits = GatedHooks(client=self.clients[station])
             self.hooks[station] = permits
             sim.set_hooks(station, permits)
@@ -471,7 +481,8 @@ class FleetOraclePolicy(FleetCoorpPolicy):
 
     def _update_flows(self, ap: str) -> None:
         hooks = self.hooks[ap]
-        hooks.ls_flows = self.fleet.protected_flows(ap)
+        if isinstance(hooks, OracleHooks):
+            hooks.ls_flows = self.fleet.protected_flows(ap)
 
     def protected(self, station: str, now_ns: int) -> bool | None:
         return None

@@ -82,6 +82,11 @@ class AccessPointConfig(_Model):
     width_mhz: Literal[20, 40, 80, 160] | None = Field(
         None, description="channel width; unset: phy.width_mhz (the only width modelled)"
     )
+    hw_queue: Literal["per_ac", "shared"] = Field(
+        "per_ac",
+        description="the AP's NIC rings: per_ac as enterprise APs keep (a queue per access "
+        "category); shared: a commodity NIC's one ring, as [hw_queue] mode",
+    )
 
 
 class RoamingConfig(_Model):
@@ -161,6 +166,12 @@ class FleetLearningConfig(_Model):
     model_bytes: int = Field(10_000_000, gt=0)
     train_us: float = Field(1_000_000.0, ge=0)
     start_us: float = Field(200_000.0, ge=0)
+    start_spread_us: float = Field(
+        1_000_000.0,
+        ge=0,
+        description="each robot starts its first cycle at a random instant this long "
+        "after start_us at most (robots do not all start learning at once)",
+    )
 
 
 class BackboneOutage(_Model):

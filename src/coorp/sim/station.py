@@ -257,6 +257,15 @@ class Station:
         for e in self.edcafs.values():
             e.deadline = -1  # a deadline is asked again at every access
 
+    def set_ring_mode(self, mode: HwQueueMode) -> None:
+        """Lay the NIC rings out as ``mode`` says (an AP's per-AC rings beside robots'
+        shared ones, ``coorp.sim.cells``); only before the station has carried traffic."""
+        if self.edcafs or any(self.rings.values()):
+            raise InvariantError(f"{self.name!r}: rings laid out again after traffic started")
+        self.shared = mode is HwQueueMode.SHARED
+        shared_ring = Ring()
+        self.rings = {ac: (shared_ring if self.shared else Ring()) for ac in AccessCategory}
+
     # -- driver view -------------------------------------------------------------------
     def hw_queue_length(self) -> int:
         """Packets in the ring the next bulk packet would join: the shared ring, or (per-AC

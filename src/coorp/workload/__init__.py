@@ -7,12 +7,16 @@ run too short for what it reports (:meth:`CrlResult.warnings`,
 every robot's loop and learning with its cell's leader, hand-overs included).
 """
 
-from coorp.workload._drlc import Drlc, EpochRecord
-from coorp.workload._fleet import FleetResult, run_fleet
-from coorp.workload._fleetloop import FleetLearning, FleetLoop
-from coorp.workload._mpc import LoopRecord, MpcLoop
-from coorp.workload._run import CrlResult, comparison_warnings, run_crl
-from coorp.workload._series import BIN_NS, SAMPLE_NS, Sampler
+from coorp._accel import load as _load
+
+_load("coorp.workload")  # the fleet loop compiled when fresh, else the plain one
+
+from coorp.workload._drlc import Drlc, EpochRecord  # noqa: E402
+from coorp.workload._fleet import FleetResult, run_fleet  # noqa: E402
+from coorp.workload._fleetloop import FleetLearning, FleetLoop  # noqa: E402
+from coorp.workload._mpc import LoopRecord, MpcLoop  # noqa: E402
+from coorp.workload._run import CrlResult, comparison_warnings, run_crl  # noqa: E402
+from coorp.workload._series import BIN_NS, SAMPLE_NS, Sampler  # noqa: E402
 
 __all__ = [
     "BIN_NS",

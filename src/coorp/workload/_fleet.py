@@ -10,6 +10,7 @@ per-channel and per-cell blocks and the hand-overs' costs (:meth:`FleetResult.me
 
 from __future__ import annotations
 
+import gc
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -59,6 +60,14 @@ class FleetResult:
 
     # -- per loop ----------------------------------------------------------------------------
     def _arrays(self) -> dict[str, np.ndarray]:
+        cached = self.__dict__.get("_cached_arrays")
+        if cached is not None:
+            return cached
+        out = self._compute_arrays()
+        object.__setattr__(self, "_cached_arrays", out)
+        return out
+
+    def _compute_arrays(self) -> dict[str, np.ndarray]:
         recs = self.loops
         n = len(recs)
         sample = np.fromiter((r.sample_ns for r in recs), np.int64, n)
@@ -85,7 +94,8 @@ class FleetResult:
         bad = self._infeasible_aps()
         out = {}
         for g, aps in groups.items():
-            mine = np.isin(a["ap"], np.array(aps, dtype=object))
+            wanted = set(aps)
+            mine = np.fromiter((x in wanted for x in a["ap"]), bool, len(a["ap"]))
             missed, judged = a["missed"] & mine, a["judged"] & mine
             out[g] = math.nan if bad & set(aps) else self._rate(missed, judged)
         return out
@@ -300,9 +310,11 @@ def run_fleet(
     pol.install()
     learning = None
     if cfg.learning.enabled:
-        # Each robot starts learning at its own instant within a loop period.
-        period = us(cfg.loop.period_us)
-        stagger = {r: int(sim.rng(f"fleet-learn:{r}").integers(0, period)) for r in cells.robots}
+        # Each robot starts learning at its own instant (a fleet does not start at once:
+        # the first requests of every robot in one period set off a storm of permit
+        # messages and retries among 40 AC_VO contenders, whose CWmax is 7).
+        spread = max(1, us(cfg.learning.start_spread_us))
+        stagger = {r: int(sim.rng(f"fleet-learn:{r}").integers(0, spread)) for r in cells.robots}
         learning = FleetLearning(sim, cfg.learning, cells, pol.send_bulk, stagger)
 
     def leave(robot: str, ap: str, now: int) -> None:
@@ -330,10 +342,22 @@ def run_fleet(
     if learning is not None:
         learning.begin()
     until = s(scenario.duration_s) if duration_ns is None else duration_ns
-    result = sim.run(until, on_progress)
+    # A fleet allocates tens of thousands of long-lived objects per simulated second
+    # (loop records, messages) and no reference cycles: the cyclic collector would walk
+    # the growing heap again and again (a fifth of fleet-200's CPU time), and once more
+    # when it is back on. So it is off for the run, and what the run made is moved out
+    # of its sight afterwards (``gc.freeze``: still freed when no longer referenced).
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        result = sim.run(until, on_progress)
+    finally:
+        gc.freeze()
+        if was_enabled:
+            gc.enable()
     msgs = result.messages
-    ls_names = np.array(sorted(loop.flow_names) if loop else [], dtype=object)
-    is_ls = np.isin(msgs["flow"], ls_names)
+    ls_names = loop.flow_names if loop else frozenset()
+    is_ls = np.fromiter((f in ls_names for f in msgs["flow"]), bool, len(msgs["flow"]))
     lat = msgs["latency_ns"][is_ls]
     overlap = getattr(pol, "overlapping_senders", None)
     other = [f.name for f in scenario.flows]

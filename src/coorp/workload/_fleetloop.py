@@ -36,6 +36,11 @@ from coorp.units import us
 __all__ = ["FleetLearning", "FleetLoop", "LoopRecord"]
 
 BulkSender = Callable[[str, FlowState, int, Callable[[int], None]], None]
+#: Send delays drawn at a time per robot.
+_BLOCK = 256
+#: After a hand-over, a robot's sends are checked for protection this many periods
+#: (``LoopRecord.protected``; the check is a planner query, too dear for every send).
+WATCH_PERIODS = 8
 
 
 @dataclass(slots=True)
@@ -53,8 +58,8 @@ class LoopRecord:
     #: "" (completed, or still open), "gap" (sampled off the air), "handover" (its robot
     #: left the cell before the control came back).
     lost: str = ""
-    #: Whether the robot's policy had a protection window around the send (None: no
-    #: such notion, or not sent).
+    #: Whether the robot's policy had a protection window around the send, checked in the
+    #: periods after a hand-over (None: not checked, or no such notion; see WATCH_PERIODS).
     protected: bool | None = None
 
     @property
@@ -103,13 +108,14 @@ class FleetLoop:
             r: int(sim.rng(f"fleet-phase:{r}").integers(0, self.period)) for r in robots
         }
         self._rng = {r: sim.rng(f"fleet-jitter:{r}") for r in robots}
+        self._delays: dict[str, list[int]] = {}
         self.records: list[LoopRecord] = []
         #: Each robot's association number (a hand-over makes its open loops stale).
         self._epoch = dict.fromkeys(robots, 0)
         #: Robot -> (next sample index, its send instant) once drawn.
         self._next: dict[str, tuple[int, int]] = {}
-        #: Robot -> its perception's send instant while scheduled, not yet sent.
-        self._sending: dict[str, int] = {}
+        #: Robot -> until when its sends are checked for protection (after a join).
+        self._watch: dict[str, int] = {}
         #: Robot -> its control's send instant at its leader, once perceived.
         self._controls: dict[str, int] = {}
 
@@ -119,34 +125,39 @@ class FleetLoop:
 
     def begin(self) -> None:
         for r in self.robots:
-            first = self.start + self.phase_ns[r]
-            self._next[r] = (0, first + self._delay(r))
-            self.sim.call_at(first, self._sample, r, 0)
+            sample = self.start + self.phase_ns[r]
+            send = sample + self._delay(r)
+            self._next[r] = (0, send)
+            self.sim.call_at(send, self._send, r, 0, sample)
 
     def _delay(self, r: str) -> int:
-        return abs(round(self._rng[r].normal(0.0, self.jitter))) if self.jitter else 0
+        if not self.jitter:
+            return 0
+        block = self._delays.get(r)
+        if not block:
+            # Drawn a block at a time (the same stream, in order): a draw per sample
+            # costs more than the sample's simulation. A delay stays within the period,
+            # so sends keep their samples' order.
+            draws = self._rng[r].normal(0.0, self.jitter, size=_BLOCK)
+            cap = self.period - 1
+            block = self._delays[r] = [min(abs(round(x)), cap) for x in draws[::-1].tolist()]
+        return block.pop()
 
-    def _sample(self, r: str, k: int) -> None:
+    def _send(self, r: str, k: int, sample: int) -> None:
+        # One event per sample, at its send instant; it schedules the next sample's send.
         sim = self.sim
         now = sim.now_ns
-        _, send = self._next[r]
-        rec = LoopRecord(r, k, now)
+        nxt = sample + self.period
+        send = nxt + self._delay(r)
+        self._next[r] = (k + 1, send)
+        sim.call_at(send, self._send, r, k + 1, nxt)
+        rec = LoopRecord(r, k, sample)
         self.records.append(rec)
-        nxt = now + self.period
-        self._next[r] = (k + 1, nxt + self._delay(r))
-        self._sending[r] = send
-        sim.call_at(send, self._send, r, rec)
-        sim.call_at(nxt, self._sample, r, k + 1)
-
-    def _send(self, r: str, rec: LoopRecord) -> None:
-        sim = self.sim
-        now = sim.now_ns
-        self._sending.pop(r, None)
         ap = self.cells.ap_of[r]
         if ap is None:
             rec.lost = "gap"  # off the air: the sample never leaves the robot
             return
-        if self.protected is not None:
+        if self.protected is not None and self._watch.get(r, -1) >= now:
             rec.protected = self.protected(r, now)
         rec.ap, rec.send_ns = ap, now
         epoch = self._epoch[r]
@@ -190,6 +201,8 @@ class FleetLoop:
         st = self.sim.station(ap)
         self.perception[robot].dst = st
         self.control[robot].src = st
+        # Whether its sends are protected again, the next WATCH_PERIODS periods.
+        self._watch[robot] = now_ns + WATCH_PERIODS * self.period
 
     # -- what the loop knows of its next sends (reference policies) ------------------------------
     def next_send(self, station: str, now_ns: int) -> tuple[int, bool] | None:
@@ -198,9 +211,6 @@ class FleetLoop:
         next control is exact once its robot's perception arrived, else the earliest it
         could be: a member's next perception send plus the inference time."""
         if station in self._next:
-            pending = self._sending.get(station)
-            if pending is not None and pending >= now_ns:
-                return pending, True
             return self._next[station][1], True
         best: tuple[int, bool] | None = None
         for r in self.cells.members(station):

@@ -17,7 +17,7 @@ from typing import Any
 
 from coorp._errors import UsageError
 from coorp.phy import SLOT_NS
-from coorp.scenario import Domain, contention_domains, initial_association
+from coorp.scenario import Domain, HwQueueMode, contention_domains, initial_association
 from coorp.sim.cells._flush import purge
 from coorp.sim.mac import Channel
 from coorp.sim.station import Station
@@ -84,6 +84,8 @@ class Cells:
         for r, ap in self.ap_of.items():
             assert ap is not None
             self._members[ap].append(r)
+        for a in fleet.access_points:
+            sim.station(a.name).set_ring_mode(HwQueueMode(a.hw_queue))
         for name, st in sim.stations.items():
             ap = name if name in self.domain_of_ap else self.ap_of[name]
             assert ap is not None
