@@ -310,12 +310,7 @@ def run_fleet(
     pol.install()
     learning = None
     if cfg.learning.enabled:
-        # Each robot starts learning at its own instant (a fleet does not start at once:
-        # the first requests of every robot in one period set off a storm of permit
-        # messages and retries among 40 AC_VO contenders, whose CWmax is 7).
-        spread = max(1, us(cfg.learning.start_spread_us))
-        stagger = {r: int(sim.rng(f"fleet-learn:{r}").integers(0, spread)) for r in cells.robots}
-        learning = FleetLearning(sim, cfg.learning, cells, pol.send_bulk, stagger)
+        learning = FleetLearning(sim, cfg.learning, cells, pol.send_bulk)
 
     def leave(robot: str, ap: str, now: int) -> None:
         if loop is not None:

@@ -250,7 +250,15 @@ class FleetLearning:
             ap = cells.ap_of[r]
             self.update[r] = sim.flow(f"update:{r}", r, ap, be, bulk=True)
             self.model[r] = sim.flow(f"model:{r}", ap, r, be, bulk=True)
-        self._stagger = stagger_ns or {}
+        if stagger_ns is None:
+            # Each robot starts learning at its own instant (a fleet does not start at
+            # once: every robot's first permit request in one period sets off a storm of
+            # permit messages and retries among tens of AC_VO contenders, CWmax 7).
+            spread = max(1, us(cfg.start_spread_us))
+            stagger_ns = {
+                r: int(sim.rng(f"fleet-learn:{r}").integers(0, spread)) for r in self.robots
+            }
+        self._stagger = stagger_ns
         self._epoch = dict.fromkeys(self.robots, 0)
         self._started = False
         self.cycles = 0

@@ -121,6 +121,21 @@ class Cells:
         return None if ap is None else self.domain_of_ap[ap]
 
     # -- hand-over -------------------------------------------------------------------------
+    def consider(self, robot: str, rssi: dict[str, float]) -> str | None:
+        """A robot's roaming trigger on its latest measurement of every AP (``rssi``: AP ->
+        received power, dBm): hand over to the strongest AP when it is stronger than the
+        robot's own by ``[fleet.roaming] hysteresis_db`` (the first listed on a tie).
+        Returns the AP it moves to, or None (it stays, or is moving already)."""
+        current = self.ap_of[robot]
+        if current is None or robot in self._moving:
+            return None
+        aps = self.access_points
+        best = max(aps, key=lambda a: (rssi[a], -aps.index(a)))
+        if best != current and rssi[best] >= rssi[current] + self.fleet.roaming.hysteresis_db:
+            self.handover(robot, best)
+            return best
+        return None
+
     def handover(self, robot: str, to_ap: str) -> None:
         """Start moving ``robot`` to ``to_ap``: it leaves its AP as soon as its medium is
         idle, stays off the air for the gap, then joins. A robot already moving, or

@@ -40,7 +40,6 @@ class Motion:
         phy = sc.phy
         self._nss, self._width, self._std = phy.spatial_streams, phy.width_mhz, phy.standard
         self.check_ns = max(1, us(fleet.roaming.check_us))
-        self._hysteresis = fleet.roaming.hysteresis_db
         self._aps = cells.access_points
         #: Robot -> its received power from each AP at the last check (dBm).
         self.rssi: dict[str, dict[str, float]] = {}
@@ -62,7 +61,7 @@ class Motion:
             st = sim.station(robot)
             st.position_m = pos
             self._update_links(robot, st.idx, pos)
-            self._maybe_roam(robot)
+            self._cells.consider(robot, self.rssi[robot])
         sim.call_control_at(now + self.check_ns, self._check)
 
     def _update_links(self, robot: str, idx: int, pos: tuple[float, float]) -> None:
@@ -80,13 +79,3 @@ class Motion:
                 else:
                     links.set_link(src, dst, links.rate_code(src, dst), rx)
         self.rssi[robot] = rssi
-
-    def _maybe_roam(self, robot: str) -> None:
-        cells = self._cells
-        current = cells.ap_of[robot]
-        if current is None or cells.roaming(robot):
-            return
-        rssi = self.rssi[robot]
-        best = max(self._aps, key=lambda a: (rssi[a], -self._aps.index(a)))
-        if best != current and rssi[best] >= rssi[current] + self._hysteresis:
-            cells.handover(robot, best)
