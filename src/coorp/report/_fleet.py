@@ -108,7 +108,7 @@ def render_fleet(rows: Sequence[FleetCell], *, key: str, title: str) -> Table:
     t.caption = (
         "per channel: every cell of the channel; miss = the loops sent there (loops lost to "
         "a hand-over apart); util. = learning data delivered there / the BH-only run's; - : "
-        "the policy cannot serve that channel (infeasible)"
+        "no value (the policy cannot serve that channel, or no BH-only run to compare with)"
     )
     return t
 
