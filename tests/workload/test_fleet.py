@@ -142,3 +142,53 @@ def test_fleet_errors() -> None:
 def test_the_shipped_fleet_scenarios_are_what_the_script_writes() -> None:
     check = [sys.executable, str(ROOT / "benchmarks" / "fleet_scenarios.py"), "--check"]
     assert subprocess.run(check, capture_output=True).returncode == 0
+
+
+def test_a_sweep_of_a_fleet_gives_each_channel_its_utilization(tmp_path: Path) -> None:
+    from coorp.sweep import parse_sweep_spec, plan_sweep, run_sweep
+
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY_TOML)
+    spec = parse_sweep_spec({"scenarios": [str(path)], "policies": ["coorp", "coorp-team"],
+                             "seeds": [1], "duration_s": 0.5})  # fmt: skip
+    plan = plan_sweep(spec)
+    assert {t.policy for t in plan.tasks} == {"coorp", "coorp-team", "bh-only"}
+    assert plan.tasks[0].team_size == 2  # every robot of every cell
+    rows = run_sweep(plan, jobs=1).rows()
+    got = {(r["policy"], r["metric"]) for r in rows}
+    for policy in ("coorp", "coorp-team"):
+        assert {(policy, "channel_utilization_36"), (policy, "channel_utilization_52"),
+                (policy, "cell_miss_rate_ap1")} <= got  # fmt: skip
+    with pytest.raises(UsageError, match="for a fleet scenario"):
+        plan_sweep(parse_sweep_spec({"scenarios": [str(path)], "policies": ["coorp-paper"],
+                                     "seeds": [1]}))  # fmt: skip
+
+
+TINY_TOML = """
+name = "tiny-fleet-sweep"
+[links]
+mode = "distance"
+[[stations]]
+name = "ap1"
+position_m = [0.0, 0.0]
+[[stations]]
+name = "ap2"
+position_m = [20.0, 0.0]
+[[stations]]
+name = "a"
+position_m = [2.0, 1.0]
+[[stations]]
+name = "b"
+position_m = [18.0, 1.0]
+[fleet]
+[[fleet.access_points]]
+name = "ap1"
+channel = 36
+[[fleet.access_points]]
+name = "ap2"
+channel = 52
+[fleet.learning]
+update_bytes = 1000000
+model_bytes = 1000000
+start_spread_us = 10000
+"""
