@@ -39,9 +39,11 @@ install it and still shows the coorp and Bianchi columns (exit status 0).
     python benchmarks/ns3_crosscheck.py --standard ax --mcs 11 --n 1,5,10,20
     python benchmarks/ns3_crosscheck.py --bss 2 --channels same,different --n 2,4,10
 
-``--bss 2`` splits the N stations between two APs 4 m apart (a ``[fleet]`` scenario in
-coorp): on one channel they are one contention domain, so the reference is Bianchi's
-model with all N stations; on two channels each BSS has its own (the sum of two).
+``--bss 2`` splits the N stations between two APs (a ``[fleet]`` scenario in coorp): on
+one channel they are one contention domain, so the reference is Bianchi's model with all
+N stations; on two channels each BSS has its own (the sum of two). ``--layout``: the APs
+co-located amid one circle of stations (default: every station as far from both APs, so
+nobody captures a frame in a collision, as in the one-BSS setup) or 4 m apart.
 """
 
 from __future__ import annotations
@@ -103,6 +105,10 @@ class Config:
     #: channel ("same": they share the air) or two ("different": each has its own).
     bss: int = 1
     channels: str = "same"
+    #: ``colocated``: both APs at the centre of one 1 m circle of stations (every station
+    #: as far from both: no capture, as in the one-BSS setup); ``apart``: the APs 4 m
+    #: apart, each with its stations on a 1 m circle of its own.
+    layout: str = "colocated"
 
     @property
     def variant(self) -> str:
@@ -141,8 +147,31 @@ def coorp_scenario(cfg: Config) -> Scenario:
     )
 
 
-#: The two APs of ``--bss 2``, 4 m apart: well within carrier-sense range of each other.
+#: The two APs of ``--bss 2 --layout apart``, 4 m apart: well within carrier-sense range.
 BSS_SEPARATION_M = 4.0
+
+
+Point = tuple[float, float]
+
+
+def _two_bss_positions(cfg: Config) -> tuple[list[Point], list[list[Point]]]:
+    """The two APs' positions and each BSS's stations' (see ``Config.layout``)."""
+    split = _split(cfg.n)
+    if cfg.layout == "apart":
+        aps = [(0.0, 0.0), (BSS_SEPARATION_M, 0.0)]
+        stas = [
+            [(x0 + math.cos(2 * math.pi * j / k), math.sin(2 * math.pi * j / k)) for j in range(k)]
+            for (x0, _), k in zip(aps, split, strict=True)
+        ]
+        return aps, stas
+    # Co-located APs, the stations of both BSSs interleaved on one 1 m circle.
+    aps = [(0.0, 0.0), (0.001, 0.0)]
+    angles = [2 * math.pi * i / cfg.n for i in range(cfg.n)]
+    stas: list[list[Point]] = [[], []]
+    for i, a in enumerate(angles):
+        b = 0 if len(stas[0]) < split[0] and (i % 2 == 0 or len(stas[1]) >= split[1]) else 1
+        stas[b].append((math.cos(a), math.sin(a)))
+    return aps, stas
 
 
 def _split(n: int) -> list[int]:
@@ -154,15 +183,15 @@ def _two_bss_scenario(cfg: Config) -> Scenario:
     """``cfg.n`` saturated uplinks split between two APs (a ``[fleet]`` scenario)."""
     single = coorp_scenario(Config(**{**asdict(cfg), "bss": 1}))
     doc = single.model_dump(mode="json")
-    stations = [{"name": "ap0", "position_m": [0.0, 0.0]},
-                {"name": "ap1", "position_m": [BSS_SEPARATION_M, 0.0]}]  # fmt: skip
+    aps, stas = _two_bss_positions(cfg)
+    stations = [{"name": f"ap{b}", "position_m": list(p)} for b, p in enumerate(aps)]
     flows = []
+    members: list[list[str]] = [[], []]
     i = 0
-    for b, k in enumerate(_split(cfg.n)):
-        for j in range(k):
-            a = 2 * math.pi * j / max(k, 1)
-            x, y = BSS_SEPARATION_M * b + math.cos(a), math.sin(a)
+    for b, mine in enumerate(stas):
+        for x, y in mine:
             stations.append({"name": f"sta{i}", "position_m": [x, y]})
+            members[b].append(f"sta{i}")
             flows.append({"kind": "bulk", "name": f"up{i}", "src": f"sta{i}", "dst": f"ap{b}",
                           "tcp_acks": False})  # fmt: skip
             i += 1
@@ -171,8 +200,9 @@ def _two_bss_scenario(cfg: Config) -> Scenario:
         stations=stations,
         flows=flows,
         fleet={"access_points": [
-            {"name": "ap0", "channel": 36, "hw_queue": "shared"},
-            {"name": "ap1", "channel": 36 if cfg.channels == "same" else 52, "hw_queue": "shared"},
+            {"name": "ap0", "channel": 36, "hw_queue": "shared", "members": members[0]},
+            {"name": "ap1", "channel": 36 if cfg.channels == "same" else 52,
+             "hw_queue": "shared", "members": members[1]},
         ]},
     )  # fmt: skip
     return parse_scenario(doc)
@@ -662,9 +692,9 @@ def run_ns3_two_bss(
     seed: int = 1,
     on_measure: Callable[[], None] | None = None,
 ) -> Run:
-    """``cfg.n`` stations split between two APs 4 m apart, each BSS with its own SSID,
-    on one YansWifiChannel at channel 42 (``same``: every PPDU reaches every node) or
-    on two channels (``different``: channel 42 and channel 58, two YansWifiChannels);
+    """``cfg.n`` stations split between two APs (``cfg.layout``), each BSS with its own
+    SSID, on one YansWifiChannel at channel 42 (``same``: every PPDU reaches every node)
+    or on two channels (``different``: channel 42 and channel 58, two YansWifiChannels);
     otherwise as :func:`run_ns3` (default PHY, fixed streams, saturating OnOff)."""
     t_build = time.perf_counter()
     ns.RngSeedManager.SetSeed(1)
@@ -688,6 +718,7 @@ def run_ns3_two_bss(
     sinks = []
     src_apps = []
     used = 0
+    ap_pos, sta_pos = _two_bss_positions(cfg)
     for b, k in enumerate(split):
         if cfg.channels == "same":
             channel, settings = shared, "{42, 80, BAND_5GHZ, 0}"
@@ -713,11 +744,9 @@ def run_ns3_two_bss(
                     "MpduBufferSize", buf)  # fmt: skip
         ap_devs = wifi.Install(phy, mac, ap)
         pos = ns.ListPositionAllocator()
-        x0 = BSS_SEPARATION_M * b
-        pos.Add(ns.Vector(x0, 0.0, 0.0))
-        for j in range(k):
-            a = 2 * math.pi * j / k
-            pos.Add(ns.Vector(x0 + math.cos(a), math.sin(a), 0.0))
+        pos.Add(ns.Vector(ap_pos[b][0], ap_pos[b][1], 0.0))
+        for x, y in sta_pos[b]:
+            pos.Add(ns.Vector(x, y, 0.0))
         mobility.SetPositionAllocator(pos)
         mobility.Install(ap)
         mobility.Install(stas)
@@ -825,6 +854,11 @@ def main(argv: list[str] | None = None) -> int:
         help="2: the N stations split between two APs 4 m apart (ns-3: default PHY only)",
     )  # fmt: skip
     ap.add_argument(
+        "--layout", choices=("colocated", "apart"), default="colocated",
+        help="with --bss 2: colocated APs amid one circle of stations (no capture), or apart "
+        "(4 m, each BSS on its own circle: ns-3's APs capture their own stations' frames)",
+    )  # fmt: skip
+    ap.add_argument(
         "--channels", default="same",
         help="with --bss 2: same (one channel: one contention domain), different (two), "
         "or both, comma-separated",
@@ -896,6 +930,7 @@ def main(argv: list[str] | None = None) -> int:
             cfg = Config.from_variant(
                 n, variant, mcs=args.mcs, payload_bytes=args.payload, standard=args.standard,
                 gi_ns=args.gi, mpdus=args.mpdus, bss=args.bss, channels=channels,
+                layout=args.layout,
             )  # fmt: skip
             model = bianchi_mbps(cfg)
             ours = run_coorp(cfg, args.duration, args.seed)

@@ -4,6 +4,8 @@ robot's protection across a hand-over, a cut backbone."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -192,3 +194,24 @@ update_bytes = 1000000
 model_bytes = 1000000
 start_spread_us = 10000
 """
+
+
+def _digest() -> str:
+    r = run_fleet(_fleet(mover=True, per_ap=2), "coorp", seed=5, duration_ns=SECOND)
+    loops = [(x.robot, x.sample_ns, x.end_ns, x.lost) for x in r.loops]
+    return json.dumps([r.metrics(), loops], sort_keys=True, default=str)
+
+
+def test_the_compiled_fleet_computes_what_the_plain_one_does() -> None:
+    from coorp.sim import COMPILED
+
+    if not COMPILED:
+        pytest.skip("nothing compiled here: coorp --version says why")
+    code = (
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+        "from test_fleet import _digest; print(_digest())"
+    )
+    plain = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env={**os.environ, "COORP_PURE": "1"}, timeout=300)  # fmt: skip
+    assert plain.returncode == 0, plain.stderr[-1500:]
+    assert plain.stdout.strip() == _digest()

@@ -82,6 +82,11 @@ class AccessPointConfig(_Model):
     width_mhz: Literal[20, 40, 80, 160] | None = Field(
         None, description="channel width; unset: phy.width_mhz (the only width modelled)"
     )
+    members: list[str] = Field(
+        default_factory=list,
+        description="robots that start associated with this AP whatever they receive "
+        "(its team's SSID); the others start with the strongest AP",
+    )
     hw_queue: Literal["per_ac", "shared"] = Field(
         "per_ac",
         description="the AP's NIC rings: per_ac as enterprise APs keep (a queue per access "
@@ -312,15 +317,20 @@ def contention_domains(scenario: Any) -> list[Domain]:
 
 
 def initial_association(scenario: Any) -> dict[str, str]:
-    """Robot -> the AP it associates with at its start position: the strongest received
-    power (the first listed AP on a tie), as a station picks the best BSS of its scan."""
+    """Robot -> the AP it associates with at its start position: the one that lists it in
+    ``members``, else the strongest received power (the first listed AP on a tie), as a
+    station picks the best BSS of its scan."""
     fleet: FleetConfig = scenario.fleet
     pos = _position(scenario)
     aps = fleet.ap_names()
     budget = _budget(scenario)
+    pinned = {r: a.name for a in fleet.access_points for r in a.members}
     out = {}
     for s in scenario.stations:
         if s.name in aps:
+            continue
+        if s.name in pinned:
+            out[s.name] = pinned[s.name]
             continue
         best = max(aps, key=lambda a: (budget.rx_power_dbm(math.dist(s.position_m, pos[a])),
                                        -aps.index(a)))  # fmt: skip
@@ -428,6 +438,13 @@ def fleet_problems(scenario: Any) -> list[_Problem]:
                 break
         blocks.append((i, block, ap.channel, ap.name))
     robots = [n for n in names if n not in aps]
+    pinned: set[str] = set()
+    for i, ap in enumerate(fleet.access_points):
+        for r in ap.members:
+            if r not in robots or r in pinned:
+                why = "is listed by two APs" if r in pinned else "is not a robot"
+                problems.append((("fleet", "access_points", i, "members"), r, why))
+            pinned.add(r)
     if not robots:
         problems.append((("fleet", "access_points"), aps, "every station is an AP: no robot"))
     routed: set[str] = set()
