@@ -17,6 +17,7 @@ OPTIONAL = [
     "coorp.transport", "coorp.analysis",
     "coorp.policies", "coorp.workload", "coorp.testing", "coorp.sweep", "coorp.cosim",
     "coorp.flow", "coorp.learn", "coorp.report", "coorp.teambench", "coorp.bench",
+    "coorp.emulate",
 ]  # fmt: skip
 
 

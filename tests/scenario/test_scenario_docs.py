@@ -54,6 +54,7 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("[fleet.learning]", sc_pkg.FleetLearningConfig),
     ("[fleet.backbone]", sc_pkg.BackboneConfig),
     ("[[fleet.backbone.outages]]", sc_pkg.BackboneOutage),
+    ("[tcp]", sc_pkg.TcpConfig),
 ]
 
 

@@ -52,6 +52,7 @@ COMMAND_MODULES = (
     "coorp.cli._model",
     "coorp.cli._cosim",
     "coorp.cli._learn",
+    "coorp.cli._emulate",
 )
 
 

@@ -70,6 +70,10 @@ COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
         "Real PPO over the team's network; reward vs time per policy.",
     ),
     "bench": (("coorp.cli._bench",), "Benchmarks: Coorp's transport, team capacity, flow vs Ray."),
+    "emulate": (
+        ("coorp.cli._emulate",),
+        "Real programs on the simulated WiFi channel, in real time.",
+    ),
 }
 
 

@@ -9,6 +9,9 @@ robot measures its APs from those links and hands over when another is stronger 
 hysteresis (``coorp.sim.cells.Cells.consider``): it leaves one cell's permit queue, is
 off the air for the association gap, joins the next and its commands come from the new
 leader. What the run reports adds the hand-overs to the co-simulation's outcomes.
+
+``run_cosim``, the entry point, lives here too: it picks a team's run or a fleet's (so
+that ``_run`` need not import this module back).
 """
 
 from __future__ import annotations
@@ -16,12 +19,14 @@ from __future__ import annotations
 from typing import Any
 
 from coorp._errors import UsageError
+from coorp.cosim._config import CosimScenario, Coupling
+from coorp.cosim._result import CosimResult
 from coorp.cosim._run import CosimRun
 from coorp.policies import Fleet, get_fleet_policy
 from coorp.units import us
 from coorp.workload import FleetLearning, FleetLoop
 
-__all__ = ["FleetCosimRun"]
+__all__ = ["FleetCosimRun", "run_cosim"]
 
 
 class FleetCosimRun(CosimRun):
@@ -120,3 +125,22 @@ class FleetCosimRun(CosimRun):
             (h.robot, h.from_ap, h.to_ap, h.left_ns, h.joined_ns) for h in self.cells.handovers
         )
         return loops, bh, {"handovers": handovers}
+
+
+def run_cosim(
+    cs: CosimScenario,
+    policy: str,
+    *,
+    seed: int | None = None,
+    duration_ns: int | None = None,
+    coupling: Coupling | None = None,
+    tracer: Any = None,
+) -> CosimResult:
+    """Co-simulate ``cs`` under ``policy``; same scenario and seed ⇒ same result. A
+    scenario with ``[fleet]`` runs the fleet's loops and hand-overs
+    (:class:`FleetCosimRun`, a fleet policy)."""
+    if cs.scenario.fleet is not None:
+        return FleetCosimRun(cs, policy, seed=seed, coupling=coupling, tracer=tracer).run(
+            duration_ns
+        )
+    return CosimRun(cs, policy, seed=seed, coupling=coupling, tracer=tracer).run(duration_ns)

@@ -48,7 +48,7 @@ from coorp.sim.station import BulkTransfer
 from coorp.units import s, us
 from coorp.workload import Drlc, MpcLoop
 
-__all__ = ["CosimResult", "CosimRun", "run_cosim"]
+__all__ = ["CosimResult", "CosimRun"]
 
 _NS = 1_000_000_000
 
@@ -571,24 +571,3 @@ class CosimRun:
             link_walls=np.array(self._walls_rec, np.int64),
             bh_bytes=bh_bytes, wall_s=wall, **extra,
         )  # fmt: skip
-
-
-def run_cosim(
-    cs: CosimScenario,
-    policy: str,
-    *,
-    seed: int | None = None,
-    duration_ns: int | None = None,
-    coupling: Coupling | None = None,
-    tracer: Any = None,
-) -> CosimResult:
-    """Co-simulate ``cs`` under ``policy``; same scenario and seed ⇒ same result. A
-    scenario with ``[fleet]`` runs the fleet's loops and hand-overs
-    (:class:`coorp.cosim._fleet.FleetCosimRun`, a fleet policy)."""
-    if cs.scenario.fleet is not None:
-        from coorp.cosim._fleet import FleetCosimRun
-
-        return FleetCosimRun(cs, policy, seed=seed, coupling=coupling, tracer=tracer).run(
-            duration_ns
-        )
-    return CosimRun(cs, policy, seed=seed, coupling=coupling, tracer=tracer).run(duration_ns)

@@ -336,7 +336,19 @@ class TransparentSection(_Model):
         7409, ge=1, le=65535, description="local port where intercepted connections arrive"
     )
     relay_mark: int = Field(
-        0x0C0F, ge=1, le=2**32 - 1, description="fwmark of the relay's own connections"
+        0x0C0F,
+        ge=1,
+        le=2**32 - 5,
+        description="fwmark of the relay's own connections (the next 4 values mark refusals)",
+    )
+    relay_max_flows: int = Field(
+        1024,
+        ge=1,
+        le=1_000_000,
+        description="relayed connections at once at most (the fd limit may allow fewer)",
+    )
+    relay_memory_mb: float = Field(
+        32.0, ge=1, le=65536, description="the relay's copy buffers, in all"
     )
     min_message_bytes: int = Field(
         200,

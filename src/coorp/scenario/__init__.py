@@ -31,6 +31,7 @@ from ._models import (
     LINK_TABLE_BYTES_PER_PAIR,
     MAX_STATIONS,
     AccessCategory,
+    AmpduGrouping,
     BulkFlow,
     DatagramFlow,
     EdcaDefaults,
@@ -48,6 +49,7 @@ from ._models import (
     StationConfig,
 )
 from ._overrides import OverrideError, apply_overrides, canonical_key, override_label
+from ._tcp import TcpConfig, TcpSender
 from ._timing import LinkChange, LsFlowConfig
 from ._workload import (
     CoorpOptions,
@@ -71,6 +73,7 @@ __all__ = [
     "MAX_STATIONS",
     "AccessCategory",
     "AccessPointConfig",
+    "AmpduGrouping",
     "BackboneConfig",
     "BackboneOutage",
     "BulkFlow",
@@ -108,6 +111,8 @@ __all__ = [
     "SchedWifiOptions",
     "StationConfig",
     "SyncMode",
+    "TcpConfig",
+    "TcpSender",
     "WorkloadConfig",
     "apply_overrides",
     "builtin_scenarios",

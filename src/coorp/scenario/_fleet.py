@@ -40,6 +40,7 @@ from pydantic import Field, model_validator
 
 from coorp.phy import LinkBudget
 from coorp.scenario._radio import _Model, _Problem
+from coorp.scenario._tcp import TcpSender
 from coorp.scenario._workload import LsTransport
 
 __all__ = [
@@ -392,6 +393,14 @@ def fleet_problems(scenario: Any) -> list[_Problem]:
     if fleet is None:
         return []
     problems: list[_Problem] = []
+    if scenario.tcp.sender is not TcpSender.NONE:
+        # A hand-over flushes a robot's queued bulk (Cells.handover); what a TCP sender
+        # then does (an RTO, a new path's RTT) is not modelled for a fleet.
+        problems.append((
+            ("tcp", "sender"), scenario.tcp.sender.value,
+            "TCP senders are not modelled in a fleet (a hand-over flushes queued bulk); "
+            "allowed with [fleet]: \"none\"",
+        ))  # fmt: skip
     names = [s.name for s in scenario.stations]
     known = set(names)
     aps = fleet.ap_names()
@@ -448,14 +457,14 @@ def fleet_problems(scenario: Any) -> list[_Problem]:
     if not robots:
         problems.append((("fleet", "access_points"), aps, "every station is an AP: no robot"))
     routed: set[str] = set()
-    for i, r in enumerate(fleet.routes):
+    for i, route in enumerate(fleet.routes):
         at = ("fleet", "routes", i, "robot")
-        if r.robot not in robots:
-            problems.append((at, r.robot, f"is not a robot (a station that is not an AP); "
+        if route.robot not in robots:
+            problems.append((at, route.robot, f"is not a robot (a station that is not an AP); "
                                           f"robots: {sorted(robots)[:20]}"))  # fmt: skip
-        elif r.robot in routed:
-            problems.append((at, r.robot, "has two routes"))
-        routed.add(r.robot)
+        elif route.robot in routed:
+            problems.append((at, route.robot, "has two routes"))
+        routed.add(route.robot)
     for o in fleet.backbone.outages:
         if o.access_point not in aps:
             problems.append((

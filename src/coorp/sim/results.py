@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from coorp.sim.mac import Channel, ChannelStats
     from coorp.sim.packets import FlowState, Message
     from coorp.sim.station import Station
+    from coorp.sim.tcp import TcpConnection
 
 __all__ = ["FlowStats", "SimResult", "StationStats"]
 
@@ -39,6 +40,7 @@ class FinishedRun(Protocol):
     stations: dict[str, Station]
     flows: dict[str, FlowState]
     messages: list[Message]
+    tcp: dict[str, TcpConnection]
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +93,10 @@ class SimResult:
     #: A fleet's contention domains, each medium's counters (``channel`` sums them);
     #: empty for one BSS.
     domains: dict[str, ChannelStats] = field(default_factory=dict)
+    #: Per bulk flow with a TCP connection (``[tcp] sender``): its counters
+    #: (``TcpConnection.stats``) and, with ``trace=True``, ``cwnd_trace``: (time ns,
+    #: cwnd, ssthresh) at every change. Empty without the TCP model.
+    tcp: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
 
     @property
     def sim_s_per_wall_s(self) -> float:
@@ -175,6 +181,7 @@ class SimResult:
             wall_s=sim.wall_s, events_processed=sim.loop.events_processed, flows=flows,
             stations=stations, channel=channel, messages=messages,
             ls_hw_depths=depths, trace=trace, domains=domains,
+            tcp={name: _tcp_stats(c) for name, c in sim.tcp.items()},
         )  # fmt: skip
 
     @property
@@ -212,7 +219,12 @@ class SimResult:
                 if self.domains
                 else {}
             ),
-        }
+            **(
+                {"tcp": {n: {k: v for k, v in t.items() if k != "cwnd_trace"}
+                         for n, t in self.tcp.items()}}
+                if self.tcp else {}
+            ),
+        }  # fmt: skip
 
     def tables(self) -> dict[str, dict[str, Any]]:
         flows = list(self.flows.values())
@@ -243,6 +255,13 @@ def _channel_summary(ch: ChannelStats, duration_ns: int) -> dict[str, Any]:
         "exchanges": ch.exchanges,
         "collisions": ch.collisions,
     }
+
+
+def _tcp_stats(conn: Any) -> dict[str, Any]:
+    out: dict[str, Any] = dict(conn.stats())
+    if conn.trace is not None:
+        out["cwnd_trace"] = list(conn.trace)
+    return out
 
 
 def _asdict(obj: Any) -> dict[str, Any]:

@@ -7,7 +7,13 @@
   sender that reconnects is told where to resume and no byte is lost or duplicated;
   recently completed ids are remembered, so a sender that missed the final
   acknowledgement is told "done" instead of delivering the message twice. Memory is
-  bounded: per message, in total for partial messages, and by age.
+  bounded: per message, per sending member and in total for partial messages, and by
+  age. A member's partial messages may hold at most ``max_partial_bytes_per_member``
+  (a member over it gets its own message refused); when the total is full, another
+  member's new message makes room by dropping partial messages of members above their
+  fair share that have not advanced for ``partial_stall_s`` (their senders resume from
+  the start). So a member that opens large messages and sends nothing cannot make the
+  other members' bulk to this inbox fail (issue 33).
 """
 
 from __future__ import annotations
@@ -65,6 +71,13 @@ log = logging.getLogger("coorp.runtime.receiver")
 class ReceiverLimits:
     max_message_bytes: int = 1 << 30
     max_partial_bytes: int = 2 << 30
+    """Buffer space of all partial bulk messages together."""
+    max_partial_bytes_per_member: int = 1 << 30
+    """Buffer space of one sending member's partial messages (at least its largest
+    message: ``max_message_bytes``)."""
+    partial_stall_s: float = 10.0
+    """A partial message that has not advanced this long may be dropped to make room
+    for another member's, if its member holds more than its fair share."""
     idle_timeout_s: float = 30.0
     handshake_timeout_s: float = 5.0
     """Deadline for a sender's whole greeting (not per read)."""
@@ -119,6 +132,8 @@ class _Partial:
     touched_ns: int
     have: int = 0
     owner: object = field(default=None)
+    dropped: bool = False
+    """Dropped to make room for another member's message (its sender starts over)."""
 
 
 _Key = tuple[str, str, int, int]  # robot, stream, session, msg id
@@ -148,6 +163,7 @@ class BulkReceiver:
         self._epoch = int.from_bytes(os.urandom(8), "big") >> 1
         self._partials: dict[_Key, _Partial] = {}
         self._partial_bytes = 0
+        self._member_bytes: dict[str, int] = {}
         self._completed: OrderedDict[_Key, int] = OrderedDict()
         self._accept: AcceptLoop | None = None
         self.counters = {
@@ -156,6 +172,9 @@ class BulkReceiver:
             "resumed": 0,
             "duplicates_suppressed": 0,
             "expired_partials": 0,
+            "partials_refused_member": 0,
+            "partials_refused_full": 0,
+            "partials_dropped_for_others": 0,
             "ls_sessions": 0,
         }
 
@@ -318,13 +337,25 @@ class BulkReceiver:
                 raise FrameTooLargeError(
                     f"bulk message of {total} bytes exceeds {self.limits.max_message_bytes}"
                 )
-            if self._partial_bytes + total > self.limits.max_partial_bytes:
+            mine = self._member_bytes.get(robot, 0)
+            if mine + total > self.limits.max_partial_bytes_per_member:
+                self.counters["partials_refused_member"] += 1
+                await conn.send(
+                    BulkReject(msg.msg_id, "sender's share of the receiver's buffer space is full")
+                )
+                raise RefusedError(
+                    f"{robot} already holds {mine} bytes of partial messages here (at most "
+                    f"{self.limits.max_partial_bytes_per_member})"
+                )
+            if not self._room_for(total, robot):
+                self.counters["partials_refused_full"] += 1
                 await conn.send(BulkReject(msg.msg_id, "receiver is out of buffer space"))
                 raise RefusedError(f"no buffer space for {total} more bytes")
             now = self._clock()
             partial = _Partial(_new_buffer(total), msg.sent_ns, now, now)
             self._partials[key] = partial
             self._partial_bytes += total
+            self._member_bytes[robot] = mine + total
         elif len(partial.buffer) != msg.total_bytes:
             raise MalformedFrameError(
                 f"message {msg.msg_id} reopened with {msg.total_bytes} bytes, "
@@ -352,6 +383,9 @@ class BulkReceiver:
             )
         view = memoryview(partial.buffer)[msg.offset : msg.offset + msg.nbytes]
         await conn.recv_exactly_into(view)
+        if partial.dropped:
+            await conn.send(BulkReject(msg.msg_id, "dropped to make room for other senders"))
+            raise RefusedError(f"message {msg.msg_id} was dropped to make room for others")
         if partial.owner is not conn:
             raise PeerClosed("superseded by a newer connection of the same sender")
         partial.have += msg.nbytes
@@ -364,8 +398,7 @@ class BulkReceiver:
 
     async def _complete(self, conn: FramedConnection, key: _Key, partial: _Partial) -> None:
         robot, stream, _, msg_id = key
-        del self._partials[key]
-        self._partial_bytes -= len(partial.buffer)
+        self._forget_partial(key)
         self._completed[key] = len(partial.buffer)
         while len(self._completed) > self.limits.remember_completed:
             self._completed.popitem(last=False)
@@ -387,9 +420,41 @@ class BulkReceiver:
         )
         await conn.send(BulkDone(msg_id))
 
+    def _forget_partial(self, key: _Key) -> _Partial:
+        p = self._partials.pop(key)
+        self._partial_bytes -= len(p.buffer)
+        left = self._member_bytes.get(key[0], 0) - len(p.buffer)
+        if left > 0:
+            self._member_bytes[key[0]] = left
+        else:
+            self._member_bytes.pop(key[0], None)
+        return p
+
+    def _room_for(self, nbytes: int, robot: str) -> bool:
+        """Whether ``nbytes`` more fit in the total, after dropping stalled partial
+        messages of members above their fair share (the oldest first), if need be."""
+        lim = self.limits
+        if self._partial_bytes + nbytes <= lim.max_partial_bytes:
+            return True
+        members = {k[0] for k in self._partials} | {robot}
+        fair = lim.max_partial_bytes // len(members)
+        stalled = self._clock() - round(lim.partial_stall_s * 1e9)
+        victims = sorted(
+            (p.touched_ns, k)
+            for k, p in self._partials.items()
+            if k[0] != robot and p.touched_ns < stalled
+        )
+        for _, key in victims:
+            if self._partial_bytes + nbytes <= lim.max_partial_bytes:
+                break
+            if self._member_bytes.get(key[0], 0) <= fair:
+                continue
+            self._forget_partial(key).dropped = True
+            self.counters["partials_dropped_for_others"] += 1
+        return self._partial_bytes + nbytes <= lim.max_partial_bytes
+
     def _expire_partials(self) -> None:
         cutoff = self._clock() - int(self.limits.partial_ttl_s * 1e9)
         for key in [k for k, p in self._partials.items() if p.touched_ns < cutoff]:
-            p = self._partials.pop(key)
-            self._partial_bytes -= len(p.buffer)
+            self._forget_partial(key).dropped = True
             self.counters["expired_partials"] += 1

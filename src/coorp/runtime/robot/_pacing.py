@@ -337,6 +337,28 @@ class Pacer:
                 self.counters["inflight_max_bytes"] = inflight
         return nbytes
 
+    def write_some(self, data: memoryview, depth: int | None) -> int:
+        """Write what the socket takes now, without waiting (maybe nothing); counted as
+        :meth:`write` counts it. For a caller that must not hold its buffer while the
+        peer is slow (the relay: the bytes stay in the source socket until they went)."""
+        sock = self.sock
+        enqueued = self._clock()
+        try:
+            sent = sock.send(data)
+        except BlockingIOError:
+            return 0
+        if sent:
+            done = self._clock()
+            self.counters["write_ns"] += done - enqueued
+            if self._tracker is not None:
+                self._tracker.on_write(sent, enqueued, depth)
+            self._coord.note_write(enqueued, done)
+            if depth is not None:
+                inflight = bytes_outstanding(sock)
+                if inflight > self.counters["inflight_max_bytes"]:
+                    self.counters["inflight_max_bytes"] = inflight
+        return sent
+
     def poll(self) -> None:
         """Sample what drained (completion-time samples) now."""
         if self._tracker is not None:

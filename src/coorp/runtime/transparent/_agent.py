@@ -8,25 +8,37 @@
 * the LS observer (:mod:`._observe`): every LS send, with its kernel timestamp, goes
   to the robot's :class:`~coorp.control.ProtectionPlanner` — the same one the API's LS
   channels feed;
+* the gatekeeper (:mod:`._admission`): each bulk connection's SYN held until the
+  relay has connected to the destination as the program (:mod:`._identity`), within
+  the relay's budgets (:mod:`._budget`);
 * the relay (:mod:`._relay`): intercepted bulk connections sent under the robot's
   permit, local preemption and in-flight budget, with the same
   :class:`~._pacing.Pacer` as the API's bulk streams.
 
-Order matters: the relay listens before a connection can be redirected to it, and on
-:meth:`close` the rules go first (new connections go direct again), then the relay
-gives open connections ``drain_s`` to finish before resetting them.
+Order matters: the relay listens and the SYN queue is bound before a connection can be
+queued or redirected, and on :meth:`close` the rules go first (new connections go
+direct again), then the queue (SYNs still held are dropped: their programs retransmit
+them, directly), then the relay gives open connections ``drain_s`` to finish before
+resetting them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import socket
+import time
 from typing import TYPE_CHECKING, Any
 
+from .._counters import LogLimiter
 from .._selectors import TransparentSection
 from ..robot import ReportPart
-from ..wire import FlowSummary
-from ._nft import NftTable, Ruleset, build_ruleset
+from ..wire import FlowSummary, mark_socket, tune_tcp
+from ._admission import Gatekeeper
+from ._budget import BufferPool, FdPlan, fd_plan
+from ._identity import IdentityFactory, socket_owner
+from ._nft import NftTable, Ruleset, TransparentUnavailableError, build_ruleset, cgroup2_root
 from ._observe import PacketObserver, SendGrouper
 from ._relay import Relay
 
@@ -81,24 +93,72 @@ class TransparentAgent:
             SendGrouper(burst_gap_ns=section.burst_gap_ns, min_bytes=section.min_message_bytes),
         )
         self.relay: Relay | None = None
+        self.gate: Gatekeeper | None = None
+        self.plan: FdPlan | None = None
         if section.bulk:
+            limiter = LogLimiter(log, time.monotonic_ns)
+            self.gate = Gatekeeper(
+                queue_num=self.ruleset.queue_num,
+                relay_mark=section.relay_mark,
+                identities=IdentityFactory(cgroup_root=cgroup2_root(), own_cgroup=None),
+                prepare=self._prepare,
+                max_flows=lambda: self.plan.max_flows if self.plan is not None else 0,
+                open_flows=lambda: len(self.relay.flows) if self.relay is not None else 0,
+                limiter=limiter,
+            )
+            chunk = team.settings.bulk
             self.relay = Relay(
                 port=section.relay_port,
-                mark=section.relay_mark,
                 coordinator=team.coordinator,
                 planner=planner,
-                settings=team.settings.bulk,
+                settings=chunk,
                 idle_release_ns=section.idle_release_ns,
+                admission=self.gate,
+                pool=BufferPool(
+                    budget_bytes=round(section.relay_memory_mb * (1 << 20)),
+                    buffer_bytes=max(chunk.chunk_bytes, min(chunk.unpaced_chunk_bytes, 256 << 10)),
+                ),
+                limiter=limiter,
             )
         self._started = False
+
+    def _prepare(self, sock: socket.socket) -> None:
+        """Options of the relay's own connections (the socket already carries the
+        program's identity): its fwmark (so the rules let it pass), AC_BE marking, and
+        a bound on how long unacknowledged bytes may wait."""
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, self.section.relay_mark)
+        mark_socket(sock, "bh")
+        tune_tcp(sock)
+        sock.setsockopt(
+            socket.IPPROTO_TCP,
+            socket.TCP_USER_TIMEOUT,
+            int(self.team.settings.bulk.io_timeout_s * 1000),
+        )
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         try:
             if self.section.ls:
                 self.observer.start(loop)
-            if self.relay is not None:
+            if self.relay is not None and self.gate is not None:
+                self.plan = fd_plan(
+                    configured=self.section.relay_max_flows,
+                    inbox_connections=self.team.settings.receiver.max_connections,
+                    raise_soft=True,
+                )
                 await self.relay.start()
+                # The agent's own cgroup: its listener's, as the kernel reports it.
+                try:
+                    owner = socket_owner(self.relay.host, self.relay.port, "0.0.0.0", 0)
+                except OSError:
+                    owner = None  # no sock_diag: every program's socket is made here
+                self.gate.identities.own_cgroup = owner[1] if owner is not None else None
+                try:
+                    self.gate.start()
+                except OSError as exc:
+                    raise _queue_unavailable(exc, self.ruleset.queue_num) from None
+                assert self.plan is not None
+                log.info("%s: relay budget: %s", self.team.robot, self.plan.describe())
             await self.table.install()
         except BaseException:
             await self.close()
@@ -146,6 +206,8 @@ class TransparentAgent:
         finally:
             self.table.close()
             self.observer.stop(loop)
+            if self.gate is not None:
+                await self.gate.close()
             if self.relay is not None:
                 await self._drain_relay()
                 await self.relay.close()
@@ -178,4 +240,21 @@ class TransparentAgent:
             out["rules_error"] = str(exc)
         if self.relay is not None:
             out["relay"] = self.relay.stats()
+        if self.gate is not None:
+            out["gate"] = dict(self.gate.counters)
+            out["gate"]["identities"] = dict(self.gate.identities.counters)
+        if self.plan is not None:
+            out["budget"] = {"nofile": self.plan.nofile, "reserve": self.plan.reserve,
+                             "max_flows": self.plan.max_flows}  # fmt: skip
         return out
+
+
+def _queue_unavailable(exc: OSError, num: int) -> TransparentUnavailableError:
+    why = {
+        errno.EPERM: "permission denied: the agent needs CAP_NET_ADMIN",
+        errno.EBUSY: f"another process holds queue {num} (another agent with the same relay_port?)",
+    }.get(exc.errno or 0, f"{exc.strerror or exc}")
+    return TransparentUnavailableError(
+        f"cannot bind the SYN queue {num} (nfnetlink_queue): {why}; the kernel needs "
+        "CONFIG_NETFILTER_NETLINK_QUEUE"
+    )

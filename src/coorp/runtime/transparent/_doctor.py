@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import os
 import platform
+import resource
 import shutil
 import socket
 import subprocess
@@ -35,7 +36,11 @@ from typing import Any, Literal
 
 from .._config import TeamConfig
 from .._selectors import Match
+from ..inbox import ReceiverLimits
+from ..robot import team_settings
 from ..wire import parse_address
+from ._budget import FDS_PER_FLOW, fd_plan
+from ._nfqueue import SynQueue
 from ._nft import (
     NftTable,
     TransparentUnavailableError,
@@ -256,10 +261,13 @@ def _transparent(config: TeamConfig | None) -> list[Finding]:
         coorp_ports=(),
     )
 
-    async def try_table() -> None:
+    compat: list[bool] = []
+
+    async def try_table() -> None:  # the probe, noting how SYNs are queued here
         table = NftTable(probe)
         try:
             await table.install()
+            compat.append(table.compat_queue)
         finally:
             with contextlib.suppress(Exception):
                 await table.remove()
@@ -267,9 +275,18 @@ def _transparent(config: TeamConfig | None) -> list[Finding]:
 
     try:
         asyncio.run(try_table())
-        out.append(Finding("nf_tables", "ok", "nf_tables with marking and NAT redirect works here"))
+        how = "xtables' NFQUEUE via nft_compat" if compat and compat[0] else "nft queue"
+        out.append(
+            Finding(
+                "nf_tables",
+                "ok",
+                f"nf_tables with marking, NAT redirect, the SYN queue ({how}) and rejects "
+                "works here",
+            )
+        )
     except TransparentUnavailableError as exc:
         out.append(Finding("nf_tables", "fail", str(exc), "a kernel with nf_tables and NAT"))
+    out.append(_syn_queue())
     try:
         socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(3)).close()
         out.append(Finding("packet_socket", "ok", "packet sockets work (LS sends observed)"))
@@ -284,6 +301,53 @@ def _transparent(config: TeamConfig | None) -> list[Finding]:
     if config is not None:
         out.append(_selectors(config))
     return out
+
+
+def _syn_queue() -> Finding:
+    """Can this process hold SYNs in the kernel (bind an ``nfnetlink_queue``)?"""
+    queue = SynQueue(60000 + os.getpid() % 5000, lambda syn: None, maxlen=1)
+    try:
+        queue.open()
+    except OSError as exc:
+        return Finding(
+            "syn_queue",
+            "fail",
+            f"cannot bind an nfnetlink_queue ({exc.strerror or exc}): the relay decides each "
+            "bulk connection before its handshake there",
+            "a kernel with CONFIG_NETFILTER_NETLINK_QUEUE, and CAP_NET_ADMIN",
+        )
+    finally:
+        queue.close()
+    return Finding("syn_queue", "ok", "nfnetlink_queue works (bulk SYNs held until decided)")
+
+
+def _fd_limit(config: TeamConfig | None) -> Finding:
+    """What the fd limit lets the relay hold, after the agent raises its soft limit to
+    the hard one (as far as it needs)."""
+    t = config.transparent if config is not None else None
+    configured = t.relay_max_flows if t is not None else 1024
+    inbox = ReceiverLimits().max_connections
+    if config is not None:
+        inbox = team_settings(config).receiver.max_connections
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    plan = fd_plan(configured=configured, inbox_connections=inbox)
+    top = hard if hard != resource.RLIM_INFINITY else 1 << 30
+    at_hard = max(0, min(configured, (min(top, plan.reserve + FDS_PER_FLOW * configured)
+                                      - plan.reserve) // FDS_PER_FLOW))  # fmt: skip
+    detail = (
+        f"nofile soft {soft}, hard {hard}: {plan.reserve} fds kept for the leader link, "
+        f"the inbox ({inbox} connections) and LS; the relay may hold {at_hard} connections "
+        f"at once (relay_max_flows {configured}; beyond, new ones are refused at their SYN)"
+    )
+    if at_hard >= configured:
+        return Finding("fd_limit", "ok", detail)
+    return Finding(
+        "fd_limit",
+        "warn" if at_hard > 0 else "fail",
+        detail,
+        f"raise the agent's limit to {plan.reserve + FDS_PER_FLOW * configured} "
+        "(systemd: LimitNOFILE=), or lower transparent.relay_max_flows",
+    )
 
 
 def _selectors(config: TeamConfig) -> Finding:
@@ -333,6 +397,7 @@ def diagnose(
         out.append(_mtu(interface, ls_bytes))
     out.append(_marking())
     out += _transparent(config)
+    out.append(_fd_limit(config))
     return interface, out
 
 

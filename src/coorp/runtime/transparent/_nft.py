@@ -9,10 +9,19 @@ netlink. The table (``ip coorp-<robot>``, IPv4) holds two chains:
   ``meta priority`` 262 (cfg80211's "802.1d user priority 6", AC_VO, whatever DSCP) and
   DSCP CS6 (what an access point maps to AC_VO downstream), whatever socket options the
   application used. The packet socket of :mod:`._observe` sees them by that priority.
+* ``bh_gate`` (``type filter hook output priority -120``): the SYN of a new bulk TCP
+  connection is queued to the agent (``queue num relay_port``, :mod:`._nfqueue`), which
+  decides before the program's handshake completes (:mod:`._admission`); its first
+  rules turn the SYNs the agent marks back into the kernel's own refusals (a TCP reset,
+  an ICMP unreachable: :mod:`._endings`). Kernels without nft's ``queue`` expression
+  get xtables' ``NFQUEUE`` target through nft's compat layer (what iptables-nft does);
 * ``bh_redirect`` (``type nat hook output priority dstnat``): the first packet of a
-  bulk TCP connection is redirected to the local relay (:mod:`._relay`); the relay's own
-  connections carry ``relay_mark`` and return first, as do Coorp's own ports and every
-  LS match (a TCP LS flow such as Zenoh is marked and observed, never intercepted).
+  bulk TCP connection is redirected to the local relay (:mod:`._relay`).
+
+In both, the relay's own connections carry ``relay_mark`` and return first, as do
+connections to this host itself (``fib daddr type local``: loopback, its addresses —
+the relay never relays to itself), Coorp's own ports and every LS match (a TCP LS flow
+such as Zenoh is marked and observed, never intercepted).
 
 **Lifetime.** The table is created with ``NFT_TABLE_F_OWNER`` where the kernel has it
 (5.12+): the kernel deletes it when the agent's netlink socket closes, so even
@@ -44,6 +53,7 @@ from typing import Any, Literal
 from coorp._errors import ConfigurationError
 
 from .._selectors import Match
+from ._endings import REJECTS
 
 __all__ = [
     "LS_PRIORITY",
@@ -67,12 +77,14 @@ _L4 = {"udp": socket.IPPROTO_UDP, "tcp": socket.IPPROTO_TCP}
 _META_PRIORITY, _META_MARK, _META_SKUID, _META_SKGID, _META_L4PROTO = 2, 3, 10, 11, 16
 _BASE_NETWORK, _BASE_TRANSPORT = 1, 2
 _CMP_EQ = 0
+_FIB_RESULT_ADDRTYPE, _FIB_F_DADDR, _RTN_LOCAL = 3, 1 << 1, 2
+_QUEUE_BYPASS = 1
 _NFT_RETURN = -5
 _NFT_SOCKET_CGROUPV2 = 3
 _CSUM_INET = 1
 _TABLE_F_OWNER = 2
 _NFPROTO_IPV4 = 2
-_HOOK_PRIORITY = {"mangle": -150, "dstnat": -100}
+_HOOK_PRIORITY = {"mangle": -150, "gate": -120, "dstnat": -100}
 
 
 class TransparentUnavailableError(ConfigurationError):
@@ -88,11 +100,20 @@ class Rule:
     """One rule: a match (None: every packet), then an action."""
 
     match: Match | None
-    action: Literal["mark_ls", "return", "redirect"]
+    action: Literal["mark_ls", "return", "redirect", "queue", "reject"]
     label: str
     """What the rule is for (shown in --show-rules and counted in stats)."""
     mark: int | None = None
     """Match this fwmark instead of ``match``."""
+    local: bool = False
+    """Match connections to this host itself (``fib daddr type local``)."""
+    syn: bool = False
+    """Only a connection's SYN (``tcp flags & (syn | ack) == syn``). Not ``ct state
+    new``: a program that reuses a port within conntrack's memory of an aborted
+    connection (10 s in CLOSE) sends a SYN conntrack calls established, which the
+    redirect still sends to the relay; the gate must see it too."""
+    reject: str | None = None
+    """For ``reject``: which of :data:`~._endings.REJECTS`."""
 
 
 @dataclass(slots=True)
@@ -100,19 +121,33 @@ class Ruleset:
     table: str
     relay_port: int
     ls_mark: list[Rule] = field(default_factory=list)
+    bh_gate: list[Rule] = field(default_factory=list)
     bh_redirect: list[Rule] = field(default_factory=list)
+
+    @property
+    def queue_num(self) -> int:
+        """The SYN queue of the gate chain (the relay's port: unique on the host)."""
+        return self.relay_port
+
+    def chains(self) -> list[tuple[str, str, str, list[Rule]]]:
+        """(name, type, priority, rules) of each chain, in hook order."""
+        return [
+            ("ls_mark", "filter", "mangle", self.ls_mark),
+            ("bh_gate", "filter", "gate", self.bh_gate),
+            ("bh_redirect", "nat", "dstnat", self.bh_redirect),
+        ]
 
     def render(self) -> str:
         """The table in ``nft`` syntax, one rule per line with its label as a comment."""
         out = [f"table ip {self.table} {{"]
-        out.append("  chain ls_mark {")
-        out.append("    type filter hook output priority mangle; policy accept;")
-        out += [f"    {_render(r, self.relay_port)}" for r in self.ls_mark]
-        out.append("  }")
-        out.append("  chain bh_redirect {")
-        out.append("    type nat hook output priority dstnat; policy accept;")
-        out += [f"    {_render(r, self.relay_port)}" for r in self.bh_redirect]
-        out.append("  }")
+        for name, kind, prio, rules in self.chains():
+            if name == "bh_gate" and not rules:
+                continue
+            shown = prio if prio != "gate" else str(_HOOK_PRIORITY[prio])
+            out.append(f"  chain {name} {{")
+            out.append(f"    type {kind} hook output priority {shown}; policy accept;")
+            out += [f"    {_render(r, self.relay_port)}" for r in rules]
+            out.append("  }")
         out.append("}")
         return "\n".join(out)
 
@@ -120,12 +155,18 @@ class Ruleset:
 def _render(rule: Rule, relay_port: int) -> str:
     if rule.mark is not None:
         head = f"meta mark {rule.mark:#x}"
+    elif rule.local:
+        head = "fib daddr type local"
     else:
         head = rule.match.render() if rule.match is not None else ""
+    if rule.syn:
+        head = f"{head} tcp flags & (syn | ack) == syn".strip()
     action = {
         "mark_ls": "meta priority set 0:106 ip dscp set cs6",
         "return": "return",
         "redirect": f"redirect to :{relay_port}",
+        "queue": f"queue num {relay_port} bypass",
+        "reject": REJECTS[rule.reject][3] if rule.reject is not None else "reject",
     }[rule.action]
     text = f"{head} counter {action}".strip()
     return f'{text} comment "{rule.label}"'
@@ -140,20 +181,31 @@ def build_ruleset(
     relay_mark: int,
     coorp_ports: tuple[int, ...],
 ) -> Ruleset:
-    """The rules for ``robot``: LS matches marked; bulk matches redirected to the relay,
-    except the relay's own connections, Coorp's own ports and LS flows."""
+    """The rules for ``robot``: LS matches marked; the SYNs of bulk matches queued to
+    the agent's gate and the connections redirected to the relay, except the relay's
+    own connections, connections to this host, Coorp's own ports and LS flows."""
     rs = Ruleset(table_name(robot), relay_port)
     for i, m in enumerate(ls):
         rs.ls_mark.append(Rule(m, "mark_ls", f"ls {i}"))
     if bulk:
-        rs.bh_redirect.append(Rule(None, "return", "relay's own", mark=relay_mark))
+        exceptions = [
+            Rule(None, "return", "relay's own", mark=relay_mark),
+            Rule(None, "return", "this host (never relayed)", local=True),
+        ]
         for port in sorted(set(coorp_ports)):
             own = Match(proto="tcp", dport=(port, port))
-            rs.bh_redirect.append(Rule(own, "return", f"coorp's own port {port}"))
+            exceptions.append(Rule(own, "return", f"coorp's own port {port}"))
         for i, m in enumerate(ls):
             if m.proto in (None, "tcp"):
-                rs.bh_redirect.append(Rule(m, "return", f"ls {i} (never bulk)"))
+                exceptions.append(Rule(m, "return", f"ls {i} (never bulk)"))
+        for name, (offset, _, _, _) in REJECTS.items():
+            rs.bh_gate.append(
+                Rule(None, "reject", f"refused: {name}", mark=relay_mark + offset, reject=name)
+            )
+        rs.bh_gate += exceptions
+        rs.bh_redirect += exceptions
         for i, m in enumerate(bulk):
+            rs.bh_gate.append(Rule(m, "queue", f"bulk {i}", syn=True))
             rs.bh_redirect.append(Rule(m, "redirect", f"bulk {i}"))
     return rs
 
@@ -232,12 +284,37 @@ def _match_exprs(m: Match, cgroup_root: Path | None) -> list[dict[str, Any]]:
     return out
 
 
-def _rule_exprs(rule: Rule, relay_port: int, cgroup_root: Path | None) -> list[dict[str, Any]]:
+def _queue(num: int, compat: bool) -> dict[str, Any]:
+    """``queue num N bypass``: nft's own expression, or xtables' NFQUEUE target (v3:
+    queue number, queues, flags) through the compat layer where nft_queue is missing."""
+    if not compat:
+        return _expr("queue", num=num, total=1, flags=_QUEUE_BYPASS)
+    info = struct.pack("=HHH2x", num, 1, _QUEUE_BYPASS)
+    data = [("NFTA_TARGET_NAME", "NFQUEUE"), ("NFTA_TARGET_REV", 3), ("NFTA_TARGET_INFO", info)]
+    return {"attrs": [("NFTA_EXPR_NAME", "target"), ("NFTA_EXPR_DATA", {"attrs": data})]}
+
+
+def _rule_exprs(
+    rule: Rule, relay_port: int, cgroup_root: Path | None, *, compat_queue: bool = False
+) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     if rule.mark is not None:
         out += [_load_meta(_META_MARK), _cmp(struct.pack("=I", rule.mark))]
+    elif rule.local:
+        out += [
+            _expr("fib", dreg=1, result=_FIB_RESULT_ADDRTYPE, flags=_FIB_F_DADDR),
+            _cmp(struct.pack("=I", _RTN_LOCAL)),
+        ]
     elif rule.match is not None:
         out += _match_exprs(rule.match, cgroup_root)
+    if rule.syn:
+        out += [
+            _load_meta(_META_L4PROTO),
+            _cmp(bytes([socket.IPPROTO_TCP])),
+            _payload(_BASE_TRANSPORT, 13, 1),
+            _bitwise(b"\x12", b"\x00"),
+            _cmp(b"\x02"),
+        ]
     out.append(_expr("counter"))
     if rule.action == "mark_ls":
         out += [
@@ -260,6 +337,12 @@ def _rule_exprs(rule: Rule, relay_port: int, cgroup_root: Path | None) -> list[d
         ]
     elif rule.action == "return":
         out.append(_verdict(_NFT_RETURN))
+    elif rule.action == "queue":
+        out.append(_queue(relay_port, compat_queue))
+    elif rule.action == "reject":
+        assert rule.reject is not None
+        _, kind, code, _ = REJECTS[rule.reject]
+        out.append(_expr("reject", type=kind, icmp_code=code))
     else:
         out += [_immediate(struct.pack("!H", relay_port)), _expr("redir", reg_proto_min=1)]
     return out
@@ -297,13 +380,30 @@ def _cgroup_id(path: str, root: Path | None) -> tuple[int, int]:
 
 def _patch_pyroute2() -> None:
     """pyroute2 0.9 knows the ``socket`` expression without its cgroup v2 key and
-    level attribute; add them (the class compiles its map on first use)."""
+    level attribute; add them (the class compiles its map on first use). Its ``fib``
+    expression encodes its result and flags as name lists that do not match the
+    kernel's (a result is a number, the flags a bit mask), and its ``queue`` flags as a
+    name list: both are given as plain numbers here."""
     from pyroute2.netlink.nfnetlink import nftsocket
 
-    cls = nftsocket.nft_contains_expr.nft_expr.nft_socket
+    exprs = nftsocket.nft_contains_expr.nft_expr
+    cls = exprs.nft_socket
     if not any(name == "NFTA_SOCKET_LEVEL" for name, _ in cls.nla_map):
         cls.nla_map = (*cls.nla_map, ("NFTA_SOCKET_LEVEL", "be32"))
     cls.socket_keys.ops = {**cls.socket_keys.ops, _NFT_SOCKET_CGROUPV2: "NFT_SOCKET_CGROUPV2"}
+    exprs.nft_fib.nla_map = (
+        ("NFTA_FIB_UNSPEC", "none"),
+        ("NFTA_FIB_DREG", "regs"),
+        ("NFTA_FIB_RESULT", "be32"),
+        ("NFTA_FIB_FLAGS", "be32"),
+    )
+    exprs.nft_queue.nla_map = (
+        ("NFTA_QUEUE_UNSPEC", "none"),
+        ("NFTA_QUEUE_NUM", "be16"),
+        ("NFTA_QUEUE_TOTAL", "be16"),
+        ("NFTA_QUEUE_FLAGS", "be16"),
+        ("NFTA_QUEUE_SREG_QNUM", "regs"),
+    )
 
 
 class NftTable:
@@ -315,6 +415,8 @@ class NftTable:
         self.owned = False
         """True when the kernel removes the table with our netlink socket."""
         self.stale_removed = False
+        self.compat_queue = False
+        """True when the SYN queue rules use xtables' NFQUEUE (no nft_queue here)."""
 
     async def _socket(self) -> Any:
         if self._nft is None:
@@ -369,10 +471,7 @@ class NftTable:
                 if getattr(exc, "code", None) not in (errno.EOPNOTSUPP, errno.EINVAL):
                     raise
                 await nft.table("add", name=rs.table)  # kernel < 5.12: no owner flag
-            for chain, kind, hook_priority, rules in (
-                ("ls_mark", "filter", _HOOK_PRIORITY["mangle"], rs.ls_mark),
-                ("bh_redirect", "nat", _HOOK_PRIORITY["dstnat"], rs.bh_redirect),
-            ):
+            for chain, kind, prio, rules in rs.chains():
                 if not rules:
                     continue
                 try:
@@ -382,34 +481,39 @@ class NftTable:
                         name=chain,
                         hook="output",
                         type=kind,
-                        priority=hook_priority,
+                        priority=_HOOK_PRIORITY[prio],
                         policy=1,
                     )
                 except Exception as exc:
                     raise _explain(exc, f"add chain {chain} (type {kind} hook output)") from None
                 for r in rules:
-                    exprs = _rule_exprs(r, rs.relay_port, cgroup_root)
-                    try:
-                        await nft.rule(
-                            "add", table=rs.table, chain=chain, expressions=[[e] for e in exprs]
-                        )
-                    except Exception as exc:
-                        raise _explain(exc, f"add rule {_render(r, rs.relay_port)!r}") from None
+                    await self._add_rule(nft, chain, r, cgroup_root)
         except BaseException:
             if self._nft is not None:
                 with contextlib.suppress(Exception):  # the original error says more
                     await self.remove()
             raise
 
+    async def _add_rule(self, nft: Any, chain: str, r: Rule, cgroup_root: Path | None) -> None:
+        rs = self.ruleset
+        for _ in range(2):
+            exprs = _rule_exprs(r, rs.relay_port, cgroup_root, compat_queue=self.compat_queue)
+            try:
+                await nft.rule("add", table=rs.table, chain=chain, expressions=[[e] for e in exprs])
+                return
+            except Exception as exc:
+                code = getattr(exc, "code", None)
+                if r.action == "queue" and not self.compat_queue and code == errno.ENOENT:
+                    self.compat_queue = True  # no nft_queue: xtables' NFQUEUE instead
+                    continue
+                raise _explain(exc, f"add rule {_render(r, rs.relay_port)!r}") from None
+
     async def counters(self) -> dict[str, tuple[int, int]]:
         """Packets and bytes matched per rule label (summed over a label's rules)."""
         nft = await self._socket()
         out: dict[str, tuple[int, int]] = {}
-        labels = {
-            "ls_mark": [r.label for r in self.ruleset.ls_mark],
-            "bh_redirect": [r.label for r in self.ruleset.bh_redirect],
-        }
-        seen = {"ls_mark": 0, "bh_redirect": 0}
+        labels = {name: [r.label for r in rules] for name, _, _, rules in self.ruleset.chains()}
+        seen = dict.fromkeys(labels, 0)
         try:
             rules = [r async for r in await nft.get_rules()]
         except Exception as exc:
@@ -422,6 +526,8 @@ class NftTable:
                 continue
             label = labels[chain][seen[chain]]
             seen[chain] += 1
+            if chain == "bh_gate":
+                label = f"gate: {label}"  # the same selectors also label the redirects
             for e in r.get_attr("NFTA_RULE_EXPRESSIONS") or ():
                 if e.get_attr("NFTA_EXPR_NAME") == "counter":
                     data = e.get_attr("NFTA_EXPR_DATA")
@@ -451,7 +557,8 @@ def _explain(exc: BaseException, what: str) -> BaseException:
     if code in (errno.ENOENT, errno.EOPNOTSUPP, errno.EAFNOSUPPORT):
         return TransparentUnavailableError(
             f"{what}: the kernel lacks a needed nf_tables feature ({os.strerror(code)}); "
-            "transparent mode needs nf_tables with NAT (nft_redir), meta, payload, range "
-            "and, for cgroup selectors, nft_socket"
+            "transparent mode needs nf_tables with NAT (nft_redir), meta, payload, range, "
+            "fib, reject, queue (nft_queue, or xt_NFQUEUE through nft_compat) and, for "
+            "cgroup selectors, nft_socket"
         )
     return TransparentUnavailableError(f"{what}: {exc}")

@@ -1,10 +1,12 @@
 """Transparent mode's bulk interception: a local TCP relay under the robot's permit.
 
-The kernel redirects the first packet of every bulk connection (:mod:`._nft`) to
-``127.0.0.1:relay_port``. For each connection :class:`Relay` accepts, it reads the
-original destination (``SO_ORIGINAL_DST``), opens its own connection there (with
-``SO_MARK`` = ``relay_mark``, so the kernel lets it through, and marked AC_BE), and
-copies the bytes:
+The kernel holds the SYN of every bulk connection until the gatekeeper
+(:mod:`._admission`) has connected to the destination as the program
+(:mod:`._identity`); then it redirects the connection (:mod:`._nft`) to
+``127.0.0.1:relay_port``. :class:`Relay` accepts it, takes the gatekeeper's
+:class:`~._admission.Ticket` for it (a connection without one — made to the relay port
+directly, or never approved — is reset, and nothing is connected for it) and copies the
+bytes:
 
 * **application → destination** through a :class:`~._pacing.Pacer`, the same engine
   as Coorp's bulk streams: only while the robot holds the permit, within the
@@ -14,14 +16,18 @@ copies the bytes:
   counting, and the last one to stop releases the permit.
 * **destination → application** as it comes (that direction is the peer's traffic).
 
-Bytes are copied in order and exactly once. The relay reads from the application only
-what it may send next, so the application feels backpressure from its own socket
-buffers, never an unbounded queue. A half-close (``shutdown(SHUT_WR)``) is passed on
-once every byte before it is out; a reset on either side resets the other; a
-destination that refuses the connection resets the application's.
-
-Only connections the kernel redirected are relayed: one made to the relay port
-directly has no original destination and is closed.
+Bytes are copied in order and exactly once, through a buffer of the relay's
+:class:`~._budget.BufferPool` held only across non-blocking system calls: the bytes are
+peeked, written as far as the receiving socket takes them, and only those are taken
+from the sending socket. A slow or stalled receiver (a program that does not read its
+download, a destination that does not read an upload) keeps the bytes in the sender's
+socket, never a buffer of the relay, so it cannot starve the other connections' copies;
+a waiting connection holds nothing (its pacer is made at its first byte). The relay
+reads from the application only what it may send next, so the application feels
+backpressure from its own socket buffers, never an unbounded queue. A half-close
+(``shutdown(SHUT_WR)``) is passed on once every byte before it is out; anything else —
+a reset on either side, an error, the relay closing, the agent dying — ends both sides
+with a reset (:mod:`._endings`).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import asyncio
 import contextlib
 import errno
 import fcntl
+import functools
 import logging
 import select
 import socket
@@ -38,8 +45,9 @@ import termios
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
+from .._counters import LogLimiter
 from .._errors import PeerTimeoutError
 from ..robot import (
     BulkSettings,
@@ -49,17 +57,20 @@ from ..robot import (
     SharedPlanner,
     new_counters,
 )
-from ..wire import PeerClosed, bytes_outstanding, format_address, mark_socket, tune_tcp
+from ..wire import PeerClosed, bytes_outstanding, format_address
+from ._admission import Ticket
+from ._budget import BufferPool
+from ._endings import hold_reset, release_clean, reset
 
-__all__ = ["Relay", "RelayFlow", "original_destination"]
+__all__ = ["Admission", "Relay", "RelayFlow", "original_destination"]
 
 log = logging.getLogger("coorp.runtime.transparent")
 
 _SO_ORIGINAL_DST = 80
-_COPY_BYTES = 256 * 1024
 #: Receive buffer of the application side: what the relay may hold before the
 #: application's own writes block.
 _APP_RCVBUF = 256 * 1024
+_FD_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
 def original_destination(sock: socket.socket) -> tuple[str, int] | None:
@@ -69,7 +80,11 @@ def original_destination(sock: socket.socket) -> tuple[str, int] | None:
     except OSError:
         return None
     port, addr = struct.unpack("!2xH4s8x", raw)
-    return socket.inet_ntoa(addr), port
+    dest = (socket.inet_ntoa(addr), port)
+    with contextlib.suppress(OSError):
+        if dest == sock.getsockname()[:2]:
+            return None  # the kernel's record says it was addressed to us, not redirected
+    return dest
 
 
 def _inq(sock: socket.socket) -> int:
@@ -78,11 +93,12 @@ def _inq(sock: socket.socket) -> int:
     return int(struct.unpack("i", buf)[0])
 
 
-def _reset(sock: socket.socket) -> None:
-    """Close with a RST (SO_LINGER 0): the peer sees the connection reset."""
-    with contextlib.suppress(OSError):
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    sock.close()
+class Admission(Protocol):
+    """Who decides which accepted connections are relayed (:class:`~._admission.Gatekeeper`)."""
+
+    def claim(self, peer: tuple[str, int], dest: tuple[str, int] | None) -> Ticket | None: ...
+
+    def release(self, ticket: Ticket) -> None: ...
 
 
 @dataclass(slots=True)
@@ -93,6 +109,7 @@ class RelayFlow:
     app: str
     dest: str
     started_ns: int
+    identity: str = ""
     bytes_up: int = 0
     bytes_down: int = 0
     active: bool = False
@@ -105,6 +122,7 @@ class RelayFlow:
             "id": self.fid,
             "app": self.app,
             "dest": self.dest,
+            "identity": self.identity,
             "bytes_up": self.bytes_up,
             "bytes_down": self.bytes_down,
             "active": self.active,
@@ -119,25 +137,27 @@ class Relay:
         self,
         *,
         port: int,
-        mark: int,
         coordinator: Coordinator,
         planner: SharedPlanner | None,
         settings: BulkSettings,
         idle_release_ns: int,
+        admission: Admission,
+        pool: BufferPool,
+        limiter: LogLimiter | None = None,
         clock: Callable[[], int] = time.monotonic_ns,
         host: str = "127.0.0.1",
-        max_flows: int = 1024,
         destination: Callable[[socket.socket], tuple[str, int] | None] = original_destination,
     ) -> None:
         self.host = host
         self.port = port
-        self.mark = mark
         self._coord = coordinator
         self._planner = planner
         self.settings = settings
         self.idle_release_ns = idle_release_ns
+        self.admission = admission
+        self.pool = pool
         self._clock = clock
-        self.max_flows = max_flows
+        self.limiter = limiter if limiter is not None else LogLimiter(log, clock)
         #: Where an accepted connection was going (the kernel's NAT record; tests on
         #: loopback inject their own).
         self._destination = destination
@@ -151,10 +171,9 @@ class Relay:
         self.counters = {
             "accepted": 0,
             "not_redirected": 0,
-            "refused": 0,
             "resets": 0,
             "completed": 0,
-            "over_limit": 0,
+            "accept_fd_errors": 0,
             "bytes_up": 0,
             "bytes_down": 0,
         }
@@ -167,7 +186,7 @@ class Relay:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _APP_RCVBUF)
             sock.bind((self.host, self.port))
-            sock.listen(128)
+            sock.listen(1024)
             sock.setblocking(False)
         except OSError as exc:
             sock.close()
@@ -197,6 +216,9 @@ class Relay:
             **self.counters,
             "open": len(self.flows),
             "active": sum(1 for f in self.flows.values() if f.active),
+            "buffers_in_use": self.pool.in_use,
+            "buffer_bytes_allocated": self.pool.allocated_bytes,
+            "buffer_waits": self.pool.counters["waits"],
             "flows": [f.summary() for f in self.flows.values()],
             "pacing": dict(self.pacing),
         }
@@ -205,88 +227,85 @@ class Relay:
     async def _accept_loop(self) -> None:
         loop = asyncio.get_running_loop()
         assert self._listener is not None
+        backoff = 0.01
         while True:
             try:
                 app, peer = await loop.sock_accept(self._listener)
             except OSError as exc:
-                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    log.warning("relay: cannot accept (%s); retrying in 0.1 s", exc.strerror)
-                    await asyncio.sleep(0.1)
-                    continue
-                raise
-            dest = self._destination(app)
-            if dest is None:
-                self.counters["not_redirected"] += 1
-                app.close()
+                if exc.errno not in _FD_ERRORS:
+                    raise
+                self.counters["accept_fd_errors"] += 1
+                self.limiter.log(
+                    "relay-accept-fd",
+                    logging.ERROR,
+                    "relay: cannot accept (%s); retrying in %.2f s",
+                    exc.strerror,
+                    backoff,
+                )
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
                 continue
-            if len(self.flows) >= self.max_flows:
-                self.counters["over_limit"] += 1
-                _reset(app)
+            backoff = 0.01
+            hold_reset(app)
+            ticket = self.admission.claim(peer, self._destination(app))
+            if ticket is None:
+                # Addressed to the relay port itself, or never approved: nothing is
+                # connected for it.
+                self.counters["not_redirected"] += 1
+                reset(app)
                 continue
             self.counters["accepted"] += 1
             flow = RelayFlow(
-                self._next_id, format_address(peer), format_address(dest), self._clock()
+                self._next_id,
+                format_address(peer),
+                format_address(ticket.dest),
+                self._clock(),
+                identity=ticket.identity.describe(),
             )
             self._next_id += 1
             self.flows[flow.fid] = flow
-            task = loop.create_task(self._serve(flow, app, dest), name=f"coorp-relay-{flow.fid}")
+            task = loop.create_task(self._serve(flow, app, ticket), name=f"coorp-relay-{flow.fid}")
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
     # -- one connection -------------------------------------------------------------------------
-    async def _serve(self, flow: RelayFlow, app: socket.socket, dest: tuple[str, int]) -> None:
+    async def _serve(self, flow: RelayFlow, app: socket.socket, ticket: Ticket) -> None:
         app.setblocking(False)
-        up: socket.socket | None = None
+        up = ticket.up
+        pacer: list[Pacer] = []  # made at the first byte to send
+        upward = asyncio.create_task(self._upward(flow, app, up, pacer))
+        downward = asyncio.create_task(self._downward(flow, up, app))
+        clean = False
         try:
-            try:
-                up = await self._connect(dest)
-            except OSError as exc:
-                self.counters["refused"] += 1
-                flow.ended = f"destination: {exc.strerror or exc}"
-                log.info("relay: %s -> %s: %s", flow.app, flow.dest, flow.ended)
-                _reset(app)
-                return
-            pacer = Pacer(
-                name=f"relay {flow.dest}",
-                coordinator=self._coord,
-                planner=self._planner,
-                settings=self.settings,
-                clock=self._clock,
-                counters=flow.counters,
-            )
-            pacer.attach(up)
-            upward = asyncio.create_task(self._upward(flow, app, up, pacer))
-            downward = asyncio.create_task(self._downward(flow, up, app))
-            reset = False
-            try:
-                done, _ = await asyncio.wait(
-                    {upward, downward}, return_when=asyncio.FIRST_EXCEPTION
-                )
-                for t in done:
-                    t.result()  # a reset on either side ends both
+            done, _ = await asyncio.wait({upward, downward}, return_when=asyncio.FIRST_EXCEPTION)
+            for t in done:
+                t.result()  # a reset on either side ends both
+            if upward.done() and downward.done():
+                clean = True
                 flow.ended = "closed"
                 self.counters["completed"] += 1
-            except (ConnectionError, PeerTimeoutError, PeerClosed, OSError) as exc:
-                flow.ended, reset = f"reset: {exc}", True
-            except asyncio.CancelledError:
-                # The relay is closing with the connection still open: a reset, so that
-                # neither end takes a cut-off transfer for a finished one.
-                flow.ended, reset = "reset: relay closed", True
-                raise
-            finally:
-                for t in (upward, downward):
-                    t.cancel()
-                await asyncio.gather(upward, downward, return_exceptions=True)
-                pacer.detach()
-                if reset:
-                    self.counters["resets"] += 1
-                    _reset(app)
-                    _reset(up)
+        except (ConnectionError, PeerTimeoutError, PeerClosed, OSError) as exc:
+            flow.ended = f"reset: {exc}"
+        except asyncio.CancelledError:
+            # The relay is closing with the connection still open: a reset, so that
+            # neither end takes a cut-off transfer for a finished one.
+            flow.ended = "reset: relay closed"
+            raise
         finally:
+            for t in (upward, downward):
+                t.cancel()
+            await asyncio.gather(upward, downward, return_exceptions=True)
+            if pacer:
+                pacer[0].detach()
             self._deactivate(flow)
-            app.close()
-            if up is not None:
+            if clean:
+                app.close()
                 up.close()
+            else:
+                self.counters["resets"] += 1
+                reset(app)
+                reset(up)
+            self.admission.release(ticket)
             for k, v in flow.counters.items():
                 if k == "inflight_max_bytes":
                     self.pacing[k] = max(self.pacing[k], v)
@@ -295,29 +314,6 @@ class Relay:
             self.flows.pop(flow.fid, None)
             self.recent.append(flow)
             del self.recent[:-64]
-
-    async def _connect(self, dest: tuple[str, int]) -> socket.socket:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            # Our own connection must not be redirected to ourselves.
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, self.mark)
-            mark_socket(sock, "bh")
-            tune_tcp(sock)
-            sock.setsockopt(
-                socket.IPPROTO_TCP,
-                socket.TCP_USER_TIMEOUT,
-                int(self.settings.io_timeout_s * 1000),
-            )
-            sock.setblocking(False)
-            async with asyncio.timeout(self.settings.connect_timeout_s):
-                await asyncio.get_running_loop().sock_connect(sock, dest)
-        except TimeoutError:
-            sock.close()
-            raise OSError(errno.ETIMEDOUT, "connect timed out") from None
-        except BaseException:
-            sock.close()
-            raise
-        return sock
 
     def _activate(self, flow: RelayFlow) -> None:
         if not flow.active:
@@ -329,12 +325,22 @@ class Relay:
             flow.active = False
             self._coord.end()
 
+    def _pacer(self, flow: RelayFlow, up: socket.socket) -> Pacer:
+        pacer = Pacer(
+            name=f"relay {flow.dest}",
+            coordinator=self._coord,
+            planner=self._planner,
+            settings=self.settings,
+            clock=self._clock,
+            counters=flow.counters,
+        )
+        pacer.attach(up)
+        return pacer
+
     async def _upward(
-        self, flow: RelayFlow, app: socket.socket, up: socket.socket, pacer: Pacer
+        self, flow: RelayFlow, app: socket.socket, up: socket.socket, made: list[Pacer]
     ) -> None:
         """Application → destination, paced; ends with a half-close on EOF."""
-        buf = bytearray(max(self.settings.unpaced_chunk_bytes, self.settings.chunk_bytes))
-        view = memoryview(buf)
         prog = Progress(last_progress_ns=self._clock())
         idle_s = self.idle_release_ns / 1e9
         while True:
@@ -342,9 +348,11 @@ class Relay:
             if not await _wait_readable(app, timeout):
                 # Nothing more to send for a while: let what is in flight drain, then
                 # stop counting towards the permit.
-                await self._drain(up, pacer)
+                if made:
+                    await self._drain(up, made[0])
                 if not await _wait_readable(app, 0):
-                    pacer.settle()
+                    if made:
+                        made[0].settle()
                     self._deactivate(flow)
                 continue
             pending = _inq(app)
@@ -356,20 +364,27 @@ class Relay:
                 except BlockingIOError:
                     continue
                 if peek == b"":
-                    await self._drain(up, pacer)
+                    if made:
+                        await self._drain(up, made[0])
+                        made[0].settle()
+                    # Every byte of the program is out: from now on a close of this
+                    # side ends it cleanly, even if the agent dies.
+                    release_clean(up)
                     up.shutdown(socket.SHUT_WR)
-                    pacer.settle()
                     self._deactivate(flow)
                     return
                 continue
             self._activate(flow)
+            if not made:
+                made.append(self._pacer(flow, up))
+            pacer = made[0]
             n, depth = await pacer.next_chunk(pending, prog)
-            got = app.recv_into(view[:n], n)
-            if got == 0:
+            try:
+                sent = await self._copy(app, functools.partial(pacer.write_some, depth=depth), n)
+            except EOFError:
                 continue  # EOF is handled at the top
-            await pacer.write([view[:got]], depth)
-            flow.bytes_up += got
-            self.counters["bytes_up"] += got
+            flow.bytes_up += sent
+            self.counters["bytes_up"] += sent
 
     async def _drain(self, up: socket.socket, pacer: Pacer) -> None:
         """Wait (bounded by the I/O timeout) until every byte sent upward is
@@ -385,17 +400,49 @@ class Relay:
 
     async def _downward(self, flow: RelayFlow, up: socket.socket, app: socket.socket) -> None:
         """Destination → application, as it comes; ends with a half-close on EOF."""
-        loop = asyncio.get_running_loop()
-        buf = bytearray(_COPY_BYTES)
-        view = memoryview(buf)
+
+        def send(view: memoryview) -> int:
+            try:
+                return app.send(view)
+            except BlockingIOError:
+                return 0
+
         while True:
-            got = await loop.sock_recv_into(up, view)
-            if got == 0:
+            await _wait_readable(up, None)
+            await _wait_writable(app)
+            try:
+                sent = await self._copy(up, send, 1 << 30)
+            except EOFError:
+                # The destination's whole stream is in the program's socket: a close of
+                # this side now ends it cleanly.
+                release_clean(app)
                 app.shutdown(socket.SHUT_WR)
                 return
-            await loop.sock_sendall(app, view[:got])
-            flow.bytes_down += got
-            self.counters["bytes_down"] += got
+            flow.bytes_down += sent
+            self.counters["bytes_down"] += sent
+
+    async def _copy(
+        self, src: socket.socket, write: Callable[[memoryview], int], limit: int
+    ) -> int:
+        """Copy what ``src`` holds (up to ``limit``) and ``write`` takes now, without
+        waiting while a buffer is held: the bytes are peeked, written, and only what was
+        written is taken from ``src`` (a slow receiver keeps them in ``src``, not in a
+        buffer of the pool). EOFError at the end of ``src``'s stream."""
+        buf = await self.pool.get()
+        try:
+            view = memoryview(buf)[: min(limit, len(buf))]
+            try:
+                got = src.recv_into(view, len(view), socket.MSG_PEEK)
+            except BlockingIOError:
+                return 0
+            if got == 0:
+                raise EOFError
+            sent = write(view[:got])
+            if sent:
+                src.recv_into(view, sent)  # exactly the bytes that went
+            return sent
+        finally:
+            self.pool.put(buf)
 
 
 async def _wait_readable(sock: socket.socket, timeout_s: float | None) -> bool:
@@ -419,9 +466,32 @@ async def _wait_readable(sock: socket.socket, timeout_s: float | None) -> bool:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout_s):
                 await fut
-        return fut.done()
+        # A timeout cancels the future it interrupted: cancelled is not readable (this
+        # read as "readable" before, so an idle connection never stopped counting
+        # towards the permit and woke every idle_release_ns, forever).
+        return fut.done() and not fut.cancelled()
     finally:
         loop.remove_reader(fd)
+
+
+async def _wait_writable(sock: socket.socket) -> None:
+    """Until ``sock`` takes bytes (or has an error, which the write then raises)."""
+    p = select.poll()
+    p.register(sock.fileno(), select.POLLOUT)
+    if p.poll(0):
+        return
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[None] = loop.create_future()
+
+    def ready() -> None:
+        if not fut.done():
+            fut.set_result(None)
+
+    loop.add_writer(sock.fileno(), ready)
+    try:
+        await fut
+    finally:
+        loop.remove_writer(sock.fileno())
 
 
 def _poll_readable(sock: socket.socket) -> bool:

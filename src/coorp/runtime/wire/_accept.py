@@ -22,9 +22,15 @@ and triaged, cheaply:
   admitted at most ``preauth_budget`` per ``_PREAUTH_HOLD_S`` — arrivals beyond that
   rate are dropped early, at random (the kernel's queue order does not decide:
   ``dropped_early``), so an admitted connection keeps its slot long enough for an
-  honest client to answer the greeting (one round trip);
+  honest client to answer the greeting (one round trip); and at most
+  ``_ADMIT_PER_BATCH`` per batch accepted together, so that under a loaded CPU, when the
+  loop falls behind and its batches fill, greeting the flood does not take the time
+  members' connections need. A connection dropped early is a bare descriptor, accepted
+  and closed, never a socket object;
 * **a reserve for known members** — hosts from which a member authenticated before
-  (``known_hosts``) bypass that budget and its early drop; the budget is at most
+  (``known_hosts``, at most ``known_hosts_per_member`` of each member's addresses, for
+  ``known_host_ttl_s``: :class:`~._quota.KnownHosts`) bypass that budget and its early
+  drop; the budget is at most
   ``max_connections - member_reserve``, and at the bound a known host's connection
   closes an unknown one's pre-auth connection to get in;
 * **bounded** — at ``max_connections`` (never more than the fd limit minus 64) a new
@@ -61,7 +67,7 @@ from typing import Any
 
 from .._counters import LogLimiter, host_of
 from .._errors import PeerTimeoutError
-from ._quota import MemberQuotas, QuotaSettings
+from ._quota import KnownHosts, MemberQuotas, QuotaSettings
 from ._sockets import format_address
 
 __all__ = ["AcceptLoop", "default_max_connections"]
@@ -73,10 +79,13 @@ _MIN_BACKOFF_S = 0.01
 _MAX_BACKOFF_S = 1.0
 #: Connections accepted and triaged together at most (what the listen queue holds).
 _BATCH = 256
+#: Unknown hosts' connections admitted per batch at most: when the loop falls behind
+#: (a flood, a loaded CPU) its batches are full, and greeting flood connections would
+#: take the time the members' connections need; the admissions then slow with the loop.
+_ADMIT_PER_BATCH = 16
 #: An unknown host's connection keeps its pre-auth slot about this long before the
 #: budget may turn over (admissions from unknown hosts: the budget per this time).
 _PREAUTH_HOLD_S = 0.1
-_MAX_KNOWN_HOSTS = 4096
 
 #: (nonce, greeting frame): what the service says first on a new connection.
 Greeting = Callable[[], tuple[bytes, bytes]]
@@ -143,7 +152,8 @@ class AcceptLoop:
         self.preauth_budget = max(
             2, min(preauth_budget, self.max_connections - self.member_reserve)
         )
-        self.quotas = MemberQuotas(quotas or QuotaSettings(), clock)
+        q = quotas or QuotaSettings()
+        self.quotas = MemberQuotas(q, clock)
         self._greeting = greeting
         self._on_limited = on_limited
         self._accept_fn = accept
@@ -156,7 +166,9 @@ class AcceptLoop:
         # known hosts' (only for the greeting deadline).
         self._unknown: OrderedDict[_Conn, None] = OrderedDict()
         self._known_pre: OrderedDict[_Conn, None] = OrderedDict()
-        self._known: OrderedDict[str, None] = OrderedDict()
+        self.known = KnownHosts(
+            per_member=q.known_hosts_per_member, ttl_s=q.known_host_ttl_s, clock=clock
+        )
         self._task: asyncio.Task[None] | None = None
         self._sweeper: asyncio.TimerHandle | None = None
         self._tokens = float(self.preauth_budget)
@@ -222,7 +234,8 @@ class AcceptLoop:
         out["max_connections"] = self.max_connections
         out["preauth_budget"] = self.preauth_budget
         out["preauth_open"] = self.in_handshake
-        out["known_hosts"] = len(self._known)
+        out["known_hosts"] = len(self.known)
+        out.update(self.known.counters)
         out["accept_healthy"] = int(self.state == "accepting")
         return out
 
@@ -268,10 +281,7 @@ class AcceptLoop:
         if conn is None:
             return
         self._end_preauth(conn)
-        self._known[conn.host] = None
-        self._known.move_to_end(conn.host)
-        while len(self._known) > _MAX_KNOWN_HOSTS:
-            self._known.popitem(last=False)
+        self.known.add(conn.host, robot)
         self.quotas.open(robot)
         conn.robot = robot
         await self.quotas.pace(robot)
@@ -301,13 +311,16 @@ class AcceptLoop:
                     first = await self._accept_fn(self._listener)
                 else:
                     first = await loop.sock_accept(self._listener)
-                batch = [first]
+                batch: list[tuple[socket.socket | int, Any]] = [first]
                 # Whatever else is queued, without waiting, within the fds left: most
                 # of a flood is closed again at once (early drop), so fds stay free.
+                # Taken as bare descriptors: a connection dropped early never becomes a
+                # socket object (a flood's cost is an accept and a close).
                 room = max(8, self.max_connections + _FD_RESERVE // 2 - self._open)
+                raw = getattr(self._listener, "_accept", self._listener.accept)
                 while len(batch) < min(_BATCH, room):
                     try:
-                        batch.append(self._listener.accept())
+                        batch.append(raw())
                     except OSError:  # nothing queued (EAGAIN), or no fd: the next await says
                         break
             except asyncio.CancelledError:
@@ -358,15 +371,15 @@ class AcceptLoop:
         self._tokens_ns = now
         return self._tokens
 
-    def _triage(self, batch: list[tuple[socket.socket, str]]) -> None:
+    def _triage(self, batch: list[tuple[socket.socket | int, str]]) -> None:
         """Admit or close each connection of ``batch`` (accepted together): known
         members' hosts first; unknown hosts' within their admission rate, a uniform
         random sample of them when more arrived (the rest closed at once, cheaply)."""
-        known: list[tuple[socket.socket, str, str]] = []
-        unknown: list[tuple[socket.socket, str, str]] = []
+        known: list[tuple[socket.socket | int, str, str]] = []
+        unknown: list[tuple[socket.socket | int, str, str]] = []
         for sock, peer in batch:
             host = host_of(peer)
-            (known if host in self._known else unknown).append((sock, peer, host))
+            (known if host in self.known else unknown).append((sock, peer, host))
         for sock, peer, host in known:
             self._admit(sock, peer, host, known=True)
         if not unknown:
@@ -374,13 +387,17 @@ class AcceptLoop:
         if len(unknown) > 1:
             self._rng.shuffle(unknown)  # the kernel's queue order must not decide
         tokens = self._admission_tokens()
+        admitted = 0
         for sock, peer, host in unknown:
-            if tokens < 1 and self._preauth[host] < self.max_preauth_per_source:
+            if (tokens < 1 or admitted >= _ADMIT_PER_BATCH) and self._preauth[
+                host
+            ] < self.max_preauth_per_source:
                 self.counters["dropped_early"] += 1
                 self._close(sock)
                 continue
             if self._admit(sock, peer, host, known=False):
                 tokens -= 1
+                admitted += 1
         self._tokens = tokens
         if self.counters["dropped_early"] > self._early_logged:
             self._early_logged = self.counters["dropped_early"]
@@ -396,7 +413,7 @@ class AcceptLoop:
                 self.counters["preauth_evicted"],
             )
 
-    def _admit(self, sock: socket.socket, peer: str, host: str, *, known: bool) -> bool:
+    def _admit(self, sock: socket.socket | int, peer: str, host: str, *, known: bool) -> bool:
         """Greet one connection (closing the oldest unknown pre-auth connection if need
         be); False if it was closed instead."""
         if self._preauth[host] >= self.max_preauth_per_source:
@@ -420,6 +437,8 @@ class AcceptLoop:
                 )
                 return False
             self._evict_oldest_unknown()
+        if isinstance(sock, int):  # a bare descriptor from the batch: a socket from now on
+            sock = socket.socket(self._listener.family, socket.SOCK_STREAM, fileno=sock)
         conn = _Conn(sock, peer, host, known, self._clock())
         if self._greeting is not None:
             nonce, frame = self._greeting()
@@ -491,9 +510,12 @@ class AcceptLoop:
         )
 
     @staticmethod
-    def _close(sock: socket.socket) -> None:
+    def _close(sock: socket.socket | int) -> None:
         with contextlib.suppress(OSError):
-            sock.close()
+            if isinstance(sock, int):
+                os.close(sock)
+            else:
+                sock.close()
 
     async def _guard(self, sock: socket.socket, peer: str) -> None:
         try:

@@ -16,17 +16,28 @@ permit service, every inbox) therefore accounts each authenticated member separa
 
 Members are tracked by authenticated name (bounded: a member with no connection is
 forgotten first).
+
+**Known hosts** (:class:`KnownHosts`): an address a member authenticated from is
+*known* to the service, and connections from it skip the pre-authentication budget
+and its early drop (a robot must get back in during a flood). That privilege is the
+member's, so it is bounded per member: at most ``known_hosts_per_member`` addresses
+(a member that authenticates from a new one forgets its least recently used), each for
+``known_host_ttl_s`` after the last authentication from it. A member that
+authenticates once from each of 150 addresses cannot turn them into 150 known hosts
+whose flood then skips the limits (issue 33: the leader sat at 960/960 connections and
+other robots' joins fell back).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from .._errors import LimitedError
 
-__all__ = ["MemberQuotas", "QuotaSettings"]
+__all__ = ["KnownHosts", "MemberQuotas", "QuotaSettings"]
 
 #: Members remembered at once (their buckets); beyond, idle ones are forgotten.
 _MAX_MEMBERS = 4096
@@ -37,6 +48,10 @@ class QuotaSettings:
     connections_per_member: int = 8
     frames_per_s: float = 200.0
     frame_burst: int = 400
+    known_hosts_per_member: int = 4
+    """Addresses one member may be known from at once (see :class:`KnownHosts`)."""
+    known_host_ttl_s: float = 3600.0
+    """How long an address stays known after the last authentication from it."""
 
 
 @dataclass(slots=True)
@@ -110,3 +125,69 @@ class MemberQuotas:
         if wait > 0:
             self.counters["throttled_ms"] += round(wait * 1e3)
             await asyncio.sleep(wait)
+
+
+class KnownHosts:
+    """Addresses members authenticated from, bounded per member and in time (see the
+    module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        per_member: int,
+        ttl_s: float,
+        clock: Callable[[], int],
+        max_members: int = _MAX_MEMBERS,
+    ) -> None:
+        if per_member < 1 or ttl_s <= 0:
+            raise ValueError("known hosts: per_member >= 1 and ttl_s > 0")
+        self.per_member = per_member
+        self.ttl_ns = round(ttl_s * 1e9)
+        self._clock = clock
+        self._max_members = max_members
+        self._by_member: OrderedDict[str, OrderedDict[str, int]] = OrderedDict()
+        self._refs: dict[str, int] = {}
+        self._last: dict[str, int] = {}
+        self.counters = {"known_hosts_forgotten": 0}
+
+    def add(self, host: str, member: str) -> None:
+        """``member`` authenticated from ``host`` now."""
+        now = self._clock()
+        mine = self._by_member.get(member)
+        if mine is None:
+            while len(self._by_member) >= self._max_members:
+                _, old = self._by_member.popitem(last=False)
+                for h in old:
+                    self._unref(h)
+            mine = self._by_member[member] = OrderedDict()
+        self._by_member.move_to_end(member)
+        if host not in mine:
+            self._refs[host] = self._refs.get(host, 0) + 1
+        mine[host] = now
+        mine.move_to_end(host)
+        self._last[host] = now
+        while len(mine) > self.per_member:
+            old_host, _ = mine.popitem(last=False)
+            self.counters["known_hosts_forgotten"] += 1
+            self._unref(old_host)
+
+    def _unref(self, host: str) -> None:
+        n = self._refs.get(host, 0) - 1
+        if n > 0:
+            self._refs[host] = n
+        else:
+            self._refs.pop(host, None)
+            self._last.pop(host, None)
+
+    def __contains__(self, host: object) -> bool:
+        last = self._last.get(host) if isinstance(host, str) else None
+        return last is not None and self._clock() - last <= self.ttl_ns
+
+    def __len__(self) -> int:
+        now = self._clock()
+        return sum(1 for t in self._last.values() if now - t <= self.ttl_ns)
+
+    def of(self, member: str) -> list[str]:
+        """The addresses ``member`` is known from now, most recent last."""
+        now = self._clock()
+        return [h for h, t in self._by_member.get(member, {}).items() if now - t <= self.ttl_ns]

@@ -17,8 +17,14 @@ from typing import Any
 
 from coorp._errors import UsageError
 from coorp.phy import SLOT_NS
-from coorp.scenario import Domain, HwQueueMode, contention_domains, initial_association
-from coorp.sim.cells._flush import purge
+from coorp.scenario import (
+    AmpduGrouping,
+    Domain,
+    HwQueueMode,
+    contention_domains,
+    initial_association,
+)
+from coorp.sim.cells._flush import lay_out_rings, purge
 from coorp.sim.mac import Channel
 from coorp.sim.station import Station
 from coorp.units import us
@@ -84,8 +90,9 @@ class Cells:
         for r, ap in self.ap_of.items():
             assert ap is not None
             self._members[ap].append(r)
+        grouped = sc.mac.ampdu_grouping is AmpduGrouping.PER_RECEIVER_TID
         for a in fleet.access_points:
-            sim.station(a.name).set_ring_mode(HwQueueMode(a.hw_queue))
+            lay_out_rings(sim.station(a.name), HwQueueMode(a.hw_queue), grouped)
         for name, st in sim.stations.items():
             ap = name if name in self.domain_of_ap else self.ap_of[name]
             assert ap is not None

@@ -69,7 +69,7 @@ from coorp.phy import (
 from coorp.scenario import AccessCategory
 from coorp.sim.events import PRIO_CONTROL, Event
 from coorp.sim.mac import Transmission
-from coorp.sim.ofdma_config import UlOfdmaConfig, UlOfdmaStats
+from coorp.sim.ofdma._config import UlOfdmaConfig, UlOfdmaStats
 from coorp.sim.packets import FlowState, Packet
 from coorp.sim.station import Edcaf, Ring, Station
 from coorp.sim.timing import edca_params, rate_code_mcs, rate_code_streams

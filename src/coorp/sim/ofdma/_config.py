@@ -1,4 +1,4 @@
-"""Trigger-based uplink OFDMA's settings and counters (:mod:`coorp.sim.ofdma` runs it).
+"""Trigger-based uplink OFDMA's settings and counters (:mod:`coorp.sim.ofdma._scheduler` runs it).
 
 :class:`UlOfdmaConfig` holds the AP scheduler's settings (defaults as ns-3's round-robin
 multi-user scheduler); :class:`UlOfdmaStats` counts what it did.
