@@ -176,3 +176,36 @@ def test_a_hand_over_flushes_what_robot_and_old_ap_held_for_each_other() -> None
     ch36, ch52 = sim.cells.channels["ch36"], sim.cells.channels["ch52"]
     assert all(e.station.name != "r1" for e in ch36.edcafs)
     assert any(e.station.name == "r1" for e in ch52.edcafs)
+
+
+def test_a_hand_over_flushes_queued_ls_and_keeps_the_per_receiver_counts() -> None:
+    # Robots' shared rings group A-MPDUs per receiver (main's default); an AP's per-AC
+    # rings never do. A hand-over drops r1's queued LS fragments for ap1 with their
+    # per-receiver counts, so that the driver's bursts start afresh at ap2.
+    doc = _roaming().model_dump()
+    doc["hw_queue"] = {"mode": "shared"}  # a commodity NIC's one ring on every robot
+    sim = Simulation(parse_scenario(doc), seed=1)
+    r1, ap1 = sim.station("r1"), sim.station("ap1")
+    assert r1.group_ls and r1.shared
+    assert not ap1.group_ls and not ap1.shared
+    ls = sim.flow("cam", "r1", "ap1", AccessCategory.VI, bulk=False)
+    for k in range(40):  # 2 MB every 100 ms: far more than the link carries
+        sim.call_at(k * SECOND // 10, lambda: sim.send_message(ls, 2_000_000))
+    seen: list[tuple[int, int]] = []
+
+    def on_leave(robot: str, ap: str, now: int) -> None:
+        q = r1.ls_queues[AccessCategory.VI]
+        seen.append((len(q), sum(r1._ls_left[AccessCategory.VI].values())))
+
+    sim.cells.on_leave.append(on_leave)
+    sim.run(4 * SECOND)
+    assert seen == [(0, 0)]
+    assert ls.dropped_packets > 0
+    assert any(m.lost for m in sim.messages if m.flow is ls)
+
+
+def test_a_fleet_refuses_a_tcp_sender() -> None:
+    doc = _two_bss(1, 36).model_dump()
+    doc["tcp"] = {"sender": "cubic"}
+    with pytest.raises(ScenarioError, match=r"tcp.sender = .cubic.: TCP senders are not"):
+        parse_scenario(doc)
