@@ -37,6 +37,13 @@ install it and still shows the coorp and Bianchi columns (exit status 0).
     python benchmarks/ns3_crosscheck.py --variants single-basic --n 10,40 \\
         --ns3-rx default,nav,aifs --ns3-trace
     python benchmarks/ns3_crosscheck.py --standard ax --mcs 11 --n 1,5,10,20
+    python benchmarks/ns3_crosscheck.py --bss 2 --channels same,different --n 2,4,10
+
+``--bss 2`` splits the N stations between two APs (a ``[fleet]`` scenario in coorp): on
+one channel they are one contention domain, so the reference is Bianchi's model with all
+N stations; on two channels each BSS has its own (the sum of two). ``--layout``: the APs
+co-located amid one circle of stations (default: every station as far from both APs, so
+nobody captures a frame in a collision, as in the one-BSS setup) or 4 m apart.
 
 ``--mixed-destinations`` runs another comparison instead (issue 36): senders whose UDP
 flows go to several receivers (an AP serving 2 to 16 stations, the AP beside uplinks,
@@ -106,6 +113,14 @@ class Config:
     standard: str = "ac"
     gi_ns: int = 800  # HE only
     mpdus: int = 64  # MPDUs per A-MPDU: the Block Ack window (up to 256 with HE)
+    #: Two BSSs (``--bss 2``): ``n`` stations split between two APs 4 m apart, on one
+    #: channel ("same": they share the air) or two ("different": each has its own).
+    bss: int = 1
+    channels: str = "same"
+    #: ``colocated``: both APs at the centre of one 1 m circle of stations (every station
+    #: as far from both: no capture, as in the one-BSS setup); ``apart``: the APs 4 m
+    #: apart, each with its stations on a 1 m circle of its own.
+    layout: str = "colocated"
 
     @property
     def variant(self) -> str:
@@ -118,6 +133,8 @@ class Config:
 
 
 def coorp_scenario(cfg: Config) -> Scenario:
+    if cfg.bss == 2:
+        return _two_bss_scenario(cfg)
     mac: dict[str, Any] = {"retry_policy": cfg.retry_policy, "max_ampdu_mpdus": cfg.mpdus}
     if not cfg.aggregation:
         mac["edca"] = {"BE": {"aggregation": False}}
@@ -142,6 +159,67 @@ def coorp_scenario(cfg: Config) -> Scenario:
     )
 
 
+#: The two APs of ``--bss 2 --layout apart``, 4 m apart: well within carrier-sense range.
+BSS_SEPARATION_M = 4.0
+
+
+Point = tuple[float, float]
+
+
+def _two_bss_positions(cfg: Config) -> tuple[list[Point], list[list[Point]]]:
+    """The two APs' positions and each BSS's stations' (see ``Config.layout``)."""
+    split = _split(cfg.n)
+    if cfg.layout == "apart":
+        aps = [(0.0, 0.0), (BSS_SEPARATION_M, 0.0)]
+        stas = [
+            [(x0 + math.cos(2 * math.pi * j / k), math.sin(2 * math.pi * j / k)) for j in range(k)]
+            for (x0, _), k in zip(aps, split, strict=True)
+        ]
+        return aps, stas
+    # Co-located APs, the stations of both BSSs interleaved on one 1 m circle.
+    aps = [(0.0, 0.0), (0.001, 0.0)]
+    angles = [2 * math.pi * i / cfg.n for i in range(cfg.n)]
+    stas: list[list[Point]] = [[], []]
+    for i, a in enumerate(angles):
+        b = 0 if len(stas[0]) < split[0] and (i % 2 == 0 or len(stas[1]) >= split[1]) else 1
+        stas[b].append((math.cos(a), math.sin(a)))
+    return aps, stas
+
+
+def _split(n: int) -> list[int]:
+    """Stations of BSS 0 and 1: ``n`` split in two, the first gets the odd one."""
+    return [(n + 1) // 2, n // 2]
+
+
+def _two_bss_scenario(cfg: Config) -> Scenario:
+    """``cfg.n`` saturated uplinks split between two APs (a ``[fleet]`` scenario)."""
+    single = coorp_scenario(Config(**{**asdict(cfg), "bss": 1}))
+    doc = single.model_dump(mode="json")
+    aps, stas = _two_bss_positions(cfg)
+    stations = [{"name": f"ap{b}", "position_m": list(p)} for b, p in enumerate(aps)]
+    flows = []
+    members: list[list[str]] = [[], []]
+    i = 0
+    for b, mine in enumerate(stas):
+        for x, y in mine:
+            stations.append({"name": f"sta{i}", "position_m": [x, y]})
+            members[b].append(f"sta{i}")
+            flows.append({"kind": "bulk", "name": f"up{i}", "src": f"sta{i}", "dst": f"ap{b}",
+                          "tcp_acks": False})  # fmt: skip
+            i += 1
+    doc.update(
+        name=f"saturation-{cfg.variant}-{cfg.n}-2bss-{cfg.channels}",
+        stations=stations,
+        flows=flows,
+        fleet={"access_points": [
+            {"name": "ap0", "channel": 36, "hw_queue": "shared", "members": members[0]},
+            {"name": "ap1", "channel": 36 if cfg.channels == "same" else 52,
+             "hw_queue": "shared", "members": members[1]},
+        ]},
+    )  # fmt: skip
+    return parse_scenario(doc)
+
+
 def _phy(cfg: Config) -> dict[str, Any]:
     if cfg.standard == "ax":
         return {"standard": "ax", "width_mhz": 80, "spatial_streams": 2,
@@ -150,6 +228,13 @@ def _phy(cfg: Config) -> dict[str, Any]:
 
 
 def bianchi_mbps(cfg: Config) -> float:
+    if cfg.bss == 2:
+        # Two BSSs on one channel are one contention domain of n stations; on two
+        # channels, two domains of n/2 each.
+        one = Config(**{**asdict(cfg), "bss": 1})
+        if cfg.channels == "same":
+            return bianchi_mbps(one)
+        return sum(bianchi_mbps(replace(one, n=k)) for k in _split(cfg.n) if k)
     sc = coorp_scenario(cfg)
     return saturation_throughput(
         cfg.n, payload_bytes=cfg.payload_bytes, mcs=cfg.mcs, phy=sc.phy, mac=sc.mac
@@ -500,6 +585,11 @@ def run_ns3(
     once, just before the measured window (e.g. to start a probe)."""
     if rx not in NS3_RX:
         raise ValueError(f"unknown ns-3 rx setting {rx!r}; choose from {', '.join(NS3_RX)}")
+    if cfg.bss == 2:
+        if rx != "default" or frame_capture:
+            raise ValueError("--bss 2 runs ns-3 with its default PHY only")
+        return run_ns3_two_bss(ns, cfg, duration_s, warmup_s=warmup_s, seed=seed,
+                               on_measure=on_measure)  # fmt: skip
     t_build = time.perf_counter()
     ns.RngSeedManager.SetSeed(1)
     ns.RngSeedManager.SetRun(seed)
@@ -832,6 +922,113 @@ def mixed_main(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def run_ns3_two_bss(
+    ns: Any,
+    cfg: Config,
+    duration_s: float,
+    *,
+    warmup_s: float = 0.5,
+    seed: int = 1,
+    on_measure: Callable[[], None] | None = None,
+) -> Run:
+    """``cfg.n`` stations split between two APs (``cfg.layout``), each BSS with its own
+    SSID, on one YansWifiChannel at channel 42 (``same``: every PPDU reaches every node)
+    or on two channels (``different``: channel 42 and channel 58, two YansWifiChannels);
+    otherwise as :func:`run_ns3` (default PHY, fixed streams, saturating OnOff)."""
+    t_build = time.perf_counter()
+    ns.RngSeedManager.SetSeed(1)
+    ns.RngSeedManager.SetRun(seed)
+    ns.Config.SetDefault("ns3::WifiMacQueue::MaxDelay", ns.TimeValue(ns.Seconds(1000.0)))
+    split = _split(cfg.n)
+    shared = ns.YansWifiChannelHelper.Default().Create()
+    wifi = ns.WifiHelper()
+    wifi.SetStandard(ns.WIFI_STANDARD_80211ac)
+    wifi.SetRemoteStationManager(
+        "ns3::ConstantRateWifiManager",
+        "DataMode", ns.StringValue(f"VhtMcs{cfg.mcs}"),
+        "ControlMode", ns.StringValue("OfdmRate24Mbps"),
+        "RtsCtsThreshold", ns.UintegerValue(0 if cfg.rts else 4_692_480),
+    )  # fmt: skip
+    ampdu = ns.UintegerValue(1_048_575 if cfg.aggregation else 0)
+    buf = ns.UintegerValue(cfg.mpdus)
+    mobility = ns.MobilityHelper()
+    mobility.SetMobilityModel("ns3::ConstantPositionMobilityModel")
+    stack = ns.InternetStackHelper()
+    sinks = []
+    src_apps = []
+    used = 0
+    ap_pos, sta_pos = _two_bss_positions(cfg)
+    for b, k in enumerate(split):
+        if cfg.channels == "same":
+            channel, settings = shared, "{42, 80, BAND_5GHZ, 0}"
+        else:
+            channel = ns.YansWifiChannelHelper.Default().Create()
+            settings = "{42, 80, BAND_5GHZ, 0}" if b == 0 else "{58, 80, BAND_5GHZ, 0}"
+        phy = ns.YansWifiPhyHelper()
+        phy.SetChannel(channel)
+        phy.Set("ChannelSettings", ns.StringValue(settings))
+        phy.Set("Antennas", ns.UintegerValue(2))
+        phy.Set("MaxSupportedTxSpatialStreams", ns.UintegerValue(2))
+        phy.Set("MaxSupportedRxSpatialStreams", ns.UintegerValue(2))
+        ap = ns.NodeContainer()
+        ap.Create(1)
+        stas = ns.NodeContainer()
+        stas.Create(k)
+        ssid = ns.Ssid(f"coorp-{b}")
+        mac = ns.WifiMacHelper()
+        mac.SetType("ns3::StaWifiMac", "Ssid", ns.SsidValue(ssid), "BE_MaxAmpduSize", ampdu,
+                    "MpduBufferSize", buf)  # fmt: skip
+        sta_devs = wifi.Install(phy, mac, stas)
+        mac.SetType("ns3::ApWifiMac", "Ssid", ns.SsidValue(ssid), "BE_MaxAmpduSize", ampdu,
+                    "MpduBufferSize", buf)  # fmt: skip
+        ap_devs = wifi.Install(phy, mac, ap)
+        pos = ns.ListPositionAllocator()
+        pos.Add(ns.Vector(ap_pos[b][0], ap_pos[b][1], 0.0))
+        for x, y in sta_pos[b]:
+            pos.Add(ns.Vector(x, y, 0.0))
+        mobility.SetPositionAllocator(pos)
+        mobility.Install(ap)
+        mobility.Install(stas)
+        stack.Install(ap)
+        stack.Install(stas)
+        used += ns.WifiHelper.AssignStreams(sta_devs, used)
+        used += ns.WifiHelper.AssignStreams(ap_devs, used)
+        used += stack.AssignStreams(stas, used)
+        addresses = ns.Ipv4AddressHelper()
+        addresses.SetBase(ns.Ipv4Address(f"10.{b + 1}.0.0"), ns.Ipv4Mask("255.255.0.0"))
+        ap_if = addresses.Assign(ap_devs)
+        addresses.Assign(sta_devs)
+        port = 9
+        any_addr = ns.InetSocketAddress(ns.Ipv4Address.GetAny(), port).ConvertTo()
+        sink_apps = ns.PacketSinkHelper("ns3::UdpSocketFactory", any_addr).Install(ap.Get(0))
+        sink_apps.Start(ns.Seconds(0.0))
+        sinks.append(ns.DynamicCast[ns.PacketSink](sink_apps.Get(0)))
+        udp_bytes = cfg.payload_bytes - IP_UDP_HEADER_BYTES
+        share_mbps = bianchi_mbps(cfg) / cfg.n
+        rate = ns.DataRate(f"{max(2.0 * share_mbps, 1.0) * udp_bytes / cfg.payload_bytes:.3f}Mbps")
+        dst = ns.InetSocketAddress(ap_if.GetAddress(0), port).ConvertTo()
+        onoff = ns.OnOffHelper("ns3::UdpSocketFactory", dst)
+        onoff.SetConstantRate(rate, udp_bytes)
+        apps = onoff.Install(stas)
+        apps.Start(ns.Seconds(NS3_APP_START_S))
+        src_apps.append(apps)
+    start = NS3_APP_START_S + warmup_s
+    ns.Simulator.Stop(ns.Seconds(start))
+    ns.Simulator.Run()
+    rx0 = sum(int(sink.GetTotalRx()) for sink in sinks)
+    startup = time.perf_counter() - t_build
+    if on_measure is not None:
+        on_measure()
+    t0 = time.perf_counter()
+    ns.Simulator.Stop(ns.Seconds(duration_s))
+    ns.Simulator.Run()
+    wall = time.perf_counter() - t0
+    rx1 = sum(int(sink.GetTotalRx()) for sink in sinks)
+    ns.Simulator.Destroy()
+    packets = (rx1 - rx0) / (cfg.payload_bytes - IP_UDP_HEADER_BYTES)
+    return Run(packets * cfg.payload_bytes * 8 / duration_s / 1e6, wall, duration_s, startup)
+
+
 # -- the table ----------------------------------------------------------------------------------
 def _pct(x: float | None, ref: float) -> str:
     return "" if x is None else f" ({100 * (x / ref - 1):+.1f}%)"
@@ -891,6 +1088,20 @@ def main(argv: list[str] | None = None) -> int:
         "--mpdus", type=int, default=64, help="MPDUs per A-MPDU, both sides (<= 64; <= 256 with ax)"
     )
     ap.add_argument("--payload", type=int, default=1500, help="IP packet bytes")
+    ap.add_argument(
+        "--bss", type=int, choices=(1, 2), default=1,
+        help="2: the N stations split between two APs 4 m apart (ns-3: default PHY only)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--layout", choices=("colocated", "apart"), default="colocated",
+        help="with --bss 2: colocated APs amid one circle of stations (no capture), or apart "
+        "(4 m, each BSS on its own circle: ns-3's APs capture their own stations' frames)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--channels", default="same",
+        help="with --bss 2: same (one channel: one contention domain), different (two), "
+        "or both, comma-separated",
+    )  # fmt: skip
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument(
         "--ns3-rx",
@@ -969,13 +1180,22 @@ def main(argv: list[str] | None = None) -> int:
         console.print(escape(f"({why})"), style="dim")
 
     rows: list[dict[str, Any]] = []
-    for variant, n in (
-        [] if args.from_json is not None else [(v, n) for v in variants for n in ns_list]
+    channel_list = [c.strip() for c in args.channels.split(",")] if args.bss == 2 else ["same"]
+    for c in channel_list:
+        if c not in ("same", "different"):
+            ap.error(f"unknown --channels {c!r}; choose from same, different")
+    if args.bss == 2 and (args.standard != "ac" or rx_list != ["default"]):
+        ap.error("--bss 2 runs 802.11ac with ns-3's default PHY only (--ns3-rx default)")
+    for variant, n, channels in (
+        []
+        if args.from_json is not None
+        else [(v, n, c) for v in variants for n in ns_list for c in channel_list]
     ):
-        if True:  # one run per (variant, N)
+        if True:  # one run per (variant, N, channels)
             cfg = Config.from_variant(
                 n, variant, mcs=args.mcs, payload_bytes=args.payload, standard=args.standard,
-                gi_ns=args.gi, mpdus=args.mpdus,
+                gi_ns=args.gi, mpdus=args.mpdus, bss=args.bss, channels=channels,
+                layout=args.layout,
             )  # fmt: skip
             model = bianchi_mbps(cfg)
             ours = run_coorp(cfg, args.duration, args.seed)
@@ -984,7 +1204,7 @@ def main(argv: list[str] | None = None) -> int:
                 # The model for this ns-3 setting: ns-3's airtime, its collision length.
                 ref = (
                     model_mbps(cfg, ns3_airtime=True, collision=RX_MODEL_COLLISION[rx])
-                    if rx in RX_MODEL_COLLISION
+                    if rx in RX_MODEL_COLLISION and cfg.bss == 1
                     else None
                 )
                 trace = Ns3Trace(ns) if ns and args.ns3_trace else None
@@ -1019,7 +1239,7 @@ def main(argv: list[str] | None = None) -> int:
                     "coorp_wall_s": ours.wall_s,
                     "coorp_exchanges": ours.exchanges,
                     "coorp_collisions": ours.collisions,
-                    "model_collision_share": model_collision_share(cfg),
+                    "model_collision_share": model_collision_share(cfg) if cfg.bss == 1 else None,
                     # The first --ns3-rx setting, under the keys older JSON files have.
                     "ns3_mbps": first.get("mbps"),
                     "ns3_wall_s": first.get("wall_s"),
@@ -1028,7 +1248,8 @@ def main(argv: list[str] | None = None) -> int:
                     "simulated_s": args.duration,
                 }
             )
-            console.print(f"[dim]done: {variant} N={n}[/dim]")
+            where = f" {cfg.bss} BSS, {channels} channel" if cfg.bss == 2 else ""
+            console.print(f"[dim]done: {variant} N={n}{where}[/dim]")
     if args.from_json is not None:
         rows = saved["rows"]
 
@@ -1039,7 +1260,8 @@ def main(argv: list[str] | None = None) -> int:
         title=f"Saturated uplink, 80 MHz 2x2 {phy_txt}, {args.payload} B packets, "
         f"up to {args.mpdus} MPDUs, {args.duration:g} s simulated (retry policy: ns3)"
     )
-    cols = ["variant", "N", "Bianchi Mb/s", "coorp Mb/s"]
+    cols = ["variant", "N", *(["BSSs, channel"] if args.bss == 2 else []), "Bianchi Mb/s",
+            "coorp Mb/s"]  # fmt: skip
     for rx in rx_list:
         if rx in RX_MODEL_COLLISION:
             cols.append(f"model ({rx}) Mb/s")
@@ -1052,6 +1274,7 @@ def main(argv: list[str] | None = None) -> int:
         cells = [
             r["variant"],
             str(r["n"]),
+            *([f"2, {r.get('channels', 'same')}"] if args.bss == 2 else []),
             f"{r['bianchi_mbps']:.1f}",
             f"{r['coorp_mbps']:.1f}{_pct(r['coorp_mbps'], r['bianchi_mbps'])}",
         ]

@@ -46,6 +46,14 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("[policy.schedwifi]", sc_pkg.SchedWifiOptions),
     ("[policy.ofdma]", sc_pkg.OfdmaOptions),
     ("[policy.rtwt]", sc_pkg.RtwtOptions),
+    ("[fleet]", sc_pkg.FleetConfig),
+    ("[[fleet.access_points]]", sc_pkg.AccessPointConfig),
+    ("[fleet.roaming]", sc_pkg.RoamingConfig),
+    ("[[fleet.routes]]", sc_pkg.RouteConfig),
+    ("[fleet.loop]", sc_pkg.FleetLoopConfig),
+    ("[fleet.learning]", sc_pkg.FleetLearningConfig),
+    ("[fleet.backbone]", sc_pkg.BackboneConfig),
+    ("[[fleet.backbone.outages]]", sc_pkg.BackboneOutage),
     ("[tcp]", sc_pkg.TcpConfig),
 ]
 

@@ -59,6 +59,7 @@ MODULES: dict[str, tuple[str, ...]] = {
         "_schedwifi",
     ),
     "coorp.policies": ("_hooks",),
+    "coorp.workload": ("_fleetloop",),
 }  # fmt: skip
 #: mypyc's shared library for all of them, in this package (the modules are thin shims).
 NATIVE = "_native__mypyc"
@@ -71,7 +72,10 @@ _ACCEL_DIR = Path(__file__).resolve().parent
 _ROOT = _ACCEL_DIR.parent  # the ``coorp`` package
 _SRC_DIR = _ROOT.parent  # the directory holding it
 #: Packages whose compiled modules call into these (loaded first, same choice).
-_REQUIRES = {"coorp.policies": ("coorp.sim", "coorp.control")}
+_REQUIRES = {
+    "coorp.policies": ("coorp.sim", "coorp.control"),
+    "coorp.workload": ("coorp.sim", "coorp.control", "coorp.policies"),
+}
 #: The one process-wide choice: None until the first :func:`load`.
 _CHOICE: bool | None = None
 

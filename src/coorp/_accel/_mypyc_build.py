@@ -39,6 +39,7 @@ MODULES: dict[str, tuple[str, ...]] = {
         "_schedwifi",
     ),
     "coorp.policies": ("_hooks",),
+    "coorp.workload": ("_fleetloop",),
 }  # fmt: skip
 #: mypyc's shared library for the group (one group: calls between the modules are native).
 NATIVE_LIB = "coorp._accel._native"

@@ -42,14 +42,21 @@ from coorp.cli._options import (
     seeds_opt,
 )
 from coorp.cli._sweep import RunProgress, sweep_manifest
-from coorp.policies import get_policy, policy_label, policy_names
+from coorp.policies import get_policy, policy_label
 from coorp.report import (
     BH_ONLY,
     Comparison,
     PolicyRun,
+    check_policy,
     compare,
+    deadline_ms,
+    default_policies,
+    fleet_cells_from_aggregate,
+    fleet_cells_from_json,
     plot_comparison,
+    render_fleet,
     write_comparison_raw_tables,
+    write_fleet_figures,
 )
 from coorp.scenario import Scenario, load_scenario
 from coorp.seeds import seeds_option
@@ -229,13 +236,12 @@ def register(app: typer.Typer) -> None:
         overrides = _overrides(sets)
         sc = apply_overrides(load_scenario(path), overrides, source=str(path))
         names = (
-            policy_names(sc.phy.standard)
-            if policies is None
-            else [p.strip() for p in policies.split(",")]
+            default_policies(sc) if policies is None else [p.strip() for p in policies.split(",")]
         )
         for name in names:
-            get_policy(name)  # an unknown name, before anything is created
-        _refuse_other_standards(names, sc, path)
+            check_policy(sc, name)  # an unknown name, before anything is created
+        if sc.fleet is None:
+            _refuse_other_standards(names, sc, path)
         d = ensure_out_dir(out) if out is not None else None
         if seed_list is not None and len(seed_list) > 1:
             data = _multi_seed(
@@ -302,14 +308,19 @@ def _single_seed(
         cmp = compare(sc, names, seed=seed, duration_ns=duration_ns, jobs=jobs,
                       source=str(path))  # fmt: skip
     wall = time.perf_counter() - t0
+    data = cmp.to_json()
+    fleet = {key: fleet_cells_from_json(data, key) for key in ("channel", "cell")}
     if not quiet:
         show.print(render_comparison(cmp))
-    data = cmp.to_json()
+        for key, rows in fleet.items():
+            if rows:
+                show.print(render_fleet(rows, key=key, title=f"{cmp.scenario} · per {key}"))
     if out is not None:
         write_json(out / "compare.json", data)
         rows = cmp.rows()
         write_table(out / "compare", {k: [r.get(k) for r in rows] for k in rows[0]})
         figures = plot_comparison(cmp, out, formats)
+        figures += write_fleet_figures(fleet, out, formats)
         write_comparison_raw_tables(cmp, out)  # raw/<policy>/loops.csv, ... (coorp.report)
         stats = {n: r.policy_stats for n, r in cmp.runs.items()}
         write_json(out / "policy_stats.json", stats)
@@ -342,8 +353,8 @@ def _multi_seed(
 ) -> dict[str, Any]:
     if jobs < 1:
         raise UsageError(f"--jobs must be >= 1, got {jobs}")
-    if sc.workload is None:
-        raise UsageError(f"{path} has no [workload] section; coorp compare needs one")
+    if sc.workload is None and sc.fleet is None:
+        raise UsageError(f"{path} has no [workload] or [fleet] section; coorp compare needs one")
     spec = parse_sweep_spec(
         {
             "scenarios": [str(path)],
@@ -359,17 +370,20 @@ def _multi_seed(
     with RunProgress(label="compare", quiet=quiet) as progress:
         result = run_sweep(plan, jobs=jobs, cache=store, progress=progress)
     wall = time.perf_counter() - t0
-    deadline_ms = sc.workload.mpc.deadline_us / 1000
-    data = multi_seed_json(result, deadline_ms=deadline_ms)
+    bound_ms = deadline_ms(sc)
+    data = multi_seed_json(result, deadline_ms=bound_ms)
     if not quiet:
         lo, hi = seeds[0], seeds[-1]
         seed_text = f"seeds {lo}-{hi}" if seeds == list(range(lo, hi + 1)) else f"seeds {seeds}"
         title = (f"{sc.name} · {seed_text} · {data['duration_s']:g} s simulated · "
-                 f"reaction bound {deadline_ms:g} ms")  # fmt: skip
+                 f"reaction bound {bound_ms:g} ms")  # fmt: skip
         rows = result.rows()
-        show.print(
-            render_aggregate(aggregate(rows), title=title, warnings=aggregate_warnings(rows))
-        )
+        agg = aggregate(rows)
+        show.print(render_aggregate(agg, title=title, warnings=aggregate_warnings(rows)))
+        for key in ("channel", "cell"):
+            cells = fleet_cells_from_aggregate(agg, key)
+            if cells:
+                show.print(render_fleet(cells, key=key, title=f"{title} · per {key}"))
     if out is not None:
         write_json(out / "compare.json", data)
         save_sweep(result, out, sweep_manifest(plan, result, wall_s=wall, extra={

@@ -70,6 +70,12 @@ def render_cosim(agg: dict[str, Any], title: str) -> Table:
     for policy, block in agg.items():
         t.add_row(escape(policy_label(policy)),
                   *(_cell(block["metrics"][k], sc, d) for k, _, sc, d in METRICS))  # fmt: skip
+        handovers = block["metrics"].get("handovers", {}).get("mean")
+        if handovers:
+            notes.append(
+                f"{policy}: {handovers:.1f} hand-overs per run (a fleet's robots roaming "
+                "between APs; their loops lost in the gap count as misses)"
+            )
         if block["incomplete_runs"]:
             notes.append(f"{policy}: {block['incomplete_runs']} run(s) did not complete the "
                          "patrol in the simulated time (done s over the others)")  # fmt: skip
@@ -139,7 +145,7 @@ def register(app: typer.Typer) -> None:
         Prints the control outcomes in physical units (tracking error, separation,
         collisions, command age) as mean ± 95% CI over the seeds (docs/cosim.md)."""
         from coorp.cosim import aggregate, load_cosim, plot_cosim
-        from coorp.policies import get_policy
+        from coorp.policies import get_fleet_policy, get_policy
         from coorp.scenario import resolve_scenario
 
         path = resolve_scenario(scenario)
@@ -158,7 +164,8 @@ def register(app: typer.Typer) -> None:
         if not names or len(set(names)) != len(names):
             raise UsageError(f"--policies {policies!r}: give distinct policy names")
         for n in names:
-            get_policy(n)  # UsageError naming the registered ones
+            # UsageError naming the registered ones (a fleet's: the fleet policies)
+            (get_fleet_policy if cs.scenario.fleet is not None else get_policy)(n)
         seed_list = _seed_list(seeds, cs.scenario.seed)
         if trace is not None:
             if trace.suffix != ".mcap":

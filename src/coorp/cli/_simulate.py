@@ -184,6 +184,13 @@ def register(app: typer.Typer) -> None:
             check_out_file(json_path, "--json", made=out)
         load_policy_options(policy_module)
         total = duration_ns if duration_ns is not None else round(sc.duration_s * 1e9)
+        if sc.fleet is not None and (sc.flows == [] or policy is not None):
+            from coorp.policies import get_fleet_policy
+
+            get_fleet_policy(policy or DEFAULT_POLICY)  # an unknown name, first
+            out_dir = ensure_out_dir(out) if out is not None else None
+            _simulate_fleet(sc, path, policy or DEFAULT_POLICY, seed, total, json_path, out_dir)
+            return
         if sc.workload is None and policy is not None:
             raise UsageError(
                 f"--policy {policy}: {path} has no [workload] section, and a policy acts on "
@@ -252,6 +259,40 @@ def _simulate_workload(
             f"results, raw tables (loops, epochs, ls_messages, timeseries) and "
             f"{len(figures)} figure file(s) written to {out}/"
         )
+
+
+def _simulate_fleet(
+    sc: Scenario,
+    path: Path,
+    policy: str,
+    seed: int | None,
+    total_ns: int,
+    json_path: Path | None,
+    out: Path | None,
+) -> None:
+    """A fleet's loops and learning (``[fleet]``) under one fleet policy."""
+    from coorp.report import fleet_cells_from_json, render_fleet, write_raw_tables
+    from coorp.workload import run_fleet
+
+    assert sc.fleet is not None
+    with progress_bar(f"simulate {sc.name} ({policy})", total_ns) as update:
+        fr = run_fleet(sc, policy, seed=seed, duration_ns=total_ns, on_progress=update,
+                       source=str(path))  # fmt: skip
+    result = fr.sim
+    metrics = json_safe(fr.metrics())
+    console.print(render_result(result))
+    console.print(render_workload(metrics, policy, sc.fleet.loop.deadline_us / 1000))
+    for key in ("channel", "cell"):
+        rows = fleet_cells_from_json({"policies": {policy: metrics}}, key)
+        console.print(render_fleet(rows, key=key, title=f"{sc.name} · per {key}"))
+    workload = {"policy": policy, "deployable": deployable(policy), **metrics}
+    summary = {**result.summary(), "workload": workload}
+    if json_path is not None:
+        write_json(json_path, summary)
+    if out is not None:
+        write_run(out, result, sc, str(path), summary=summary)
+        write_raw_tables(fr, out)
+        console.print(f"results and raw tables (loops, cells, handovers) written to {out}/")
 
 
 def write_run(

@@ -9,6 +9,8 @@ number. The built-in simulator and the real Linux runtime drive the same code.
 * Local preemption: :class:`SendTimeModel` per LS flow, merged into protection
   windows by :class:`ProtectionPlanner`; :class:`CompletionTimeTable` and
   :class:`Gate` (Algorithm 2) decide whether the NIC may take another bulk packet.
+* A fleet's co-channel teams: :class:`CellLeader` per cell, leaders that elect a
+  coordinator per channel (Algorithm 1 across teams), per-team when cut off.
 * SchedWiFi baseline: :func:`stw_duration_ns` (Eq. 4), :class:`SchedWifiPlanner`
   and :class:`TimeAwareShaper`.
 
@@ -20,6 +22,7 @@ from coorp._accel import load as _load
 
 _load("coorp.control")  # the compiled modules when fresh, else the plain ones
 
+from coorp.control._cells import CellActions, CellLeader, CellStats, PeerKind, PeerMessage  # noqa: E402
 from coorp.control._ctt import CompletionTimeTable  # noqa: E402
 from coorp.control._errors import ForeignGrantError, UnknownFlowError, UnknownRobotError  # noqa: E402
 from coorp.control._gate import Gate, GateDecision, GateStats, decide_against  # noqa: E402
@@ -36,6 +39,9 @@ from coorp.control._windows import ProtectionPlanner, WindowSource, first_window
 
 __all__ = [
     "BulkClient",
+    "CellActions",
+    "CellLeader",
+    "CellStats",
     "CompletionTimeTable",
     "ForeignGrantError",
     "Gate",
@@ -44,6 +50,8 @@ __all__ = [
     "GlobalController",
     "Grant",
     "Interval",
+    "PeerKind",
+    "PeerMessage",
     "PeriodicWindow",
     "PermitStats",
     "PermitUpdate",

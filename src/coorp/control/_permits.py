@@ -189,6 +189,25 @@ class GlobalController:
         granted, expired = self._expire(now_ns)
         return PermitUpdate(tuple(granted), tuple(revoked + expired))
 
+    def adopt(self, robot: str, expires_ns: int, now_ns: int) -> Grant:
+        """Take on a permit ``robot`` already holds from elsewhere (a coordinator that
+        took over, ``coorp.control.CellLeader``) until ``expires_ns``: it counts as a
+        holder, even beyond ``limit`` (then nobody else is granted until enough holders
+        are gone); the robot is added if unknown and leaves the queue if it waited.
+        A robot that already holds a permit here keeps it (returned as it is). Expiries
+        due at ``now_ns`` are not applied: call :meth:`tick` first."""
+        self._clock.advance(now_ns)
+        self.add_robot(robot)
+        held = self._holders.get(robot)
+        if held is not None:
+            return held
+        if robot in self._queue:
+            self._queue.remove(robot)
+        grant = Grant(robot, self._next_grant_id, now_ns, max(expires_ns, now_ns + 1))
+        self._next_grant_id += 1
+        self._holders[robot] = grant
+        return grant
+
     # -- Algorithm 1 ---------------------------------------------------------------------
     def request(self, robot: str, now_ns: int) -> PermitUpdate:
         """A robot asks to send BH data (Algorithm 1 line 2-3).

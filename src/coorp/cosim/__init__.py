@@ -13,10 +13,11 @@ from coorp.cosim._config import (
     load_cosim,
     parse_cosim,
 )
+from coorp.cosim._fleet import run_cosim
 from coorp.cosim._radio import LinkState, Radio
 from coorp.cosim._report import METRICS, aggregate, plot_cosim
 from coorp.cosim._result import CosimResult
-from coorp.cosim._run import CosimRun, run_cosim
+from coorp.cosim._run import CosimRun
 from coorp.cosim._trace import Tracer
 
 __all__ = [

@@ -251,18 +251,32 @@ def parse_cosim(data: dict[str, Any], *, source: str = "<data>") -> CosimScenari
     data["links"] = links
     scenario = parse_scenario(data, source=source)
     wl = scenario.workload
-    if wl is None:
+    if scenario.fleet is not None:
+        # A fleet: the access points are the static robots (an AP on a pole, its cell's
+        # leader); every other robot moves under its cell's leader's commands.
+        aps = set(scenario.fleet.ap_names())
+        static = {r.name for r in cosim.robots if r.kind is RobotKind.STATIC}
+        if static != aps:
+            raise ScenarioError(source, [ScenarioProblem(
+                "cosim.robots", sorted(static ^ aps),
+                "in a fleet co-simulation the access points are the static robots and the "
+                f"static robots are the access points: access points {sorted(aps)}, static "
+                f"robots {sorted(static)}",
+            )])  # fmt: skip
+    elif wl is None:
         raise ScenarioError(source, [ScenarioProblem(
             "workload", ScenarioProblem.NO_VALUE,
             "missing: the robots' perceptions and commands are the [workload.mpc] loop",
         )])  # fmt: skip
-    leader = cosim.robot(wl.leader)
+    else:
+        leader = cosim.robot(wl.leader)
+        for r in cosim.robots:
+            if r.name != leader.name and r.kind is RobotKind.STATIC:
+                raise ScenarioError(source, [ScenarioProblem(
+                    "cosim.robots", r.name,
+                    "only the leader may be static: every worker is controlled by the leader",
+                )])  # fmt: skip
     for r in cosim.robots:
-        if r.name != leader.name and r.kind is RobotKind.STATIC:
-            raise ScenarioError(source, [ScenarioProblem(
-                "cosim.robots", r.name,
-                "only the leader may be static: every worker is controlled by the leader",
-            )])  # fmt: skip
         if r.kind is RobotKind.AERIAL:
             tallest = max((o.height_m for o in cosim.world.obstacles), default=0.0)
             if r.altitude_m <= tallest:

@@ -24,7 +24,12 @@ import numpy as np
 
 from coorp._errors import ConfigurationError
 
-__all__ = ["LqrTracker", "Route", "wrap_angle"]
+__all__ = [
+    "LqrTracker",
+    "Route",
+    "drive_unicycle",
+    "wrap_angle",
+]
 
 
 def wrap_angle(a: float) -> float:
@@ -121,3 +126,14 @@ class LqrTracker:
         v = min(max(v, -self.max_speed_m_s), self.max_speed_m_s)
         w = min(max(w, -self.max_turn_rad_s), self.max_turn_rad_s)
         return v, w
+
+
+def drive_unicycle(
+    x: float, y: float, th: float, v: float, w: float, dt: float
+) -> tuple[float, float, float]:
+    """The unicycle integrated exactly over ``dt`` s at constant ``(v, w)``."""
+    if abs(w) < 1e-9:
+        return x + v * math.cos(th) * dt, y + v * math.sin(th) * dt, th
+    th2 = th + w * dt
+    return (x + v / w * (math.sin(th2) - math.sin(th)),
+            y - v / w * (math.cos(th2) - math.cos(th)), th2)  # fmt: skip

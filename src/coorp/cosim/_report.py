@@ -39,6 +39,7 @@ METRICS: tuple[tuple[str, str, float, int], ...] = (
 #: Aggregated over seeds into summary.json too, but not in the printed table.
 EXTRA_METRICS: tuple[tuple[str, str, float, int], ...] = (
     ("estimate_error_mean_m", "est err m", 1.0, 4),
+    ("handovers", "hand-overs", 1.0, 1),
 )
 
 
@@ -64,6 +65,7 @@ def run_scalars(r: CosimResult) -> dict[str, float]:
         "estimate_error_mean_m": f(s["estimate_error_m"]["mean"]),
         "stopped_fraction": f(s["stopped_fraction"]),
         "bh_mbps": f(s["bh_mbps"]),
+        "handovers": float(len(r.handovers)),
     }
 
 

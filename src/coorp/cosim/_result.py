@@ -53,6 +53,8 @@ class CosimResult:
     link_walls: np.ndarray
     bh_bytes: int
     wall_s: float
+    #: A fleet's hand-overs: (robot, from AP, to AP, left ns, joined ns).
+    handovers: tuple[tuple[str, str, str, int, int], ...] = ()
 
     def summary(self) -> dict[str, Any]:
         te = self.tracking_error_m.ravel()
@@ -106,5 +108,16 @@ class CosimResult:
             "link_mcs_mean": float(self.link_mcs.mean()) if self.link_mcs.size else None,
             "nlos_fraction": float(np.mean(self.link_walls > 0)) if self.link_walls.size else None,
             "bh_mbps": self.bh_bytes * 8 / (self.duration_ns / _NS) / 1e6,
+            **(
+                {
+                    "handovers": len(self.handovers),
+                    "association_gap_ms": float(
+                        np.mean([j - left for *_, left, j in self.handovers])
+                    )
+                    / 1e6,
+                }
+                if self.handovers
+                else {}
+            ),
             "wall_s": self.wall_s,
         }

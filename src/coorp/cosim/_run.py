@@ -37,7 +37,7 @@ import numpy as np
 
 from coorp._errors import UsageError
 from coorp.cosim._config import CosimScenario, Coupling
-from coorp.cosim._control import LqrTracker, Route
+from coorp.cosim._control import LqrTracker, Route, drive_unicycle
 from coorp.cosim._radio import LinkState, Radio
 from coorp.cosim._result import CosimResult
 from coorp.cosim._world import World
@@ -46,9 +46,9 @@ from coorp.sim import Simulation
 from coorp.sim.packets import FlowState, Message
 from coorp.sim.station import BulkTransfer
 from coorp.units import s, us
-from coorp.workload import Drlc, LoopRecord, MpcLoop
+from coorp.workload import Drlc, MpcLoop
 
-__all__ = ["CosimResult", "CosimRun", "run_cosim"]
+__all__ = ["CosimResult", "CosimRun"]
 
 _NS = 1_000_000_000
 
@@ -116,17 +116,6 @@ class _Perception:
     stamp: int
 
 
-def _drive(
-    x: float, y: float, th: float, v: float, w: float, dt: float
-) -> tuple[float, float, float]:
-    """The unicycle integrated exactly over ``dt`` s at constant ``(v, w)``."""
-    if abs(w) < 1e-9:
-        return x + v * math.cos(th) * dt, y + v * math.sin(th) * dt, th
-    th2 = th + w * dt
-    return (x + v / w * (math.sin(th2) - math.sin(th)),
-            y - v / w * (math.cos(th2) - math.cos(th)), th2)  # fmt: skip
-
-
 class CosimRun:
     """Builds the channel simulation, the workload, the policy and the world; runs them."""
 
@@ -140,26 +129,20 @@ class CosimRun:
         tracer: Any = None,
     ) -> None:
         sc, cfg = cs.scenario, cs.cosim
-        wl = sc.workload
-        if wl is None:  # parse_cosim guarantees it; for a hand-built CosimScenario
-            raise UsageError(f"{cs.source}: a co-simulation needs a [workload] section")
         self.cs = cs
         self.cfg = cfg
         self.coupling = cfg.coupling if coupling is None else coupling
         self.policy_name = policy
-        policy_cls = get_policy(policy)
+        self.leader, self.workers, period_s = self._roles()
         sim = _CosimSimulation(sc, seed=seed, source=cs.source)
         self.sim = sim
         self.world = World(cfg)
         self.radio = Radio(cfg.radio, spatial_streams=sc.phy.spatial_streams,
                            width_mhz=sc.phy.width_mhz)  # fmt: skip
-        self.leader = wl.leader
-        self.workers = tuple(sc.workers)
         w = self.world
         self._li = w.index[self.leader]
         self._wi = [w.index[n] for n in self.workers]
         self._moving_pos = {r.index: k for k, r in enumerate(w.moving)}
-        period_s = wl.mpc.period_us / 1e6
         start_s = cfg.task.start_ms / 1000.0
         self.routes: dict[int, Route] = {}
         self.trackers: dict[int, LqrTracker] = {}
@@ -169,10 +152,7 @@ class CosimRun:
             self.routes[i] = Route(rc.start_m, cfg.waypoints(rc), speed, start_s, cfg.task.laps)
             self.trackers[i] = LqrTracker(period_s, rc.max_speed_m_s,
                                           math.radians(rc.max_turn_deg_s))  # fmt: skip
-        # Every unordered pair of robots, the leader's first (in worker order), then the
-        # workers' among themselves; each pair sets both directions of its link.
-        pairs = [(self._li, i) for i in self._wi]
-        pairs += [(a, b) for k, a in enumerate(self._wi) for b in self._wi[k + 1 :]]
+        pairs = self._pair_list()
         self._pairs = pairs
         self._pair_index = {pair: k for k, pair in enumerate(pairs)}
         self._pa = np.array([a for a, _ in pairs], np.int64)
@@ -194,26 +174,7 @@ class CosimRun:
         # robot's slowest link to any station) sees the robots' real starting links, as
         # a deployment would when it is set up.
         self._update_links(w.poses())
-        # Workload and policy, assembled as coorp.workload.run_crl does.
-        self.mpc = MpcLoop(sim, wl.mpc, wl.leader, self.workers)
-        team = Team(
-            sim=sim, leader=wl.leader, workers=self.workers, ls_flows=self.mpc.flow_names,
-            mpc=wl.mpc, options=sc.policy, ls_schedule=self.mpc.next_send_ns,
-            ls_send=self.mpc.next_send, ls_phases=self.mpc.phase_ns,
-        )  # fmt: skip
-        self.policy = policy_cls(team)
-        self.policy.install()
-        self.drlc: Drlc | None = None
-        if wl.drlc.enabled:
-            item = wl.drlc.item_bytes or len(self.workers) * (
-                wl.mpc.perception_bytes + wl.mpc.control_bytes
-            )
-            self.drlc = Drlc(sim, wl.drlc, wl.leader, self.workers, item, self.policy.send_bulk)
-            self.drlc.begin()
-            drlc = self.drlc
-            self.mpc.on_loop_done = lambda _rec: drlc.add_item()
-        self.mpc.on_expect = self.policy.expect_ls_send
-        self.deadline_ns = us(wl.mpc.deadline_us)
+        self.deadline_ns = self._install_workload(policy)
         # Co-simulation state.
         self.step_ns = cfg.step_ns
         self.stale_ns = round(cfg.staleness_limit_ms * 1e6)
@@ -250,6 +211,58 @@ class CosimRun:
         if tracer is not None:
             sim.on_transfer = self._on_transfer
             sim.on_sent = self._on_sent
+
+    # -- who is who, and what runs on the air (a fleet's: coorp.cosim._fleet) -------------
+    def _roles(self) -> tuple[str, tuple[str, ...], float]:
+        """The leader, the workers and the loop period (s)."""
+        sc = self.cs.scenario
+        wl = sc.workload
+        if wl is None:  # parse_cosim guarantees it; for a hand-built CosimScenario
+            raise UsageError(f"{self.cs.source}: a co-simulation needs a [workload] section")
+        return wl.leader, tuple(sc.workers), wl.mpc.period_us / 1e6
+
+    def _pair_list(self) -> list[tuple[int, int]]:
+        """Every unordered pair of robots, the leader's first (in worker order), then the
+        workers' among themselves; each pair sets both directions of its link."""
+        pairs = [(self._li, i) for i in self._wi]
+        pairs += [(a, b) for k, a in enumerate(self._wi) for b in self._wi[k + 1 :]]
+        return pairs
+
+    def _install_workload(self, policy: str) -> int:
+        """Workload and policy, assembled as coorp.workload.run_crl does; the deadline."""
+        sc, sim = self.cs.scenario, self.sim
+        wl = sc.workload
+        assert wl is not None
+        self.mpc = MpcLoop(sim, wl.mpc, wl.leader, self.workers)
+        team = Team(
+            sim=sim, leader=wl.leader, workers=self.workers, ls_flows=self.mpc.flow_names,
+            mpc=wl.mpc, options=sc.policy, ls_schedule=self.mpc.next_send_ns,
+            ls_send=self.mpc.next_send, ls_phases=self.mpc.phase_ns,
+        )  # fmt: skip
+        self.policy = get_policy(policy)(team)
+        self.policy.install()
+        self.drlc: Drlc | None = None
+        if wl.drlc.enabled:
+            item = wl.drlc.item_bytes or len(self.workers) * (
+                wl.mpc.perception_bytes + wl.mpc.control_bytes
+            )
+            self.drlc = Drlc(sim, wl.drlc, wl.leader, self.workers, item, self.policy.send_bulk)
+            self.drlc.begin()
+            drlc = self.drlc
+            self.mpc.on_loop_done = lambda _rec: drlc.add_item()
+        self.mpc.on_expect = self.policy.expect_ls_send
+        return us(wl.mpc.deadline_us)
+
+    def _begin_workload(self) -> None:
+        self.mpc.begin()
+
+    def _after_links(self, now: int) -> None:
+        """The links were just updated from the world (a fleet decides hand-overs here)."""
+
+    def _finish(self, result: Any) -> tuple[tuple[Any, ...], int, dict[str, Any]]:
+        """The loop records, the bulk bytes delivered and what else the run reports."""
+        bulk = self.drlc.bulk_flow_names if self.drlc is not None else frozenset()
+        return tuple(self.mpc.records), sum(result.flows[n].delivered_bytes for n in bulk), {}
 
     # -- network crossings ------------------------------------------------------------
     def _state_for_message(self, i: int) -> _Perception:
@@ -344,7 +357,7 @@ class CosimRun:
             dt = (min(end, now) - start) / _NS
             if dt <= 0.0:
                 break
-            x, y, th = _drive(x, y, th, c.v, c.w, dt)
+            x, y, th = drive_unicycle(x, y, th, c.v, c.w, dt)
             t = min(end, now)
         return x, y, th
 
@@ -393,6 +406,7 @@ class CosimRun:
         poses = self.world.poses()
         self._exported = (poses, now)
         self._update_links(poses)
+        self._after_links(now)
         if self.coupling is Coupling.FIXED_WINDOW:
             nxt = now + round(self.cfg.window_ms * 1e6)
         else:
@@ -451,6 +465,7 @@ class CosimRun:
         self._poses = w.poses()
         if self.coupling is Coupling.EXACT:
             self._update_links(self._poses)
+            self._after_links(now)
         self._apply_pending(now)
         # Actuator targets for the next interval: the last command, unless stale.
         for i in self._wi:
@@ -506,7 +521,7 @@ class CosimRun:
         if self.tracer is not None:
             self.tracer.set_leader(self.leader)
             self.tracer.scene(0, self.cfg)
-        self.mpc.begin()
+        self._begin_workload()
         t0 = time.perf_counter()
         result = self.sim.run(until)
         wall = time.perf_counter() - t0
@@ -534,11 +549,10 @@ class CosimRun:
                 min_sep = min(min_sep, float(d.min()) - radii[a] - radii[b])
         done = self._done_at
         completion = max(done.values()) / _NS if len(done) == len(self._wi) and done else None
-        loops: tuple[LoopRecord, ...] = tuple(self.mpc.records)
+        loops, bh_bytes, extra = self._finish(result)
         reaction = np.array(
             [r.reaction_ns if r.reaction_ns is not None else math.inf for r in loops], float
         )
-        bulk = self.drlc.bulk_flow_names if self.drlc is not None else frozenset()
         return CosimResult(
             policy=self.policy_name, seed=self.sim.seed, coupling=self.coupling.value,
             duration_ns=until, step_ns=self.step_ns,
@@ -555,19 +569,5 @@ class CosimRun:
             sync_apply_ns=np.array(self._apply, np.int64),
             link_mcs=np.array(self._mcs_rec, np.int64),
             link_walls=np.array(self._walls_rec, np.int64),
-            bh_bytes=sum(result.flows[n].delivered_bytes for n in bulk),
-            wall_s=wall,
+            bh_bytes=bh_bytes, wall_s=wall, **extra,
         )  # fmt: skip
-
-
-def run_cosim(
-    cs: CosimScenario,
-    policy: str,
-    *,
-    seed: int | None = None,
-    duration_ns: int | None = None,
-    coupling: Coupling | None = None,
-    tracer: Any = None,
-) -> CosimResult:
-    """Co-simulate ``cs`` under ``policy``; same scenario and seed ⇒ same result."""
-    return CosimRun(cs, policy, seed=seed, coupling=coupling, tracer=tracer).run(duration_ns)

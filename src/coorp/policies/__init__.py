@@ -9,6 +9,10 @@ one, subclass :class:`Policy` and decorate it with :func:`register_policy`
 a user's file with ``--policy-module`` (:func:`load_policy_module`) and installed
 packages' ``coorp.policies`` entry points (:func:`load_entry_point_policies`). The
 driver hooks of the gated policies may run compiled with mypyc (``coorp._accel``).
+
+A fleet (``[fleet]``: several cells and channels) has policies of its own, by the same
+names (:func:`get_fleet_policy`, :func:`fleet_policy_names`): ``edca``, ``schedwifi``,
+``coorp`` (one bulk sender per channel), ``coorp-team`` (per team only) and ``oracle``.
 """
 
 from coorp._accel import load as _load
@@ -23,6 +27,9 @@ from coorp.policies import _coorp  # noqa: E402, F401
 from coorp.policies import _oracle  # noqa: E402, F401
 from coorp.policies import _ofdma  # noqa: E402, F401
 from coorp.policies import _rtwt  # noqa: E402, F401
+from coorp.policies import _fleet  # noqa: E402, F401
+from coorp.policies import _fleet_schedwifi  # noqa: E402, F401
+from coorp.policies import _fleet_coorp  # noqa: E402, F401
 
 # isort: on
 from coorp.policies._base import Policy, Team  # noqa: E402
@@ -33,6 +40,13 @@ from coorp.policies._coorp import (  # noqa: E402
     CoorpPolicy,
 )
 from coorp.policies._edca import EdcaPolicy  # noqa: E402
+from coorp.policies._fleet import (  # noqa: E402
+    Fleet,
+    FleetPolicy,
+    fleet_policy_names,
+    get_fleet_policy,
+    register_fleet_policy,
+)
 from coorp.policies._hooks import GatedHooks  # noqa: E402
 from coorp.policies._ofdma import OfdmaPolicy, ofdma_config  # noqa: E402
 from coorp.policies._oracle import OracleHooks, OraclePolicy, OracleStats  # noqa: E402
@@ -60,6 +74,8 @@ __all__ = [
     "CoorpPolicy",
     "CoorpRtwtPolicy",
     "EdcaPolicy",
+    "Fleet",
+    "FleetPolicy",
     "GatedHooks",
     "OfdmaPolicy",
     "OracleHooks",
@@ -70,6 +86,8 @@ __all__ = [
     "RtwtPolicy",
     "SchedWifiPolicy",
     "Team",
+    "fleet_policy_names",
+    "get_fleet_policy",
     "get_policy",
     "load_entry_point_policies",
     "load_policy_module",
@@ -78,6 +96,7 @@ __all__ = [
     "ofdma_config",
     "policy_label",
     "policy_names",
+    "register_fleet_policy",
     "register_policy",
     "rtwt_schedule",
 ]

@@ -21,11 +21,22 @@ import numpy as np
 
 from coorp._errors import InfeasibleError, UsageError
 from coorp._manifest import json_safe
-from coorp.policies import get_policy, policy_names
+from coorp.policies import fleet_policy_names, get_fleet_policy, get_policy, policy_names
 from coorp.scenario import Scenario
-from coorp.workload import comparison_warnings, run_crl
+from coorp.workload import comparison_warnings, run_crl, run_fleet
 
-__all__ = ["BH_ONLY", "Comparison", "PolicyRun", "compare", "deployable", "run_policy"]
+__all__ = [
+    "BH_ONLY",
+    "FLEET_BLOCKS",
+    "Comparison",
+    "PolicyRun",
+    "check_policy",
+    "compare",
+    "deadline_ms",
+    "default_policies",
+    "deployable",
+    "run_policy",
+]
 
 #: Name of the reference run in reports.
 BH_ONLY = "bh-only"
@@ -36,9 +47,39 @@ def deployable(name: str) -> bool | None:
     reference bound (``Policy.deployable = False``, e.g. ``oracle``; labelled with
     :func:`coorp.policies.policy_label`), ``True`` for other registered policies,
     ``None`` for the BH-only reference and names not registered in this process."""
-    if name == BH_ONLY or name not in policy_names():
+    if name == BH_ONLY:
         return None
-    return bool(get_policy(name).deployable)
+    if name in policy_names():
+        return bool(get_policy(name).deployable)
+    if name in fleet_policy_names():
+        return bool(get_fleet_policy(name).deployable)
+    return None
+
+
+def check_policy(scenario: Scenario, name: str) -> None:
+    """A :class:`UsageError` listing the known names if ``name`` cannot run on
+    ``scenario``: a team policy (``coorp.policies``), or a fleet policy on a scenario with
+    ``[fleet]``."""
+    if scenario.fleet is not None:
+        get_fleet_policy(name)
+    else:
+        get_policy(name)
+
+
+def default_policies(scenario: Scenario) -> list[str]:
+    """Every registered policy that runs on ``scenario`` (its PHY standard; a fleet's)."""
+    if scenario.fleet is not None:
+        return fleet_policy_names()
+    return policy_names(scenario.phy.standard)
+
+
+def deadline_ms(scenario: Scenario) -> float:
+    """The reaction-time bound of the scenario's loops (ms)."""
+    if scenario.fleet is not None:
+        return scenario.fleet.loop.deadline_us / 1000
+    if scenario.workload is None:
+        raise UsageError(f"scenario {scenario.name!r} has no [workload] or [fleet] section")
+    return scenario.workload.mpc.deadline_us / 1000
 
 
 @dataclass(frozen=True)
@@ -69,6 +110,12 @@ _NO_METRICS: dict[str, Any] = {
 #: Per-flow blocks of a run's metrics (``CrlResult.metrics``), present only where the
 #: scenario has LS flows beside the MPC loop or traffic outside the team.
 PER_FLOW = ("flow_miss_rate", "flow_latency_p99_ms", "flow_mbps")
+#: A fleet's blocks (``coorp.workload.FleetResult.metrics``): per channel and per cell
+#: (AP), the hand-overs' costs, the most bulk senders at once per contention domain.
+FLEET_BLOCKS = (
+    "channel_miss_rate", "channel_bh_mbps", "cell_miss_rate", "cell_bh_mbps", "roam",
+    "overlapping_bh_senders", "channel_infeasible",
+)  # fmt: skip
 
 
 def run_policy(
@@ -77,8 +124,9 @@ def run_policy(
     """One policy (or :data:`BH_ONLY`) on ``scenario`` with ``seed``: what a report keeps
     of it; an infeasible policy gives a run whose ``infeasible`` says why."""
     bh_only = policy == BH_ONLY
+    run = run_fleet if scenario.fleet is not None else run_crl
     try:
-        r = run_crl(
+        r = run(
             scenario, "edca" if bh_only else policy, seed=seed, duration_ns=duration_ns,
             bh_only=bh_only, source=source,
         )  # fmt: skip
@@ -94,6 +142,17 @@ def run_policy(
         ls_hw_depths=r.ls_hw_depths, policy_stats=r.policy_stats, wall_s=r.sim.wall_s,
         events=r.sim.events_processed, raw=r.tables(),
     )  # fmt: skip
+
+
+def _utilization_by(metrics: dict[str, Any], reference: dict[str, Any], key: str) -> Any:
+    """``{group: bulk Mb/s / the reference's}`` for a fleet's ``<key>_bh_mbps`` block."""
+    mine, ref = metrics.get(f"{key}_bh_mbps"), reference.get(f"{key}_bh_mbps")
+    if not isinstance(mine, dict) or not isinstance(ref, dict):
+        return None
+    return {
+        g: (v / ref[g] if ref.get(g) and ref[g] > 0 and math.isfinite(v) else math.nan)
+        for g, v in mine.items()
+    }
 
 
 @dataclass(frozen=True)
@@ -149,6 +208,8 @@ class Comparison:
                 "deployable": deployable(name),
                 "warnings": warnings[name],
                 **{k: m[k] for k in PER_FLOW if k in m},
+                **{k: m[k] for k in FLEET_BLOCKS if k in m},
+                **self._fleet_utilization(m),
             })  # fmt: skip
         out["reference"] = json_safe({"name": BH_ONLY, "bh_mbps": self.reference.metrics["bh_mbps"],
                                    "other_mbps": self.reference.metrics.get("other_mbps"),
@@ -158,6 +219,14 @@ class Comparison:
         out["deadline_ms"] = self.deadline_ms
         # Every warning once, named by its run: what a reader must know before the numbers.
         out["warnings"] = [f"{n}: {w}" for n, ws in warnings.items() for w in ws]
+        return out
+
+    def _fleet_utilization(self, m: dict[str, Any]) -> dict[str, Any]:
+        out = {}
+        for key in ("channel", "cell"):
+            u = _utilization_by(m, self.reference.metrics, key)
+            if u is not None:
+                out[f"{key}_utilization"] = u
         return out
 
     def rows(self) -> list[dict[str, Any]]:
@@ -187,12 +256,12 @@ def compare(
     on_done: Callable[[PolicyRun], None] | None = None,
 ) -> Comparison:
     """Run ``policies`` (registered names) and the BH-only reference on one scenario."""
-    if scenario.workload is None:
-        raise UsageError(f"{source} has no [workload] section; coorp compare needs one")
+    if scenario.workload is None and scenario.fleet is None:
+        raise UsageError(f"{source} has no [workload] or [fleet] section; coorp compare needs one")
     if not policies:
         raise UsageError("give at least one policy")
     for name in policies:
-        get_policy(name)  # fail fast with the list of known names
+        check_policy(scenario, name)  # fail fast with the list of known names
     if len(set(policies)) != len(policies):
         raise UsageError(f"policies listed twice: {list(policies)}")
     if jobs < 1:
@@ -217,9 +286,8 @@ def compare(
                 if on_done is not None:
                     on_done(run)
     duration_s = duration_ns / 1e9 if duration_ns is not None else scenario.duration_s
-    assert scenario.workload is not None
     return Comparison(
         scenario=scenario.name, seed=seed, duration_s=duration_s,
-        deadline_ms=scenario.workload.mpc.deadline_us / 1000,
+        deadline_ms=deadline_ms(scenario),
         runs={n: done[n] for n in policies}, reference=done[BH_ONLY],
     )  # fmt: skip

@@ -14,20 +14,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from coorp._tables import write_table
-from coorp.workload import CrlResult
+from coorp.workload import CrlResult, FleetResult
 
 if TYPE_CHECKING:
     from coorp.report._compare import Comparison
 
 __all__ = ["RAW_TABLES", "write_comparison_raw_tables", "write_raw_tables"]
 
-#: The raw tables, in the order they are written (file stems).
-RAW_TABLES = ("loops", "epochs", "ls_messages", "timeseries")
+#: The raw tables, in the order they are written (file stems); a fleet's runs have
+#: ``loops`` (one row per robot's sample), ``cells`` and ``handovers``.
+RAW_TABLES = ("loops", "epochs", "ls_messages", "timeseries", "cells", "handovers")
 
 Tables = Mapping[str, Mapping[str, Any]]
 
 
-def write_raw_tables(result: CrlResult | Tables, out: Path) -> list[Path]:
+def write_raw_tables(result: CrlResult | FleetResult | Tables, out: Path) -> list[Path]:
     """Write ``loops``, ``epochs``, ``ls_messages`` and ``timeseries`` (``.parquet`` and
     ``.csv``) of one run into ``out``; return the paths written.
 
@@ -35,7 +36,7 @@ def write_raw_tables(result: CrlResult | Tables, out: Path) -> list[Path]:
     (e.g. carried back from a worker process). A run without a table (no time series
     sampled) writes no file for it.
     """
-    tables = result.tables() if isinstance(result, CrlResult) else result
+    tables = result.tables() if hasattr(result, "tables") else result
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     for name in RAW_TABLES:

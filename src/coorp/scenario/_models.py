@@ -33,6 +33,7 @@ from coorp.phy import (
     ppdu_duration_ns,
     valid_mcs,
 )
+from coorp.scenario._fleet import FleetConfig, association_pairs, fleet_problems
 from coorp.scenario._radio import (
     EDCA_DEFAULTS,
     AccessCategory,
@@ -180,6 +181,9 @@ class Scenario(_Model):
     flows: list[Flow] = Field(default_factory=list)
     workload: WorkloadConfig | None = None
     policy: PolicyOptions = Field(default_factory=PolicyOptions)
+    fleet: FleetConfig | None = Field(
+        None, description="access points, channels and cells, roaming robots (docs/scenarios.md)"
+    )
     tcp: TcpConfig = Field(default_factory=TcpConfig)
 
     @field_validator("stations", mode="before")
@@ -244,6 +248,8 @@ class Scenario(_Model):
                     )
             if f.src == f.dst:
                 raise ValueError(f"flows[{i}] ({f.name}) has src == dst = {f.src!r}")
+        # A fleet's own rules first: its links are checked only where frames go.
+        _raise_at(Scenario, fleet_problems(self))
         _raise_at(
             Scenario,
             self._standard_problems()
@@ -360,27 +366,33 @@ class Scenario(_Model):
                 overridden[key] = (pos, where)
 
         if links.mode == "distance":
-            # Path loss is symmetric: each pair is computed once, n (n - 1) / 2 in all.
-            for i, a in enumerate(stations):
-                for j in range(i + 1, n):
-                    b = stations[j]
-                    d = math.dist(a.position_m, b.position_m)
-                    rx = budget.rx_power_dbm(d)
-                    best = budget.best_mcs_at(rx, nss, width, phy.standard)
-                    if best is None:
-                        lo, hi = (a, b) if a.name < b.name else (b, a)  # report a pair once
-                        pos = i * n + j if lo is a else j * n + i
-                        out_of_range.append((pos, (
-                            f"{lo.name} -> {hi.name}: out of range: {d:.1f} m gives "
-                            f"{rx:.1f} dBm, below the MCS 0 sensitivity"
-                        )))  # fmt: skip
-                        continue
-                    for src, dst, pos in ((a, b, i * n + j), (b, a, j * n + i)):
-                        k = override.get((src.name, dst.name)) if override else None
-                        if k is not None:
-                            note_override(k, pos, f"links.overrides[{k}], {src.name} -> {dst.name}")
-                        elif pos < plain.get(best, pos + 1):
-                            plain[best] = pos
+            # Path loss is symmetric: each pair is computed once, n (n - 1) / 2 in all. In
+            # a fleet only the pairs that carry frames from the start (each robot and its
+            # AP): robots far apart never talk to each other, nor do APs.
+            pairs = (
+                ((min(p), max(p)) for p in association_pairs(self))
+                if self.fleet is not None
+                else ((i, j) for i in range(n) for j in range(i + 1, n))
+            )
+            for i, j in pairs:
+                a, b = stations[i], stations[j]
+                d = math.dist(a.position_m, b.position_m)
+                rx = budget.rx_power_dbm(d)
+                best = budget.best_mcs_at(rx, nss, width, phy.standard)
+                if best is None:
+                    lo, hi = (a, b) if a.name < b.name else (b, a)  # report a pair once
+                    pos = i * n + j if lo is a else j * n + i
+                    out_of_range.append((pos, (
+                        f"{lo.name} -> {hi.name}: out of range: {d:.1f} m gives "
+                        f"{rx:.1f} dBm, below the MCS 0 sensitivity"
+                    )))  # fmt: skip
+                    continue
+                for src, dst, pos in ((a, b, i * n + j), (b, a, j * n + i)):
+                    k = override.get((src.name, dst.name)) if override else None
+                    if k is not None:
+                        note_override(k, pos, f"links.overrides[{k}], {src.name} -> {dst.name}")
+                    elif pos < plain.get(best, pos + 1):
+                        plain[best] = pos
         else:
             # Fixed mode: every link has links.mcs unless overridden; no need to visit
             # every pair (a team of n stations has n (n - 1) of them).

@@ -94,6 +94,14 @@ class Simulation:
             )
             st._alloc_pids = self._alloc_pids
             self.stations[cfg.name] = st
+        #: Every contention domain's medium (one without ``[fleet]``).
+        self.channels: list[Channel] = [self.channel]
+        #: A fleet's cells and moving robots (``coorp.sim.cells``: contention domains,
+        #: associations, hand-overs), or None for one BSS.
+        self.cells: Any = None
+        self.motion: Any = None
+        if scenario.fleet is not None:
+            self._build_cells(trace)
         self.flows: dict[str, FlowState] = {}
         #: Generated TCP-ack flows: name -> the bulk flow they acknowledge.
         self._ack_flows: dict[str, str] = {}
@@ -117,6 +125,14 @@ class Simulation:
             )
         for f in scenario.flows:
             self._install(f)
+
+    def _build_cells(self, trace: bool) -> None:
+        from coorp.sim.cells import Cells, Motion
+
+        self.cells = Cells(self, self._py_rng, trace=trace)
+        self.channels = list(self.cells.channels.values())
+        self.motion = Motion(self, self.cells)
+        self.motion.begin()
 
     # -- randomness ----------------------------------------------------------------------
     def _stream_seed(self, name: str) -> int:

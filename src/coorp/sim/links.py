@@ -36,6 +36,11 @@ class LinkTable:
         self._rx_dbm = [[0.0] * n for _ in range(n)]
         self._mcs = [[cfg.mcs] * n for _ in range(n)]
         distance = cfg.mode == "distance"
+        # A fleet's robots talk only to APs: a pair out of range of each other (two robots
+        # at opposite ends of a hall) carries no frame, and takes MCS 0 here (scenario
+        # loading checked each robot against its AP; ``coorp.sim.cells`` updates a moving
+        # robot's links to the APs).
+        fleet = scenario.fleet is not None
         nss, width = phy.spatial_streams, phy.width_mhz
         # Path loss is symmetric: each pair of stations is computed once (n (n - 1) / 2
         # pairs; the tables themselves hold every ordered pair, see MAX_STATIONS).
@@ -48,6 +53,8 @@ class LinkTable:
                 rx_i[j] = self._rx_dbm[j][i] = rx
                 if distance:
                     mcs = self.budget.best_mcs_at(rx, nss, width, phy.standard)
+                    if mcs is None and fleet:
+                        mcs = 0
                     if mcs is None:
                         raise ScenarioError(source, [ScenarioProblem(
                             "stations", f"{a.name} -> {b.name}",

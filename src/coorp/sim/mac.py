@@ -49,7 +49,7 @@ from coorp._errors import InvariantError
 from coorp.phy import MAX_PPDU_NS, SIFS_NS, SLOT_NS
 from coorp.scenario import AccessCategory, AmpduGrouping, MacConfig, RetryPolicy
 from coorp.sim.driver import RunHooks
-from coorp.sim.events import PRIO_ACCESS, PRIO_CONTROL, PRIO_MEDIUM, EventLoop
+from coorp.sim.events import PRIO_ACCESS, PRIO_CONTROL, PRIO_MEDIUM, Event, EventLoop
 from coorp.sim.links import LinkTable
 from coorp.sim.packets import Packet
 from coorp.sim.station import BulkTransfer, Edcaf, Ring, Station
@@ -59,6 +59,20 @@ __all__ = ["Channel", "ChannelStats", "RingDrain", "Transmission"]
 
 #: Self-checks of the fast paths (set COORP_SIM_CHECK=1; for tests and fuzzing).
 _CHECK = os.environ.get("COORP_SIM_CHECK") == "1"
+
+
+def _draw(rng: random.Random, n: int) -> int:
+    """``rng.randrange(n)`` for ``n >= 1``: the same ``getrandbits`` calls and numbers as
+    CPython's (``Random._randbelow_with_getrandbits``), without its argument checks in
+    interpreted Python, a tenth of a busy fleet's time (``tests/sim/test_backoff_draw.py``
+    compares the two). A subclass's own ``randrange`` (a test's recording RNG) is called."""
+    if type(rng) is not random.Random:
+        return rng.randrange(n)
+    k = n.bit_length()
+    r = rng.getrandbits(k)
+    while r >= n:
+        r = rng.getrandbits(k)
+    return r
 
 
 @dataclass(slots=True)
@@ -114,7 +128,12 @@ class Transmission:
 
 
 class Channel:
-    """One collision domain: every station hears every other (no hidden nodes)."""
+    """One collision domain: every station hears every other (no hidden nodes).
+
+    Several channels may share one event loop (a fleet's contention domains,
+    ``coorp.sim.cells``): the loop's one slot serves the first; the others
+    (``heap_slot = True``) keep their pending event in the heap, ordered the same way.
+    """
 
     def __init__(
         self,
@@ -175,6 +194,83 @@ class Channel:
         self._quantum = timing.ppdu_quantum_ns
         if self.rts_threshold < self.max_ampdu_bytes:
             self._ampdu_overhead += timing.rts_ns + timing.cts_ns + 2 * SIFS_NS
+        #: The pending event (next access, end of the exchange) in the heap, not in the
+        #: loop's slot: set on every channel but the first that shares the loop.
+        self.heap_slot = False
+        self._slot_event: Event | None = None
+        self._slot_at = -1
+
+    # -- the pending event: the loop's slot, or the heap ------------------------------------
+    def _set_slot(self, time_ns: int, priority: int, callback: Callable[..., None], arg: object,
+                  arg2: object = None) -> None:  # fmt: skip
+        """``EventLoop.set_slot`` for this channel: ``callback(arg)`` (or ``callback(arg,
+        arg2)`` for the end of an exchange) at ``time_ns``, replacing the pending one."""
+        if not self.heap_slot:
+            if arg2 is None:
+                self.loop.set_slot(time_ns, priority, callback, arg)
+            else:
+                self.loop.set_slot(time_ns, priority, callback, arg, arg2)
+            return
+        if self._slot_event is not None:
+            self._slot_event.cancel()
+        self._slot_at = time_ns
+        self._slot_event = self.loop.call_at(time_ns, priority, self._fire, callback, arg, arg2)
+
+    def _fire(self, callback: Callable[..., None], arg: object, arg2: object) -> None:
+        self._slot_event = None
+        self._slot_at = -1
+        if arg2 is None:
+            callback(arg)
+        else:
+            callback(arg, arg2)
+
+    def _slot_time(self) -> int:
+        return self._slot_at if self.heap_slot else self.loop.slot_time
+
+    def _clear_slot(self) -> None:
+        if not self.heap_slot:
+            self.loop.clear_slot()
+            return
+        if self._slot_event is not None:
+            self._slot_event.cancel()
+            self._slot_event = None
+        self._slot_at = -1
+
+    # -- stations joining and leaving this medium (coorp.sim.cells) -------------------------
+    def detach(self, st: Station) -> None:
+        """Take ``st``'s access functions off this medium (it left its BSS here). Only on
+        an idle medium, so that no exchange of it is on the air."""
+        if self.busy:
+            raise InvariantError(f"{st.name!r} leaves a medium that is busy")
+        self.edcafs = [e for e in self.edcafs if e.station is not st]
+        self._schedule_access()
+
+    def attach(self, st: Station, now: int) -> None:
+        """Put ``st``'s access functions on this medium (it associated here), with fresh
+        EDCA state, and contend for what its rings hold."""
+        st.channel = self
+        for e in st.edcafs.values():
+            e.backoff = 0
+            e.cw = e.cw_min
+            e.not_before = 0
+            e.bar_pending = None
+            e.bar_retries = 0
+            e.held = False
+            e.deadline = -1
+            self.add_edcaf(e)
+        for e in st.edcafs.values():
+            if st.head_ac(e.ac):
+                self.frame_arrived(e, now)
+
+    def queues_changed(self, st: Station, now: int) -> None:
+        """``st``'s rings changed outside an exchange (packets purged on an idle medium):
+        the new head's category gets its frame now, and the next access is recomputed."""
+        if self.busy:
+            raise InvariantError(f"{st.name!r}'s queues changed while the medium is busy")
+        for e in st.edcafs.values():
+            if st.head_ac(e.ac):
+                self.frame_arrived(e, now)
+        self._schedule_access()
 
     def add_edcaf(self, e: Edcaf) -> None:
         e.epoch = self._epoch
@@ -188,7 +284,7 @@ class Channel:
         if self.busy:
             if e.backoff == 0:
                 # 10.22.2.2: a frame arriving while the medium is busy invokes a backoff.
-                e.backoff = e.station.rng.randrange(e.cw + 1)
+                e.backoff = _draw(e.station.rng, e.cw + 1)
             return
         e.not_before = now
         self._schedule_access()
@@ -245,14 +341,16 @@ class Channel:
                 elif t == best:
                     winners.append(e)
         self._winners = winners
-        loop = self.loop
         if self._access_pending:
-            if loop.slot_time == best:
+            if self._slot_time() == best:
                 return
-            loop.clear_slot()
+            self._clear_slot()
             self._access_pending = False
         if best >= 0:
-            loop.set_slot(best, PRIO_ACCESS, self._on_access)
+            if self.heap_slot:
+                self._set_slot(best, PRIO_ACCESS, self._on_access_at, best)
+            else:
+                self.loop.set_slot(best, PRIO_ACCESS, self._on_access)
             self._access_pending = True
 
     def _winners_now(self, now: int) -> list[Edcaf]:
@@ -270,6 +368,9 @@ class Channel:
                 if t == now:
                     winners.append(e)
         return winners
+
+    def _on_access_at(self, _time: object) -> None:
+        self._on_access()
 
     def _on_access(self) -> None:
         self._access_pending = False
@@ -382,6 +483,8 @@ class Channel:
         self.loop.call_at(until, PRIO_CONTROL, self._release, e)
 
     def _release(self, e: Edcaf) -> None:
+        if e.station.channel is not self:
+            return  # its station moved to another medium since (coorp.sim.cells)
         e.held = False
         if e.station.head_ac(e.ac):
             # The frame arrives again: at once after AIFS on an idle medium, a backoff
@@ -560,7 +663,10 @@ class Channel:
             self._on_air_start = now
             self._on_air_collided = False
             self._counted_until = now + dur
-            self.loop.set_slot(now + dur, PRIO_MEDIUM, self._end, txs, False)
+            if self.heap_slot:
+                self._set_slot(now + dur, PRIO_MEDIUM, self._end, txs, False)
+            else:
+                self.loop.set_slot(now + dur, PRIO_MEDIUM, self._end, txs, False)
             return
         collided = len(txs) > 1
         for tx in txs:
@@ -586,7 +692,10 @@ class Channel:
         self._on_air_start = now
         self._on_air_collided = collided
         self._counted_until = now + dur
-        self.loop.set_slot(now + dur, PRIO_MEDIUM, self._end, txs, collided)
+        if self.heap_slot:
+            self._set_slot(now + dur, PRIO_MEDIUM, self._end, txs, collided)
+        else:
+            self.loop.set_slot(now + dur, PRIO_MEDIUM, self._end, txs, collided)
 
     def _end(self, txs: list[Transmission], collided: bool) -> None:
         now = self.loop.now_ns
@@ -617,9 +726,9 @@ class Channel:
                 self._on_air = []
                 self._on_air_collided = False
                 self._counted_until = now + SIFS_NS
-                self.loop.set_slot(now + SIFS_NS, PRIO_MEDIUM, self._continue_txop, nxt)
+                self._set_slot(now + SIFS_NS, PRIO_MEDIUM, self._continue_txop, nxt)
                 return
-        e.backoff = e.station.rng.randrange(e.cw + 1)
+        e.backoff = _draw(e.station.rng, e.cw + 1)
         self._go_idle(now, txs)
 
     def _end_mu(self, tx: Transmission, now: int) -> None:
@@ -632,7 +741,7 @@ class Channel:
             self._on_air = []
             self._on_air_collided = False
             self._counted_until = now + SIFS_NS
-            self.loop.set_slot(now + SIFS_NS, PRIO_MEDIUM, self._continue_txop, nxt)
+            self._set_slot(now + SIFS_NS, PRIO_MEDIUM, self._continue_txop, nxt)
             return
         self._go_idle(now, [tx, *changed])
 
@@ -691,7 +800,7 @@ class Channel:
         st = e.station
         if not tx.packets:  # BlockAck answered our BlockAckReq
             self._end_bar(e, now)
-            e.backoff = st.rng.randrange(e.cw + 1)
+            e.backoff = _draw(st.rng, e.cw + 1)
             return False
         ring = st.rings[e.ac]
         if self.links.packet_errors:
@@ -828,7 +937,7 @@ class Channel:
                 dropped |= self._count_retry(p, now)
             if dropped:
                 e.cw = e.cw_min
-        e.backoff = st.rng.randrange(e.cw + 1)
+        e.backoff = _draw(st.rng, e.cw + 1)
 
     def _end_bar(self, e: Edcaf, now: int) -> None:
         """The BlockAckReq exchange is over (answered, or out of retries): CW back to
@@ -854,7 +963,7 @@ class Channel:
                 ring.insert(1, head.split(1))
             if self._count_retry(head, self.loop.now_ns):
                 e.cw = e.cw_min
-        e.backoff = st.rng.randrange(e.cw + 1)
+        e.backoff = _draw(st.rng, e.cw + 1)
 
     def _count_retry(self, p: Packet, now: int) -> bool:
         """One more failed attempt for every packet of run ``p``; drop them past the retry

@@ -35,6 +35,8 @@ class FinishedRun(Protocol):
     wall_s: float
     loop: EventLoop
     channel: Channel
+    channels: list[Channel]
+    cells: Any
     stations: dict[str, Station]
     flows: dict[str, FlowState]
     messages: list[Message]
@@ -88,6 +90,9 @@ class SimResult:
     messages: dict[str, np.ndarray]
     ls_hw_depths: dict[str, np.ndarray]
     trace: list[tuple[object, ...]] | None = field(default=None, repr=False)
+    #: A fleet's contention domains, each medium's counters (``channel`` sums them);
+    #: empty for one BSS.
+    domains: dict[str, ChannelStats] = field(default_factory=dict)
     #: Per bulk flow with a TCP connection (``[tcp] sender``): its counters
     #: (``TcpConnection.stats``) and, with ``trace=True``, ``cwnd_trace``: (time ns,
     #: cwnd, ssthresh) at every change. Empty without the TCP model.
@@ -119,8 +124,14 @@ class SimResult:
         # bulk flows created for their acknowledgements.
         ack_flows = {id(f.ack_flow) for f in sim.flows.values() if f.ack_flow is not None}
         flows = {}
+        # Each flow's messages, in order: one pass (a mask per flow costs flows x messages,
+        # minutes for a fleet's thousand flows).
+        by_flow: dict[str, list[int]] = {}
+        for i, n in enumerate(names):
+            by_flow.setdefault(n, []).append(i)
+        lost_all = messages["lost"]
         for name, f in sim.flows.items():
-            mask = messages["flow"] == name
+            mask = np.array(by_flow.get(name, ()), dtype=np.int64)
             lat = latency[mask]
             done = lat[lat >= 0] / NS_PER_MS
             kind = "bulk" if f.bulk else ("tcp-ack" if id(f) in ack_flows else "datagram")
@@ -130,8 +141,8 @@ class SimResult:
                 delivered_bytes=f.delivered_bytes, dropped_packets=f.dropped_packets,
                 retransmitted_packets=f.retransmitted_packets,
                 throughput_mbps=f.delivered_bytes * 8 / secs / 1e6,
-                messages_sent=int(mask.sum()), messages_delivered=int(done.size),
-                messages_lost=int(messages["lost"][mask].sum()),
+                messages_sent=int(mask.size), messages_delivered=int(done.size),
+                messages_lost=int(lost_all[mask].sum()),
                 latency_ms_p50=percentile(done, 50, empty=None, method="linear"),
                 latency_ms_p99=percentile(done, 99, empty=None, method="linear"),
                 latency_ms_max=float(done.max()) if done.size else None,
@@ -140,7 +151,9 @@ class SimResult:
         depths = {}
         # Time counters cover [0, duration_ns]: an exchange on the air at the end counts
         # up to the horizon only (see ``Channel.stats_at``).
-        beyond = sim.channel.airtime_beyond(duration_ns)
+        beyond: dict[Station, int] = {}
+        for ch in sim.channels:
+            beyond.update(ch.airtime_beyond(duration_ns))
         for name, st in sim.stations.items():
             d = np.asarray(st.ls_depths, dtype=np.int64)
             depths[name] = d
@@ -152,11 +165,22 @@ class SimResult:
                 ls_hw_depth_mean=float(d.mean()) if d.size else None,
                 ls_hw_depth_max=int(d.max()) if d.size else None,
             )  # fmt: skip
+        domains: dict[str, ChannelStats] = {}
+        channel = sim.channel.stats_at(duration_ns)
+        trace = sim.channel.stats.trace
+        if sim.cells is not None:
+            domains = {name: ch.stats_at(duration_ns) for name, ch in sim.cells.channels.items()}
+            channel = _summed(list(domains.values()))
+            if trace is not None:
+                trace = sorted(
+                    (row for ch in sim.channels for row in (ch.stats.trace or ())),
+                    key=lambda row: row[0],  # type: ignore[arg-type,return-value]
+                )
         return cls(
             scenario_name=sim.scenario.name, seed=sim.seed, duration_ns=duration_ns,
             wall_s=sim.wall_s, events_processed=sim.loop.events_processed, flows=flows,
-            stations=stations, channel=sim.channel.stats_at(duration_ns), messages=messages,
-            ls_hw_depths=depths, trace=sim.channel.stats.trace,
+            stations=stations, channel=channel, messages=messages,
+            ls_hw_depths=depths, trace=trace, domains=domains,
             tcp={name: _tcp_stats(c) for name, c in sim.tcp.items()},
         )  # fmt: skip
 
@@ -187,6 +211,15 @@ class SimResult:
             "flows": {n: _asdict(f) for n, f in self.flows.items()},
             "stations": {n: _asdict(s) for n, s in self.stations.items()},
             **(
+                {
+                    "domains": {
+                        n: _channel_summary(c, self.duration_ns) for n, c in self.domains.items()
+                    }
+                }
+                if self.domains
+                else {}
+            ),
+            **(
                 {"tcp": {n: {k: v for k, v in t.items() if k != "cwnd_trace"}
                          for n, t in self.tcp.items()}}
                 if self.tcp else {}
@@ -201,6 +234,27 @@ class SimResult:
             "flows": {k: [getattr(f, k) for f in flows] for k in FlowStats.__slots__},
             "stations": {k: [getattr(s, k) for s in stations] for k in StationStats.__slots__},
         }
+
+
+def _summed(parts: list[ChannelStats]) -> ChannelStats:
+    """Several media's counters added up (a fleet's ``channel``: its busy time may
+    exceed the run's duration, one medium per contention domain)."""
+    from coorp.sim.mac import ChannelStats
+
+    out = ChannelStats()
+    for p in parts:
+        for k in ("busy_ns", "success_ns", "failure_ns", "exchanges", "collisions",
+                  "internal_collisions", "bar_exchanges", "per_failures"):  # fmt: skip
+            setattr(out, k, getattr(out, k) + getattr(p, k))
+    return out
+
+
+def _channel_summary(ch: ChannelStats, duration_ns: int) -> dict[str, Any]:
+    return {
+        "busy_fraction": ch.busy_ns / duration_ns,
+        "exchanges": ch.exchanges,
+        "collisions": ch.collisions,
+    }
 
 
 def _tcp_stats(conn: Any) -> dict[str, Any]:

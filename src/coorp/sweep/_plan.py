@@ -13,8 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from coorp._errors import UsageError
-from coorp.policies import get_policy, policy_names
-from coorp.report import BH_ONLY
+from coorp.report import BH_ONLY, check_policy, default_policies
 from coorp.scenario import PolicyOptions, Scenario, apply_overrides, load_scenario
 from coorp.sweep._overrides import combinations, label
 from coorp.sweep._spec import SweepSpec, resolve_scenario
@@ -51,6 +50,10 @@ class Task:
 
     @property
     def team_size(self) -> int:
+        """The team's robots (a fleet's: every robot of every cell)."""
+        fleet = self.scenario.fleet
+        if fleet is not None:
+            return len(self.scenario.stations) - len(fleet.access_points)
         return len(self.scenario.workers)
 
     def key(self, version: str) -> str:
@@ -94,13 +97,17 @@ def plan_sweep(
     for name in policies:
         if name == BH_ONLY:
             raise UsageError(f"{BH_ONLY!r} is the reference run every sweep adds; do not list it")
-        get_policy(name)  # a UsageError listing the known names
     loaded: dict[str, tuple[str, Scenario]] = {}
     for ref in spec.scenarios:
         path = resolve_scenario(ref, base_dir)
         sc = load_scenario(path)
-        if sc.workload is None:
-            raise UsageError(f"{path} has no [workload] section; a sweep runs the CRL workload")
+        if sc.workload is None and sc.fleet is None:
+            raise UsageError(
+                f"{path} has no [workload] or [fleet] section; a sweep runs the CRL workload "
+                "or a fleet's"
+            )
+        for name in policies:
+            check_policy(sc, name)  # a UsageError listing the known names
         name = sc.name if sc.name not in loaded else Path(ref).stem
         if name in loaded:
             raise UsageError(f"scenario {ref!r} is listed twice (as {loaded[name][0]})")
@@ -112,9 +119,12 @@ def plan_sweep(
         for i, combo in enumerate(combos)
     }
     if spec.policies is None:
-        # Every registered policy that runs on every PHY standard of the sweep.
-        standards = {v.phy.standard for v in variants.values()}
-        policies = [n for n in policy_names() if standards <= get_policy(n).standards]
+        # Every registered policy that runs on every scenario of the sweep (every PHY
+        # standard of it; a fleet's policies for fleets).
+        policies = []
+        for v in variants.values():
+            mine = default_policies(v)
+            policies = mine if not policies else [p for p in policies if p in mine]
     tasks: list[Task] = []
     for name, (source, sc) in loaded.items():
         duration_ns = round((spec.duration_s or sc.duration_s) * 1e9)

@@ -48,6 +48,9 @@ METRICS = (
 )  # fmt: skip
 
 
+#: A fleet's per-channel and per-cell learning throughput metrics (prefixes).
+_FLEET_BH = ("channel_bh_mbps_", "cell_bh_mbps_")
+
 #: Between a run's warnings in one table cell (``runs.csv``'s ``warnings`` column).
 WARNING_SEP = " | "
 
@@ -133,11 +136,13 @@ class SweepResult:
     def rows(self) -> list[dict[str, Any]]:
         """The long table: one row per run and metric (NaN: the value does not exist)."""
         ref: dict[tuple[str, str, int], float] = {}
+        ref_all: dict[tuple[str, str, int], dict[str, float]] = {}
         edca: dict[tuple[str, str, int], float] = {}
         for task, out in zip(self.plan.tasks, self.outcomes, strict=True):
             at = (task.scenario_label, task.overrides, task.seed)
             if task.policy == BH_ONLY:
                 ref[at] = out["metrics"]["bh_mbps"]
+                ref_all[at] = out["metrics"]
             elif task.policy == "edca":
                 edca[at] = out["metrics"]["epoch_s"]
         rows = []
@@ -146,6 +151,14 @@ class SweepResult:
             m = dict(out["metrics"])
             m["utilization"] = _ratio(m.get("bh_mbps", math.nan), ref.get(at, math.nan))
             m["epoch_vs_edca"] = _ratio(m.get("epoch_s", math.nan), edca.get(at, math.nan))
+            # A fleet's per channel and per cell: learning data against the BH-only run's.
+            base = ref_all.get(at, {})
+            for name in [k for k in m if k.startswith(_FLEET_BH)]:
+                group = name[len(_FLEET_BH[0]) :] if name.startswith(_FLEET_BH[0]) else None
+                key = "channel" if group is not None else "cell"
+                if group is None:
+                    group = name[len(_FLEET_BH[1]) :]
+                m[f"{key}_utilization_{group}"] = _ratio(m[name], base.get(name, math.nan))
             names = [k for k in METRICS if k in m] + sorted(set(m) - set(METRICS))
             warnings = join_warnings(self._warnings(task, out, ref.get(at, math.nan)))
             for name in names:
