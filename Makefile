@@ -12,7 +12,8 @@ BIN := $(VENV)/bin
 CORE := $(VENV)/.installed-core
 FULL := $(VENV)/.installed
 UV := $(BIN)/uv
-# pytest workers: one per core (tests that time real sockets share one worker: tests/conftest.py).
+# pytest workers, one per core, for every test but those that time real sockets (these run
+# alone afterwards: tests/conftest.py).
 JOBS ?= auto
 EXTRAS ?= dev,parquet,transport,ray,cosim,learn,team,transparent
 
@@ -54,7 +55,8 @@ test: native
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/ruff format --check src tests benchmarks examples
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q -n $(JOBS) --dist loadgroup
+	$(BIN)/python -m pytest -q -n $(JOBS) -m 'not realtime'
+	$(BIN)/python -m pytest -q -m realtime
 
 lint: $(FULL)
 	$(BIN)/ruff check src tests benchmarks examples

@@ -1,10 +1,11 @@
 """Suite-wide collection rules: which tests share a worker when the suite runs in parallel.
 
-`make test` runs pytest with pytest-xdist (``-n`` workers, ``--dist loadgroup``) so
-that a 2-core machine runs the simulator's tests on both cores. Tests that time real
-programs on real sockets (loopback or network namespaces: a loop's deadline misses, who
-held the permit when) run one at a time on one worker, as they did serially: two of them
-at once would each see the other's packets and CPU as load, which is not what they test.
+`make test` runs the suite in two passes: every test not marked ``realtime`` with
+pytest-xdist (``-n`` workers: a 2-core machine runs the simulator's tests on both
+cores), then the ``realtime`` tests one at a time on a machine left to them. Those time
+real programs on real sockets (loopback or network namespaces: a loop's deadline misses,
+who held the permit when); beside a busy worker they would see its CPU as load, which
+is not what they test. This module gives them the marker.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ def realtime(path: Path) -> bool:
     return rel.parts[0] in _REALTIME_DIRS or rel.as_posix() in _REALTIME_FILES
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("netns") is not None or realtime(item.path):
-            item.add_marker(pytest.mark.xdist_group("realtime"))
+            item.add_marker(pytest.mark.realtime)
