@@ -78,6 +78,9 @@ from coorp.stats import mean_ci
 from coorp.teambench._netns import Network, netns_unavailable
 
 ROOT = Path(__file__).resolve().parents[1]
+#: How long a process may take to start (a Python program at load 30-40, niced, took
+#: more than 30 s here).
+START_S = 120.0
 APPS = ROOT / "examples" / "unmodified"
 API = Path(__file__).resolve().with_name("_transparent_api.py")
 COORP = [str(Path(sys.executable).with_name("coorp"))]
@@ -169,7 +172,7 @@ def result(p: Proc, timeout: float) -> dict[str, Any]:
 
 def start_coorp(run: Run, team: Path, robots: list[str], *, transparent: bool) -> None:
     leader = run.start("ld", [*COORP, "leader", "--config", str(team)], "coorp-leader")
-    leader.expect("coorp leader: serving", 30)
+    leader.expect("coorp leader: serving", START_S)
     if not transparent:
         return
     for host in ["ld", *robots]:
@@ -179,7 +182,7 @@ def start_coorp(run: Run, team: Path, robots: list[str], *, transparent: bool) -
         argv = [*COORP, "agent", "--config", str(team), "--robot", name, "--transparent",
                 "--control", str(team.parent / f"ctl-{name}.sock")]  # fmt: skip
         a = run.start(host, [*argv, "--log-level", "warning"], f"agent-{name}")
-        a.expect("coorp agent: transparent mode on", 30)
+        a.expect("coorp agent: transparent mode on", START_S)
 
 
 def measure(
@@ -231,11 +234,11 @@ def measure(
         if up:
             sink = run.start("ld", [*bulk_tcp, "sink", "--listen", f"0.0.0.0:{bulk_port}"],
                              "sink", stdin=True)  # fmt: skip
-            sink.expect("READY", 30)
+            sink.expect("READY", START_S)
         if down:
             server = run.start("ld", [*bulk_tcp, "serve", "--listen", f"0.0.0.0:{DOWN_PORT}"],
                                "serve", stdin=True)  # fmt: skip
-            server.expect("READY", 30)
+            server.expect("READY", START_S)
         loops: list[Proc] = []
         if ls:
             mpc = [*PY, str(APPS / "mpc_loop.py")]
@@ -317,7 +320,7 @@ def _measure_api(
     way = ["--direction", direction, "--streams", str(streams)]
     ldr = run.start("ld", [*api, "leader", "--config", str(team), "--robots", ",".join(robots),
                            *window, *way], "api-ld")  # fmt: skip
-    ldr.expect("READY", 30)
+    ldr.expect("READY", START_S)
     procs = [run.start(r, [*api, "robot", "--config", str(team), "--name", r, "--leader-host",
                            net.addr("ld"), *window, *way], f"api-{r}") for r in robots]  # fmt: skip
     outs = [result(p, timeout) for p in procs]
