@@ -160,6 +160,8 @@ def anatomy(
     ls_flows = [n for n in flows if n.startswith(("perception:", "control:"))]
     robots: dict[str, dict[str, float]] = {}
     for robot, c in counts.items():
+        if robot not in recorders:
+            continue  # a station outside the team (a guest, a laptop): nothing gated
         held = c["holding"]
         own_ls = sorted(n for n in ls_flows if flows[n].src == robot)
         lat = msgs["latency_ns"][np.isin(msgs["flow"], own_ls)]

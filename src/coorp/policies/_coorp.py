@@ -82,6 +82,11 @@ class CoorpPolicy(Policy):
     #: The ring budget counts the ring's packets of traffic outside the team too (its
     #: first version; off: the budget is the team's, see RingBudget).
     ring_budget_counts_other: ClassVar[bool] = False
+    #: Nor does it count the TCP acks a robot sends for traffic outside the team (a
+    #: guest uploading to the leader: its acks held 80 of the leader's 128 ring slots,
+    #: and counted as the team's they left the model download 23). Off: issue 22's
+    #: budget, which counted them (``ladder-serial``).
+    ring_budget_skips_outside_acks: ClassVar[bool] = True
     #: While traffic outside the team takes at least ``FOREIGN_SHARE`` of the air
     #: (measured over ``FOREIGN_PERIOD_NS``: what stations outside the team transmit, as
     #: a monitor interface or the NIC's channel survey measures it, plus the team's own
@@ -139,6 +144,8 @@ class CoorpPolicy(Policy):
                 team.robots, limit=opts.limit, timeslice_ns=s(opts.timeslice_s)
             )
             self.clients = {r: BulkClient(r) for r in team.robots}
+        # Stations outside the team share the air: traffic the team does not control.
+        outsiders = any(name not in team.robots for name in sim.stations)
         for robot in team.robots:
             gate = planner = None
             if self.use_gate:
@@ -170,8 +177,9 @@ class CoorpPolicy(Policy):
                 budget = us(opts.ring_budget_us)  # the scenario's [policy.coorp] choice
             if budget is not None:
                 kwargs["ring_limit"] = RingBudget(
-                    sim, robot, budget, count_other=self.ring_budget_counts_other
-                )
+                    sim, robot, budget, count_other=self.ring_budget_counts_other,
+                    outside_acks=self.ring_budget_skips_outside_acks and outsiders,
+                )  # fmt: skip
             cap = self.bulk_airtime_cap_ns
             hooks = GatedHooks(**kwargs) if cap is None else CappedGatedHooks(cap_ns=cap, **kwargs)
             self.hooks[robot] = hooks

@@ -10,6 +10,7 @@ from coorp.control import BulkClient, Gate, ProtectionPlanner
 from coorp.phy import MAX_PPDU_NS, SLOT_NS
 from coorp.scenario import AccessCategory
 from coorp.sim import FOREVER, DriverView, Simulation
+from coorp.sim.packets import Packet
 from coorp.sim.timing import aifs_ns, edca_params, mpdu_bytes, psdu_bytes
 
 __all__ = [
@@ -68,7 +69,13 @@ class RingBudget:
     destination, not by its slowest link."""
 
     def __init__(
-        self, sim: Simulation, robot: str, budget_ns: int, *, count_other: bool = False
+        self,
+        sim: Simulation,
+        robot: str,
+        budget_ns: int,
+        *,
+        count_other: bool = False,
+        outside_acks: bool = False,
     ) -> None:
         if budget_ns < 1:
             raise UsageError(f"ring budget {budget_ns} ns: must be >= 1 ns")
@@ -78,6 +85,11 @@ class RingBudget:
         #: Count the ring's packets of traffic outside the team against the budget too
         #: (the first version did; a ladder variant).
         self.count_other = count_other
+        #: Leave out of the count the TCP acks the robot sends for traffic outside the
+        #: team too (a guest uploading to the leader), not only the packets of its own
+        #: ungated transfers. Only worth a look at the ring where stations outside the
+        #: team share the air; off, such acks count as the team's (issue 22's budget).
+        self.outside_acks = outside_acks and not count_other
         self._by_code: dict[int, int] = {}
 
     def packets_at(self, code: int) -> int:
@@ -110,7 +122,30 @@ class RingBudget:
         limit = self._by_code.get(code)
         if limit is None:
             limit = self.packets_at(code)
-        return limit if self.count_other else limit + station.ungated_in_ring(head.ac)
+        if self.count_other:
+            return limit
+        if self.outside_acks:
+            return limit + _outside_in(station.rings[head.ac])
+        return limit + station.ungated_in_ring(head.ac)
+
+
+def _outside_in(ring: Iterable[Packet]) -> int:
+    """Packets in ``ring`` that are not the team's: those of ungated transfers (traffic
+    outside the team the robot sends) and the TCP acks the robot sends for traffic
+    outside the team it receives (an ack flow whose acks the hooks may not hold,
+    ``FlowState.gate_acks`` false). The team's data, its acks and every LS message
+    count."""
+    n = 0
+    for p in ring:
+        if p.message is not None:
+            continue
+        if p.bulk:
+            t = p.transfer
+            if t is not None and not getattr(t, "gated", True):
+                n += p.count
+        elif not p.flow.gate_acks:
+            n += p.count
+    return n
 
 
 def _share_ns(sim: Simulation, code: int, *, backoff: bool) -> int:
