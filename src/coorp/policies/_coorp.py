@@ -66,6 +66,11 @@ class CoorpPolicy(Policy):
     #: The table learns completion relative to the LS send the packet had to clear
     #: (Gate(realized=True)) rather than its bare duration.
     realized_ctt: ClassVar[bool] = True
+    #: ... and only against sends in or after the window it was enqueued ahead of
+    #: (Gate(realized_in_window=True)): a send no window predicted (a late tail send
+    #: after its window ended) priced every packet enqueued for the next window with
+    #: up to a period of slack it never had.
+    realized_in_window: ClassVar[bool] = True
     #: How long a completion-time sample counts (None: for ever, the paper's table).
     ctt_max_age_ns: ClassVar[int | None] = None
     #: Lead buckets of the completion-time table (see CompletionTimeTable).
@@ -96,12 +101,18 @@ class CoorpPolicy(Policy):
     #: team does not control leaves the medium, and the high percentile prices every
     #: packet at its longest wait. None: never.
     foreign_ctt_percentile: ClassVar[float | None] = 50.0
-    #: The time model's windows: "gaussian" (±z·σ, the paper's) or "empirical" (the
-    #: recent out-of-sample residuals' quantiles, SendTimeModel(window="empirical")).
-    time_model_window: ClassVar[str] = "gaussian"
+    #: The time model's windows: "gaussian" (±z·σ, the paper's), "empirical" (the
+    #: recent out-of-sample residuals' quantiles, SendTimeModel(window="empirical")) or
+    #: "conformal" (those quantiles around a Theil–Sen line, each send scored against
+    #: the slot it was predicted for: a heavy tail of late sends costs the bandwidth of
+    #: the late sends, not of every send; docs/control.md, "Windows for real timing").
+    time_model_window: ClassVar[str] = "conformal"
     #: The time model's fit: "least-squares" (the paper's) or "robust" (medians,
     #: SendTimeModel(fit="robust")).
     time_model_fit: ClassVar[str] = "least-squares"
+    #: The MPC leader's full word on its controls (Policy.lead_hints, MpcLoop.lead_hints):
+    #: a moving bound while perceptions are missing, exact instants once controls are due.
+    lead_hints: ClassVar[bool] = True
 
     #: The gate also holds the TCP acks each robot sends for the team's bulk data it
     #: receives (GatedHooks(gate_acks=True)): at 60 Hz with aligned phases most late
@@ -158,13 +169,16 @@ class CoorpPolicy(Policy):
                     margin_ns=us(opts.margin_us), confidence=opts.confidence, **extra
                 )
                 ctt = self._table(robot, opts.ctt_percentile)
-                gate = Gate(planner, ctt, realized=self.realized_ctt)
+                gate = Gate(
+                    planner, ctt, realized=self.realized_ctt,
+                    realized_in_window=self.realized_in_window,
+                )  # fmt: skip
                 self.gates[robot] = gate
                 self.planners[robot] = planner
                 if self.gate_acks and self.ack_table:
                     self.ack_gates[robot] = Gate(
                         planner, self._table(robot, opts.ctt_percentile),
-                        realized=self.realized_ctt,
+                        realized=self.realized_ctt, realized_in_window=self.realized_in_window,
                     )  # fmt: skip
             kwargs: dict[str, Any] = dict(
                 client=self.clients.get(robot), gate=gate, planner=planner,
@@ -253,11 +267,13 @@ class CoorpPolicy(Policy):
                 total += f.delivered_packets * share
         return total
 
-    def expect_ls_send(self, robot: str, flow: str, at_ns: int, *, exact: bool = False) -> None:
+    def expect_ls_send(
+        self, robot: str, flow: str, at_ns: int, *, exact: bool = False, min_lead_ns: int = 0
+    ) -> None:
         planner = self.planners.get(robot)
         if not self.use_hints or planner is None or flow not in self.hooks[robot].ls_flows:
             return
-        planner.expect(flow, at_ns, exact=exact)
+        planner.expect(flow, at_ns, exact=exact, min_lead_ns=min_lead_ns)
         self.hints_taken[robot] = self.hints_taken.get(robot, 0) + 1
         sim = self.team.sim
         self.hooks[robot].reconsider(sim.station(robot), sim.now_ns)
@@ -440,3 +456,6 @@ class CoorpPaperPolicy(CoorpPolicy):
     foreign_ctt_percentile = None
     gate_acks = False
     serial_transfers = False
+    time_model_window = "gaussian"
+    lead_hints = False
+    realized_in_window = False
