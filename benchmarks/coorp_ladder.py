@@ -6,7 +6,7 @@ additions above it; the last rung is ``coorp`` itself::
 
     RUNGS=coorp-paper,ladder-recheck,ladder-lead,ladder-realized,ladder-hints,ladder-floor,\\
 ladder-budget,ladder-team-budget,ladder-foreign,ladder-acks,ladder-serial,\\
-ladder-outside-acks,ladder-conformal,ladder-lead-hints,coorp
+ladder-outsiders,ladder-conformal,ladder-lead-hints,coorp
     coorp sweep --policy-module benchmarks/coorp_ladder.py --policies $RUNGS \\
         --scenarios crl-10,one-low --seeds 1-5 --duration 20 --out results/ladder
 
@@ -18,8 +18,9 @@ outside the team takes the air; ``ladder-acks`` also holds the TCP acks each rob
 for the team's bulk data it receives (``gate_acks``); ``ladder-serial`` also sends each
 robot's own bulk transfers one at a time (``serial_transfers``): ``coorp`` before issue 36.
 
-Issue 36's rungs: ``ladder-outside-acks`` leaves the acks a robot sends for traffic
-outside the team out of its ring budget; ``ladder-conformal`` takes its protection
+Issue 36's rungs: ``ladder-outsiders`` leaves the acks a robot sends for traffic
+outside the team out of its ring budget and never holds the team's acks while such
+acks wait behind them; ``ladder-conformal`` takes its protection
 windows from the conformal residual ranks around a Theil–Sen line
 (``SendTimeModel(window="conformal")``); ``ladder-lead-hints`` takes the MPC leader's
 full word on its controls (a moving bound while perceptions are missing, exact instants
@@ -47,6 +48,7 @@ class _Before36(CoorpPolicy):
     lead_hints = False
     realized_in_window = False
     ring_budget_skips_outside_acks = False
+    acks_yield_to_outside = False
 
 
 @register_policy
@@ -133,9 +135,12 @@ class LadderSerial(_Before36):
 
 
 @register_policy
-class LadderOutsideAcks(CoorpPolicy):
-    name = "ladder-outside-acks"
-    summary = "… + the ring budget leaves out the acks a robot sends for traffic outside the team"
+class LadderOutsiders(CoorpPolicy):
+    name = "ladder-outsiders"
+    summary = (
+        "… + the acks a robot sends for traffic outside the team: not in its ring budget, "
+        "never held"
+    )
     time_model_window = "gaussian"
     lead_hints = False
     realized_in_window = False

@@ -31,6 +31,7 @@ from coorp.policies._base import Policy
 from coorp.policies._hooks import (
     CappedGatedHooks,
     GatedHooks,
+    OutsideWaiting,
     RingBudget,
     per_packet_estimate_ns,
     per_packet_floor_ns,
@@ -92,6 +93,11 @@ class CoorpPolicy(Policy):
     #: and counted as the team's they left the model download 23). Off: issue 22's
     #: budget, which counted them (``ladder-serial``).
     ring_budget_skips_outside_acks: ClassVar[bool] = True
+    #: The team's acks are never held while packets outside the team wait behind them
+    #: in the robot's priority queue (OutsideWaiting): a held ack held the queue behind
+    #: it, and with a guest uploading to the leader the guest's acks waited there for
+    #: seconds while the team's model filled the ring. Off: issue 22's ack gate.
+    acks_yield_to_outside: ClassVar[bool] = True
     #: While traffic outside the team takes at least ``FOREIGN_SHARE`` of the air
     #: (measured over ``FOREIGN_PERIOD_NS``: what stations outside the team transmit, as
     #: a monitor interface or the NIC's channel survey measures it, plus the team's own
@@ -185,6 +191,10 @@ class CoorpPolicy(Policy):
                 ls_flows=team.ls_flows, drain_recheck=self.drain_recheck,
                 gate_acks=self.gate_acks and gate is not None,
                 ack_gate=self.ack_gates.get(robot),
+                outside_waiting=(
+                    OutsideWaiting(sim, robot)
+                    if outsiders and self.gate_acks and self.acks_yield_to_outside else None
+                ),
             )  # fmt: skip
             budget = self.ring_airtime_budget_ns
             if budget is not None and opts.ring_budget_us is not None:

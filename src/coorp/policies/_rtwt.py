@@ -229,6 +229,7 @@ class CoorpRtwtPolicy(CoorpPolicy):
     lead_hints = False
     realized_in_window = False
     ring_budget_skips_outside_acks = False
+    acks_yield_to_outside = False
 
     def install(self) -> None:
         _require_ax(self.team, self.name)
