@@ -6,8 +6,7 @@ number of packets in the ring by kind — the team's bulk data, the team's TCP a
 acks it sends for traffic outside the team, LS messages — with the mean number of runs
 of each (the MAC aggregates only consecutive packets to one receiver, so each run of
 another kind in between costs a channel access), the share of samples at which its bulk
-queue was paused, and its bulk throughput while sampled. Read-only: results are the
-plain policy's::
+queue was paused. Read-only: results are the plain policy's::
 
     python benchmarks/ring_mix.py crl-5-guest-leader --station leader \\
         --policies ladder-serial,coorp,oracle --seeds 1-5
@@ -41,7 +40,7 @@ def _kind(p: Any) -> str:
 def sample_run(sc: Any, policy: str, seed: int, station: str, every_ns: int,
                duration_ns: int) -> dict[str, float]:  # fmt: skip
     counts: Counter[str] = Counter()
-    n = [0, 0]  # samples, and the station's team bulk bytes over them
+    n = [0]  # samples
     base = get_policy(policy)
 
     class Probe(base):  # type: ignore[valid-type, misc]
@@ -62,7 +61,6 @@ def sample_run(sc: Any, policy: str, seed: int, station: str, every_ns: int,
                             counts[k] += p.count
                             counts["runs " + k] += 1
                     counts["paused"] += st.bulk_paused
-                    counts["sampled_ns"] += every_ns
                 sim.call_at(sim.now_ns + every_ns, look)
 
             sim.call_at(every_ns, look)
