@@ -6,7 +6,9 @@ number of packets in the ring by kind — the team's bulk data, the team's TCP a
 acks it sends for traffic outside the team, LS messages — with the mean number of runs
 of each (the MAC aggregates only consecutive packets to one receiver, so each run of
 another kind in between costs a channel access), the share of samples at which its bulk
-queue was paused. Read-only: results are the plain policy's::
+queue was paused, and its bulk throughput over the 10 ms bins of the run's time series in
+which it had bulk data waiting for more than half the bin (``Mb/s sending``: a leader's
+model download). Read-only: results are the plain policy's::
 
     python benchmarks/ring_mix.py crl-5-guest-leader --station leader \\
         --policies ladder-serial,coorp,oracle --seeds 1-5
@@ -20,6 +22,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from coorp.policies import _registry, get_policy
 from coorp.scenario import apply_overrides, load_scenario, resolve_scenario
@@ -67,13 +71,19 @@ def sample_run(sc: Any, policy: str, seed: int, station: str, every_ns: int,
 
     _registry._REGISTRY[Probe.name] = Probe
     try:
-        run_crl(sc, Probe.name, seed=seed, duration_ns=duration_ns)
+        r = run_crl(sc, Probe.name, seed=seed, duration_ns=duration_ns)
     finally:
         del _registry._REGISTRY[Probe.name]
     k = max(n[0], 1)
     out = {key: counts[key] / k for key in KINDS}
     out.update({f"runs {key}": counts["runs " + key] / k for key in KINDS})
     out["paused %"] = 100 * counts["paused"] / k
+    ts = r.timeseries
+    mine = np.asarray(ts["station"]) == station
+    sending = np.asarray(ts["backlog_fraction"])[mine] > 0.5
+    width_s = float(np.asarray(ts["t_end_ns"])[0] - np.asarray(ts["t_start_ns"])[0]) / 1e9
+    sent = float(np.asarray(ts["bh_bytes"])[mine][sending].sum())
+    out["Mb/s sending"] = 8 * sent / max(int(sending.sum()) * width_s, 1e-9) / 1e6
     return out
 
 
@@ -94,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     sc = load_scenario(resolve_scenario(args.scenario))
     if args.set:
         sc = apply_overrides(sc, [tuple(kv.split("=", 1)) for kv in args.set], source=args.scenario)
-    cols = [*KINDS, *(f"runs {k}" for k in KINDS), "paused %"]
+    cols = [*KINDS, *(f"runs {k}" for k in KINDS), "paused %", "Mb/s sending"]
     print("| policy | " + " | ".join(cols) + " |")
     print("|---|" + "---|" * len(cols))
     for policy in args.policies.split(","):
