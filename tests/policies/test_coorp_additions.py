@@ -1,9 +1,10 @@
 """Coorp's additions to the paper's local preemption, each against the same run without
 it (docs/control.md, "Beyond the paper"): a small team, several seeds, the measured
-effect. Nothing here asserts a headline percentage. The ablations hold no TCP acks
-and interleave a robot's transfers (``gate_acks = False``, ``serial_transfers =
-False``): each addition is measured where the ladder measured it, on the rung before
-issue 22's (``benchmarks/coorp_ladder.py``)."""
+effect. Nothing here asserts a headline percentage. The ablations hold no TCP acks,
+interleave a robot's transfers and keep the Gaussian windows and the leader's first
+word (``gate_acks = False``, ``serial_transfers = False``, issue 36's additions off):
+each addition is measured where the ladder measured it, on the rung before issue 22's
+(``benchmarks/coorp_ladder.py``)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,9 @@ class _CoorpWithoutHints(CoorpPolicy):
     ring_airtime_budget_ns = None
     gate_acks = False
     serial_transfers = False
+    time_model_window = "gaussian"
+    lead_hints = False
+    realized_in_window = False
 
 
 class _CoorpWithPaperTable(CoorpPolicy):
@@ -41,6 +45,9 @@ class _CoorpWithPaperTable(CoorpPolicy):
     ring_airtime_budget_ns = None
     gate_acks = False
     serial_transfers = False
+    time_model_window = "gaussian"
+    lead_hints = False
+    realized_in_window = False
 
 
 class _CoorpWithoutFloor(CoorpPolicy):
@@ -50,6 +57,9 @@ class _CoorpWithoutFloor(CoorpPolicy):
     ring_airtime_budget_ns = None
     gate_acks = False
     serial_transfers = False
+    time_model_window = "gaussian"
+    lead_hints = False
+    realized_in_window = False
 
 
 class _CoorpFloorOnly(CoorpPolicy):
@@ -58,6 +68,9 @@ class _CoorpFloorOnly(CoorpPolicy):
     ring_airtime_budget_ns = None
     gate_acks = False
     serial_transfers = False
+    time_model_window = "gaussian"
+    lead_hints = False
+    realized_in_window = False
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -180,6 +193,9 @@ class _CoorpNoRingBudget(CoorpPolicy):
     ring_airtime_budget_ns = None
     gate_acks = False
     serial_transfers = False
+    time_model_window = "gaussian"
+    lead_hints = False
+    realized_in_window = False
 
 
 def test_the_ring_limit_is_the_budget_over_the_next_packets_link_airtime() -> None:
