@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import runpy
 import statistics
 import sys
 import time
@@ -83,7 +84,13 @@ def main(argv: list[str] | None = None) -> int:
         "--scenarios", default="crl-5,crl-10", help="with --policies: scenarios (names/paths)"
     )
     ap.add_argument("--repeat", type=int, default=3, help="with --policies: rounds")
+    ap.add_argument(
+        "--policy-module", type=Path, action="append", default=[],
+        help="with --policies: a Python file registering policies (benchmarks/coorp_ladder.py)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
+    for module in args.policy_module:
+        runpy.run_path(str(module))
     console = Console()
     if not console.is_terminal:
         console = Console(width=120)

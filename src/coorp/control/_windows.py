@@ -213,7 +213,10 @@ class ProtectionPlanner:
         """
         c = self._cached
         if self._moving and self._sources_version == self._version:
-            # A moving bound depends on now itself: nothing is reused.
+            # A moving bound depends on now itself: only an answer for this very
+            # instant is reused (the gate asks several times per instant).
+            if c is not None and c[0] == self._version and c[1] == now_ns:
+                return c[3]
             for hinted in self._moving:
                 hinted.now = now_ns
             c = None
