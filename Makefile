@@ -1,10 +1,11 @@
 # Two entry points: `make demo` and `make test`. Both build .venv from scratch when needed.
 #
 # One .venv, two levels: `make demo` installs the core only (`pip install -e .`: what
-# `coorp compare` needs, ~260 MB), `make test` every extra as well (the dev tools, Parquet,
-# Ray, MuJoCo, DDS, Zenoh, ...; ~1.1 GB). `make test` after `make demo` adds the extras to
-# the same .venv; `make demo` after `make test` finds what it needs. Each level has its
-# stamp (.venv/.installed-core, .venv/.installed); installing everything refreshes both.
+# `coorp compare` needs; 223 MB on a fresh clone, as README says), `make test` every extra
+# as well (the dev tools, Parquet, Ray, MuJoCo, DDS, Zenoh, ...; ~1.1 GB). `make test`
+# after `make demo` adds the extras to the same .venv; `make demo` after `make test` finds
+# what it needs. Each level has its stamp (.venv/.installed-core, .venv/.installed);
+# installing everything refreshes both.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin

@@ -141,8 +141,8 @@ def one_run(kind: str, count: int, gap_s: float, size: int) -> dict[str, float]:
 def decoder_ab(gap_s: float, count: int, size: int) -> dict[str, float]:
     """Median µs of ``LsDecoder.decode`` on the fast path and on the full parse, each
     call after a pause of ``gap_s`` (alternated, so both see the same machine)."""
-    from coorp.runtime._receiver import LsDecoder
-    from coorp.runtime._wire import ls_datagram_head, ls_header_prefix
+    from coorp.runtime.inbox._receiver import LsDecoder
+    from coorp.runtime.wire._format import ls_datagram_head, ls_header_prefix
 
     key = TeamKey(os.urandom(32))
     decoder = LsDecoder(key, "rx")

@@ -35,6 +35,25 @@ in ``tests/runtime/rt_attacks.py``, namespaces ``c23-*``):
    delay (target: 0 reordered datagrams counted as replays; the receiver's loss count
    = sent − received).
 
+And the targets of issue 33 (transparent mode's relay as a privileged proxy, and what a
+hostile member costs the others; scenarios in ``benchmarks/_relay_faults.py``, whose
+docstring says what each measures):
+
+9. **relay**: a self-loop attempt, 2,000 intercepted connections, the agent under
+   ``nofile`` 1,024 with the leader restarted, 20 ``kill -9`` mid-transfer, programs an
+   egress rule rejects;
+10. **members** (with ``relay``): a member hogging an inbox's partial-bulk space, a
+    member laundering 150 addresses then flooding the leader, and flood joins with a CPU
+    hog running (``--cpu-hog N`` busy processes; by default enough for load ≥ 12, at
+    least 2).
+
+``--only relay,members`` prints the details and, with ``--json``, writes exactly
+``{"relay_self_loop_fds_max", "relay_rss_mb_max_2000_flows",
+"uncoordinated_s_under_fd_pressure", "silent_truncations", "egress_policy_bypassed",
+"inbox_hog_rejections_of_others", "laundered_flood_fallbacks",
+"flood_join_s_max_loaded"}`` (maxima and sums over ``--runs``). ``members`` without
+``relay`` is issue 23's part (7. above).
+
 All of 6–8 also count the log lines of the leader and inboxes under attack (target: ≤ 5
 per second per warning kind). With ``--only`` naming only 6–8, ``--json`` writes
 exactly ``{"distributed_flood": {"join_s_max", "fallbacks"}, "eviction":
@@ -50,6 +69,8 @@ Usage::
         [--runs 3] [--trace] [--nice N] [--pm-qos] [--json out.json]
     python benchmarks/runtime_faults.py --only members,distributed-flood,impaired-ls
         [--runs 3] [--impaired-seconds 20] --json out.json
+    python benchmarks/runtime_faults.py --only relay,members [--runs 1] [--cpu-hog 10]
+        --json out.json
 
 ``--pm-qos`` holds ``/dev/cpu_dma_latency`` at 0 µs for the whole run (root), as
 ``cyclictest`` does by default and latency-sensitive hosts are configured: no CPU enters
@@ -491,6 +512,13 @@ def main() -> None:
     )
     p.add_argument("--json", type=Path)
     p.add_argument(
+        "--cpu-hog",
+        type=int,
+        default=None,
+        help="relay,members: busy processes running during the loaded flood joins "
+        "(default: enough to bring the load to 12 over what other jobs make, at least 2)",
+    )
+    p.add_argument(
         "--trace",
         action="store_true",
         help="phases: sample each holder's bytes outstanding and the sink's stalls, and "
@@ -518,6 +546,23 @@ def main() -> None:
     if args.nice is not None:
         NICE[:] = ["nice", "-n", str(args.nice)]
     todo = set(args.only.split(","))
+    if "relay" in todo:  # issue 33's summary, exactly its keys
+        if todo - {"relay", "members"}:
+            p.error("--only: relay goes with members only (issue 33's summary)")
+        why = netns_unavailable()
+        if why is not None:
+            raise SystemExit(f"runtime_faults.py: needs network namespaces: {why}")
+        import _relay_faults
+
+        print(f"load before: {os.getloadavg()[0]:.2f}", flush=True)
+        summary = _relay_faults.relay(args.runs)
+        if "members" in todo:
+            summary.update(_relay_faults.members(args.runs, args.cpu_hog))
+        print(f"load after: {os.getloadavg()[0]:.2f}", flush=True)
+        print(json.dumps(summary), flush=True)
+        if args.json:
+            args.json.write_text(json.dumps(summary, indent=2))
+        return
     unknown = todo - {"flood", "replay", "phases", "restart", "overhead", *ISSUE23}
     if unknown:
         p.error(f"--only: unknown part(s) {', '.join(sorted(unknown))}")

@@ -33,7 +33,7 @@ from rich.console import Console
 from rich.table import Table
 
 from coorp.runtime import BulkStream, LeaderSettings, PermitService, TeamKey, join
-from coorp.runtime._threaded import _LoopThread
+from coorp.runtime.robot._threaded import _LoopThread
 
 KEY_HEX = os.urandom(32).hex()
 KEY = TeamKey.from_hex(KEY_HEX)

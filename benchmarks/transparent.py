@@ -10,10 +10,16 @@ an access point. Every robot runs, for ``--duration`` seconds after a warm-up:
 * a bulk upload to the leader for the whole window (``examples/unmodified/bulk_tcp.py``:
   plain TCP, as a parameter push or an rsync would be).
 
+With ``--medium wifi`` the leader and robots are stations of an emulated 802.11 channel
+instead (``coorp.emulate``: ``--scenario``, crl-5 by default, its NICs' rings per
+``--ring``): the programs contend for the air, their DSCP picks the access category.
+
 Modes, interleaved per repetition (the same programs; every contender timed over the
 same window):
 
 * ``none``: no Coorp at all — what a team gets today;
+* ``marking``: transparent agents with the LS selectors only: LS marked (EF), no bulk
+  interception, no permits;
 * ``transparent``: ``coorp leader`` and ``coorp agent --transparent`` on every host,
   the team file selecting the middleware's LS traffic (preset ``dds``/``zenoh``) and
   the uploads' TCP port as bulk;
@@ -72,20 +78,21 @@ def _env() -> dict[str, str]:
     return {**os.environ, "CYCLONEDDS_URI": uri, "PYTHONUNBUFFERED": "1"}
 
 
-def team_file(d: Path, net: Network, app: str) -> Path:
+def team_file(d: Path, net: Network, app: str, *, bulk: bool = True) -> Path:
     """The team file: Coorp on ports 7300/7301 (DDS domain 0 owns 7400-7649), LS by the
-    middleware's preset, bulk = TCP to the upload port."""
+    middleware's preset, bulk = TCP to the upload port (none: marking only)."""
     robots = ["leader", *net.hosts[1:]]
     hosts = ", ".join(f'{"leader" if h == "ld" else h} = "{net.addr(h)}"' for h in net.hosts)
     ls = '{ preset = "zenoh" }' if app == "zenoh" else '{ preset = "dds", domain_id = 0 }'
     ld = net.addr("ld")
-    path = d / f"team-{app}.toml"
+    path = d / f"team-{app}{'' if bulk else '-marking'}.toml"
+    bulk_line = f"bulk = [{{ ports = {BULK_PORT} }}]\n" if bulk else ""
     path.write_text(
         f'[team]\nname = "tbench"\nkey_file = "team.key"\nrobots = {json.dumps(robots)}\n'
         f"hosts = {{ {hosts} }}\n"
         f'[leader]\nlisten = "{ld}:7300"\n'
         f'[agent]\nleader = "{ld}:7300"\nlisten = "0.0.0.0:7301"\n'
-        f"[transparent]\nls = [{ls}]\nbulk = [{{ ports = {BULK_PORT} }}]\n"
+        f"[transparent]\nls = [{ls}]\n{bulk_line}"
     )
     write_team_keys(load_team_config(path), path, force=True)
     return path
@@ -146,9 +153,9 @@ def measure(
     robots = net.hosts[1:]
     run = Run(net, d)
     try:
-        team = team_file(d, net, app)
+        team = team_file(d, net, app, bulk=mode != "marking")
         if mode != "none":
-            start_coorp(run, team, robots, transparent=mode == "transparent")
+            start_coorp(run, team, robots, transparent=mode in ("transparent", "marking"))
         lead = args.warmup + 3.0
         start_at = time.monotonic_ns() + int(lead * 1e9)
         end_at = start_at + int(args.duration * 1e9)
@@ -298,6 +305,27 @@ def _line(rep: int, row: dict[str, Any]) -> str:
     )
 
 
+WIFI_SYSCTLS = [
+    "net.ipv4.ipfrag_time=1",
+    "net.ipv4.ipfrag_high_thresh=33554432",
+    "net.ipv4.ipfrag_low_thresh=25165824",
+]  # as the wired star's (teambench)
+
+
+def network(args: argparse.Namespace) -> Any:
+    """The wired star, or the emulated channel of ``--scenario`` with ``--ring`` NICs."""
+    if args.medium == "wire":
+        return Network(args.robots)
+    from coorp.emulate import EmulatedStar
+    from coorp.scenario import apply_overrides, load_scenario, resolve_scenario
+
+    path = resolve_scenario(args.scenario)
+    ring = args.ring.replace("-", "_")
+    sc = apply_overrides(load_scenario(path), [("hw_queue.mode", ring)], source=str(path))
+    hosts = ["ld", *(f"r{i}" for i in range(1, args.robots + 1))]
+    return EmulatedStar(hosts, sc, tag="coorptb", seed=args.seed)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--robots", type=int, default=4)
@@ -307,6 +335,19 @@ def main() -> int:
     p.add_argument("--repetitions", type=int, default=5)
     p.add_argument("--apps", default="dds,zenoh")
     p.add_argument("--modes", default="none,transparent,api")
+    p.add_argument(
+        "--medium",
+        choices=("wire", "wifi"),
+        default="wire",
+        help="wire: the shaped star; wifi: the emulated channel (coorp emulate)",
+    )
+    p.add_argument("--scenario", default="crl-5", help="--medium wifi: the channel")
+    p.add_argument(
+        "--ring",
+        choices=("shared", "per-ac"),
+        default="shared",
+        help="--medium wifi: the NICs' ring model",
+    )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--no-extras", action="store_true", help="skip the runs without LS")
     p.add_argument("--json", type=Path, default=None)
@@ -318,17 +359,21 @@ def main() -> int:
         return 2
     apps = [a for a in args.apps.split(",") if a]
     modes = [m for m in args.modes.split(",") if m]
-    bad = sorted(set(apps) - {"dds", "zenoh"}) + sorted(set(modes) - {"none", "transparent", "api"})
+    allowed = {"none", "marking", "transparent", "api"}
+    bad = sorted(set(apps) - {"dds", "zenoh"}) + sorted(set(modes) - allowed)
     if bad:
-        p.error(f"unknown app or mode {bad}: apps dds, zenoh; modes none, transparent, api")
+        p.error(f"unknown app or mode {bad}: apps dds, zenoh; modes {', '.join(sorted(allowed))}")
     t0 = time.monotonic()
     rows: list[dict[str, Any]] = []
     extras: list[dict[str, float]] = []
     with (
         tempfile.TemporaryDirectory(prefix="coorp-transparent-") as tmp,
-        Network(args.robots) as net,
+        network(args) as net,
     ):
-        net.create(rate_mbit=args.rate_mbit, queue_ms=100.0)
+        if args.medium == "wire":
+            net.create(rate_mbit=args.rate_mbit, queue_ms=100.0)
+        else:
+            net.create(sysctls=WIFI_SYSCTLS)
         d = args.logs or Path(tmp)
         d.mkdir(parents=True, exist_ok=True)
         for rep in range(args.repetitions):
@@ -352,7 +397,10 @@ def main() -> int:
                    for (port, mode), v in runs.items()},
             })  # fmt: skip
             print(f"rep {rep} no LS: {extras[-1]}", flush=True)
+        emulator = net.stop().data if args.medium == "wifi" else None
     out = summarize(rows, extras)
+    if emulator is not None:  # how well the emulated channel kept real time
+        out["emulator"] = {k: emulator[k] for k in ("verdict", "frame_lag", "load_start")}
     print(json.dumps({k: v for k, v in out.items() if k not in ("runs", "extras")}, indent=2))
     if args.json is not None:
         write_json(args.json, out)

@@ -12,9 +12,12 @@ import pytest
 #: The ground floor (coorp.stats, coorp.seeds, coorp.figures) and the plain-data core.
 CORE = ["coorp", "coorp.stats", "coorp.seeds", "coorp.figures", "coorp.sim", "coorp.scenario"]
 OPTIONAL = [
-    "coorp.control", "coorp.runtime", "coorp.transport", "coorp.analysis",
+    "coorp.control", "coorp.runtime", "coorp.runtime.wire", "coorp.runtime.leader",
+    "coorp.runtime.inbox", "coorp.runtime.robot", "coorp.runtime.transparent",
+    "coorp.transport", "coorp.analysis",
     "coorp.policies", "coorp.workload", "coorp.testing", "coorp.sweep", "coorp.cosim",
     "coorp.flow", "coorp.learn", "coorp.report", "coorp.teambench", "coorp.bench",
+    "coorp.emulate",
 ]  # fmt: skip
 
 

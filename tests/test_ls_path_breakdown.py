@@ -36,7 +36,7 @@ def test_the_split_adds_up_and_raw_has_only_the_kernel_part(tmp_path: Path) -> N
 def test_the_decoder_comparison_times_both_paths(monkeypatch: pytest.MonkeyPatch) -> None:
     """Both paths decode every datagram (a rejected one would raise), and the fast
     path's datagrams really skip the full parse."""
-    from coorp.runtime import _lsdecoder as _receiver
+    from coorp.runtime.inbox import _lsdecoder as _receiver
 
     parsed: list[object] = []
     full_parse = _receiver.split_datagram

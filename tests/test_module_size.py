@@ -1,5 +1,6 @@
 """One concept per module, a few hundred lines each: no module of ``src/coorp`` is longer
-than 600 lines, except ``sim/mac.py``, whose docstring says why (speed)."""
+than 600 lines, except ``sim/mac.py``, whose docstring says why (speed), and no package
+folder holds more than 15 modules."""
 
 from __future__ import annotations
 
@@ -34,3 +35,19 @@ def test_each_exception_says_why_in_its_docstring() -> None:
     for rel, reason in EXCEPTIONS.items():
         doc = ast.get_docstring(ast.parse((SRC / rel).read_text(encoding="utf-8"))) or ""
         assert f"600-line guide: {reason}" in doc, rel
+
+
+#: A package folder holds at most this many modules (``__init__`` included); a bigger
+#: one is split into sub-packages by role (``runtime/``'s wings, ``cli/_learn/``).
+FOLDER_LIMIT = 15
+
+
+def test_no_package_folder_holds_more_than_the_limit() -> None:
+    folders = {p.parent for p in SRC.rglob("*.py")}
+    assert len(folders) > 10  # the scan sees the code
+    crowded = {
+        str(d.relative_to(SRC.parent)): n
+        for d in folders
+        if (n := len(list(d.glob("*.py")))) > FOLDER_LIMIT
+    }
+    assert crowded == {}, f"split these into sub-packages by role: {crowded}"

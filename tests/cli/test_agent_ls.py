@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from coorp.cli._agent_tools import PONG_CHANNEL, LsGenerator
+from coorp.cli._runtime._agent_tools import PONG_CHANNEL, LsGenerator
 
 
 @dataclass

@@ -199,3 +199,38 @@ def test_schema_prints_the_scenario_json_schema(capsys: pytest.CaptureFixture[st
     phy = schema["$defs"]["PhyConfig"]["properties"]
     assert phy["width_mhz"]["enum"] == [20, 40, 80, 160]
     assert schema["$defs"]["HwQueueMode"]["enum"] == ["per_ac", "shared"]
+
+
+# -- many flows -----------------------------------------------------------------------------
+
+
+def _many_flows(tmp_path: Path, n: int) -> Path:
+    lines = ['name = "many"', "duration_s = 0.05", "[[stations]]", 'name = "ap"']
+    for i in range(n):
+        lines += ["[[stations]]", f'name = "s{i}"']
+    for i in range(n):
+        lines += ["[[flows]]", 'kind = "datagram"', f'name = "f{i}"', f'src = "s{i}"',
+                  'dst = "ap"', "size_bytes = 200", "period_us = 10000"]  # fmt: skip
+    lines += ["[[flows]]", 'kind = "bulk"', 'name = "up"', 'src = "s0"', 'dst = "ap"']
+    path = tmp_path / "many.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_many_flows_print_a_row_per_kind_and_ac_unless_asked(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from coorp.cli._simulate import MAX_FLOW_ROWS
+
+    path = _many_flows(tmp_path, MAX_FLOW_ROWS + 5)
+    code, out, _ = run_cli(capsys, "simulate", str(path), "--out", str(tmp_path / "r"))
+    assert code == 0
+    rows = [ln for ln in out.splitlines() if ln.startswith("│")]
+    # datagrams (VO), the bulk flow and its acks (BE): three groups, not 47 rows
+    assert [r.split("│")[2].strip() for r in rows] == ["datagram", "bulk", "tcp-ack"]
+    assert f"{MAX_FLOW_ROWS + 5} flows" in rows[0] and "--all-flows" in out
+    with (tmp_path / "r" / "flows.csv").open() as fh:
+        assert len(list(csv.DictReader(fh))) == MAX_FLOW_ROWS + 7  # every flow, on disk
+    code, out, _ = run_cli(capsys, "simulate", str(path), "--all-flows")
+    assert code == 0
+    assert len([ln for ln in out.splitlines() if ln.startswith("│")]) == MAX_FLOW_ROWS + 7

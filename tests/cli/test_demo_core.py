@@ -54,4 +54,4 @@ def test_the_demo_command_runs_without_any_extra(tmp_path: Path) -> None:
     assert {"runs.csv", "compare.json", "manifest.json", "miss_vs_utilization.png"} <= names
     assert "runs.parquet" not in names
     assert "Parquet needs pyarrow" in proc.stderr
-    assert re.search(r"\d+\.\d s wall on \d+ cores, 1-min load", proc.stdout)
+    assert re.search(r"\d+\.\d s wall \(\d+\.\d s CPU\) on \d+ cores, 1-min load", proc.stdout)

@@ -9,7 +9,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 import pytest
 
-from coorp.cli._learn_plot import plot_rewards
+from coorp.cli._learn._plot import plot_rewards
 
 
 def _summary() -> dict[str, Any]:

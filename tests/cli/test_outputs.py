@@ -40,7 +40,9 @@ def test_an_out_dir_that_cannot_be_created_is_refused_first(
 ) -> None:
     code, out, err = run_cli(capsys, *args, "--out", "/proc/nope")
     assert code == 2, out + err
-    assert err.startswith("error: --out /proc/nope: cannot write in /proc")
+    assert err.startswith("error: --out /proc/nope: cannot create it in /proc")
+    # the kernel's "No such file or directory" for an existing folder misleads; say why
+    assert "virtual file system" in err and "No such file" not in err
     assert "Traceback" not in err and out == ""
 
 
@@ -112,3 +114,18 @@ def test_json_next_to_the_out_dir_it_creates_is_fine(
                            "--out", str(out), "--json", str(js))  # fmt: skip
     assert code == 0, err
     assert js.stat().st_size > 0 and (out / "summary.json").is_file()
+
+
+def test_a_policy_asked_for_on_a_standard_it_cannot_run_on_is_refused_first(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    code, stdout, err = run_cli(capsys, "compare", "crl-2", "--policies", "edca,ofdma",
+                                "--duration", "0.1", "--out", str(out))  # fmt: skip
+    assert code == 2 and stdout == ""
+    assert "--policies ofdma" in err and "--set phy.standard=ax" in err
+    assert not out.exists()  # refused before anything was created
+    code, stdout, err = run_cli(capsys, "compare", "crl-2", "--policies", "ofdma",
+                                "--duration", "0.05", "--set", "phy.standard=ax")  # fmt: skip
+    assert code == 0, err
+    assert "infeasible" not in stdout

@@ -84,3 +84,10 @@ def test_ppo_learns_on_mujoco_and_is_bit_identical_per_seed() -> None:
     judge = PPO(cfg, spec, seed=1)
     assert np.isfinite(judge.evaluate(params[0], episodes=4))
     assert not np.array_equal(params[0], PPO(cfg, spec, seed=5).layout.init(0))
+
+
+def test_every_physics_a_spec_accepts_has_a_batch() -> None:
+    from coorp.learn._env import _BATCHES
+    from coorp.learn._formation import PHYSICS
+
+    assert tuple(_BATCHES) == PHYSICS

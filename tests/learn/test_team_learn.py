@@ -26,7 +26,7 @@ from coorp.learn._robots import leader_report, run_robot, worker_report
 from coorp.learn._runtime import ServerResult, WorkerResult, check_syncs
 from coorp.learn._sync import merge_mean_delta
 from coorp.runtime import LeaderSettings, PermitService, TeamKey, load_team_config, write_team_keys
-from coorp.runtime._threaded import _LoopThread
+from coorp.runtime.robot._threaded import _LoopThread
 from coorp.scenario import Scenario, load_scenario, resolve_scenario
 
 TINY = LearnSpec(

@@ -12,7 +12,8 @@ from collections.abc import Coroutine
 from typing import Any
 
 from coorp.runtime import LeaderSettings, PermitService, TeamKey
-from coorp.runtime._auth import (
+from coorp.runtime.robot._threaded import _LoopThread
+from coorp.runtime.wire._auth import (
     CLIENT_TO_SERVER,
     LEADER,
     SERVER_TO_CLIENT,
@@ -21,8 +22,7 @@ from coorp.runtime._auth import (
     new_nonce,
     open_hello,
 )
-from coorp.runtime._threaded import _LoopThread
-from coorp.runtime._wire import Join, Message
+from coorp.runtime.wire._format import Join, Message
 
 KEY = TeamKey(b"test-team-key-0123456789abcdef!!")
 
@@ -198,7 +198,7 @@ class RawClient:
     def handshake(self, robot: str, key: TeamKey = KEY, role: str = "agent") -> None:
         """Greeting and Join, with the key of ``robot`` and the server (the leader, or
         the robot whose inbox this is)."""
-        from coorp.runtime._wire import decode_envelope
+        from coorp.runtime.wire._format import decode_envelope
 
         hello = open_hello(decode_envelope(self.read_frame()))
         nonce = new_nonce()
@@ -215,7 +215,7 @@ class RawClient:
         return frame
 
     def recv(self) -> Message:
-        from coorp.runtime._wire import decode_envelope
+        from coorp.runtime.wire._format import decode_envelope
 
         assert self.opener is not None
         return self.opener.open(decode_envelope(self.read_frame()))

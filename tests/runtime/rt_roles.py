@@ -193,7 +193,7 @@ def _ticker(stalls: list[tuple[int, int]], stop: threading.Event) -> None:
 def _trace_outq(bh: object, trace: list[tuple[int, int]], stop: threading.Event) -> None:
     """Sample the bulk socket's bytes outstanding (SIOCOUTQ) every millisecond
     (diagnostics for benchmarks: where a late LS message waited)."""
-    from coorp.runtime._sockets import bytes_outstanding
+    from coorp.runtime.wire._sockets import bytes_outstanding
 
     for _ in range(1_000_000):
         if stop.wait(0.001):
@@ -294,8 +294,14 @@ def forge(args: argparse.Namespace) -> None:
             s.sendall(data)
             with_eof(s)
     # A well-formed Join made with the wrong key.
-    from coorp.runtime._auth import CLIENT_TO_SERVER, LEADER, FrameSealer, new_nonce, open_hello
-    from coorp.runtime._wire import Join, decode_envelope
+    from coorp.runtime.wire._auth import (
+        CLIENT_TO_SERVER,
+        LEADER,
+        FrameSealer,
+        new_nonce,
+        open_hello,
+    )
+    from coorp.runtime.wire._format import Join, decode_envelope
 
     with socket.create_connection((host, int(port)), timeout=3) as s:
         s.settimeout(3)
@@ -407,8 +413,8 @@ def evict(args: argparse.Namespace) -> None:
     inbox lets it (``--concurrency`` at once)."""
     import asyncio
 
-    from coorp.runtime._framing import client_handshake, connect_framed, recv_first_reply
-    from coorp.runtime._wire import LsOpen
+    from coorp.runtime.wire._format import LsOpen
+    from coorp.runtime.wire._framing import client_handshake, connect_framed, recv_first_reply
 
     key = _member_key(args)
     host, port = args.dest.rsplit(":", 1)
@@ -455,7 +461,7 @@ def reqflood(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
     from rt_helpers import RawClient
 
-    from coorp.runtime._wire import Ping, Refused, Request
+    from coorp.runtime.wire._format import Ping, Refused, Request
 
     key = _member_key(args)
     agent = RawClient(args.leader, timeout=5)

@@ -26,9 +26,9 @@ from coorp.runtime import (
     join,
     query_leader_stats,
 )
-from coorp.runtime._accept import AcceptLoop
 from coorp.runtime._counters import DropLog, host_of
 from coorp.runtime._errors import MalformedFrameError
+from coorp.runtime.wire._accept import AcceptLoop
 
 ROBOTS = ["sink", "r1", "r2"]
 
@@ -169,7 +169,7 @@ def test_drop_log_caps_lines_across_many_addresses(caplog: pytest.LogCaptureFixt
 
 
 def test_status_asks_the_configured_address() -> None:
-    from coorp.cli._runtime import _status_target, health_line
+    from coorp.cli._runtime._daemons import _status_target, health_line
 
     assert _status_target(None, "0.0.0.0:7400", "10.0.0.1:7400") == "10.0.0.1:7400"
     assert _status_target(None, "0.0.0.0:7400", None) == "127.0.0.1:7400"
@@ -262,8 +262,8 @@ def test_replayed_cross_robot_and_old_session_ls_datagrams_are_rejected() -> Non
 
 
 def test_ls_freshness_window_rejects_old_datagrams() -> None:
-    from coorp.runtime._receiver import LsDecoder
-    from coorp.runtime._wire import WIRE_VERSION, LsHeader, pack_datagram
+    from coorp.runtime.inbox._receiver import LsDecoder
+    from coorp.runtime.wire._format import WIRE_VERSION, LsHeader, pack_datagram
 
     now = [10_000_000_000]
     dec = LsDecoder(KEY, "sink", clock=lambda: now[0], max_age_ns=2_000_000_000)
@@ -285,7 +285,7 @@ def test_ls_freshness_window_rejects_old_datagrams() -> None:
 
 def test_each_robot_has_its_own_key_and_can_act_only_as_itself(tmp_path: Path) -> None:
     from coorp.runtime import RobotKey, load_team_config, resolve_team_key, write_team_keys
-    from coorp.runtime._auth import load_key_file
+    from coorp.runtime.wire._auth import load_key_file
 
     cfg_path = tmp_path / "team.toml"
     cfg_path.write_text('[team]\nrobots = ["sink", "r1", "r2"]\nkey_file = "team.key"\n')
@@ -358,7 +358,7 @@ def _gate_after_contention(max_age_ns: int | None) -> tuple[Any, Any, int]:
     """A robot's gate whose table learned 40 ms completions while four robots sent
     (an uncoordinated stretch); its LS flow runs every 33.3 ms."""
     from coorp.control import ProtectionPlanner
-    from coorp.runtime._preempt import SharedPlanner, new_gate
+    from coorp.runtime.robot._preempt import SharedPlanner, new_gate
 
     now = [0]
     shared = SharedPlanner(ProtectionPlanner(margin_ns=2_000_000), lambda: now[0])

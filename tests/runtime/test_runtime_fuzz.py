@@ -13,9 +13,15 @@ from hypothesis import strategies as st
 
 from coorp import PeerError
 from coorp.runtime import TeamKey
-from coorp.runtime._auth import CLIENT_TO_SERVER, LEADER, FrameOpener, FrameSealer, open_hello
-from coorp.runtime._receiver import LsDecoder
-from coorp.runtime._wire import (
+from coorp.runtime.inbox._receiver import LsDecoder
+from coorp.runtime.wire._auth import (
+    CLIENT_TO_SERVER,
+    LEADER,
+    FrameOpener,
+    FrameSealer,
+    open_hello,
+)
+from coorp.runtime.wire._format import (
     MAX_CONTROL_FRAME_BYTES,
     WIRE_VERSION,
     BulkData,
@@ -242,7 +248,7 @@ def test_canonical_fast_path_decides_like_the_full_parse(
     """The receiver's fast path (bytes in our senders' layout, prefix of an open
     session) accepts and rejects exactly what the full parse does (a bytearray always
     takes the full parse), with the same message or the same error."""
-    from coorp.runtime._wire import _LS_TAIL, ls_header_prefix
+    from coorp.runtime.wire._format import _LS_TAIL, ls_header_prefix
 
     decoders = []
     for _ in range(2):
@@ -266,8 +272,8 @@ def test_canonical_fast_path_decides_like_the_full_parse(
 
 
 def test_canonical_fast_path_is_taken_for_our_senders_datagrams(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from coorp.runtime import _lsdecoder as _receiver
-    from coorp.runtime._wire import ls_datagram_head, ls_header_prefix
+    from coorp.runtime.inbox import _lsdecoder as _receiver
+    from coorp.runtime.wire._format import ls_datagram_head, ls_header_prefix
 
     decoder = LsDecoder(KEY, "sink", clock=lambda: 10)
     decoder._install_session("r1", "ch", 7, 0)

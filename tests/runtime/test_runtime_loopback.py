@@ -23,7 +23,15 @@ from coorp.runtime import (
     TeamSettings,
     join,
 )
-from coorp.runtime._wire import Granted, Ping, Pong, Release, Request, Revoked, Welcome
+from coorp.runtime.wire._format import (
+    Granted,
+    Ping,
+    Pong,
+    Release,
+    Request,
+    Revoked,
+    Welcome,
+)
 
 ROBOTS = ["sink", "r1", "r2", "r3"]
 

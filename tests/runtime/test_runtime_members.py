@@ -31,11 +31,18 @@ from coorp.runtime import (
     resolve_team_key,
     write_team_keys,
 )
-from coorp.runtime._accept import _PREAUTH_HOLD_S, AcceptLoop
 from coorp.runtime._counters import LogLimiter
-from coorp.runtime._lssessions import ReplayWindow, SessionTable
-from coorp.runtime._quota import MemberQuotas, QuotaSettings
-from coorp.runtime._wire import LsAccept, LsOpen, Ping, Pong, Refused, Request
+from coorp.runtime.inbox._lssessions import ReplayWindow, SessionTable
+from coorp.runtime.wire._accept import _PREAUTH_HOLD_S, AcceptLoop
+from coorp.runtime.wire._format import (
+    LsAccept,
+    LsOpen,
+    Ping,
+    Pong,
+    Refused,
+    Request,
+)
+from coorp.runtime.wire._quota import MemberQuotas, QuotaSettings
 
 ROBOTS = ["sink", "r1", "r2", "r3"]
 

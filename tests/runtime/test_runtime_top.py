@@ -3,13 +3,19 @@ from the receiving inboxes, pages, and the table."""
 
 from __future__ import annotations
 
+import socket
+from pathlib import Path
+
+import pytest
 from rich.console import Console
 
-from coorp.cli._watch import status_table
+from cli_run import run_cli
+from coorp.cli._runtime._watch import status_table
 from coorp.runtime import TeamStatus
-from coorp.runtime._latency_book import LatencyBook
-from coorp.runtime._report import Reporter, ReportPart, TeamBoard
-from coorp.runtime._wire import (
+from coorp.runtime.inbox._latency_book import LatencyBook
+from coorp.runtime.leader._board import TeamBoard
+from coorp.runtime.robot._report import Reporter, ReportPart
+from coorp.runtime.wire._format import (
     AgentReport,
     FlowSummary,
     LatencySummary,
@@ -88,3 +94,23 @@ def test_the_table_shows_holder_queue_and_rows() -> None:
     assert "permit: r1   waiting: r2" in text
     assert "10.0.0.1:29500*" in text and "r2 (gone)" in text
     assert status.to_json()["robots"][0]["intercepted"][0]["dest"] == "10.0.0.1:29500"
+
+
+def test_a_leader_that_is_not_there_is_named_with_where_its_address_came_from(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "k.hex").write_text("ab" * 32)
+    (tmp_path / "k.hex").chmod(0o600)
+    team = tmp_path / "ok.toml"
+    team.write_text('[team]\nrobots = ["a"]\nkey_file = "k.hex"\n'
+                    '[agent]\nleader = "127.0.0.1:9"\n')  # fmt: skip
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code, _, err = run_cli(capsys, "top", "--config", str(team), "--leader",
+                           f"127.0.0.1:{port}", "--count", "1")  # fmt: skip
+    assert code == 1
+    assert f"leader 127.0.0.1:{port} (from --leader): connection refused" in err
+    assert "Errno" not in err and "ok.toml" not in err
+    code, _, err = run_cli(capsys, "top", "--config", str(team), "--count", "1")
+    assert code == 1 and f"(from agent.leader in {team})" in err

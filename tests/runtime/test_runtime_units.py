@@ -19,10 +19,10 @@ from coorp.runtime import (
     resolve_team_key,
     team_settings,
 )
-from coorp.runtime._latency import LatencySensitiveChannel
-from coorp.runtime._marking import Marking
-from coorp.runtime._preempt import DrainTracker
-from coorp.runtime._receiver import LsDecoder
+from coorp.runtime.inbox._receiver import LsDecoder
+from coorp.runtime.robot._latency import LatencySensitiveChannel
+from coorp.runtime.robot._preempt import DrainTracker
+from coorp.runtime.wire._marking import Marking
 
 KEY = TeamKey(b"u" * 32)
 
@@ -293,8 +293,8 @@ def test_asyncio_api_end_to_end() -> None:
 
 
 def test_async_inbox_overflow_drops_oldest_ls_never_bulk() -> None:
-    from coorp.runtime._inbox import _Mailbox
-    from coorp.runtime._receiver import Message
+    from coorp.runtime.inbox._inbox import _Mailbox
+    from coorp.runtime.inbox._receiver import Message
 
     def m(kind: str, seq: int) -> Message:
         return Message(kind, "r1", "c", seq, b"", 0, 0, 0, None, "p")  # type: ignore[arg-type]

@@ -15,7 +15,9 @@ from coorp.runtime import (
     TeamKey,
     UnsupportedVersionError,
 )
-from coorp.runtime._auth import (
+from coorp.runtime._errors import LimitedError
+from coorp.runtime.inbox._receiver import LsDecoder
+from coorp.runtime.wire._auth import (
     CLIENT_TO_SERVER,
     LEADER,
     SERVER_TO_CLIENT,
@@ -25,9 +27,7 @@ from coorp.runtime._auth import (
     open_hello,
     seal_hello,
 )
-from coorp.runtime._errors import LimitedError
-from coorp.runtime._receiver import LsDecoder
-from coorp.runtime._wire import (
+from coorp.runtime.wire._format import (
     LENGTH_PREFIX,
     MAX_CONTROL_FRAME_BYTES,
     MAX_LS_PAYLOAD_BYTES,

@@ -14,12 +14,6 @@ from typing import Any
 import pytest
 
 from coorp.runtime import TeamFileError, load_team_config
-from coorp.runtime._coordination import Coordinator
-from coorp.runtime._link import LinkState
-from coorp.runtime._nft import LS_PRIORITY, build_ruleset
-from coorp.runtime._observe import LsPacket, PacketObserver, SendGrouper, parse_ls_packet
-from coorp.runtime._pacing import BulkSettings
-from coorp.runtime._relay import Relay
 from coorp.runtime._selectors import (
     DSCP_NAMES,
     BulkSelector,
@@ -28,6 +22,21 @@ from coorp.runtime._selectors import (
     dds_port_range,
     parse_ports,
 )
+from coorp.runtime.robot._coordination import Coordinator
+from coorp.runtime.robot._link import LinkState
+from coorp.runtime.robot._pacing import BulkSettings
+from coorp.runtime.transparent._admission import Ticket
+from coorp.runtime.transparent._budget import BufferPool
+from coorp.runtime.transparent._endings import hold_reset
+from coorp.runtime.transparent._identity import Identity
+from coorp.runtime.transparent._nft import LS_PRIORITY, build_ruleset
+from coorp.runtime.transparent._observe import (
+    LsPacket,
+    PacketObserver,
+    SendGrouper,
+    parse_ls_packet,
+)
+from coorp.runtime.transparent._relay import Relay
 
 # -- selectors ---------------------------------------------------------------------------------
 
@@ -101,6 +110,12 @@ def _team(tmp_path: Path, body: str, hosts: str = "") -> Path:
         ('ls = [{ ports = "99999" }]', "", "transparent.ls[0].ports", "1..65535"),
         ("ls = [{}]", "", "transparent.ls[0]", "at least one of"),
         ("bulk = [{ uid = 5, nope = 1 }]", "", "transparent.bulk[0].nope", "unknown key"),
+        (
+            'bulk = [{ ports = 9000, proto = "udp" }]',
+            "",
+            "transparent.bulk[0].proto",
+            "TCP connections only",
+        ),
         ('ls = [{ preset = "dds", ports = 7400 }]', "", "transparent.ls[0]", "preset 'dds'"),
         ('ls = [{ dscp = "gold" }]', "", "transparent.ls[0].dscp", "unknown DSCP name"),
         ('ls = [{ to = "robot-1" }]', "", "transparent.ls[0].to", "IPv4 address or CIDR"),
@@ -161,6 +176,17 @@ def test_ruleset_marks_ls_and_redirects_bulk_after_every_exception() -> None:
         relay_mark=0xC0F,
         coorp_ports=(7300, 7301),
     )
+    # The same exceptions come first in both chains: the relay's own connections, this
+    # host itself (loopback, its addresses: the relay never relays to itself), Coorp's
+    # ports, LS flows.
+    exceptions = [
+        '    meta mark 0xc0f counter return comment "relay\'s own"',
+        '    fib daddr type local counter return comment "this host (never relayed)"',
+        '    tcp dport 7300 counter return comment "coorp\'s own port 7300"',
+        '    tcp dport 7301 counter return comment "coorp\'s own port 7301"',
+        '    tcp dport 7447 counter return comment "ls 0 (never bulk)"',
+        '    tcp sport 7447 counter return comment "ls 1 (never bulk)"',
+    ]
     assert rs.render().splitlines() == [
         "table ip coorp-r1 {",
         "  chain ls_mark {",
@@ -168,13 +194,22 @@ def test_ruleset_marks_ls_and_redirects_bulk_after_every_exception() -> None:
         '    tcp dport 7447 counter meta priority set 0:106 ip dscp set cs6 comment "ls 0"',
         '    tcp sport 7447 counter meta priority set 0:106 ip dscp set cs6 comment "ls 1"',
         "  }",
+        "  chain bh_gate {",
+        "    type filter hook output priority -120; policy accept;",
+        '    meta mark 0xc10 counter reject with tcp reset comment "refused: reset"',
+        "    meta mark 0xc11 counter reject with icmp type host-unreachable comment "
+        '"refused: host-unreachable"',
+        "    meta mark 0xc12 counter reject with icmp type net-unreachable comment "
+        '"refused: net-unreachable"',
+        "    meta mark 0xc13 counter reject with icmp type admin-prohibited comment "
+        '"refused: admin-prohibited"',
+        *exceptions,
+        "    tcp dport 9000 tcp flags & (syn | ack) == syn counter queue num 7409 bypass comment "
+        '"bulk 0"',
+        "  }",
         "  chain bh_redirect {",
         "    type nat hook output priority dstnat; policy accept;",
-        '    meta mark 0xc0f counter return comment "relay\'s own"',
-        '    tcp dport 7300 counter return comment "coorp\'s own port 7300"',
-        '    tcp dport 7301 counter return comment "coorp\'s own port 7301"',
-        '    tcp dport 7447 counter return comment "ls 0 (never bulk)"',
-        '    tcp sport 7447 counter return comment "ls 1 (never bulk)"',
+        *exceptions,
         '    tcp dport 9000 counter redirect to :7409 comment "bulk 0"',
         "  }",
         "}",
@@ -186,7 +221,8 @@ def test_udp_ls_needs_no_nat_exception() -> None:
     sec = TransparentSection(ls=[{"preset": "dds"}], bulk=[{"ports": 9000}])
     rs = build_ruleset("r", sec.ls_matches(), sec.bulk_matches([]), relay_port=1, relay_mark=1,
                        coorp_ports=())  # fmt: skip
-    assert [r.label for r in rs.bh_redirect] == ["relay's own", "bulk 0"]
+    assert [r.label for r in rs.bh_redirect] == ["relay's own", "this host (never relayed)",
+                                                 "bulk 0"]  # fmt: skip
 
 
 # -- what a copied packet says ---------------------------------------------------------------------
@@ -302,10 +338,34 @@ class Sink:
         self.done.set()
 
 
+class LoopbackAdmission:
+    """The gatekeeper's part on loopback (no kernel queue): every connection the relay
+    accepts with a destination is approved, its upstream connected to the sink then."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.connected = 0
+        self.released = 0
+        self.upstreams: list[socket.socket] = []
+
+    def claim(self, peer: tuple[str, int], dest: tuple[str, int] | None) -> Ticket | None:
+        if dest is None:
+            return None
+        up = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+        hold_reset(up)
+        self.connected += 1
+        self.upstreams.append(up)
+        return Ticket((peer[0], peer[1], dest[0], dest[1]), up, Identity(0, 0, None), 0)
+
+    def release(self, ticket: Ticket) -> None:
+        self.released += 1
+
+
 async def _relay(coord: Coordinator, sink_port: int, **kw: Any) -> Relay:
-    relay = Relay(port=0, mark=1, coordinator=coord, planner=None, settings=BulkSettings(),
-                  idle_release_ns=5_000_000, destination=lambda s: ("127.0.0.1", sink_port),
-                  **kw)  # fmt: skip
+    kw.setdefault("destination", lambda s: ("127.0.0.1", sink_port))
+    relay = Relay(port=0, coordinator=coord, planner=None, settings=BulkSettings(),
+                  idle_release_ns=5_000_000, admission=LoopbackAdmission(sink_port),
+                  pool=BufferPool(budget_bytes=1 << 20, buffer_bytes=64 << 10), **kw)  # fmt: skip
     await relay.start()
     return relay
 
@@ -394,16 +454,16 @@ def test_closing_the_relay_resets_open_connections_never_ends_them_cleanly() -> 
     asyncio.run(go())
 
 
-def test_a_connection_nobody_redirected_is_closed() -> None:
+def test_a_connection_nobody_redirected_is_reset_and_never_relayed() -> None:
     async def go() -> None:
-        coord = Coordinator("r1", lambda: 0)
-        relay = Relay(port=0, mark=1, coordinator=coord, planner=None, settings=BulkSettings(),
-                      idle_release_ns=0, destination=lambda s: None)  # fmt: skip
-        await relay.start()
-        r, w = await asyncio.open_connection("127.0.0.1", relay.port)
-        assert await asyncio.wait_for(r.read(), 10) == b""
+        sink = Sink()
+        relay = await _relay(Coordinator("r1", lambda: 0), await sink.start(),
+                             destination=lambda s: None)  # fmt: skip
+        with pytest.raises(ConnectionResetError):  # at connect, or at the first read
+            r, _ = await asyncio.open_connection("127.0.0.1", relay.port)
+            await asyncio.wait_for(r.read(), 10)
         assert relay.counters["not_redirected"] == 1 and relay.counters["accepted"] == 0
-        w.close()
+        assert relay.admission.connected == 0 and sink.nbytes == 0  # type: ignore[attr-defined]
         await relay.close()
 
     asyncio.run(go())
@@ -419,7 +479,7 @@ def test_kernel_refusals_say_what_is_missing() -> None:
 
     from pyroute2.netlink.exceptions import NetlinkError
 
-    from coorp.runtime._nft import TransparentUnavailableError, _explain
+    from coorp.runtime.transparent._nft import TransparentUnavailableError, _explain
 
     perm = _explain(NetlinkError(errno.EPERM), "add table coorp-r1")
     assert isinstance(perm, TransparentUnavailableError)

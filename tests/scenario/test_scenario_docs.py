@@ -46,6 +46,7 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("[policy.schedwifi]", sc_pkg.SchedWifiOptions),
     ("[policy.ofdma]", sc_pkg.OfdmaOptions),
     ("[policy.rtwt]", sc_pkg.RtwtOptions),
+    ("[tcp]", sc_pkg.TcpConfig),
 ]
 
 

@@ -45,8 +45,10 @@ def test_sweep_writes_tables_figures_manifest_and_reruns_from_cache(
     assert code == 0, stderr
     # 2 scenarios x 2 combos x (2 policies + BH-only) x 2 seeds = 24 runs, 20 distinct
     # (the BH-only run ignores COORP's margin).
-    lines = [ln for ln in stdout.splitlines() if ln.startswith("[")]
+    # progress on stderr (a line per run when it is not a terminal); stdout: results only
+    lines = [ln for ln in stderr.splitlines() if ln.startswith("[")]
     assert len(lines) == 20 and lines[-1].startswith("[20/20]")
+    assert not [ln for ln in stdout.splitlines() if ln.startswith("[")]
     assert "24 runs: 20 simulated, 0 from cache, 4 identical" in stdout
     assert "mean ± 95% CI" in stdout and "coorp.margin_us=2000" in stdout
     names = {p.name for p in out.iterdir()}

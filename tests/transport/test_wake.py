@@ -1,6 +1,6 @@
 """The futex wake word: one call wakes every waiting process, no lost wake-ups, cleanup.
 
-Waiters are forked processes and threads that only use :mod:`coorp.transport._wake`
+Waiters are forked processes and threads that only use :mod:`coorp.transport._machine._wake`
 (no iceoryx2), so the tests are quick. Nothing synchronizes with sleeps: a test waits
 (bounded) until the kernel reports the waiters asleep in a futex call on the wake word
 (``/proc/<task>/syscall``) and then counts the waiters one system call woke (the
@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from coorp._errors import ConfigurationError, UsageError
-from coorp.transport import Bus, Reach, Topic, Wake, _shm, _wake
+from coorp.transport import Bus, Reach, Topic, Wake
+from coorp.transport._machine import _shm, _wake
 
 from .conftest import needs_iceoryx2
 

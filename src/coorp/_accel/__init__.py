@@ -51,7 +51,9 @@ __all__ = [
 #: only earlier ones of its own package's list); keep in step with
 #: ``_mypyc_build.MODULES``. ``coorp.policies`` needs the other two compiled as well.
 MODULES: dict[str, tuple[str, ...]] = {
-    "coorp.sim": ("events", "timing", "links", "packets", "station", "mac", "engine"),
+    "coorp.sim": (
+        "events", "timing", "links", "packets", "station", "congestion", "tcp", "mac", "engine",
+    ),
     "coorp.control": (
         "_interval", "_ctt", "_timemodel", "_windows", "_gate_types", "_gate", "_permits",
         "_schedwifi",

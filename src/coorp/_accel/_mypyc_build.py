@@ -31,7 +31,9 @@ from pathlib import Path
 
 #: The compiled modules per package; keep in step with ``coorp._accel.MODULES``.
 MODULES: dict[str, tuple[str, ...]] = {
-    "coorp.sim": ("events", "timing", "links", "packets", "station", "mac", "engine"),
+    "coorp.sim": (
+        "events", "timing", "links", "packets", "station", "congestion", "tcp", "mac", "engine",
+    ),
     "coorp.control": (
         "_interval", "_ctt", "_timemodel", "_windows", "_gate_types", "_gate", "_permits",
         "_schedwifi",

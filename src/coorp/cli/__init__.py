@@ -47,11 +47,12 @@ COMMAND_MODULES = (
     "coorp.cli._compare",
     "coorp.cli._sweep",
     "coorp.cli._bench",
-    "coorp.cli._runtime",
-    "coorp.cli._watch",
+    "coorp.cli._runtime._daemons",
+    "coorp.cli._runtime._watch",
     "coorp.cli._model",
     "coorp.cli._cosim",
     "coorp.cli._learn",
+    "coorp.cli._emulate",
 )
 
 

@@ -235,6 +235,7 @@ def register(app: typer.Typer) -> None:
         )
         for name in names:
             get_policy(name)  # an unknown name, before anything is created
+        _refuse_other_standards(names, sc, path)
         d = ensure_out_dir(out) if out is not None else None
         if seed_list is not None and len(seed_list) > 1:
             data = _multi_seed(
@@ -250,6 +251,23 @@ def register(app: typer.Typer) -> None:
             write_json(json_file, data)
         if to_stdout:
             sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+def _refuse_other_standards(names: list[str], sc: Scenario, path: Path) -> None:
+    """A policy asked for by name that cannot run on the scenario's PHY standard is an
+    error, with the fix, before anything runs: a table with one ``infeasible`` row and
+    the hint in its caption looked like a result."""
+    std = sc.phy.standard
+    wrong = {n: get_policy(n).standards for n in names if std not in get_policy(n).standards}
+    if not wrong:
+        return
+    needs = sorted({s.value for stds in wrong.values() for s in stds})
+    raise UsageError(
+        f"--policies {','.join(wrong)}: {'these run' if len(wrong) > 1 else 'it runs'} on "
+        f"phy.standard {' or '.join(repr(s) for s in needs)} only, and {path.name} is "
+        f"{std.value!r}: add --set phy.standard={needs[0]}, or leave "
+        f"{'them' if len(wrong) > 1 else 'it'} out"
+    )
 
 
 def _single_seed(
@@ -338,7 +356,7 @@ def _multi_seed(
     plan = plan_sweep(spec)
     store = RunCache(out / "cache") if out is not None else None
     t0, load0 = time.perf_counter(), load_average()
-    with RunProgress(show, label="compare", quiet=quiet) as progress:
+    with RunProgress(label="compare", quiet=quiet) as progress:
         result = run_sweep(plan, jobs=jobs, cache=store, progress=progress)
     wall = time.perf_counter() - t0
     deadline_ms = sc.workload.mpc.deadline_us / 1000

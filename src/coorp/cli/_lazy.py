@@ -42,16 +42,19 @@ COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
         "Run scenarios × policies × seeds × overrides; mean and 95% CI.",
     ),
     "plot": (("coorp.cli._sweep",), "Draw a saved sweep's figures again, without simulating."),
-    "leader": (("coorp.cli._runtime",), "Run the team's permit service (the global controller)."),
+    "leader": (
+        ("coorp.cli._runtime._daemons",),
+        "Run the team's permit service (the global controller).",
+    ),
     "agent": (
-        ("coorp.cli._runtime",),
+        ("coorp.cli._runtime._daemons",),
         "Join a team as one robot: receive, send, generate LS traffic.",
     ),
-    "keys": (("coorp.cli._runtime",), "Write the team key and one key per robot."),
-    "send": (("coorp.cli._runtime",), "Send a file through this robot's running agent."),
-    "top": (("coorp.cli._watch",), "Watch a running team live, from its leader."),
+    "keys": (("coorp.cli._runtime._daemons",), "Write the team key and one key per robot."),
+    "send": (("coorp.cli._runtime._daemons",), "Send a file through this robot's running agent."),
+    "top": (("coorp.cli._runtime._watch",), "Watch a running team live, from its leader."),
     "doctor": (
-        ("coorp.cli._watch",),
+        ("coorp.cli._runtime._watch",),
         "Check what this host does to LS packets, and how to fix it.",
     ),
     "model": (
@@ -67,6 +70,10 @@ COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
         "Real PPO over the team's network; reward vs time per policy.",
     ),
     "bench": (("coorp.cli._bench",), "Benchmarks: Coorp's transport, team capacity, flow vs Ray."),
+    "emulate": (
+        ("coorp.cli._emulate",),
+        "Real programs on the simulated WiFi channel, in real time.",
+    ),
 }
 
 

@@ -21,6 +21,7 @@ with any command.
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from enum import StrEnum
@@ -223,10 +224,23 @@ def _why_not_writable(folder: Path) -> str | None:
     try:
         fd, name = tempfile.mkstemp(dir=folder, prefix=".coorp-probe-")
     except OSError as exc:
-        return exc.strerror or str(exc)
+        return _explain(exc, folder)
     os.close(fd)
     os.unlink(name)
     return None
+
+
+def _explain(exc: OSError, folder: Path) -> str:
+    """Why ``folder`` (which exists) refused a new file, in words a user can act on (the
+    kernel's own message for an existing folder that takes no files, ENOENT on /proc or
+    /sys, reads "No such file or directory")."""
+    if exc.errno == errno.ENOENT:
+        return "it takes no new files or folders: a virtual file system such as /proc or /sys"
+    if exc.errno == errno.EROFS:
+        return "a read-only file system"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "permission denied"
+    return exc.strerror or str(exc)
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -246,7 +260,10 @@ def check_out_dir(path: Path, flag: str = "--out") -> Path:
         raise UsageError(f"{flag} {path}: {base} is not a directory")
     why = _why_not_writable(base)
     if why is not None:
-        raise UsageError(f"{flag} {path}: cannot write in {base} ({why})")
+        what = f"cannot write in {base}" if base == path else f"cannot create it in {base}"
+        raise UsageError(
+            f"{flag} {path}: {what} ({why}); choose a folder on a writable disk, e.g. results/"
+        )
     return path
 
 
@@ -256,7 +273,8 @@ def ensure_out_dir(path: Path, flag: str = "--out") -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UsageError(f"{flag} {path}: cannot create the directory ({exc.strerror})") from None
+        reason = _explain(exc, _nearest_existing(path))
+        raise UsageError(f"{flag} {path}: cannot create the directory ({reason})") from None
     why = _why_not_writable(path)
     if why is not None:
         raise UsageError(f"{flag} {path}: cannot write there ({why})")

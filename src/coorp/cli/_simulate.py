@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 from typing import Annotated, Any
 
+import numpy as np
 import typer
 from rich.markup import escape
 from rich.table import Table
@@ -42,7 +43,9 @@ from coorp.cli._options import (
 from coorp.policies import policy_label
 from coorp.report import deployable
 from coorp.scenario import Scenario
-from coorp.sim import SimResult, Simulation
+from coorp.sim import FlowStats, SimResult, Simulation
+from coorp.stats import percentile
+from coorp.units import NS_PER_MS
 
 __all__ = ["register", "render_result", "render_workload"]
 
@@ -54,25 +57,28 @@ def _fmt(v: float | None, digits: int = 2) -> str:
     return "-" if v is None or not math.isfinite(v) else f"{v:.{digits}f}"
 
 
-def render_result(result: SimResult) -> Table:
+#: More flows than this and ``coorp simulate`` prints one row per kind and access
+#: category instead of one per flow (``--all-flows`` prints them all; every flow is in
+#: ``flows.csv`` with ``--out``): a thousand rows help nobody on a terminal, and drawing
+#: them took longer than simulating them.
+MAX_FLOW_ROWS = 40
+
+_COLUMNS = ("flow", "kind", "src→dst", "AC", "Mb/s", "msgs", "lat p50 ms", "lat p99 ms",
+            "dropped")  # fmt: skip
+
+
+def render_result(result: SimResult, *, all_flows: bool = False) -> Table:
+    """The run as a table: a row per flow, or with more than :data:`MAX_FLOW_ROWS` flows
+    (and not ``all_flows``) a row per kind and access category, latency percentiles
+    pooled over the group's messages."""
     table = Table(title=f"{result.scenario_name} · seed {result.seed} · "
                   f"{result.duration_ns / 1e9:g} s simulated")  # fmt: skip
-    for col in ("flow", "kind", "src→dst", "AC", "Mb/s", "msgs", "lat p50 ms", "lat p99 ms",
-                "dropped"):  # fmt: skip
+    for col in _COLUMNS:
         table.add_column(col, justify="left" if col in ("flow", "kind", "src→dst") else "right")
-    for f in result.flows.values():
-        msgs = f"{f.messages_delivered}/{f.messages_sent}" if f.kind == "datagram" else "-"
-        table.add_row(
-            f.name,
-            f.kind,
-            f"{f.src}→{f.dst}",
-            f.category,
-            f"{f.throughput_mbps:.2f}",
-            msgs,
-            _fmt(f.latency_ms_p50),
-            _fmt(f.latency_ms_p99),
-            str(f.dropped_packets),
-        )
+    flows = list(result.flows.values())
+    grouped = len(flows) > MAX_FLOW_ROWS and not all_flows
+    for row in _group_rows(result) if grouped else map(_flow_row, flows):
+        table.add_row(*row)
     ch = result.channel
     table.caption = (
         f"total {result.total_throughput_mbps:.1f} Mb/s"
@@ -80,7 +86,41 @@ def render_result(result: SimResult) -> Table:
         f" · {ch.exchanges} exchanges, {ch.collisions} collisions"
         f" · {result.events_processed} events, {result.sim_s_per_wall_s:.1f} sim-s/wall-s"
     )
+    if grouped:
+        table.caption += (
+            f"\n{len(flows)} flows, grouped by kind and AC: --all-flows prints each one, "
+            "--out DIR writes each to flows.csv"
+        )
     return table
+
+
+def _flow_row(f: FlowStats) -> tuple[str, ...]:
+    msgs = f"{f.messages_delivered}/{f.messages_sent}" if f.kind == "datagram" else "-"
+    return (f.name, f.kind, f"{f.src}→{f.dst}", f.category, f"{f.throughput_mbps:.2f}", msgs,
+            _fmt(f.latency_ms_p50), _fmt(f.latency_ms_p99), str(f.dropped_packets))  # fmt: skip
+
+
+def _group_rows(result: SimResult) -> list[tuple[str, ...]]:
+    groups: dict[tuple[str, str], list[FlowStats]] = {}
+    for f in result.flows.values():
+        groups.setdefault((f.kind, f.category), []).append(f)
+    msg_flow = result.messages["flow"]
+    latency = result.messages["latency_ns"]
+    rows: list[tuple[str, ...]] = []
+    for (kind, ac), members in groups.items():
+        names = [f.name for f in members]
+        lat = latency[np.isin(msg_flow, names) & (latency >= 0)] / NS_PER_MS
+        sent = sum(f.messages_sent for f in members)
+        done = sum(f.messages_delivered for f in members)
+        rows.append((
+            f"{len(members)} flows", kind, f"{len({f.src for f in members})} sources", ac,
+            f"{sum(f.throughput_mbps for f in members):.2f}",
+            f"{done}/{sent}" if kind == "datagram" else "-",
+            _fmt(percentile(lat, 50, empty=None, method="linear")),
+            _fmt(percentile(lat, 99, empty=None, method="linear")),
+            str(sum(f.dropped_packets for f in members)),
+        ))  # fmt: skip
+    return rows
 
 
 def render_workload(metrics: dict[str, Any], policy: str, deadline_ms: float) -> Table:
@@ -121,6 +161,14 @@ def register(app: typer.Typer) -> None:
         ] = None,
         policy_module: PolicyModuleOption = None,
         fmt: FormatOption = "png",
+        all_flows: Annotated[
+            bool,
+            typer.Option(
+                "--all-flows",
+                help=f"Print a row per flow even with more than {MAX_FLOW_ROWS} flows "
+                "(then: a row per kind and access category).",
+            ),
+        ] = False,
     ) -> None:
         """Simulate one scenario and print its results.
 
@@ -158,7 +206,7 @@ def register(app: typer.Typer) -> None:
         sim = Simulation(sc, seed=seed, source=str(path))
         with progress_bar(f"simulate {sc.name}", total) as update:
             result = sim.run(total, update)
-        console.print(render_result(result))
+        console.print(render_result(result, all_flows=all_flows))
         if json_path is not None:
             write_json(json_path, result.summary())
         if out_dir is not None:

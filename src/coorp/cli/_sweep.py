@@ -54,10 +54,12 @@ __all__ = ["RunProgress", "register", "sweep_manifest"]
 
 
 class RunProgress:
-    """A rich bar with ETA on a terminal; one line per finished run otherwise."""
+    """Progress of a sweep's runs on stderr, so that stdout carries the results alone
+    (``coorp compare ... | tee``): a rich bar with ETA when stderr is a terminal, one line
+    per finished run otherwise (a log file); nothing with ``quiet``."""
 
-    def __init__(self, out: Console, *, label: str, quiet: bool = False) -> None:
-        self.out = out
+    def __init__(self, *, label: str, quiet: bool = False, out: Console | None = None) -> None:
+        self.out = out if out is not None else Console(stderr=True, highlight=False)
         self.label = label
         self.quiet = quiet
         self.finished = 0
@@ -235,7 +237,7 @@ def register(app: typer.Typer) -> None:
         store = None if no_cache else RunCache(cache if cache is not None else d / "cache")
         use_ray = ray or ray_address is not None
         t0, load0 = time.perf_counter(), load_average()
-        progress = RunProgress(console, label="sweep", quiet=quiet)
+        progress = RunProgress(label="sweep", quiet=quiet)
         try:
             with progress:
                 result = run_sweep(

@@ -4,7 +4,8 @@ simulated channel or real sockets (``coorp learn``, ``coorp learn --runtime``). 
 ``docs/learn.md``."""
 
 from coorp.learn._bench import RlBenchConfig, run_rl_bench
-from coorp.learn._env import FormationBatch, FormationParallelEnv, FormationSpec
+from coorp.learn._env import FormationParallelEnv
+from coorp.learn._formation import FormationBatch, FormationSpec
 from coorp.learn._graphs import (
     Collector,
     Echo,

@@ -27,7 +27,7 @@ import numpy as np
 
 from coorp._errors import UsageError
 from coorp.flow import Graph, run
-from coorp.learn._env import FormationSpec
+from coorp.learn._formation import FormationSpec
 from coorp.learn._graphs import broadcast_graph, ppo_graph, sampling_graph
 from coorp.learn._ppo import PPO, Layout, PPOConfig
 

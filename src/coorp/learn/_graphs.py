@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from coorp.flow import Graph, Reactor
-from coorp.learn._env import FormationSpec
+from coorp.learn._formation import FormationSpec
 from coorp.learn._ppo import PPO, Layout, PPOConfig
 
 __all__ = [

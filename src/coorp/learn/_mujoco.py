@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from coorp._optional import import_mujoco
-from coorp.learn._env import _PUSH, FormationBatch, FormationSpec
+from coorp.learn._formation import PUSH, FormationBatch, FormationSpec
 
 __all__ = ["PHYSICS_STEP_S", "MujocoFormationBatch"]
 
@@ -87,7 +87,7 @@ class MujocoFormationBatch(FormationBatch):
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
         """Apply ``actions`` (ints, ``(envs, robots)``) for ``dt``; (obs, rewards, done)."""
         s = self.spec
-        self.data.ctrl[:] = (_PUSH[actions] * s.accel).ravel()
+        self.data.ctrl[:] = (PUSH[actions] * s.accel).ravel()
         self._mj.mj_step(self.model, self.data, nstep=self._substeps)
         self._read()
         _, gap = self._nearest()

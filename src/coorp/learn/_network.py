@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from coorp._errors import UsageError
-from coorp.learn._env import FormationSpec
+from coorp.learn._formation import FormationSpec
 from coorp.learn._ppo import PPO, Layout, PPOConfig
 from coorp.learn._sync import merge_async, merge_mean_delta
 from coorp.scenario import Scenario, SyncMode

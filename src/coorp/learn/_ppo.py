@@ -22,7 +22,8 @@ import numpy as np
 
 from coorp._errors import UsageError
 from coorp.learn._blas import single_thread_blas
-from coorp.learn._env import N_ACTIONS, OBS_DIM, FormationSpec, make_batch
+from coorp.learn._env import make_batch
+from coorp.learn._formation import N_ACTIONS, OBS_DIM, FormationSpec
 
 __all__ = ["PPO", "Layout", "PPOConfig", "Rollout"]
 

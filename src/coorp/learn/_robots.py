@@ -47,35 +47,12 @@ from coorp.learn._runtime.results import read_result
 from coorp.learn._runtime.role import Role
 from coorp.learn._runtime.server import Server
 from coorp.learn._runtime.worker import Worker
-from coorp.runtime import Keyring, Team
 from coorp.scenario import Scenario
 
-__all__ = ["DEFAULT_LEADER_PORT", "join_team", "leader_report", "run_robot", "worker_report"]
+__all__ = ["DEFAULT_LEADER_PORT", "leader_report", "run_robot", "worker_report"]
 
 #: The leader's learning inbox (LS and bulk; ``--modes tcp`` also uses the port after it).
 DEFAULT_LEADER_PORT = 7410
-
-
-def join_team(
-    path: str | Path, robot: str, *, coordinated: bool
-) -> tuple[Team, Keyring, str | None]:
-    """Join as ``robot`` with its keys and the team file's settings: (team, keys, the
-    permit service's address or None)."""
-    from coorp.runtime import join, load_team_config, resolve_team_key, team_settings
-
-    config = load_team_config(path)
-    if robot not in config.team.robots:
-        raise UsageError(
-            f"--robot {robot!r} is not in team.robots of {path} ({', '.join(config.team.robots)})"
-        )
-    keys = resolve_team_key(config, path, robot=robot)
-    permits = config.agent.leader if coordinated else None
-    if coordinated and permits is None:
-        raise UsageError(
-            f"--modes coorp needs the permit service: set agent.leader in {path} (where "
-            "`coorp leader` listens), or use --modes tcp"
-        )
-    return join(permits, robot, keys, settings=team_settings(config)), keys, permits
 
 
 def _check_host(host: str) -> None:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from coorp._errors import CoorpError, UsageError
 from coorp.policies._base import Policy
-from coorp.policies._registry import _REGISTRY, register_policy
+from coorp.policies._registry import _REGISTRY, add_policy_finder, register_policy
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -129,3 +129,6 @@ def load_entry_point_policies() -> list[str]:
             raise UsageError(f"{where} raised {type(exc).__name__}: {exc}") from None
         _ENTRY_POINTS_LOADED += [n for n in _REGISTRY if n not in before]
     return list(_ENTRY_POINTS_LOADED)
+
+
+add_policy_finder(load_entry_point_policies)

@@ -2,16 +2,34 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TypeVar
 
 from coorp._errors import UsageError
 from coorp.phy import PhyStandard
 from coorp.policies._base import Policy
 
-__all__ = ["get_policy", "policy_label", "policy_names", "register_policy"]
+__all__ = [
+    "add_policy_finder",
+    "get_policy",
+    "policy_label",
+    "policy_names",
+    "register_policy",
+]
 
 _REGISTRY: dict[str, type[Policy]] = {}
+#: Asked, in order, to register more policies before a name is reported unknown (the
+#: installed entry points: :mod:`._plugins` adds its loader here, so the registry needs
+#: no knowledge of where plugins come from).
+_FINDERS: list[Callable[[], object]] = []
 P = TypeVar("P", bound=type[Policy])
+
+
+def add_policy_finder(finder: Callable[[], object]) -> None:
+    """Have :func:`get_policy` call ``finder()`` (which registers policies) before it
+    reports a name unknown."""
+    if finder not in _FINDERS:
+        _FINDERS.append(finder)
 
 
 def register_policy(cls: P) -> P:
@@ -32,10 +50,10 @@ def get_policy(name: str) -> type[Policy]:
     """The policy class registered as ``name``; installed ``coorp.policies`` entry points
     are loaded before a name is reported unknown."""
     cls = _REGISTRY.get(name)
-    if cls is None:
-        from coorp.policies._plugins import load_entry_point_policies
-
-        load_entry_point_policies()
+    for finder in _FINDERS:
+        if cls is not None:
+            break
+        finder()
         cls = _REGISTRY.get(name)
     if cls is None:
         raise UsageError(

@@ -12,10 +12,19 @@ A robot joins its team (:func:`join` for threads, :func:`ajoin` for asyncio) and
 
 The leader runs :class:`PermitService` (``coorp leader``). Decisions come from
 :mod:`coorp.control`, the same code the simulator runs. See ``docs/runtime.md``.
+
+The package is a few wings by role, each a sub-package whose ``__init__`` says what it
+owns and exports; a wing imports only the wings below it, through their ``__init__``
+(``tests/test_layering.py`` checks it):
+
+* ``transparent/`` — kernel rules, LS observation, the relay, ``coorp doctor``;
+* ``robot/`` — the agent: team, leader link, permits, pacing, bulk, LS channels;
+* ``leader/`` and ``inbox/`` (peers) — the permit service; receiving whole messages;
+* the team file (``_config``, ``_selectors``), beneath every wing;
+* ``wire/`` — message format, authentication, framing, sockets, accept loops;
+* errors and counters (``_errors``, ``_counters``), the ground of the runtime.
 """
 
-from coorp.runtime._auth import Keyring, RobotKey, TeamKey
-from coorp.runtime._bulk import AsyncBulkStream, BulkReceipt, BulkSettings
 from coorp.runtime._config import (
     AgentSection,
     LeaderSection,
@@ -26,7 +35,6 @@ from coorp.runtime._config import (
     resolve_team_key,
     write_team_keys,
 )
-from coorp.runtime._doctor import Finding, diagnose
 from coorp.runtime._errors import (
     AuthenticationError,
     FrameTooLargeError,
@@ -40,19 +48,50 @@ from coorp.runtime._errors import (
     TransferError,
     UnsupportedVersionError,
 )
-from coorp.runtime._inbox import AsyncInbox, Inbox
-from coorp.runtime._latency import ChannelStats, LatencySensitiveChannel
-from coorp.runtime._leader import LeaderSettings, PermitService, leader_settings
-from coorp.runtime._marking import Marking, mark_socket, probe_marking
-from coorp.runtime._nft import NftTable, Ruleset, TransparentUnavailableError
-from coorp.runtime._observer import TeamStatus, aquery_team, query_leader_stats
-from coorp.runtime._receiver import Message, ReceiverLimits
 from coorp.runtime._selectors import BulkSelector, LsSelector, TransparentSection
-from coorp.runtime._settings import TeamSettings, team_settings
-from coorp.runtime._sockets import format_address, parse_address
-from coorp.runtime._team import AsyncTeam, ajoin
-from coorp.runtime._threaded import BulkStream, Team, join, join_config
-from coorp.runtime._transparent import TransparentAgent, transparent_ruleset
+from coorp.runtime.inbox import AsyncInbox, Inbox, Message, ReceiverLimits
+from coorp.runtime.leader import (
+    LeaderSettings,
+    PermitService,
+    TeamStatus,
+    aquery_team,
+    leader_settings,
+    query_leader_stats,
+)
+from coorp.runtime.robot import (
+    AsyncBulkStream,
+    AsyncTeam,
+    BulkReceipt,
+    BulkSettings,
+    BulkStream,
+    ChannelStats,
+    LatencySensitiveChannel,
+    Team,
+    TeamSettings,
+    ajoin,
+    join,
+    join_config,
+    team_settings,
+)
+from coorp.runtime.transparent import (
+    Finding,
+    NftTable,
+    Ruleset,
+    TransparentAgent,
+    TransparentUnavailableError,
+    diagnose,
+    transparent_ruleset,
+)
+from coorp.runtime.wire import (
+    Keyring,
+    Marking,
+    RobotKey,
+    TeamKey,
+    format_address,
+    mark_socket,
+    parse_address,
+    probe_marking,
+)
 
 __all__ = [
     "AgentSection",

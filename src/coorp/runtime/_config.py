@@ -35,10 +35,16 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from coorp._errors import ScenarioError, ScenarioProblem
 from coorp.scenario import load_scenario
 
-from ._auth import KEY_ENV, Keyring, TeamKey, check_key_dir_mode, load_key_file
 from ._errors import RuntimeUsageError
 from ._selectors import TransparentSection, dds_binds, dds_port_range
-from ._sockets import parse_address
+from .wire import (
+    KEY_ENV,
+    Keyring,
+    TeamKey,
+    check_key_dir_mode,
+    load_key_file,
+    parse_address,
+)
 
 __all__ = [
     "AgentSection",

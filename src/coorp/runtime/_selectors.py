@@ -273,6 +273,11 @@ class LsSelector(_Model):
 class BulkSelector(_Model):
     """Bandwidth-hungry TCP connections: intercepted and sent under the robot's permit."""
 
+    proto: Literal["tcp"] | None = Field(
+        None,
+        description="tcp (the default and the only choice: the relay re-sends TCP "
+        "connections; UDP bulk cannot be intercepted)",
+    )
     ports: int | str | None = Field(None, description="TCP destination port or range")
     to: str | None = Field(None, description="destination IPv4 address or CIDR")
     to_team: bool = Field(False, description="TCP to any host in team.hosts")
@@ -283,6 +288,16 @@ class BulkSelector(_Model):
     _cgroup = field_validator("cgroup")(_check_cgroup)
     _to = field_validator("to")(_check_network)
     _ports = field_validator("ports")(_check_ports)
+
+    @field_validator("proto", mode="before")
+    @classmethod
+    def _tcp_only(cls, v: object) -> object:
+        if v is not None and v != "tcp":
+            raise ValueError(
+                f"bulk selectors match TCP connections only (the relay re-sends TCP); "
+                f"{v!r} is not allowed: drop proto, or give 'tcp'"
+            )
+        return v
 
     @model_validator(mode="after")
     def _consistent(self) -> BulkSelector:
@@ -321,7 +336,19 @@ class TransparentSection(_Model):
         7409, ge=1, le=65535, description="local port where intercepted connections arrive"
     )
     relay_mark: int = Field(
-        0x0C0F, ge=1, le=2**32 - 1, description="fwmark of the relay's own connections"
+        0x0C0F,
+        ge=1,
+        le=2**32 - 5,
+        description="fwmark of the relay's own connections (the next 4 values mark refusals)",
+    )
+    relay_max_flows: int = Field(
+        1024,
+        ge=1,
+        le=1_000_000,
+        description="relayed connections at once at most (the fd limit may allow fewer)",
+    )
+    relay_memory_mb: float = Field(
+        32.0, ge=1, le=65536, description="the relay's copy buffers, in all"
     )
     min_message_bytes: int = Field(
         200,

@@ -12,6 +12,7 @@ from ._models import (
     LINK_TABLE_BYTES_PER_PAIR,
     MAX_STATIONS,
     AccessCategory,
+    AmpduGrouping,
     BulkFlow,
     DatagramFlow,
     EdcaDefaults,
@@ -29,6 +30,7 @@ from ._models import (
     StationConfig,
 )
 from ._overrides import OverrideError, apply_overrides, canonical_key, override_label
+from ._tcp import TcpConfig, TcpSender
 from ._timing import LinkChange, LsFlowConfig
 from ._workload import (
     CoorpOptions,
@@ -50,6 +52,7 @@ __all__ = [
     "LINK_TABLE_BYTES_PER_PAIR",
     "MAX_STATIONS",
     "AccessCategory",
+    "AmpduGrouping",
     "BulkFlow",
     "CoorpOptions",
     "DatagramFlow",
@@ -79,6 +82,8 @@ __all__ = [
     "SchedWifiOptions",
     "StationConfig",
     "SyncMode",
+    "TcpConfig",
+    "TcpSender",
     "WorkloadConfig",
     "apply_overrides",
     "builtin_scenarios",

@@ -36,6 +36,7 @@ from coorp.phy import (
 from coorp.scenario._radio import (
     EDCA_DEFAULTS,
     AccessCategory,
+    AmpduGrouping,
     EdcaDefaults,
     EdcaOverride,
     HwQueueConfig,
@@ -47,6 +48,7 @@ from coorp.scenario._radio import (
     _Problem,
     _raise_at,
 )
+from coorp.scenario._tcp import TcpConfig
 from coorp.scenario._timing import timing_problems
 from coorp.scenario._workload import PolicyOptions, WorkloadConfig
 
@@ -55,6 +57,7 @@ __all__ = [
     "LINK_TABLE_BYTES_PER_PAIR",
     "MAX_STATIONS",
     "AccessCategory",
+    "AmpduGrouping",
     "BulkFlow",
     "DatagramFlow",
     "EdcaDefaults",
@@ -154,6 +157,8 @@ Flow = Annotated[DatagramFlow | BulkFlow, Field(discriminator="kind")]
 #: directions) and 40.4 in the compiled one (mypyc stores each direction's float)
 #: (``coorp.sim.links.LinkTable``; tests/scenario/test_scenario_scale.py checks it).
 LINK_TABLE_BYTES_PER_PAIR: Final = 41
+#: IPv4 (20) + TCP (20) + the timestamps option (12): the headers of a TCP segment.
+TCP_IP_HEADER_BYTES: Final = 52
 #: The most stations a scenario may have: n² ordered pairs at 41 bytes each stay within
 #: 512 MiB (3584 stations: 527 MB of link tables). Larger teams are refused when loading.
 MAX_STATIONS: Final = 3584
@@ -175,6 +180,7 @@ class Scenario(_Model):
     flows: list[Flow] = Field(default_factory=list)
     workload: WorkloadConfig | None = None
     policy: PolicyOptions = Field(default_factory=PolicyOptions)
+    tcp: TcpConfig = Field(default_factory=TcpConfig)
 
     @field_validator("stations", mode="before")
     @classmethod
@@ -240,7 +246,10 @@ class Scenario(_Model):
                 raise ValueError(f"flows[{i}] ({f.name}) has src == dst = {f.src!r}")
         _raise_at(
             Scenario,
-            self._standard_problems() + self._ack_name_clashes() + self._link_problems(),
+            self._standard_problems()
+            + self._ack_name_clashes()
+            + self._tcp_problems()
+            + self._link_problems(),
         )
         if self.workload is not None:
             w = self.workload
@@ -308,6 +317,18 @@ class Scenario(_Model):
                     f"rename this flow, or set tcp_acks = false on {bulk!r}",
                 ))  # fmt: skip
         return problems
+
+    def _tcp_problems(self) -> list[_Problem]:
+        """A TCP receive window holds at least one full segment (a packet of
+        ``packet_bytes`` carries ``packet_bytes - 52`` bytes of TCP payload)."""
+        mss = self.packet_bytes - TCP_IP_HEADER_BYTES
+        if self.tcp.receive_window_bytes < mss:
+            return [(
+                ("tcp", "receive_window_bytes"), self.tcp.receive_window_bytes,
+                f"is less than one segment ({mss} bytes of TCP payload in a packet of "
+                f"packet_bytes = {self.packet_bytes}); allowed: >= {mss}",
+            )]  # fmt: skip
+        return []
 
     def _link_problems(self) -> list[_Problem]:
         """Every link can carry every packet: in distance mode each pair of stations is

@@ -6,6 +6,11 @@ and is never held by their pauses. On a station whose hooks decide, such transfe
 in ``Station.free_transfers`` and :func:`refill_mixed` serves them beside the gated ones
 (a station without hooks keeps one queue and the plain ``refill``). Only scenarios with
 traffic outside the team take this path, so it stays apart from the hot one.
+
+The one import circle kept on purpose (speed): ``packets``, ``station``, ``mac``,
+``_ungated``, ``_txq``, ``tcp`` and ``congestion`` name each other's classes (mostly for
+typing only) so that mypyc compiles every access between packets, stations, TCP
+connections and the channel to a native field access.
 """
 
 from __future__ import annotations
@@ -105,7 +110,12 @@ def _next_free_run(st: Station, room: int) -> Packet:
     size = st.packet_bytes
     k = min(room, st.bulk_burst - st._free_burst_used)
     remaining = transfer.remaining_bytes
-    if remaining is not None:
+    tcp = transfer.tcp
+    if tcp is not None and remaining is not None:
+        k, size = tcp.head_run(k)
+        remaining -= k * size
+        transfer.remaining_bytes = remaining
+    elif remaining is not None:
         full = remaining // size
         if full == 0:
             size = remaining
@@ -124,4 +134,7 @@ def _next_free_run(st: Station, room: int) -> Packet:
         st._free_burst_used = 0
         st._gated_turns = len(st.transfers)
     transfer.flow.sent_packets += k
-    return Packet(st._alloc_pids(k), transfer.flow, size, transfer=transfer, count=k)
+    pkt = Packet(st._alloc_pids(k), transfer.flow, size, transfer=transfer, count=k)
+    if tcp is not None:
+        tcp.dequeued(pkt)
+    return pkt

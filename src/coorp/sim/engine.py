@@ -19,8 +19,18 @@ from typing import Any
 import numpy as np
 
 from coorp._errors import UsageError
-from coorp.scenario import AccessCategory, BulkFlow, DatagramFlow, Scenario, parse_scenario
+from coorp.scenario import (
+    AccessCategory,
+    AmpduGrouping,
+    BulkFlow,
+    DatagramFlow,
+    HwQueueMode,
+    Scenario,
+    TcpSender,
+    parse_scenario,
+)
 from coorp.sim._compat import mypyc_attr
+from coorp.sim.congestion import CONGESTION_CONTROLS, Cubic, TcpParams
 from coorp.sim.driver import DriverHooks
 from coorp.sim.events import PRIO_CONTROL, PRIO_TRAFFIC, Event, EventLoop
 from coorp.sim.links import LinkTable
@@ -28,6 +38,7 @@ from coorp.sim.mac import Channel
 from coorp.sim.packets import IP_HEADER_BYTES, TCP_ACK_BYTES, FlowState, Message, Packet
 from coorp.sim.results import SimResult
 from coorp.sim.station import BulkTransfer, Station
+from coorp.sim.tcp import ACK_STEP, TcpConnection
 from coorp.sim.timing import ExchangeTiming, edca_params
 from coorp.units import NS_PER_US, s
 
@@ -77,6 +88,10 @@ class Simulation:
             )  # fmt: skip
             st.channel = self.channel
             st.bulk_burst = scenario.mac.max_ampdu_mpdus
+            st.group_ls = (
+                scenario.mac.ampdu_grouping is AmpduGrouping.PER_RECEIVER_TID
+                and scenario.hw_queue.mode is HwQueueMode.SHARED
+            )
             st._alloc_pids = self._alloc_pids
             self.stations[cfg.name] = st
         self.flows: dict[str, FlowState] = {}
@@ -84,6 +99,22 @@ class Simulation:
         self._ack_flows: dict[str, str] = {}
         self.messages: list[Message] = []
         self.wall_s = 0.0
+        #: TCP connections by bulk flow name (``[tcp] sender``; none without the model).
+        self.tcp: dict[str, TcpConnection] = {}
+        self._tcp_params: TcpParams | None = None
+        self._trace = trace
+        tcp = scenario.tcp
+        if tcp.sender is not TcpSender.NONE:
+            self._tcp_params = TcpParams(
+                initial_window=tcp.initial_window_segments,
+                receive_window_bytes=tcp.receive_window_bytes,
+                delayed_ack_ns=round(tcp.delayed_ack_us * NS_PER_US),
+                initial_rto_ns=round(tcp.initial_rto_us * NS_PER_US),
+                min_rto_ns=round(tcp.min_rto_us * NS_PER_US),
+                max_rto_ns=round(tcp.max_rto_us * NS_PER_US),
+                granularity_ns=round(tcp.clock_granularity_us * NS_PER_US),
+                slow_start_after_idle=tcp.slow_start_after_idle,
+            )
         for f in scenario.flows:
             self._install(f)
 
@@ -170,11 +201,25 @@ class Simulation:
         if bulk and tcp_acks:
             ack = FlowState(ack_name, f.dst, f.src, AccessCategory.BE, bulk=False)
             f.ack_flow = ack
-            f.ack_every = 2
+            f.ack_every = ACK_STEP
             ack.gate_acks = True
             self.flows[ack_name] = ack
             self._ack_flows[ack_name] = name
+            if self._tcp_params is not None:
+                self._connect(f, ack, self._tcp_params)
         return f
+
+    def _connect(self, f: FlowState, ack: FlowState, params: TcpParams) -> None:
+        """A TCP connection for bulk flow ``f`` (the TCP model is on)."""
+        sender = self.scenario.tcp.sender
+        cc = Cubic(self.scenario.tcp.hystart) if sender is TcpSender.CUBIC else None
+        conn = TcpConnection(
+            f, ack, params, cc if cc is not None else CONGESTION_CONTROLS[sender.value](),
+            loop=self.loop, packet_bytes=self.scenario.packet_bytes,
+            alloc_pids=self._alloc_pids, trace=self._trace,
+        )  # fmt: skip
+        f.tcp = ack.tcp = conn
+        self.tcp[f.name] = conn
 
     def _check_same_flow(
         self, f: FlowState, src: str, dst: str, ac: AccessCategory, bulk: bool
@@ -221,6 +266,35 @@ class Simulation:
         st.send_ls(packets)
         return msg
 
+    def send_packet(
+        self,
+        flow: FlowState,
+        ip_bytes: int,
+        on_delivered: Callable[[Message], None] | None = None,
+        on_lost: Callable[[Message], None] | None = None,
+        handle: int = -1,
+    ) -> Message:
+        """Hand one IP packet of ``ip_bytes`` to ``flow.src`` now, as it is (one MPDU,
+        no fragmentation): the priority queue of its category, then the NIC ring.
+
+        For packets from outside the model (``coorp.emulate``: real programs' packets).
+        The packet is a message of one fragment: ``on_delivered`` when its MPDU is
+        acknowledged, ``on_lost`` when the MAC drops it; ``handle`` becomes its
+        ``msg_id``. Unlike :meth:`send_message` it is not kept in ``messages`` (an
+        emulator sends millions) and the station's hooks do not hear of it as a
+        periodic LS send.
+        """
+        if not 0 < ip_bytes <= self.scenario.packet_bytes:
+            raise UsageError(
+                f"send_packet: ip_bytes = {ip_bytes}; allowed: 1 to the scenario's "
+                f"packet_bytes ({self.scenario.packet_bytes})"
+            )
+        msg = Message(handle, flow, ip_bytes, self.loop.now_ns, 1, on_delivered)
+        msg.on_lost = on_lost
+        flow.sent_packets += 1
+        flow.src.send_ls([Packet(self._next_pid(), flow, ip_bytes, message=msg)])
+        return msg
+
     def start_transfer(
         self,
         flow: FlowState,
@@ -238,7 +312,10 @@ class Simulation:
         if not gated and flow.ack_flow is not None:
             flow.ack_flow.gate_acks = False  # traffic outside the team: its acks too
         t = BulkTransfer(flow, total_bytes, on_complete, gated)
-        flow.src.add_transfer(t)
+        if flow.tcp is not None:
+            flow.tcp.add_transfer(t, self.loop.now_ns)  # its window decides when
+        else:
+            flow.src.add_transfer(t)
         return t
 
     # -- delivery ------------------------------------------------------------------------
@@ -255,6 +332,16 @@ class Simulation:
         the acknowledgements sent one by one.
         """
         f = p.flow
+        conn = f.tcp
+        if conn is not None:
+            if not f.bulk:
+                conn.on_acks(p, pid, k, now)
+            elif f.ack_flow is not None and f.dst.per_packet and f.dst.run_hooks is None:
+                for q in range(pid, pid + k):  # acknowledged one by one, as below
+                    conn.on_data(p, q, 1, now)
+            else:
+                conn.on_data(p, pid, k, now)
+            return
         size = p.ip_bytes
         msg = p.message
         if msg is not None:
@@ -316,10 +403,16 @@ class Simulation:
                 r = f.repair_ns
                 delay = r // 2 + f.repair_rng.randint(0, r)
                 self.call_at(now + delay, f.src.send_ls, [again])
-            else:
+            elif not msg.lost:
                 msg.lost = True
+                if msg.on_lost is not None:
+                    msg.on_lost(msg)
         elif p.bulk:
-            p.src.requeue_bulk_bytes(p)
+            conn = p.flow.tcp
+            if conn is None:
+                p.src.requeue_bulk_bytes(p)  # no TCP model: the bytes are sent again
+            else:  # the segment is lost: its sender finds out from the ACKs
+                conn.on_mac_drop(p.pid - 1, now)  # the MAC has moved p.pid past it
             p.src.refill()
 
     # -- scenario traffic -----------------------------------------------------------------

@@ -88,6 +88,15 @@ class EventLoop:
         self._slot_cb = None
         self._slot_args = ()
 
+    def next_time(self) -> int:
+        """The time of the earliest pending event (cancelled ones included: a caller
+        waking for it finds nothing to do), or -1 if none is pending."""
+        t = self._heap[0][0] if self._heap else -1
+        st = self.slot_time
+        if st >= 0 and (t < 0 or st < t):
+            t = st
+        return t
+
     def run(self, until_ns: int, on_progress: Callable[[int], None] | None = None) -> None:
         """Process events with time <= ``until_ns``; then set ``now_ns = until_ns``.
 

@@ -1,4 +1,10 @@
-"""What travels through a simulated station: packets (one MPDU each) and flow bookkeeping."""
+"""What travels through a simulated station: packets (one MPDU each) and flow bookkeeping.
+
+The one import circle kept on purpose (speed): ``packets``, ``station``, ``mac``,
+``_ungated``, ``_txq``, ``tcp`` and ``congestion`` name each other's classes (mostly for
+typing only) so that mypyc compiles every access between packets, stations, TCP
+connections and the channel to a native field access.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ from coorp.sim.timing import mpdu_bytes
 
 if TYPE_CHECKING:
     from coorp.sim.station import Station
+    from coorp.sim.tcp import TcpConnection
 
 __all__ = ["IP_UDP_HEADER_BYTES", "TCP_ACK_BYTES", "FlowState", "Message", "Packet"]
 
@@ -27,7 +34,7 @@ class FlowState:
     __slots__ = (
         "ac", "ack_every", "ack_flow", "bulk", "delivered_bytes", "delivered_packets",
         "dropped_packets", "dst", "gate_acks", "name", "repair_ns", "repair_rng",
-        "retransmitted_packets", "sent_packets", "src", "unacked",
+        "retransmitted_packets", "sent_packets", "src", "tcp", "unacked",
     )  # fmt: skip
 
     def __init__(self, name: str, src: Station, dst: Station, ac: AccessCategory, bulk: bool):
@@ -55,6 +62,9 @@ class FlowState:
         #: drop; -1: best effort, the message is lost.
         self.repair_ns = -1
         self.repair_rng: random.Random | None = None
+        #: The TCP connection of a bulk flow and of its ack flow when the scenario models
+        #: TCP senders (``[tcp] sender``, ``coorp.sim.tcp``); None otherwise.
+        self.tcp: TcpConnection | None = None
 
 
 class Message:
@@ -62,7 +72,7 @@ class Message:
 
     __slots__ = (
         "created_ns", "delivered_ns", "first_depth", "flow", "lost", "msg_id", "on_delivered",
-        "remaining", "size_bytes",
+        "on_lost", "remaining", "size_bytes",
     )  # fmt: skip
 
     def __init__(
@@ -83,13 +93,17 @@ class Message:
         self.first_depth = -1
         self.lost = False
         self.on_delivered = on_delivered
+        #: Called once if the message is lost (a fragment dropped, no repair): an
+        #: emulator's packets (``Simulation.send_packet``) report their loss here.
+        self.on_lost: Callable[[Message], None] | None = None
 
 
 class Packet:
     """A run of ``count`` consecutive identical MPDUs (IP packets), one ring entry.
 
     The run stands for packets ``pid, pid + 1, ..., pid + count - 1`` of one flow, all of
-    ``ip_bytes``, with the same transfer (or message) and the same retry count. Bulk data
+    ``ip_bytes``, with the same transfer (or message) and the same retry count (and, under
+    the TCP model, consecutive sequence numbers: see ``seq_base``). Bulk data
     handed to the NIC in one batch and TCP acknowledgements sent in one batch travel as
     one run; a message fragment is always a run of one. Runs are split wherever the
     packets they stand for would be treated differently (an A-MPDU boundary, a retry, a
@@ -98,7 +112,7 @@ class Packet:
 
     __slots__ = (
         "ac", "bulk", "count", "dst", "flow", "hw_depth", "hw_enq_ns", "ip_bytes", "message",
-        "mpdu", "pid", "retries", "sealed", "src", "transfer",
+        "mpdu", "pid", "retries", "sealed", "seq_base", "src", "transfer",
     )  # fmt: skip
 
     def __init__(
@@ -127,6 +141,11 @@ class Packet:
         self.hw_depth = -1
         #: Part of a transmission in flight: later packets must not join this run.
         self.sealed = False
+        #: TCP model (``coorp.sim.tcp``): packet ``pid`` of the run is segment
+        #: ``seq_base + pid`` of its connection (a data run), or acknowledges up to segment
+        #: ``seq_base + 2 * pid`` (a run of acks). Kept by every split, since ids are; 0
+        #: for every packet without the TCP model.
+        self.seq_base = 0
 
     def split(self, k: int) -> Packet:
         """Detach the run's last ``count - k`` packets as a new run; keep the first ``k``."""
@@ -138,6 +157,7 @@ class Packet:
         """A new (unsealed) run of ``count`` of this run's packets, from ``pid`` on."""
         rest = Packet(pid, self.flow, self.ip_bytes, self.message, self.transfer, count)
         rest.retries = self.retries
+        rest.seq_base = self.seq_base
         rest.hw_enq_ns = self.hw_enq_ns
         rest.hw_depth = self.hw_depth + (pid - self.pid) if self.hw_depth >= 0 else -1
         return rest

@@ -7,7 +7,7 @@ gives the columnar per-message / per-flow / per-station tables written as Parque
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -15,10 +15,30 @@ from coorp.stats import percentile
 from coorp.units import NS_PER_MS
 
 if TYPE_CHECKING:
-    from coorp.sim.engine import Simulation
-    from coorp.sim.mac import ChannelStats
+    from coorp.scenario import Scenario
+    from coorp.sim.events import EventLoop
+    from coorp.sim.mac import Channel, ChannelStats
+    from coorp.sim.packets import FlowState, Message
+    from coorp.sim.station import Station
+    from coorp.sim.tcp import TcpConnection
 
 __all__ = ["FlowStats", "SimResult", "StationStats"]
+
+
+class FinishedRun(Protocol):
+    """What :meth:`SimResult.collect` reads of a finished run (a
+    :class:`~coorp.sim.engine.Simulation`): stated here, so that the engine imports its
+    results and not the other way round."""
+
+    scenario: Scenario
+    seed: int
+    wall_s: float
+    loop: EventLoop
+    channel: Channel
+    stations: dict[str, Station]
+    flows: dict[str, FlowState]
+    messages: list[Message]
+    tcp: dict[str, TcpConnection]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,13 +88,17 @@ class SimResult:
     messages: dict[str, np.ndarray]
     ls_hw_depths: dict[str, np.ndarray]
     trace: list[tuple[object, ...]] | None = field(default=None, repr=False)
+    #: Per bulk flow with a TCP connection (``[tcp] sender``): its counters
+    #: (``TcpConnection.stats``) and, with ``trace=True``, ``cwnd_trace``: (time ns,
+    #: cwnd, ssthresh) at every change. Empty without the TCP model.
+    tcp: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
 
     @property
     def sim_s_per_wall_s(self) -> float:
         return (self.duration_ns / 1e9) / self.wall_s if self.wall_s > 0 else float("inf")
 
     @classmethod
-    def collect(cls, sim: Simulation, duration_ns: int) -> SimResult:
+    def collect(cls, sim: FinishedRun, duration_ns: int) -> SimResult:
         msgs = sim.messages
         names = [m.flow.name for m in msgs]
         created = np.fromiter((m.created_ns for m in msgs), np.int64, len(msgs))
@@ -133,6 +157,7 @@ class SimResult:
             wall_s=sim.wall_s, events_processed=sim.loop.events_processed, flows=flows,
             stations=stations, channel=sim.channel.stats_at(duration_ns), messages=messages,
             ls_hw_depths=depths, trace=sim.channel.stats.trace,
+            tcp={name: _tcp_stats(c) for name, c in sim.tcp.items()},
         )  # fmt: skip
 
     @property
@@ -161,7 +186,12 @@ class SimResult:
             },
             "flows": {n: _asdict(f) for n, f in self.flows.items()},
             "stations": {n: _asdict(s) for n, s in self.stations.items()},
-        }
+            **(
+                {"tcp": {n: {k: v for k, v in t.items() if k != "cwnd_trace"}
+                         for n, t in self.tcp.items()}}
+                if self.tcp else {}
+            ),
+        }  # fmt: skip
 
     def tables(self) -> dict[str, dict[str, Any]]:
         flows = list(self.flows.values())
@@ -171,6 +201,13 @@ class SimResult:
             "flows": {k: [getattr(f, k) for f in flows] for k in FlowStats.__slots__},
             "stations": {k: [getattr(s, k) for s in stations] for k in StationStats.__slots__},
         }
+
+
+def _tcp_stats(conn: Any) -> dict[str, Any]:
+    out: dict[str, Any] = dict(conn.stats())
+    if conn.trace is not None:
+        out["cwnd_trace"] = list(conn.trace)
+    return out
 
 
 def _asdict(obj: Any) -> dict[str, Any]:

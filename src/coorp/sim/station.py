@@ -8,6 +8,11 @@ each category has its own ring (ns-3's ideal model).
 
 This module owns the driver view a policy sees (:class:`Station` implements
 :class:`~coorp.sim.driver.DriverView`).
+
+The one import circle kept on purpose (speed): ``packets``, ``station``, ``mac``,
+``_ungated``, ``_txq``, ``tcp`` and ``congestion`` name each other's classes (mostly for
+typing only) so that mypyc compiles every access between packets, stations, TCP
+connections and the channel to a native field access.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from coorp._errors import InvariantError
 from coorp.scenario import AccessCategory, HwQueueMode
 from coorp.sim._compat import mypyc_attr
+from coorp.sim._txq import ls_burst
 from coorp.sim._ungated import refill_mixed, ungated_in
 from coorp.sim.driver import FOREVER, AckGateHooks, AdmitAll, DriverHooks, RunHooks
 from coorp.sim.events import PRIO_CONTROL, Event, EventLoop
@@ -28,6 +34,7 @@ from coorp.sim.timing import EdcaParams, aifs_ns
 
 if TYPE_CHECKING:
     from coorp.sim.mac import Channel
+    from coorp.sim.tcp import TcpConnection
 
 __all__ = ["BulkTransfer", "Edcaf", "Station"]
 
@@ -44,25 +51,9 @@ class Edcaf:
     """
 
     __slots__ = (
-        "ac",
-        "aggregation",
-        "aifs",
-        "backoff",
-        "bar_pending",
-        "bar_retries",
-        "cw",
-        "cw_max",
-        "cw_min",
-        "deadline",
-        "epoch",
-        "held",
-        "mu",
-        "not_before",
-        "priority",
-        "ring",
-        "shared",
-        "station",
-        "txop_limit",
+        "ac", "aggregation", "aifs", "backoff", "bar_pending", "bar_retries", "cw", "cw_max",
+        "cw_min", "deadline", "epoch", "held", "mu", "not_before", "priority", "ring", "shared",
+        "station", "txop_limit",
     )  # fmt: skip
 
     def __init__(self, station: Station, ac: AccessCategory, params: EdcaParams) -> None:
@@ -105,10 +96,14 @@ class BulkTransfer:
 
     ``gated = False``: traffic the station's policy does not coordinate (a flow outside
     the team): it never asks the driver hooks and is never held by their pauses.
+
+    Under the TCP model (``coorp.sim.tcp``) the station sees one transfer per connection,
+    with ``tcp`` set: its ``remaining_bytes`` are the segments the sender's window let
+    into the kernel queue, which the connection hands out in sequence runs.
     """
 
     __slots__ = ("delivered_bytes", "flow", "gated", "on_complete", "remaining_bytes",
-                 "total_bytes")  # fmt: skip
+                 "tcp", "total_bytes")  # fmt: skip
 
     def __init__(
         self,
@@ -123,6 +118,7 @@ class BulkTransfer:
         self.delivered_bytes = 0
         self.on_complete = on_complete
         self.gated = gated
+        self.tcp: TcpConnection | None = None
 
 
 @mypyc_attr(native_class=False)  # a deque subclass stays a Python class when compiled
@@ -144,6 +140,7 @@ def _mergeable(tail: Packet, run: Packet) -> bool:
         and tail.ip_bytes == run.ip_bytes
         and tail.transfer is run.transfer
         and tail.retries == run.retries
+        and tail.seq_base == run.seq_base
         and tail.message is None
         and run.message is None
         and not tail.sealed
@@ -196,6 +193,10 @@ class Station:
         self._had_free = False
         #: Packets one transfer may hand to the NIC before the next transfer's turn.
         self.bulk_burst = 64
+        #: A shared ring with A-MPDUs per receiver and TID: the NIC's FIFO is not reordered;
+        #: the driver hands the priority queues over in per-receiver bursts (``_txq``).
+        self.group_ls = False
+        self._ls_left: dict[AccessCategory, dict[Station, int]] = {ac: {} for ac in _AC_ORDER}
         self._burst_used = 0
         #: The category of the last bulk packet handed to the NIC (see hw_queue_length).
         self._bulk_ac = AccessCategory.BE
@@ -342,6 +343,8 @@ class Station:
         queues = self.ls_queues
         for p in packets:
             queues[p.ac].append(p)
+            if self.group_ls:
+                self._ls_left[p.ac][p.dst] = self._ls_left[p.ac].get(p.dst, 0) + p.count
         self.refill()
 
     def add_transfer(self, transfer: BulkTransfer) -> None:
@@ -373,6 +376,7 @@ class Station:
         now = self.loop.now_ns
         rings = self.rings
         cap = self.capacity
+        group = self.group_ls
         for ls in self.ls_queues.values():
             while ls:
                 head = ls[0]
@@ -385,15 +389,17 @@ class Station:
                     if n < want:
                         if n > 0:
                             ls[0] = head.split(n)
-                            self._enqueue_hw(head, now)
+                            self._enqueue_ls(head, now)
                         self._hold_acks(until, now)
                         break
                 if head.count > room:
                     ls[0] = head.split(room)
-                    self._enqueue_hw(head, now)
+                    self._enqueue_ls(head, now)
                     break
                 ls.popleft()
-                self._enqueue_hw(head, now)
+                self._enqueue_ls(head, now)
+                if group and ls and self._edca_params[head.ac].aggregation:
+                    ls_burst(self, ls, head, now)
         if self.free_transfers:
             refill_mixed(self, now)
             return
@@ -436,6 +442,11 @@ class Station:
                     break
             self._enqueue_hw(self._next_bulk_run(room), now)
 
+    def _enqueue_ls(self, p: Packet, now: int) -> None:
+        if self.group_ls:  # (packets left in the priority queue, by receiver)
+            self._ls_left[p.ac][p.dst] -= p.count
+        self._enqueue_hw(p, now)
+
     def _deny(self, resume: int, now: int) -> None:
         if resume <= now:
             raise InvariantError(
@@ -447,7 +458,10 @@ class Station:
     def _bulk_run_length(self, room: int) -> int:
         """How many packets ``_next_bulk_run(room)`` would take (no side effect)."""
         k = min(room, self.bulk_burst - self._burst_used)
-        remaining = self.transfers[0].remaining_bytes
+        head = self.transfers[0]
+        if head.tcp is not None:
+            return head.tcp.head_run(k)[0]
+        remaining = head.remaining_bytes
         if remaining is not None:
             full = remaining // self.packet_bytes
             if full == 0:
@@ -468,7 +482,13 @@ class Station:
         size = self.packet_bytes
         k = min(room, self.bulk_burst - self._burst_used)
         remaining = transfer.remaining_bytes
-        if remaining is not None:
+        tcp = transfer.tcp
+        if tcp is not None and remaining is not None:
+            # The connection's kernel queue: one run of segments of one size at a time.
+            k, size = tcp.head_run(k)
+            remaining -= k * size
+            transfer.remaining_bytes = remaining
+        elif remaining is not None:
             full = remaining // size
             if full == 0:  # the transfer's last packet, shorter than the MTU
                 size = remaining
@@ -486,7 +506,10 @@ class Station:
             self._burst_used = 0
         transfer.flow.sent_packets += k
         self._bulk_ac = transfer.flow.ac
-        return Packet(self._alloc_pids(k), transfer.flow, size, transfer=transfer, count=k)
+        pkt = Packet(self._alloc_pids(k), transfer.flow, size, transfer=transfer, count=k)
+        if tcp is not None:
+            tcp.dequeued(pkt)
+        return pkt
 
     def next_bulk_packet(self) -> Packet | None:
         """The bulk packet the driver would hand to the NIC next (not allocated, no side
@@ -497,7 +520,9 @@ class Station:
         transfer = transfers[0]
         size = self.packet_bytes
         remaining = transfer.remaining_bytes
-        if remaining is not None and remaining < size:
+        if transfer.tcp is not None:
+            size = transfer.tcp.head_run(1)[1]
+        elif remaining is not None and remaining < size:
             size = remaining
         return Packet(-1, transfer.flow, size, transfer=transfer)
 

@@ -10,6 +10,7 @@ See ``docs/sizing.md``.
 
 from __future__ import annotations
 
+from coorp.teambench import _builtin  # noqa: F401  (registers the shipped carriers)
 from coorp.teambench._carriers import CARRIERS, Carrier, CellMeasurement, register_carrier
 from coorp.teambench._config import TeamBenchConfig, load_config
 from coorp.teambench._fit import CslvFit, fit_cslv

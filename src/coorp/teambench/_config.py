@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from coorp._errors import UsageError
 from coorp.scenario import problems_from_validation
+from coorp.teambench._carriers import CARRIERS
 
 __all__ = ["BULK_MODES", "MAX_LS_BYTES", "TeamBenchConfig", "load_config"]
 
@@ -79,8 +80,6 @@ class TeamBenchConfig(BaseModel):
     @field_validator("carriers")
     @classmethod
     def _carriers(cls, v: list[str]) -> list[str]:
-        from coorp.teambench._carriers import CARRIERS
-
         bad = [c for c in v if c not in CARRIERS]
         if bad:
             raise ValueError(f"unknown carrier(s) {bad}; allowed: {', '.join(CARRIERS)}")

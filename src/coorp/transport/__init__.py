@@ -28,11 +28,11 @@ from coorp.transport._errors import (
     TransportClosedError,
     UnsupportedPayloadError,
 )
+from coorp.transport._machine import iceoryx2_available
 from coorp.transport._message import Message
 from coorp.transport._network import FrameSink, NetworkTransport
 from coorp.transport._options import DeadlineMissKind, QueuePolicy, Reach, Wake
 from coorp.transport._publisher import Loan, Publisher, PublisherStats
-from coorp.transport._shm import iceoryx2_available
 from coorp.transport._subscriber import Subscriber, SubscriberStats
 from coorp.transport._tcp import TcpTransport
 from coorp.transport._topic import Topic

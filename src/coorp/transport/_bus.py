@@ -22,10 +22,10 @@ from coorp.transport._errors import (
     TopicTypeMismatchError,
     TransportClosedError,
 )
+from coorp.transport._machine import ShmNode, iceoryx2_available
 from coorp.transport._network import NetworkTransport
 from coorp.transport._options import Reach, Wake
 from coorp.transport._publisher import Publisher
-from coorp.transport._shm import ShmNode, iceoryx2_available
 from coorp.transport._subscriber import Subscriber, local_message
 from coorp.transport._topic import Topic
 

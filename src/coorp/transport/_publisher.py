@@ -17,13 +17,12 @@ import asyncio
 import math
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from coorp._errors import UsageError
 from coorp.transport._codec import Codec, Encoded, _descr, _pack
-from coorp.transport._credit import CreditGate
 from coorp.transport._errors import PayloadTooLargeError, TransportClosedError
 from coorp.transport._frame import (
     SEQ_STAMP,
@@ -36,14 +35,31 @@ from coorp.transport._frame import (
     prefix_template,
     write_prefix,
 )
+from coorp.transport._machine import CreditGate, ShmNode, ShmOutlet
+from coorp.transport._network import NetworkTransport
 from coorp.transport._options import QueuePolicy
-from coorp.transport._shm import ShmOutlet
 from coorp.transport._topic import Topic
 
-if TYPE_CHECKING:
-    from coorp.transport._bus import Bus
-
 __all__ = ["Loan", "Publisher", "PublisherStats"]
+
+
+class _Host(Protocol):
+    """What a publisher needs of the bus that made it (:class:`~._bus.Bus`): stated
+    here, so that the bus imports its publishers and not the other way round."""
+
+    id: int
+    shm: ShmNode | None
+    network: NetworkTransport | None
+
+    def clock(self) -> int: ...
+
+    def shm_subscribers_here(self, topic: Topic) -> int: ...
+
+    def deliver_local(
+        self, topic: Topic, obj: Any, seq: int, stamp: int, pub_id: int, timeout: float | None
+    ) -> None: ...
+
+    def forget_publisher(self, pub: Publisher) -> None: ...
 
 
 class PublisherStats:
@@ -60,7 +76,7 @@ class PublisherStats:
 class Publisher:
     """Publishes messages of one :class:`Topic` from one :class:`Bus`."""
 
-    def __init__(self, bus: Bus, topic: Topic, pub_id: int) -> None:
+    def __init__(self, bus: _Host, topic: Topic, pub_id: int) -> None:
         self.bus = bus
         self.topic = topic
         self.pub_id = pub_id

@@ -26,13 +26,12 @@ import os
 import select
 import threading
 from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from coorp._errors import CoorpError, UsageError
 from coorp.transport._codec import Codec, array_spec
-from coorp.transport._credit import CreditReporter
 from coorp.transport._deadline import DeadlineMiss, DeadlineMonitor, MissHandler
 from coorp.transport._errors import (
     DeliveryTimeoutError,
@@ -41,16 +40,25 @@ from coorp.transport._errors import (
     TransportClosedError,
 )
 from coorp.transport._frame import HEADER1, MAGIC, VERSION, Flags, FrameHeader, Kind, parse
+from coorp.transport._machine import CreditReporter, ShmInlet, ShmNode, Waiter
 from coorp.transport._message import Message, OwnerTracker
 from coorp.transport._options import QueuePolicy, Reach
-from coorp.transport._shm import ShmInlet
 from coorp.transport._topic import Topic
-from coorp.transport._wake import Waiter
-
-if TYPE_CHECKING:
-    from coorp.transport._bus import Bus
 
 __all__ = ["Subscriber", "SubscriberStats"]
+
+
+class _Host(Protocol):
+    """What a subscriber needs of the bus that made it (:class:`~._bus.Bus`): stated
+    here, so that the bus imports its subscribers and not the other way round."""
+
+    id: int
+    shm: ShmNode | None
+
+    def clock(self) -> int: ...
+
+    def forget_subscriber(self, sub: Subscriber) -> None: ...
+
 
 _FOREVER = 3600.0
 #: Upper bound of ``Bus.subscriber(spin=...)`` (s): polling is for microseconds.
@@ -108,7 +116,7 @@ class Subscriber:
 
     def __init__(
         self,
-        bus: Bus,
+        bus: _Host,
         topic: Topic,
         *,
         depth: int,

@@ -30,7 +30,7 @@ class Role:
         self.args = args
         self.coordinated = self.cfg.coordinated
         if getattr(args, "team", None):  # a robot of a real team: its own key, the daemon's permits
-            from coorp.learn._robots import join_team
+            from coorp.learn._runtime.team import join_team
 
             self.team, self.keys, self.permits = join_team(
                 args.team, args.robot, coordinated=self.coordinated

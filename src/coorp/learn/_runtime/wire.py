@@ -27,7 +27,7 @@ import msgspec
 import numpy as np
 
 from coorp._errors import InvariantError, MalformedFrameError
-from coorp.learn._env import FormationSpec
+from coorp.learn._formation import FormationSpec
 from coorp.learn._ppo import PPOConfig
 from coorp.scenario import SyncMode
 

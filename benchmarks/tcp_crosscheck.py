@@ -1,0 +1,549 @@
+"""Cross-check coorp's TCP sender model (``[tcp] sender``) against ns-3's TCP over its WiFi.
+
+The same channel as ``ns3_crosscheck.py`` (802.11ac, 80 MHz, 2 streams, VHT MCS 7, long
+GI, A-MPDU of up to 64 MPDUs, AC_BE, control frames at 24 Mb/s, stations on a 1 m circle
+around the AP, ns-3's BlockAckReq retry policy on both sides) carries N bulk TCP uploads
+to the AP, each a connection that starts with an initial window of 10 segments and always
+has data (ns-3: ``BulkSendApplication``; coorp: a saturating bulk flow), segments of 1448
+payload bytes in 1500-byte IP packets, 52-byte ACKs (timestamps), one ACK per two
+segments, a 40 ms delayed-ACK timeout, RTO bounds of 200 ms .. 120 s with a 1 ms clock
+granularity, no SACK, a fixed receive window (``--rwnd``). Congestion control: ns-3's
+``TcpLinuxReno`` against ``reno``, ``TcpCubic`` (HyStart on) against ``cubic``; both
+recover with proportional rate reduction. ns-3 runs without a queue disc (its WiFi MAC
+queue holds 500 packets, more than the window: nothing is dropped there), with its
+neighbour caches filled (no ARP) and its Block Ack agreements set up by a few UDP
+datagrams each way half a second before (coorp has them from the start). ns-3 sends
+its segments without the timestamps option (1460 payload bytes in the same 1500-byte
+packets, 40-byte ACKs against coorp's 52): with it, ns-3 3.44 measures RTTs in whole
+milliseconds (a sub-millisecond RTT becomes 1 µs), which is not what Linux does.
+coorp's connections start when ns-3's sent their first segment (after the handshake).
+
+Two things are compared per case:
+
+* **Throughput**: delivered IP bytes per second over ``--duration`` seconds after
+  ``--warmup`` seconds of the applications (ns-3 counts TCP payload, scaled by
+  1500/1460), the mean over ``--seeds`` seeds.
+* **cwnd trace shape**: each side's congestion window (segments) as a step function
+  sampled every 0.1 ms over the first ``--trace-ms`` milliseconds, capped at the receive
+  window (what limits the sender: ns-3's cwnd keeps growing while the receive window
+  limits it, Linux's and coorp's does not, ``tcp_is_cwnd_limited``). Two metrics, each
+  the mean of ``|coorp - ns3| / ns3`` over the samples: per connection from its first
+  segment (averaged over connections and seeds: with several senders it depends on the
+  order in which contention serves them), and of the *mean window per connection* from
+  the applications' start, averaged over the seeds first (the expected window, which
+  that order does not decide); and when that mean reaches the receive window.
+  ``--figure`` plots the mean windows.
+
+``--json PATH`` writes exactly ``{"rows": [{"case", "coorp_mbps", "ns3_mbps"}]}``;
+``--details PATH`` everything (traces, metrics, the command, the load). Without ns-3 the
+script prints how to install it and shows coorp's column only (exit status 0).
+
+    python benchmarks/tcp_crosscheck.py --json results/tcp.json \\
+        --details results/tcp_details.json --figure results/tcp_cwnd.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from coorp.scenario import Scenario, parse_scenario
+from coorp.sim import Simulation
+from ns3_crosscheck import INSTALL_HINT, import_ns3, ns3_version, place_and_address
+
+PACKET_BYTES = 1500
+MSS = PACKET_BYTES - 52
+#: ns-3 runs without the timestamps option (see the module docstring): 40-byte headers.
+NS3_MSS = PACKET_BYTES - 40
+#: ns-3's applications start here (after association); both sides' clocks are aligned at
+#: each connection's first data segment for the traces, at the application start for
+#: the throughput window.
+NS3_APP_START_S = 1.0
+SAMPLE_NS = 100_000
+DEFAULT_CASES = "reno-1,cubic-1,reno-5,cubic-5,cubic-1-64k,cubic-5-64k"
+
+
+@dataclass(frozen=True)
+class Case:
+    """``<cc>-<n>[-<rwnd>k]``: congestion control, uploading stations, receive window."""
+
+    name: str
+    cc: str
+    n: int
+    rwnd_bytes: int
+
+    @classmethod
+    def parse(cls, name: str, default_rwnd: int) -> Case:
+        parts = name.split("-")
+        if len(parts) not in (2, 3) or parts[0] not in ("reno", "cubic") or not parts[1].isdigit():
+            raise ValueError(
+                f"case {name!r}: expected <reno|cubic>-<stations>[-<window>k], e.g. cubic-5-64k"
+            )
+        rwnd = default_rwnd
+        if len(parts) == 3:
+            if not parts[2].endswith("k") or not parts[2][:-1].isdigit():
+                raise ValueError(f"case {name!r}: the window is written like 64k (KiB)")
+            rwnd = int(parts[2][:-1]) * 1024
+        n = int(parts[1])
+        if n < 1:
+            raise ValueError(f"case {name!r}: at least one station")
+        return cls(name, parts[0], n, rwnd)
+
+
+def coorp_scenario(case: Case, starts_ns: list[int] | None = None) -> Scenario:
+    """The case as a coorp scenario; connection ``i`` starts at ``starts_ns[i]``."""
+    starts = starts_ns or [0] * case.n
+    return parse_scenario(
+        {
+            "name": f"tcp-{case.name}",
+            "packet_bytes": PACKET_BYTES,
+            "phy": {"width_mhz": 80, "spatial_streams": 2, "guard_interval": "long"},
+            "mac": {"retry_policy": "ns3"},
+            "links": {"mode": "fixed", "mcs": 7},
+            "stations": [{"name": "ap"}] + [{"name": f"sta{i}"} for i in range(case.n)],
+            "flows": [
+                {
+                    "kind": "bulk",
+                    "name": f"up{i}",
+                    "src": f"sta{i}",
+                    "dst": "ap",
+                    "start_us": starts[i] / 1000,
+                }
+                for i in range(case.n)
+            ],
+            "tcp": {
+                "sender": case.cc,
+                "receive_window_bytes": case.rwnd_bytes,
+                "delayed_ack_us": 40_000,
+                "min_rto_us": 200_000,
+            },
+        }
+    )
+
+
+def run_coorp(
+    case: Case, warmup_s: float, duration_s: float, seed: int, starts_ns: list[int] | None,
+    hystart: str = "on",
+) -> dict[str, Any]:  # fmt: skip
+    """Throughput after the warm-up; each connection's (time, cwnd) from its start."""
+    starts = starts_ns or [0] * case.n
+    sc = coorp_scenario(case, starts)
+    sc = sc.model_copy(update={"tcp": sc.tcp.model_copy(update={"hystart": hystart == "on"})})
+    sim = Simulation(sc, seed=seed, trace=True)
+    flows = [sim.flows[f"up{i}"] for i in range(case.n)]
+    at_warmup: list[int] = []
+    warm_ns = round(warmup_s * 1e9)
+    sim.call_at(warm_ns, lambda: at_warmup.extend(f.delivered_bytes for f in flows))
+    t0 = time.perf_counter()
+    res = sim.run(warm_ns + round(duration_s * 1e9))
+    wall = time.perf_counter() - t0
+    delivered = sum(f.delivered_bytes for f in flows) - sum(at_warmup)
+    traces = []
+    for i in range(case.n):
+        tr = res.tcp[f"up{i}"]["cwnd_trace"]
+        traces.append([(starts[i], 10)] + [(t, w) for t, w, _ in tr])
+    return {
+        "mbps": delivered * 8 / duration_s / 1e6,
+        "wall_s": wall,
+        "starts_ns": starts,
+        "traces": traces,
+        "stats": {k: {s: v for s, v in t.items() if s != "cwnd_trace"} for k, t in res.tcp.items()},
+    }
+
+
+_TRACE_CPP = """
+#include "ns3/core-module.h"
+#include "ns3/internet-module.h"
+#include <string>
+#include <vector>
+namespace coorp_tcp {
+std::vector<std::vector<int64_t>> t, w;
+void Cwnd(int idx, uint32_t, uint32_t cwnd) {
+    t[idx].push_back(ns3::Simulator::Now().GetNanoSeconds());
+    w[idx].push_back(cwnd);
+}
+void Connect(int n) {
+    t.assign(n, {});
+    w.assign(n, {});
+    for (int i = 0; i < n; ++i) {
+        std::string path = "/NodeList/" + std::to_string(i + 1) +
+                           "/$ns3::TcpL4Protocol/SocketList/0/CongestionWindow";
+        ns3::Config::ConnectWithoutContext(path, ns3::MakeBoundCallback(&Cwnd, i));
+    }
+}
+}
+"""
+
+
+def run_ns3(
+    ns: Any, case: Case, warmup_s: float, duration_s: float, seed: int, hystart: bool
+) -> dict[str, Any]:
+    import cppyy
+
+    if not hasattr(cppyy.gbl, "coorp_tcp"):
+        cppyy.cppdef(_TRACE_CPP)
+    tr = cppyy.gbl.coorp_tcp
+    t_build = time.perf_counter()
+    ns.RngSeedManager.SetSeed(1)
+    ns.RngSeedManager.SetRun(seed)
+    socket = "ns3::TcpLinuxReno" if case.cc == "reno" else "ns3::TcpCubic"
+    defaults = {
+        "ns3::TcpL4Protocol::SocketType": ns.StringValue(socket),
+        "ns3::TcpSocket::SegmentSize": ns.UintegerValue(NS3_MSS),
+        # The same window in segments as coorp's (payload bytes per segment differ).
+        "ns3::TcpSocket::RcvBufSize": ns.UintegerValue(case.rwnd_bytes // MSS * NS3_MSS),
+        "ns3::TcpSocket::SndBufSize": ns.UintegerValue(8 * case.rwnd_bytes),
+        "ns3::TcpCubic::HyStart": ns.BooleanValue(hystart),
+        "ns3::TcpSocket::InitialCwnd": ns.UintegerValue(10),
+        "ns3::TcpSocket::DelAckCount": ns.UintegerValue(2),
+        "ns3::TcpSocket::DelAckTimeout": ns.TimeValue(ns.MilliSeconds(40)),
+        "ns3::TcpSocketBase::MinRto": ns.TimeValue(ns.MilliSeconds(200)),
+        "ns3::TcpSocketBase::ClockGranularity": ns.TimeValue(ns.MilliSeconds(1)),
+        "ns3::TcpSocketBase::Sack": ns.BooleanValue(False),
+        "ns3::TcpSocketBase::Timestamp": ns.BooleanValue(False),
+        "ns3::WifiMacQueue::MaxDelay": ns.TimeValue(ns.Seconds(1000.0)),
+    }
+    for key, value in defaults.items():
+        ns.Config.SetDefault(key, value)
+    ap = ns.NodeContainer()
+    ap.Create(1)
+    stas = ns.NodeContainer()
+    stas.Create(case.n)
+    channel = ns.YansWifiChannelHelper.Default()
+    phy = ns.YansWifiPhyHelper()
+    phy.SetChannel(channel.Create())
+    phy.Set("ChannelSettings", ns.StringValue("{42, 80, BAND_5GHZ, 0}"))
+    phy.Set("Antennas", ns.UintegerValue(2))
+    phy.Set("MaxSupportedTxSpatialStreams", ns.UintegerValue(2))
+    phy.Set("MaxSupportedRxSpatialStreams", ns.UintegerValue(2))
+    wifi = ns.WifiHelper()
+    wifi.SetStandard(ns.WIFI_STANDARD_80211ac)
+    wifi.SetRemoteStationManager(
+        "ns3::ConstantRateWifiManager",
+        "DataMode", ns.StringValue("VhtMcs7"),
+        "ControlMode", ns.StringValue("OfdmRate24Mbps"),
+    )  # fmt: skip
+    mac = ns.WifiMacHelper()
+    ssid = ns.Ssid("coorp")
+    ampdu = ns.UintegerValue(1_048_575)
+    mac.SetType("ns3::StaWifiMac", "Ssid", ns.SsidValue(ssid), "BE_MaxAmpduSize", ampdu)
+    sta_devs = wifi.Install(phy, mac, stas)
+    mac.SetType("ns3::ApWifiMac", "Ssid", ns.SsidValue(ssid), "BE_MaxAmpduSize", ampdu)
+    ap_devs = wifi.Install(phy, mac, ap)
+    ap_if = place_and_address(ns, case.n, ap, stas, ap_devs, sta_devs)
+    # No queue disc (assigning addresses installed fq_codel): the segments wait in the
+    # WiFi MAC queue (500 packets, more than the window), as they wait in coorp's kernel
+    # queue and ring; nothing is dropped.
+    tch = ns.TrafficControlHelper()
+    tch.Uninstall(ap_devs)
+    tch.Uninstall(sta_devs)
+    ns.NeighborCacheHelper().PopulateNeighborCache()
+    _warm_up_block_ack(ns, case.n, ap, stas, ap_if)
+    port = 9
+    any_addr = ns.InetSocketAddress(ns.Ipv4Address.GetAny(), port).ConvertTo()
+    sinks = ns.PacketSinkHelper("ns3::TcpSocketFactory", any_addr).Install(ap.Get(0))
+    sinks.Start(ns.Seconds(0.0))
+    dst = ns.InetSocketAddress(ap_if.GetAddress(0), port).ConvertTo()
+    bulk = ns.BulkSendHelper("ns3::TcpSocketFactory", dst)
+    bulk.SetAttribute("MaxBytes", ns.UintegerValue(0))
+    bulk.SetAttribute("SendSize", ns.UintegerValue(NS3_MSS))
+    apps = bulk.Install(stas)
+    apps.Start(ns.Seconds(NS3_APP_START_S))
+    # The sockets exist once the applications have started: trace their windows then.
+    ns.Simulator.Stop(ns.Seconds(NS3_APP_START_S + 1e-6))
+    ns.Simulator.Run()
+    tr.Connect(case.n)
+    ns.Simulator.Stop(ns.Seconds(warmup_s - ns.Simulator.Now().GetSeconds()))  # relative
+    ns.Simulator.Run()
+    sink = ns.DynamicCast[ns.PacketSink](sinks.Get(0))
+    rx0 = int(sink.GetTotalRx())
+    startup = time.perf_counter() - t_build
+    t0 = time.perf_counter()
+    ns.Simulator.Stop(ns.Seconds(duration_s))
+    ns.Simulator.Run()
+    wall = time.perf_counter() - t0
+    rx1 = int(sink.GetTotalRx())
+    traces = []
+    app_start = round(NS3_APP_START_S * 1e9)
+    for i in range(case.n):
+        ts, ws = list(tr.t[i]), list(tr.w[i])
+        traces.append([(t - app_start, w // NS3_MSS) for t, w in zip(ts, ws, strict=True)])
+    ns.Simulator.Destroy()
+    return {
+        "mbps": (rx1 - rx0) * 8 / duration_s / 1e6 * PACKET_BYTES / NS3_MSS,
+        "wall_s": wall,
+        "startup_s": startup,
+        # When each connection sent its first segment (established: cwnd set), from
+        # the applications' start: coorp's connections start at the same instants.
+        "starts_ns": [t[0][0] if t else 0 for t in traces],
+        "traces": traces,
+    }
+
+
+def _warm_up_block_ack(ns: Any, n: int, ap: Any, stas: Any, ap_if: Any) -> None:
+    """A few UDP datagrams each way between the AP and every station half a second before
+    the connections open: ns-3 sets up each Block Ack agreement (ADDBA) with the first
+    data of a link, which coorp's channel has from the start."""
+    port = 10
+    any_addr = ns.InetSocketAddress(ns.Ipv4Address.GetAny(), port).ConvertTo()
+    servers = ns.PacketSinkHelper("ns3::UdpSocketFactory", any_addr)
+    sinks = servers.Install(ap.Get(0))
+    sinks.Add(servers.Install(stas))
+    sinks.Start(ns.Seconds(0.0))
+    for i in range(n):
+        sta = stas.Get(i)
+        sta_addr = sta.GetObject[ns.Ipv4]().GetAddress(1, 0).GetLocal()
+        for dst, src in ((ap_if.GetAddress(0), sta), (sta_addr, ap.Get(0))):
+            client = ns.UdpClientHelper(ns.InetSocketAddress(dst, port).ConvertTo())
+            client.SetAttribute("MaxPackets", ns.UintegerValue(16))
+            client.SetAttribute("Interval", ns.TimeValue(ns.MicroSeconds(50)))
+            client.SetAttribute("PacketSize", ns.UintegerValue(1000))
+            apps = client.Install(src)
+            apps.Start(ns.Seconds(NS3_APP_START_S - 0.5 + 0.01 * i))
+
+
+# -- comparing the traces ----------------------------------------------------------------------
+def sample(trace: list[tuple[int, int]], until_ns: int, cap: int) -> list[int]:
+    """The step function ``trace`` (time, cwnd) every ``SAMPLE_NS`` up to ``until_ns``,
+    capped at ``cap`` segments."""
+    out: list[int] = []
+    j = 0
+    value = trace[0][1] if trace else 0
+    for k in range(until_ns // SAMPLE_NS + 1):
+        t = k * SAMPLE_NS
+        while j < len(trace) and trace[j][0] <= t:
+            value = trace[j][1]
+            j += 1
+        out.append(min(value, cap))
+    return out
+
+
+def reach_ms(samples: list[int], cap: int) -> float | None:
+    for k, v in enumerate(samples):
+        if v >= cap:
+            return k * SAMPLE_NS / 1e6
+    return None
+
+
+def compare_traces(ours: dict[str, Any], theirs: dict[str, Any], rwnd_bytes: int,
+                   trace_ms: float) -> dict[str, Any]:  # fmt: skip
+    """Mean relative difference of the windows (each capped at the receive window): per
+    connection from its own first segment, and of their sum from the applications'
+    start (what several senders offer together)."""
+    cap = max(rwnd_bytes // MSS, 1)
+    until = round(trace_ms * 1e6)
+    per: list[dict[str, Any]] = []
+    diffs: list[float] = []
+    total_a = [0] * (until // SAMPLE_NS + 1)
+    total_b = [0] * (until // SAMPLE_NS + 1)
+    for a, b, sa0, sb0 in zip(ours["traces"], theirs["traces"], ours["starts_ns"],
+                              theirs["starts_ns"], strict=True):  # fmt: skip
+        sa = sample([(t - sa0, w) for t, w in a], until, cap)
+        sb = sample([(t - sb0, w) for t, w in b], until, cap)
+        d = [abs(x - y) / y for x, y in zip(sa, sb, strict=True) if y > 0]
+        diffs.extend(d)
+        per.append({
+            "mean_rel_diff": sum(d) / len(d) if d else None,
+            "coorp_reach_ms": reach_ms(sa, cap), "ns3_reach_ms": reach_ms(sb, cap),
+        })  # fmt: skip
+        for k, (x, y) in enumerate(zip(sample(a, until, cap), sample(b, until, cap), strict=True)):
+            total_a[k] += x
+            total_b[k] += y
+    agg = [abs(x - y) / y for x, y in zip(total_a, total_b, strict=True) if y > 0]
+    return {
+        "cap_segments": cap,
+        "mean_rel_diff": sum(diffs) / len(diffs) if diffs else None,
+        "aggregate_mean_rel_diff": sum(agg) / len(agg) if agg else None,
+        "connections": per,
+    }
+
+
+def mean_window(run: dict[str, Any], until_ns: int, cap: int) -> list[float]:
+    """The mean over connections of the capped window, from the applications' start."""
+    curves = [sample(t, until_ns, cap) for t in run["traces"]]
+    return [sum(col) / len(curves) for col in zip(*curves, strict=True)]
+
+
+def compare_seeds(runs: list[dict[str, Any]], rwnd_bytes: int, trace_ms: float) -> dict[str, Any]:
+    """Over the seeds: the per-connection difference (mean of each seed's), and the
+    difference of the mean window curves (the expected window per connection, from the
+    applications' start: what contention order does not decide)."""
+    cap = max(rwnd_bytes // MSS, 1)
+    until = round(trace_ms * 1e6)
+    per = [r["cwnd"]["mean_rel_diff"] for r in runs if r["cwnd"]["mean_rel_diff"] is not None]
+    a = [mean_window(r["coorp"], until, cap) for r in runs]
+    b = [mean_window(r["ns3"], until, cap) for r in runs]
+    ma = [sum(col) / len(a) for col in zip(*a, strict=True)]
+    mb = [sum(col) / len(b) for col in zip(*b, strict=True)]
+    d = [abs(x - y) / y for x, y in zip(ma, mb, strict=True) if y > 0]
+    return {
+        "cap_segments": cap,
+        "mean_rel_diff": sum(per) / len(per) if per else None,
+        "mean_window_rel_diff": sum(d) / len(d) if d else None,
+        "coorp_mean_window": ma,
+        "ns3_mean_window": mb,
+        "coorp_reach_ms": reach_ms([round(x) for x in ma], cap),
+        "ns3_reach_ms": reach_ms([round(x) for x in mb], cap),
+    }
+
+
+def figure(path: Path, results: list[dict[str, Any]], trace_ms: float) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = [r for r in results if r["cwnd"] is not None]
+    if not cases:
+        return
+    fig, axes = plt.subplots(1, len(cases), figsize=(3.2 * len(cases), 3.0), squeeze=False)
+    for ax, r in zip(axes[0], cases, strict=True):
+        c = r["cwnd"]
+        xs = [k * SAMPLE_NS / 1e6 for k in range(len(c["ns3_mean_window"]))]
+        ax.plot(xs, c["ns3_mean_window"], color="0.5", label="ns-3")
+        ax.plot(xs, c["coorp_mean_window"], color="C0", label="coorp")
+        ax.axhline(c["cap_segments"], color="k", lw=0.6, ls=":")
+        ax.set_ylim(0, c["cap_segments"] * 1.15)
+        ax.set_title(f"{r['case']} ({len(r['runs'])} seeds)", fontsize=9)
+        ax.set_xlabel("ms since the applications start")
+    axes[0][0].set_ylabel("window per connection, segments")
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--cases", default=DEFAULT_CASES, help="comma-separated <cc>-<n>[-<kib>k]")
+    ap.add_argument("--rwnd", type=int, default=262_144, help="receive window bytes (default)")
+    ap.add_argument("--warmup", type=float, default=1.0, help="seconds before the measurement")
+    ap.add_argument("--duration", type=float, default=4.0, help="measured seconds")
+    ap.add_argument("--trace-ms", type=float, default=40.0, help="trace comparison span, ms")
+    ap.add_argument("--seed", type=int, default=1, help="the first seed")
+    ap.add_argument("--seeds", type=int, default=1, help="seeds per case (means over them)")
+    ap.add_argument(
+        "--hystart", choices=("on", "off"), default="off",
+        help="CUBIC's HyStart on both sides (off by default: see the module docstring)",
+    )  # fmt: skip
+    ap.add_argument("--no-ns3", action="store_true", help="skip ns-3 even if importable")
+    ap.add_argument("--json", type=Path, help='write {"rows": [{case, coorp_mbps, ns3_mbps}]}')
+    ap.add_argument("--details", type=Path, help="write every number and trace here")
+    ap.add_argument("--figure", type=Path, help="plot the cwnd traces here (PNG)")
+    args = ap.parse_args(argv)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=150)
+    try:
+        cases = [Case.parse(c.strip(), args.rwnd) for c in args.cases.split(",") if c.strip()]
+    except ValueError as exc:
+        console.print(f"error: {escape(str(exc))}")
+        return 2
+    if args.warmup <= 0 or args.duration <= 0 or args.trace_ms <= 0 or args.seeds < 1:
+        console.print("error: --warmup, --duration, --trace-ms and --seeds must be > 0")
+        return 2
+    load_before = os.getloadavg()
+    ns, import_s, why = (None, 0.0, "--no-ns3") if args.no_ns3 else import_ns3()
+    if ns is None and not args.no_ns3:
+        console.print(escape(INSTALL_HINT), style="yellow")
+        console.print(escape(f"({why})"), style="dim")
+    results: list[dict[str, Any]] = []
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    for case in cases:
+        runs = []
+        for seed in seeds:
+            theirs = None
+            if ns is not None:
+                theirs = run_ns3(ns, case, NS3_APP_START_S + args.warmup, args.duration,
+                                 seed, args.hystart == "on")  # fmt: skip
+            starts = theirs["starts_ns"] if theirs is not None else None
+            ours = run_coorp(case, args.warmup, args.duration, seed, starts, args.hystart)
+            cwnd = (
+                compare_traces(ours, theirs, case.rwnd_bytes, args.trace_ms)
+                if theirs is not None
+                else None
+            )
+            runs.append({"seed": seed, "coorp": ours, "ns3": theirs, "cwnd": cwnd})
+        ns3_mbps = [r["ns3"]["mbps"] for r in runs if r["ns3"] is not None]
+        results.append({
+            "case": case.name, "cc": case.cc, "n": case.n, "rwnd_bytes": case.rwnd_bytes,
+            "coorp_mbps": sum(r["coorp"]["mbps"] for r in runs) / len(runs),
+            "ns3_mbps": sum(ns3_mbps) / len(ns3_mbps) if ns3_mbps else None,
+            "coorp_wall_s": sum(r["coorp"]["wall_s"] for r in runs),
+            "ns3_wall_s": sum(r["ns3"]["wall_s"] for r in runs) if ns3_mbps else None,
+            "cwnd": compare_seeds(runs, case.rwnd_bytes, args.trace_ms) if ns3_mbps else None,
+            "runs": runs,
+        })  # fmt: skip
+        console.print(f"[dim]done: {case.name}[/dim]")
+    table = Table(
+        title=f"TCP over 802.11ac (80 MHz 2x2 MCS 7), {args.duration:g} s after {args.warmup:g} s"
+    )
+    for col in ("case", "coorp Mb/s", "ns-3 Mb/s", "coorp / ns-3", "cwnd diff per conn.",
+                "mean window diff", "reach rwnd ms coorp / ns-3", "coorp wall s",
+                "ns-3 wall s"):  # fmt: skip
+        table.add_column(col, justify="left" if col == "case" else "right")
+
+    def pct(x: float | None, sign: str = "") -> str:
+        return "-" if x is None else f"{100 * x:{sign}.1f}%"
+
+    for r in results:
+        c = r["cwnd"]
+        table.add_row(
+            r["case"],
+            f"{r['coorp_mbps']:.1f}",
+            "-" if r["ns3_mbps"] is None else f"{r['ns3_mbps']:.1f}",
+            "-" if r["ns3_mbps"] is None else pct(r["coorp_mbps"] / r["ns3_mbps"] - 1, "+"),
+            "-" if c is None else pct(c["mean_rel_diff"]),
+            "-" if c is None else pct(c["mean_window_rel_diff"]),
+            "-" if c is None else f"{c['coorp_reach_ms']} / {c['ns3_reach_ms']}",
+            f"{r['coorp_wall_s']:.2f}",
+            "-" if r["ns3_wall_s"] is None else f"{r['ns3_wall_s']:.1f}",
+        )
+    console.print(table)
+    load_after = os.getloadavg()
+    console.print(f"load average (1, 5, 15 min): before {load_before}, after {load_after}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        rows = [
+            {"case": r["case"], "coorp_mbps": r["coorp_mbps"], "ns3_mbps": r["ns3_mbps"]}
+            for r in results
+        ]
+        args.json.write_text(json.dumps({"rows": rows}, indent=2))
+        console.print(f"wrote {args.json}")
+    if args.details:
+        args.details.parent.mkdir(parents=True, exist_ok=True)
+        doc = {
+            "command": " ".join(["python benchmarks/tcp_crosscheck.py", *sys.argv[1:]]),
+            "ns3_version": ns3_version() if ns is not None else None,
+            "ns3_import_s": import_s if ns is not None else None,
+            "load_average_before": load_before,
+            "load_average_after": load_after,
+            "warmup_s": args.warmup,
+            "duration_s": args.duration,
+            "trace_ms": args.trace_ms,
+            "seeds": seeds,
+            "results": results,
+        }
+        args.details.write_text(json.dumps(doc))
+        console.print(f"wrote {args.details}")
+    if args.figure:
+        figure(args.figure, results, args.trace_ms)
+        console.print(f"wrote {args.figure}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,322 @@
+"""The robot side of global preemption: may this robot send BH right now?
+
+:class:`Coordinator` joins :class:`~coorp.control.BulkClient` (the pure
+request/grant/release state machine) to the :class:`~._link.ControlLink`. All BH
+streams of a robot share its one permit: the first stream that has data makes the
+robot request, the last one to finish releases.
+
+A fresh ``BulkClient`` is made on every (re)join: grant ids restart with a new leader
+epoch, and a request sent on a dead connection must be asked again.
+
+Modes: with no leader configured every send is permitted (marking and local
+preemption only); while joined, only with a valid permit; while the link is
+reconnecting, nothing (the grace period before fallback); after fallback, everything.
+
+**After a stall** (this process did not run for more than a heartbeat: SIGSTOP, CPU
+starvation) a permit held before it is *unconfirmed*: the leader may have revoked it
+and granted the next robot meanwhile. No BH byte goes out until one round trip to
+the leader has come back (frames are handled in order, so any revocation sent
+before has arrived by then) or the link has rejoined with a fresh client. The stall
+is noticed by whichever comes first: :meth:`Coordinator.permitted` itself (called
+before every chunk) or a ticker every quarter heartbeat.
+
+For tests and chaos runs, :attr:`Coordinator.intervals` records when this robot
+wrote BH data: ``[first_ns, last_ns, grant_id]`` per stretch (grant -1: without a
+permit, uncoordinated or no leader).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from coorp.control import BulkClient, ForeignGrantError, Grant
+
+from ..wire import (
+    Granted,
+    Message,
+    Release,
+    Request,
+    Revoked,
+    Welcome,
+)
+from ._link import ControlLink, LinkState
+
+__all__ = ["Coordinator"]
+
+log = logging.getLogger("coorp.runtime.agent")
+
+
+class Coordinator:
+    """Permit bookkeeping for one robot's BH streams (runs on the event loop)."""
+
+    def __init__(self, robot: str, clock: Callable[[], int], *, release_linger_ns: int = 0) -> None:
+        self.robot = robot
+        self._clock = clock
+        self.release_linger_ns = release_linger_ns
+        self._linger: asyncio.TimerHandle | None = None
+        self.link: ControlLink | None = None
+        self.state: LinkState | None = None  # None: no leader, never coordinated
+        self._client = BulkClient(robot)
+        self._active = 0
+        #: Held by the stream whose message goes out while the robot's streams send
+        #: one message at a time (``BulkSettings.one_message_at_a_time``); an
+        #: ``asyncio.Lock`` wakes its waiters in the order they came.
+        self.turn = asyncio.Lock()
+        self._changed = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.counters = {
+            "grants": 0,
+            "revocations": 0,
+            "releases": 0,
+            "requests": 0,
+            "stalls": 0,
+            "confirmations": 0,
+            "kept": 0,
+        }
+        self.stall_ns = 200_000_000
+        self._awake_ns = clock()
+        self._unconfirmed = False
+        self._ticker: asyncio.TimerHandle | None = None
+        #: Incremented on every switch into or out of uncoordinated mode: what a BH
+        #: socket learned about the path before does not hold any more.
+        self.regime = 0
+        self.intervals: list[list[int]] = []
+
+    def attach(self, link: ControlLink) -> None:
+        self.link = link
+        self.state = LinkState.PENDING
+
+    # -- link callbacks --------------------------------------------------------------------
+    def on_state(self, state: LinkState, welcome: Welcome | None) -> None:
+        if (state is LinkState.UNCOORDINATED) != (self.state is LinkState.UNCOORDINATED):
+            self.regime += 1
+        self.state = state
+        if state is LinkState.JOINED:
+            self._client = BulkClient(self.robot)
+            self._unconfirmed = False
+            if welcome is not None:
+                self.stall_ns = welcome.heartbeat_ns
+            self._start_ticker()
+            if self._active:
+                self._request()
+        self._notify()
+
+    def on_stall(self, stalled_ns: int) -> None:
+        """The link's watchdog saw this process stall."""
+        self._check_awake(self._clock())
+
+    # -- stalls ----------------------------------------------------------------------------
+    def _start_ticker(self) -> None:
+        if self._ticker is None:
+            self._awake_ns = self._clock()
+            self._tick()
+
+    def _tick(self) -> None:
+        self._check_awake(self._clock())
+        self._ticker = asyncio.get_running_loop().call_later(self.stall_ns / 4e9, self._tick)
+
+    def _check_awake(self, now: int) -> None:
+        gap = now - self._awake_ns
+        self._awake_ns = max(self._awake_ns, now)
+        if gap > self.stall_ns and self.state is LinkState.JOINED and not self._unconfirmed:
+            self._unconfirmed = True
+            self.counters["stalls"] += 1
+            log.info(
+                "%s: stalled %.0f ms; confirming the permit with the leader before sending",
+                self.robot,
+                gap / 1e6,
+            )
+            self._spawn(self._confirm())
+
+    async def _confirm(self) -> None:
+        link = self.link
+        confirmed = link is not None and await link.round_trip(3 * self.stall_ns / 1e9)
+        if confirmed and self._unconfirmed:
+            self._unconfirmed = False
+            self.counters["confirmations"] += 1
+            self._notify()
+
+    def close(self) -> None:
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
+        if self._ticker is not None:
+            self._ticker.cancel()
+            self._ticker = None
+
+    def note_write(self, start_ns: int, end_ns: int) -> None:
+        """BH bytes were written between ``start_ns`` and ``end_ns``."""
+        gid = -1
+        grant = self._client.grant
+        if self.state is LinkState.JOINED and grant is not None:
+            gid = grant.grant_id
+        last = self.intervals[-1] if self.intervals else None
+        if last is not None and last[2] == gid and start_ns - last[1] < 50_000_000:
+            last[1] = end_ns
+        elif len(self.intervals) < 10_000:
+            self.intervals.append([start_ns, end_ns, gid])
+
+    def on_message(self, msg: Message) -> None:
+        now = self._clock()
+        if isinstance(msg, Granted):
+            grant = Grant(self.robot, msg.grant_id, msg.granted_ns, msg.expires_ns)
+            try:
+                give_back = self._client.on_grant(grant, now)
+            except ForeignGrantError:  # impossible by construction; never fatal
+                return
+            self.counters["grants"] += 1
+            if give_back is not None:
+                self._send(Release(give_back))
+        elif isinstance(msg, Revoked):
+            self.counters["revocations"] += 1
+            self._client.on_revoke(msg.grant_id, now)
+        else:
+            log.debug("ignoring %s from the leader", type(msg).__name__)
+            return
+        self._notify()
+
+    # -- stream side -----------------------------------------------------------------------
+    @property
+    def coordinated(self) -> bool:
+        return self.state is LinkState.JOINED
+
+    def permitted(self, now_ns: int) -> bool:
+        if self.state is None or self.state is LinkState.UNCOORDINATED:
+            return True
+        if self.state is LinkState.PENDING:
+            return False
+        self._check_awake(now_ns)
+        if self._unconfirmed:
+            return False
+        return self._client.may_send(now_ns)
+
+    def permit_ends_ns(self) -> int | None:
+        """Local end of the current permit while coordinated (None: no end known)."""
+        if self.state is not LinkState.JOINED:
+            return None
+        return self._client.local_expires_ns
+
+    def begin(self) -> None:
+        """A stream has data to send."""
+        self._active += 1
+        if self._linger is not None:
+            # The permit of the previous message is still held: keep it (no release,
+            # no new request, no hand-over between back-to-back messages).
+            self._linger.cancel()
+            self._linger = None
+            self.counters["kept"] += 1
+        if self._active == 1 and self.state is LinkState.JOINED:
+            self._request()
+
+    def end(self) -> None:
+        """A stream finished its message. The last one to finish releases the permit,
+        ``release_linger_ns`` later unless another message starts meanwhile."""
+        self._active -= 1
+        if self._active:
+            return
+        if self.release_linger_ns > 0 and self.state is LinkState.JOINED:
+            if self._linger is None:
+                self._linger = asyncio.get_running_loop().call_later(
+                    self.release_linger_ns / 1e9, self.release_now
+                )
+        else:
+            self.release_now()
+
+    def release_now(self) -> None:
+        """Release the permit at once if no stream has data (a lingering one too)."""
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
+        if self._active:
+            return
+        gid = self._client.finished(self._clock())
+        if gid is not None and self.state is LinkState.JOINED:
+            self.counters["releases"] += 1
+            self._send(Release(gid))
+
+    async def wait_permitted(self, max_wait_s: float) -> bool:
+        """Wait (at most ``max_wait_s``) until BH may be sent; re-requests as needed."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait_s
+        while True:
+            now = self._clock()
+            if self.permitted(now):
+                return True
+            if self.state is LinkState.JOINED:
+                self._request()
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            # Wake at the latest when the current permit expires locally, to re-request.
+            ends = self._client.local_expires_ns
+            if ends is not None and ends > now:
+                remaining = min(remaining, (ends - now) / 1e9 + 1e-4)
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await self._changed.wait()
+
+    async def wait_state(self, state: LinkState | None, timeout_s: float) -> bool:
+        """Wait (at most ``timeout_s``) until the link is in ``state``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.state is not state:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            await self.changed(remaining)
+        return True
+
+    async def changed(self, timeout_s: float) -> None:
+        """Wait for any permit or link change (or the timeout)."""
+        self._changed.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await self._changed.wait()
+
+    async def flush(self, timeout_s: float) -> None:
+        """Wait (at most ``timeout_s``) until the permit messages already queued for
+        the leader (requests, releases) have been written to the link; a lingering
+        permit is released first."""
+        self.release_now()
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=timeout_s)
+
+    async def sync(self, timeout_s: float) -> bool:
+        """True once the leader has handled every permit message sent so far (see
+        :meth:`ControlLink.round_trip`); False without a leader link or answer."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        await self.flush(timeout_s)
+        if self.link is None:
+            return False
+        return await self.link.round_trip(max(deadline - loop.time(), 0.0))
+
+    # -- internals -------------------------------------------------------------------------
+    def _notify(self) -> None:
+        self._changed.set()
+
+    def _request(self) -> None:
+        if self._client.want(self._clock()):
+            self.counters["requests"] += 1
+            self._send(Request(), on_fail=lambda: self._client.on_request_lost(self._clock()))
+
+    def _send(self, msg: Message, on_fail: Callable[[], None] | None = None) -> None:
+        link = self.link
+        if link is None:
+            return
+
+        async def go() -> None:
+            if not await link.send(msg) and on_fail is not None:
+                on_fail()
+
+        self._spawn(go())
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)

@@ -1,0 +1,66 @@
+"""A robot's runtime tuning (:class:`TeamSettings`), and how the team file sets it.
+
+The defaults suit a WiFi team; :func:`team_settings` reads the ``[agent]`` section of a
+team file into them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .._config import TeamConfig
+from ..inbox import ReceiverLimits
+from ._pacing import BulkSettings
+
+__all__ = ["TeamSettings", "team_settings"]
+
+
+@dataclass(frozen=True, slots=True)
+class TeamSettings:
+    """Tuning of a robot's runtime; the defaults suit a WiFi team."""
+
+    local_preemption: bool = True
+    """Pause BH ahead of this robot's predicted LS sends (the gate)."""
+    protection_margin_ns: int = 2_000_000
+    fallback_ns: int = 900_000_000
+    """Leader silent this long: BH goes uncoordinated (must stay under 1 s)."""
+    release_linger_ns: int = 20_000_000
+    """A robot whose last bulk message finished keeps its permit this long, so that
+    back-to-back messages go out under one permit instead of handing it over (and
+    asking for it again) between every two of them. 0: release at once (the paper)."""
+    report_interval_s: float = 1.0
+    """How often a joined robot reports to its leader (``coorp top``); 0: never."""
+    join_timeout_s: float = 2.0
+    """How long :func:`join` waits for the leader before going on uncoordinated."""
+    ls_keepalive_s: float = 1.0
+    """Keep-alive period of an LS channel's session with its receiver (also how often
+    the receiver re-measures the clock offset for its freshness check)."""
+    ls_session_wait_s: float = 1.0
+    """How long the threaded ``Team.latency_sensitive`` waits for the receiver to open
+    the channel's session (sends before that are parked, keep-last)."""
+    bulk: BulkSettings = field(default_factory=BulkSettings)
+    receiver: ReceiverLimits = field(default_factory=ReceiverLimits)
+
+
+def team_settings(config: TeamConfig) -> TeamSettings:
+    """An agent's :class:`TeamSettings` from the team file's ``[agent]`` section."""
+    a = config.agent
+    budget = a.inflight_budget_ms
+    return TeamSettings(
+        local_preemption=a.local_preemption,
+        protection_margin_ns=round(a.protection_margin_ms * 1e6),
+        fallback_ns=round(a.fallback_ms * 1e6),
+        release_linger_ns=round(a.release_linger_ms * 1e6),
+        bulk=BulkSettings(
+            chunk_bytes=a.chunk_bytes,
+            protection_tolerance_ns=round(a.protection_tolerance_ms * 1e6),
+            inflight_budget_ns=round(budget * 1e6) if budget > 0 else None,
+            one_message_at_a_time=a.bulk_one_message_at_a_time,
+        ),
+        receiver=ReceiverLimits(
+            connections_per_member=a.inbox_connections_per_member,
+            ls_sessions_per_member=a.inbox_ls_sessions_per_member,
+            frames_per_s_per_member=a.inbox_frames_per_s_per_member,
+            preauth_budget=a.inbox_preauth_budget,
+        ),
+    )

@@ -1,0 +1,599 @@
+"""TCP connections for bulk flows: a sender whose window gates the kernel queue, a receiver
+whose delayed ACKs clock it (``[tcp] sender = "reno" | "cubic"``; off by default).
+
+One :class:`TcpConnection` per bulk flow with TCP acks. Its unit is the segment: one IP
+packet of ``packet_bytes`` (``mss`` = ``packet_bytes - 52`` bytes of payload, IPv4 + TCP +
+timestamps), numbered from 0. The application's transfers on the flow are one byte
+stream, each transfer's last segment possibly short.
+
+* **Sender** (Linux's ``tcp_write_xmit``): new segments enter the station's kernel queue
+  while the segments in flight (``packets_out - sacked_out - lost_out + retrans_out``)
+  are fewer than ``cwnd`` and the receive window allows. The station sees the connection
+  as one :class:`~coorp.sim.station.BulkTransfer` (``sock``) whose bytes are those
+  segments; the driver, the policy's gate and the MAC handle them as any bulk data, and
+  each run the driver takes gets its sequence numbers (``Packet.seq_base``).
+* **Receiver**: its MAC passes segments up in the order they were sent (the Block Ack
+  reordering buffer: those delivered ahead of a retried one wait for it or its drop).
+  One ACK (52 bytes, a frame in AC_BE, the flow ``<name>:ack``) per two in-order
+  segments, a lone one after ``delayed_ack_us``; an out-of-order or duplicate segment,
+  or one that fills a hole, is acknowledged at once (a duplicate ACK). Segments are
+  counted delivered once, on first arrival; a transfer is complete when every byte of
+  it is in order.
+* **ACKs** (Linux's ``tcp_ack``): window growth (``coorp.sim.congestion``, only while the
+  window limits the sender: ``tcp_is_cwnd_limited``), RTT samples (Karn: none from
+  retransmitted segments) for RFC 6298's RTO; three duplicate ACKs start fast recovery
+  (NewReno, RFC 6582, as Linux does without SACK: the head segment retransmitted, one
+  more at each partial ACK) with proportional rate reduction (RFC 6937, Linux's
+  ``tcp_cwnd_reduction``), ending at ``cwnd = ssthresh``.
+* **RTO** (RFC 6298, bounds from the scenario; Linux's ``tcp_enter_loss``): ssthresh
+  reduced, cwnd 1, every outstanding segment marked lost and resent in order as the
+  window opens, the timer backed off (doubled) until a new RTT sample. A segment still
+  in the station's queues is not resent (Linux: ``skb_still_in_host_queue``), and an
+  ACK of an original segment afterwards undoes the reduction (F-RTO, RFC 5682): a gate
+  that holds a sender's data past its RTO costs the backoff, not the window.
+* **Idle** (``slow_start_after_idle``, Linux's ``tcp_cwnd_restart``): data written
+  after the connection was idle (nothing in flight) for more than an RTO restarts with
+  the window halved for every RTO of idleness, down to the initial window.
+
+Not modelled: SACK, RACK, tail-loss probes, pacing, TSQ, receive-window autotuning,
+ECN, AQM in the kernel queue (it never drops: without loss the window grows to the
+receive window). Losses come only from the MAC (retry-limit drops, packet errors).
+
+The one import circle kept on purpose (speed): this module, ``congestion``, ``packets``,
+``station``, ``mac``, ``_ungated`` and ``_txq`` name each other's classes for mypyc's native access.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Final
+
+from coorp._errors import UsageError
+from coorp.sim.congestion import (
+    EVER_RETX,
+    LOST,
+    OPEN,
+    RECOVERY,
+    RETRANS,
+    CongestionControl,
+    TcpParams,
+    cwnd_restart,
+    cwnd_validate,
+    enter_loss,
+    on_dupack,
+    on_new_ack,
+    rto_now,
+    rtt_sample,
+)  # fmt: skip
+from coorp.sim.events import PRIO_TRAFFIC, Event, EventLoop
+from coorp.sim.packets import TCP_ACK_BYTES, FlowState, Packet
+from coorp.sim.station import BulkTransfer
+
+__all__ = ["ACK_STEP", "TCP_IP_HEADER_BYTES", "TcpConnection"]
+
+#: IPv4 (20) + TCP (20) + timestamps option (12).
+TCP_IP_HEADER_BYTES: Final = 52
+#: In-order segments per ACK; a run of ACKs acknowledges ``seq_base + ACK_STEP * pid``.
+ACK_STEP: Final = 2
+#: A window that has not been reduced yet (Linux's TCP_INFINITE_SSTHRESH).
+INFINITE_SSTHRESH: Final = 0x7FFFFFFF
+#: What ``stats()`` reports besides the congestion control, SRTT and RTO.
+_COUNTERS: Final = (
+    "segments_sent", "retransmits", "fast_recoveries", "timeouts", "spurious_timeouts",
+    "idle_restarts", "duplicate_segments", "dupacks_received", "delayed_acks", "cwnd",
+    "max_cwnd", "ssthresh",
+)  # fmt: skip
+
+
+class TcpConnection:
+    """The sender and the receiver of one bulk flow (see the module docstring)."""
+
+    def __init__(
+        self, flow: FlowState, ack_flow: FlowState, params: TcpParams, cc: CongestionControl,
+        *, loop: EventLoop, packet_bytes: int, alloc_pids: Callable[[int], int],
+        trace: bool = False,
+    ) -> None:  # fmt: skip
+        self.flow = flow
+        self.ack_flow = ack_flow
+        self.params = params
+        self.cc = cc
+        self.loop = loop
+        self.packet_bytes = packet_bytes
+        self.mss = packet_bytes - TCP_IP_HEADER_BYTES
+        self._alloc_pids = alloc_pids
+        #: What the station sees: the segments in the kernel queue.
+        self.sock = BulkTransfer(flow, None, None, True)
+        self.sock.remaining_bytes = 0
+        self.sock.tcp = self
+        # -- application -----------------------------------------------------------------------
+        #: Transfers with bytes not yet segmented (their ``remaining_bytes``).
+        self._app: deque[BulkTransfer] = deque()
+        #: [first seq, end seq (-1: open), bytes of its last segment, transfer] in order.
+        self._spans: deque[tuple[int, int, int, BulkTransfer]] = deque()
+        self._open_span_start = -1
+        # -- sender ----------------------------------------------------------------------------
+        self.snd_una = 0
+        self.snd_nxt = 0
+        self.cwnd = params.initial_window
+        self.cwnd_cnt = 0
+        self.ssthresh = INFINITE_SSTHRESH
+        self.rwnd = max(params.receive_window_bytes // self.mss, 1)
+        self.prior_cwnd = self.prior_ssthresh = 0
+        self.ca_state = OPEN
+        self.high_seq = 0
+        self.sacked_out = 0  # duplicate ACKs standing for segments received (no SACK)
+        self.lost_out = self.retrans_out = 0
+        self.prr_delivered = self.prr_out = 0
+        self.retx_hint = 0
+        #: Per segment from ``base``: bytes, last send time, flags.
+        self.base = 0
+        self.seg_size: list[int] = []
+        self.seg_sent: list[int] = []
+        self.flags: list[int] = []
+        #: The kernel queue: [first seq, count, bytes each] runs in send order.
+        self._queue: deque[list[int]] = deque()
+        self.is_cwnd_limited_flag = False
+        self.max_packets_out = 0
+        self.cwnd_usage_seq = 0
+        self.lsndtime = -1
+        # RTO (RFC 6298).
+        self.srtt_ns = 0
+        self.rttvar_ns = 0
+        self.rto_ns = params.initial_rto_ns
+        self.backoff = 0
+        #: Timeouts since the last ACK of new data (Linux's icsk_retransmits).
+        self.rto_count = 0
+        self._rto_deadline = -1
+        self._rto_event: Event | None = None
+        # -- receiver --------------------------------------------------------------------------
+        self.rcv_nxt = 0
+        self._ooo: set[int] = set()
+        #: The receiver's MAC reordering (802.11-2016 10.24.4): [first, end) pid ranges
+        #: handed to the NIC and neither delivered nor dropped, oldest first; packets
+        #: delivered ahead of them wait in ``_held`` (first pid -> (seq, count, bytes)).
+        self._mac: deque[list[int]] = deque()
+        self._held: dict[int, tuple[int, int, int]] = {}
+        self._pending = 0  # in-order segments not yet acknowledged
+        self._delack_deadline = -1
+        self._delack_event: Event | None = None
+        # -- counters --------------------------------------------------------------------------
+        self.segments_sent = self.retransmits = self.fast_recoveries = self.timeouts = 0
+        self.spurious_timeouts = self.idle_restarts = self.duplicate_segments = 0
+        self.dupacks_received = self.delayed_acks = 0
+        self.max_cwnd = self.cwnd
+        #: (time, cwnd, ssthresh) at every change, if traced.
+        self.trace: list[tuple[int, int, int]] | None = [] if trace else None
+        self.cc.init(self, loop.now_ns)
+
+    # -- state the congestion control reads ------------------------------------------------
+    @property
+    def packets_out(self) -> int:
+        return self.snd_nxt - self.snd_una
+
+    def in_flight(self) -> int:
+        """``tcp_packets_in_flight``: segments out in the network by the sender's count."""
+        return self.snd_nxt - self.snd_una - self.sacked_out - self.lost_out + self.retrans_out
+
+    # -- the application -------------------------------------------------------------------
+    def add_transfer(self, t: BulkTransfer, now: int) -> None:
+        """The application writes ``t``'s bytes to the socket."""
+        sock = self.sock
+        if sock.remaining_bytes and t.gated != sock.gated:
+            raise UsageError(
+                f"flow {self.flow.name!r}: a {'' if t.gated else 'un'}gated transfer while "
+                f"{'' if sock.gated else 'un'}gated data of the same TCP connection waits"
+            )
+        sock.gated = t.gated
+        if (
+            self.params.slow_start_after_idle
+            and self.packets_out == 0
+            and self.lsndtime >= 0
+            and now - self.lsndtime > self.rto_ns
+        ):
+            cwnd_restart(self, now - self.lsndtime)
+            self.record(now)
+        t.remaining_bytes = t.total_bytes
+        self._app.append(t)
+        self._push(now)
+
+    # -- sending ---------------------------------------------------------------------------
+    def _push(self, now: int) -> None:
+        """Send what the window allows: lost segments first, then new data."""
+        was_empty = not self.sock.remaining_bytes
+        sent = 0
+        if self.ca_state >= RECOVERY:
+            sent += self._retransmit(now)
+        app = self._app
+        rwnd = self.rwnd
+        while app and self.in_flight() < self.cwnd:
+            room = rwnd - (self.snd_nxt - self.snd_una)
+            if room <= 0:
+                break
+            n = self._new_segments(app[0], min(room, self.cwnd - self.in_flight()), now)
+            if n == 0:
+                break
+            sent += n
+        if app or sent:
+            limited = self.in_flight() >= self.cwnd and bool(app)
+            if sent or limited:
+                cwnd_validate(self, limited)
+        if was_empty and self.sock.remaining_bytes:
+            self.flow.src.add_transfer(self.sock)
+
+    def _new_segments(self, t: BulkTransfer, quota: int, now: int) -> int:
+        """Up to ``quota`` new segments of transfer ``t`` into the kernel queue."""
+        size = self.packet_bytes
+        left = t.remaining_bytes
+        if left is None:
+            n = quota
+        else:
+            full = left // size
+            if full == 0:
+                size = left
+                n = 1
+            else:
+                n = min(quota, full)
+        seq = self.snd_nxt
+        if self._open_span_start < 0:
+            self._open_span_start = seq
+        if left is not None:
+            left -= n * size
+            t.remaining_bytes = left
+            if left == 0:
+                self._app.popleft()
+                self._spans.append((self._open_span_start, seq + n, size, t))
+                self._open_span_start = -1
+        self._send_event(now)
+        if self.packets_out == 0:
+            self._arm_rto(now + self.rto_ns)
+        self.seg_size.extend([size] * n)
+        self.seg_sent.extend([now] * n)
+        self.flags.extend([0] * n)
+        self.snd_nxt = seq + n
+        self.segments_sent += n
+        if self.ca_state == RECOVERY:
+            self.prr_out += n
+        self._enqueue(seq, n, size)
+        return n
+
+    def _send_event(self, now: int) -> None:
+        if self.in_flight() == 0:
+            self.cc.on_tx_start(self, now)
+        self.lsndtime = now
+
+    def _enqueue(self, seq: int, n: int, size: int) -> None:
+        queue = self._queue
+        if queue:
+            last = queue[-1]
+            if last[0] + last[1] == seq and last[2] == size:
+                last[1] += n
+                self.sock.remaining_bytes = (self.sock.remaining_bytes or 0) + n * size
+                return
+        queue.append([seq, n, size])
+        self.sock.remaining_bytes = (self.sock.remaining_bytes or 0) + n * size
+
+    def _retransmit(self, now: int) -> int:
+        """Resend lost segments in order while the window allows (Recovery: the head)."""
+        sent = 0
+        seq = max(self.retx_hint, self.snd_una)
+        end = self.snd_una + 1 if self.ca_state == RECOVERY else self.high_seq
+        while seq < min(end, self.snd_nxt):
+            i = seq - self.base
+            f = self.flags[i]
+            if not f & LOST or f & RETRANS:
+                seq += 1
+                continue
+            if self.in_flight() >= self.cwnd:
+                break
+            if self._in_host(seq):
+                break  # still in the station's queues: Linux does not resend it
+            self.flags[i] = f | RETRANS | EVER_RETX
+            self.retrans_out += 1
+            self._send_event(now)
+            self.seg_sent[i] = now
+            self.retransmits += 1
+            self.flow.retransmitted_packets += 1
+            if self.ca_state == RECOVERY:
+                self.prr_out += 1
+            self._enqueue(seq, 1, self.seg_size[i])
+            sent += 1
+            seq += 1
+        self.retx_hint = seq
+        return sent
+
+    def _in_host(self, seq: int) -> bool:
+        """Whether a copy of segment ``seq`` waits in the kernel queue or the NIC ring."""
+        for first, count, _ in self._queue:
+            if first <= seq < first + count:
+                return True
+        for p in self.flow.src.rings[self.flow.ac]:
+            if p.flow is self.flow:
+                lo = p.seq_base + p.pid
+                if lo <= seq < lo + p.count:
+                    return True
+        return False
+
+    # -- the station's driver --------------------------------------------------------------
+    def head_run(self, k: int) -> tuple[int, int]:
+        """(count, bytes each) of the next run the driver may take, at most ``k``."""
+        head = self._queue[0]
+        return (head[1] if head[1] < k else k), head[2]
+
+    def dequeued(self, pkt: Packet) -> None:
+        """The driver took ``pkt`` (a run of ``head_run``) from the kernel queue."""
+        head = self._queue[0]
+        pkt.seq_base = head[0] - pkt.pid
+        head[0] += pkt.count
+        head[1] -= pkt.count
+        if head[1] == 0:
+            self._queue.popleft()
+        mac = self._mac
+        end = pkt.pid + pkt.count
+        if mac and mac[-1][1] == pkt.pid:
+            mac[-1][1] = end
+        else:
+            mac.append([pkt.pid, end])
+
+    # -- the receiver ----------------------------------------------------------------------
+    def on_data(self, p: Packet, pid: int, k: int, now: int) -> None:
+        """Packets ``pid .. pid + k - 1`` of run ``p`` reached the receiver's MAC, which
+        passes them up in the order they were sent (its reordering buffer): those ahead
+        of one still on its way wait for it, or for its drop."""
+        mac = self._mac
+        head = mac[0]
+        if pid == head[0]:  # the oldest outstanding: the common case
+            head[0] += k
+            if head[0] == head[1]:
+                mac.popleft()
+            self._receive(p.seq_base + pid, k, p.ip_bytes, now)
+            if self._held:
+                self._release(now)
+            return
+        self._mac_done(pid, k)
+        self._held[pid] = (p.seq_base + pid, k, p.ip_bytes)
+
+    def on_mac_drop(self, pid: int, now: int) -> None:
+        """The MAC gave up on packet ``pid`` (its retry limit): the segment is lost, and
+        the receiver's MAC passes up the ones it held behind it."""
+        self._mac_done(pid, 1)
+        if self._held:
+            self._release(now)
+
+    def _mac_done(self, pid: int, k: int) -> None:
+        """Packets ``pid .. pid + k - 1`` are no longer outstanding at the MAC."""
+        mac = self._mac
+        for i, iv in enumerate(mac):
+            lo, hi = iv
+            if lo <= pid < hi:
+                if pid == lo:
+                    iv[0] = pid + k
+                elif pid + k == hi:
+                    iv[1] = pid
+                else:
+                    mac.insert(i + 1, [pid + k, hi])
+                    iv[1] = pid
+                if iv[0] == iv[1]:
+                    del mac[i]
+                return
+
+    def _release(self, now: int) -> None:
+        """Pass up the held packets ahead of the oldest outstanding one, in order."""
+        oldest = self._mac[0][0] if self._mac else -1
+        held = self._held
+        for pid in sorted(held):
+            if 0 <= oldest < pid:
+                break
+            seq, k, size = held.pop(pid)
+            self._receive(seq, k, size, now)
+
+    def _receive(self, seq: int, k: int, size: int, now: int) -> None:
+        """Segments ``seq .. seq + k - 1`` (``size`` bytes each) reached TCP."""
+        flow = self.flow
+        ooo = self._ooo
+        if seq == self.rcv_nxt and not ooo:
+            # In order, no hole: the common case, one step.
+            flow.delivered_packets += k
+            flow.delivered_bytes += k * size
+            self._advance(seq + k, now)
+            total = self._pending + k
+            m = total // ACK_STEP
+            self._pending = total - m * ACK_STEP
+            if m:
+                self._send_acks(seq + k - self._pending - ACK_STEP * (m - 1), m)
+            if self._pending:
+                self._arm_delack(now)
+            return
+        for s in range(seq, seq + k):
+            if s < self.rcv_nxt or s in ooo:
+                self.duplicate_segments += 1
+                self._ack_now()
+                continue
+            flow.delivered_packets += 1
+            flow.delivered_bytes += size
+            if s > self.rcv_nxt:
+                ooo.add(s)
+                self._ack_now()  # a duplicate ACK
+                continue
+            end = s + 1
+            filled = bool(ooo)
+            while end in ooo:
+                ooo.discard(end)
+                end += 1
+            self._advance(end, now)
+            if filled:
+                self._ack_now()
+            else:
+                self._pending += 1
+                if self._pending >= ACK_STEP:
+                    self._ack_now()
+                else:
+                    self._arm_delack(now)
+
+    def _advance(self, end: int, now: int) -> None:
+        """Segments up to ``end`` are in order: the application has their bytes."""
+        start = self.rcv_nxt
+        self.rcv_nxt = end
+        spans = self._spans
+        while spans and spans[0][0] < end:
+            first, last, last_size, t = spans[0]
+            lo = max(first, start)
+            if end >= last:
+                t.delivered_bytes += (last - lo - 1) * self.packet_bytes + last_size
+                spans.popleft()
+                if t.on_complete is not None:
+                    t.on_complete(t, now)
+            else:
+                t.delivered_bytes += (end - lo) * self.packet_bytes
+                break
+        if not spans and self._app and self._open_span_start >= 0:
+            t = self._app[0]
+            lo = max(self._open_span_start, start)
+            if end > lo:
+                t.delivered_bytes += (end - lo) * self.packet_bytes
+
+    def _ack_now(self) -> None:
+        self._pending = 0
+        self._send_acks(self.rcv_nxt, 1)
+
+    def _send_acks(self, first_ack: int, m: int) -> None:
+        """``m`` ACKs acknowledging ``first_ack``, ``first_ack + 2``, ...: one run."""
+        pid = self._alloc_pids(m)
+        ack = Packet(pid, self.ack_flow, TCP_ACK_BYTES, count=m)
+        ack.seq_base = first_ack - ACK_STEP * pid
+        self.ack_flow.sent_packets += m
+        self.ack_flow.src.send_ls([ack])
+
+    def _arm_delack(self, now: int) -> None:
+        if self._delack_deadline >= 0:
+            return
+        self._delack_deadline = now + self.params.delayed_ack_ns
+        if self._delack_event is None:
+            self._delack_event = self.loop.call_at(
+                self._delack_deadline, PRIO_TRAFFIC, self._delack_timer
+            )
+
+    def _delack_timer(self) -> None:
+        self._delack_event = None
+        deadline = self._delack_deadline
+        if deadline < 0:
+            return
+        now = self.loop.now_ns
+        if now < deadline:
+            self._delack_event = self.loop.call_at(deadline, PRIO_TRAFFIC, self._delack_timer)
+            return
+        self._delack_deadline = -1
+        if self._pending:
+            self.delayed_acks += 1
+            self._ack_now()
+
+    # -- the sender's ACKs -----------------------------------------------------------------
+    def on_acks(self, p: Packet, pid: int, k: int, now: int) -> None:
+        """ACKs ``pid .. pid + k - 1`` of run ``p`` reached the sender."""
+        ack_flow = self.ack_flow
+        ack_flow.delivered_packets += k
+        ack_flow.delivered_bytes += k * p.ip_bytes
+        for q in range(pid, pid + k):
+            self._ack(p.seq_base + ACK_STEP * q, now)
+        self._push(now)
+        self.record(now)
+
+    def _ack(self, ackno: int, now: int) -> None:
+        una = self.snd_una
+        if ackno < una:
+            return  # an old ACK, overtaken
+        if ackno == una:
+            if self.snd_nxt > una:
+                on_dupack(self)
+            return
+        acked = ackno - una
+        first_t = -1
+        last_t = -1
+        head_retx = False
+        base = self.base
+        flags = self.flags
+        sent = self.seg_sent
+        for i in range(una - base, ackno - base):
+            f = flags[i]
+            if f:
+                if f & LOST:
+                    self.lost_out -= 1
+                if f & RETRANS:
+                    self.retrans_out -= 1
+                if f & EVER_RETX:
+                    if i == una - base:
+                        head_retx = True
+                    continue
+            if first_t < 0:
+                first_t = sent[i]
+            last_t = sent[i]
+        self.snd_una = ackno
+        self.rto_count = 0
+        if ackno - base >= 1024:
+            cut = ackno - base
+            del self.seg_size[:cut], self.seg_sent[:cut], self.flags[:cut]
+            self.base = ackno
+        if first_t >= 0:
+            rtt_sample(self, now - first_t)
+        if last_t >= 0:
+            self.cc.pkts_acked(self, (now - last_t) // 1000, now)
+        on_new_ack(self, acked, head_retx, now)
+        if self.cwnd > self.max_cwnd:
+            self.max_cwnd = self.cwnd
+        if self.snd_nxt > self.snd_una:
+            self._arm_rto(now + rto_now(self))
+        else:
+            self._rto_deadline = -1
+
+    def mark_lost(self, seq: int) -> None:
+        i = seq - self.base
+        f = self.flags[i]
+        if f & RETRANS:
+            self.retrans_out -= 1
+        self.flags[i] = (f | LOST) & ~RETRANS
+        if not f & LOST:
+            self.lost_out += 1
+        self.retx_hint = min(self.retx_hint, seq)
+
+    # -- RTO -------------------------------------------------------------------------------
+    def _arm_rto(self, deadline: int) -> None:
+        self._rto_deadline = deadline
+        ev = self._rto_event
+        if ev is not None and ev.time_ns <= deadline:
+            return  # fires early, finds the later deadline and waits again
+        if ev is not None:
+            ev.cancel()
+        self._rto_event = self.loop.call_at(deadline, PRIO_TRAFFIC, self._rto_timer)
+
+    def _rto_timer(self) -> None:
+        self._rto_event = None
+        deadline = self._rto_deadline
+        if deadline < 0:
+            return
+        now = self.loop.now_ns
+        if now < deadline:
+            self._rto_event = self.loop.call_at(deadline, PRIO_TRAFFIC, self._rto_timer)
+            return
+        self._rto_deadline = -1
+        if self.snd_nxt > self.snd_una:
+            self.timeouts += 1  # tcp_retransmit_timer
+            enter_loss(self, now)
+            self._push(now)
+            self.backoff += 1
+            self._arm_rto(now + rto_now(self))
+            self.record(now)
+
+    # -- results ---------------------------------------------------------------------------
+    def record(self, now: int) -> None:
+        tr = self.trace
+        if tr is not None and (not tr or tr[-1][1] != self.cwnd or tr[-1][2] != self.ssthresh):
+            tr.append((now, self.cwnd, self.ssthresh))
+
+    def stats(self) -> dict[str, int | str]:
+        """Counters of the connection (``SimResult.tcp``)."""
+        out: dict[str, int | str] = {"congestion_control": self.cc.name}
+        for name in _COUNTERS:
+            out[name] = getattr(self, name)
+        out["srtt_us"] = self.srtt_ns // 1000
+        out["rto_us"] = rto_now(self) // 1000
+        return out

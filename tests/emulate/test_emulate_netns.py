@@ -1,0 +1,248 @@
+"""``coorp emulate`` for real: namespaces, TUN interfaces, the emulator process, real
+sockets (root; skipped with the reason where namespaces or TUN are unavailable).
+
+Nothing asserts a duration. Real UDP crosses the emulated channel and every packet
+arrives; saturated real senders carry what the simulator's run of the same stations
+carries (the tolerance is the simulator's own seed-to-seed spread, see
+``test_air._window_tolerance``); a live run replayed offline from its recorded arrivals
+makes the same channel decisions; every exit path leaves nothing behind, and a run
+killed with SIGKILL is cleaned by the next start.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_air import _window_tolerance
+
+from coorp.emulate import (
+    Air,
+    Emulation,
+    FrameLog,
+    emulation_unavailable,
+    read_arrivals,
+    remove_stale,
+    replay,
+)
+from coorp.emulate._validate import run_load, saturation_scenario, simulated_saturation, uplinks
+from coorp.scenario import parse_scenario
+
+pytestmark = pytest.mark.netns
+
+TAG = "cemu"
+_coorp = Path(sys.executable).with_name("coorp")
+COORP = (
+    [str(_coorp)]
+    if _coorp.exists()
+    else [sys.executable, "-c", "from coorp.cli import main; main()"]
+)
+
+ECHO = """
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("0.0.0.0", 7000))
+print("up", flush=True)
+while True:
+    d, a = s.recvfrom(4096); s.sendto(d, a)
+"""
+
+CLIENT = """
+import json, socket, sys, time
+dst, n, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(float(sys.argv[4]) if len(sys.argv) > 4 else 2.0)
+got = []
+for k in range(n):
+    s.sendto(k.to_bytes(4, "big") + bytes(size - 4), (dst, 7000))
+    try:
+        got.append(int.from_bytes(s.recvfrom(4096)[0][:4], "big"))
+    except (TimeoutError, ConnectionRefusedError):
+        pass
+    time.sleep(0.005)
+print(json.dumps(got))
+"""
+
+
+@pytest.fixture(autouse=True)
+def _needs_namespaces() -> None:
+    why = emulation_unavailable()
+    if why is not None:
+        pytest.skip(why)
+
+
+def three() -> object:
+    return parse_scenario({
+        "name": "three", "phy": {"width_mhz": 20, "spatial_streams": 1},
+        "links": {"mode": "fixed", "mcs": 5},
+        "stations": [{"name": "leader"}, {"name": "r1"}, {"name": "r2"}],
+    })  # fmt: skip
+
+
+def _echo(em: Emulation, station: str) -> None:
+    em.start(station, [sys.executable, "-c", ECHO]).expect("up", timeout=30)
+
+
+def test_real_udp_crosses_the_air_and_between_robots_through_the_ap() -> None:
+    with Emulation(three(), seed=2) as em:  # type: ignore[arg-type]
+        _echo(em, "leader")
+        _echo(em, "r2")
+        to_ap = em.run("r1", [sys.executable, "-c", CLIENT, "leader", "40", "200"])
+        to_r2 = em.run("r1", [sys.executable, "-c", CLIENT, "r2", "20", "1400"])
+        rep = em.stop()
+    assert eval(to_ap) == list(range(40)) and eval(to_r2) == list(range(20))
+    st = rep.data["per_station"]
+    assert st["r1"]["sent_packets"] == 60  # 40 to the AP, 20 up towards r2
+    assert st["r2"]["rx_frames"] == 20 and st["r2"]["sent_packets"] == 20
+    assert rep.data["relayed"] == 40  # both directions between r1 and r2
+    assert rep.data["frames_out"] == 120 and rep.data["no_route"] == 0
+
+
+def test_saturated_real_senders_carry_what_the_simulator_carries() -> None:
+    n = 2
+    sc = saturation_scenario(n, mcs=3)
+    warm, window = 1.5, 2.0
+    sims = [simulated_saturation(sc, uplinks(sc), warmup_s=warm, window_s=window, seed=s)
+            for s in range(1, 9)]  # fmt: skip
+    pps = 1.5 * statistics.fmean(sims) * 1e6 / 8 / sc.packet_bytes / n
+    r = run_load(sc, uplinks(sc), pps=pps, warmup_s=warm, window_s=window, seed=3, tag=TAG)
+    mean = statistics.fmean(sims)
+    print(f"EMULATE SATURATION n={n} emulated {r.mbps:.3f} simulated {mean:.3f} Mb/s "
+          f"lag p99 {r.report.lag_p99_ms:.3f} ms load {os.getloadavg()[0]:.1f}")  # fmt: skip
+    assert abs(r.mbps - mean) <= _window_tolerance(sc, window, sims)
+    assert r.report.data["per_station"]["ap"]["rx_frames"] > 0
+    assert sum(r.blast["rx_payload_bytes"]) > 0  # the receiving socket got the data
+
+
+def _frames(path: Path) -> list[tuple[int, int, int]]:
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(path).to_pydict()
+    return sorted(zip(t["fid"], t["outcome"], t["done_ns"], strict=True))
+
+
+def test_a_live_run_replayed_from_its_arrivals_makes_the_same_decisions(tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow")
+    sc = three()
+    with Emulation(sc, seed=4, trace_dir=tmp_path, record_arrivals=True) as em:  # type: ignore[arg-type]
+        _echo(em, "leader")
+        _echo(em, "r2")
+        em.run("r1", [sys.executable, "-c", CLIENT, "leader", "30", "1000"])
+        # No listener on r1: ICMP port unreachable comes back, through the AP too.
+        em.run("r2", [sys.executable, "-c", CLIENT, "r1", "10", "300", "0.1"])
+        rep = em.stop()
+    arrivals = read_arrivals(tmp_path / "arrivals.csv")
+    assert len(arrivals) == rep.data["frames_in"] > 60
+    air = Air(sc, seed=4)  # type: ignore[arg-type]
+    log = FrameLog()
+    air.log = log
+    replay(air, arrivals, until_ns=round(rep.data["sim_s"] * 1e9))
+    again = sorted(zip(log.cols["fid"], log.cols["outcome"], log.cols["done_ns"], strict=True))
+    assert again == _frames(tmp_path / "frames.parquet")
+
+
+def _ours(pid: int) -> list[str]:
+    return sorted(p.name for p in Path("/run/netns").glob(f"{TAG}-{pid}-*"))
+
+
+def _read_until(p: subprocess.Popen[bytes], needle: bytes, timeout: float) -> bytes:
+    assert p.stderr is not None
+    buf = b""
+    deadline = time.monotonic() + timeout
+    while needle not in buf and time.monotonic() < deadline:
+        if select.select([p.stderr], [], [], 0.2)[0]:
+            chunk = os.read(p.stderr.fileno(), 65536)
+            if not chunk:
+                break
+            buf += chunk
+    assert needle in buf, buf.decode(errors="replace")[-2000:]
+    return buf
+
+
+def _cli(*args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([*COORP, "emulate", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)  # fmt: skip
+
+
+@pytest.fixture
+def reaped() -> Iterator[None]:
+    yield
+    remove_stale(TAG)
+
+
+def test_kill_9_leaves_namespaces_that_the_next_start_removes(reaped: None) -> None:
+    p = _cli("example-minimal", "--duration", "120", "-q", "--run", "robot=sleep 300")
+    try:
+        _read_until(p, b"(station)", 60)
+        left = _ours(p.pid)
+        assert left
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    # The emulator process died with its parent (its TUN interfaces with it) ...
+    mine = f"{TAG}-{p.pid}-"  # in the emulator's config path
+
+    def emulator_alive() -> bool:
+        return any(mine in c for c in _cmdlines("coorp.emulate._serve"))
+
+    deadline = time.monotonic() + 20
+    while emulator_alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not emulator_alive()
+    # ... the namespaces stayed, with what runs inside (sleep was not the CLI's child) ...
+    assert _ours(p.pid) == left
+    # ... and the next start removes them.
+    q = _cli("example-minimal", "--duration", "0.5", "-q")
+    _, err = q.communicate(timeout=120)
+    assert q.returncode == 0, err.decode()
+    assert "removed what dead runs left" in err.decode()
+    assert _ours(p.pid) == [] and _ours(q.pid) == []
+
+
+def _cmdlines(needle: str) -> list[str]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                c = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if needle in c:
+                out.append(c)
+    return out
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_and_sigterm_remove_everything(sig: signal.Signals, reaped: None) -> None:
+    p = _cli("example-minimal", "-q")
+    try:
+        _read_until(p, b"(station)", 60)
+        assert _ours(p.pid)
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode in (0, 130), err.decode()
+    assert b"real time" in err.lower() or b"REAL TIME" in err  # the verdict was printed
+    assert _ours(p.pid) == []
+
+
+def test_a_command_runs_in_a_station_and_its_exit_code_is_returned() -> None:
+    p = subprocess.run(
+        [*COORP, "emulate", "example-minimal", "-q", "--at", "robot", "--",
+         sys.executable, "-c", "import os, socket; print(socket.gethostbyname('leader'), "
+         "os.environ['COORP_EMU_ADDR_robot']); raise SystemExit(3)"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert p.returncode == 3, p.stderr
+    assert p.stdout.split() == ["10.77.0.1", "10.77.0.11"]

@@ -1,0 +1,281 @@
+"""The TCP sender model (``[tcp] sender``, ``coorp.sim.tcp``): exact behaviour in tiny
+scenarios — slow start, the reductions after a loss, slow start after idle, the RTO and
+its backoff, a gate that holds a sender past its RTO, bytes delivered exactly once — and
+that the model changes nothing when it is off."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+from typing import Any
+
+import pytest
+
+from coorp.scenario import AccessCategory, Scenario, parse_scenario
+from coorp.sim import FOREVER, DriverView, SimResult, Simulation, simulate
+from coorp.sim.tcp import TcpConnection
+from golden_digest import digest
+
+MS = 1_000_000
+BE = AccessCategory.BE
+
+
+def _scenario(cc: str = "reno", **kw: Any) -> Scenario:
+    tcp = {"sender": cc, "receive_window_bytes": 4_194_304, **kw.pop("tcp", {})}
+    return parse_scenario(
+        {"name": "tcp", "stations": [{"name": "ap"}, {"name": "sta"}], "tcp": tcp, **kw}
+    )
+
+
+def _upload(sim: Simulation, total: int | None = None, **kw: Any) -> TcpConnection:
+    flow = sim.flow("up", "sta", "ap", BE, bulk=True)
+    sim.start_transfer(flow, total, **kw)
+    return sim.tcp["up"]
+
+
+def _drop_one_queued_segment(sim: Simulation, conn: TcpConnection) -> int:
+    """Drop the last segment in the sender's NIC ring as the MAC does at its retry limit
+    (``Channel._count_retry``); returns its sequence number."""
+    st = sim.station("sta")
+    ring = st.rings[BE]
+    run = ring[-1]
+    assert run.flow is conn.flow and not run.sealed  # queued, not on the air
+    tail = run.split(run.count - 1) if run.count > 1 else run
+    if tail is not run:
+        ring.append(tail)
+    tail.retries = sim.scenario.mac.retry_limit
+    seq = tail.seq_base + tail.pid
+    assert sim.channel._count_retry(tail, sim.now_ns)
+    return seq
+
+
+# -- slow start --------------------------------------------------------------------------
+def test_slow_start_doubles_the_window_every_round_trip() -> None:
+    sim = Simulation(_scenario(), trace=True)
+    conn = _upload(sim)
+    res = sim.run(10 * MS)
+    trace = res.tcp["up"]["cwnd_trace"]
+    # One ACK per two segments, each adding the segments it acknowledges (Linux's
+    # tcp_slow_start): 10 -> 20 -> 40 -> 80 -> 160, a round trip apart.
+    assert [w for _, w, _ in trace[:4]] == [20, 40, 80, 160]
+    gaps = [b[0] - a[0] for a, b in pairwise(trace[:4])]
+    assert all(g > 0 for g in gaps)
+    # Still in slow start: the window is the initial one plus every acknowledged segment.
+    assert conn.ssthresh > conn.cwnd
+    assert conn.cwnd == 10 + conn.snd_una
+    assert res.tcp["up"]["retransmits"] == 0 and res.tcp["up"]["timeouts"] == 0
+
+
+def test_window_and_receive_window_bound_what_enters_the_kernel_queue() -> None:
+    # 10 segments at time 0: the initial window, nothing more until an ACK arrives.
+    sim = Simulation(_scenario())
+    conn = _upload(sim)
+    assert conn.snd_nxt == 10 and conn.sock.remaining_bytes is not None
+    st = sim.station("sta")
+    assert st.rings[BE].n + conn.sock.remaining_bytes // 1500 == 10
+    # A receive window of 8 segments caps what is in flight whatever the window.
+    sim = Simulation(_scenario(tcp={"receive_window_bytes": 8 * 1448}))
+    conn = _upload(sim)
+    in_flight: list[int] = []
+    for t in range(1, 20):
+        sim.call_at(t * MS, lambda: in_flight.append(conn.snd_nxt - conn.snd_una))
+    sim.run(20 * MS)
+    assert max(in_flight) == 8 and conn.snd_una > 100
+
+
+# -- reductions after a loss ----------------------------------------------------------------
+@pytest.mark.parametrize("cc", ["reno", "cubic"])
+def test_a_lost_segment_costs_one_fast_recovery_and_the_window_reduction(cc: str) -> None:
+    sim = Simulation(_scenario(cc), trace=True)
+    conn = _upload(sim)
+    dropped: list[int] = []
+    sim.call_at(3 * MS, lambda: dropped.append(_drop_one_queued_segment(sim, conn)))
+    res = sim.run(60 * MS)
+    s = res.tcp["up"]
+    assert s["fast_recoveries"] == 1 and s["retransmits"] == 1
+    assert s["timeouts"] == 0 and s["duplicate_segments"] == 0
+    prior = conn.prior_cwnd  # the window when the third duplicate ACK arrived
+    expected = max(prior >> 1, 2) if cc == "reno" else max(prior * 717 // 1024, 2)
+    assert conn.ssthresh == expected and prior > 20
+    # Recovery ends with the window at ssthresh (PRR), then it grows from there.
+    trace = res.tcp["up"]["cwnd_trace"]
+    at = next(i for i, (_, _, th) in enumerate(trace) if th == expected)
+    assert any(w == expected for _, w, th in trace[at:] if th == expected)
+    assert conn.cwnd >= expected
+    # Every segment reached the receiver once: the lost one through its retransmission.
+    assert res.flows["up"].delivered_packets == conn.rcv_nxt >= dropped[0] + 1
+    assert res.flows["up"].retransmitted_packets == 1
+    assert res.flows["up"].dropped_packets == 1
+
+
+def test_cubic_grows_along_its_curve_after_a_loss() -> None:
+    # After the reduction CUBIC aims back at the window before it (W_max): concave
+    # growth, its origin the window at the loss.
+    sim = Simulation(_scenario("cubic"), trace=True)
+    conn = _upload(sim)
+    sim.call_at(3 * MS, lambda: _drop_one_queued_segment(sim, conn))
+    sim.run(400 * MS)
+    cubic = conn.cc
+    assert cubic.name == "cubic"
+    w_max = cubic.last_max_cwnd  # type: ignore[attr-defined]
+    assert w_max == conn.prior_cwnd  # no fast convergence on the first loss
+    assert conn.cwnd > conn.ssthresh
+
+
+# -- slow start after idle ----------------------------------------------------------------
+@pytest.mark.parametrize("after_idle", [True, False])
+def test_data_written_after_an_idle_rto_restarts_the_window(after_idle: bool) -> None:
+    sim = Simulation(_scenario(tcp={"slow_start_after_idle": after_idle}))
+    flow = sim.flow("up", "sta", "ap", BE, bulk=True)
+    first = sim.start_transfer(flow, 1_500_000)
+    conn = sim.tcp["up"]
+    seen: dict[str, int] = {}
+
+    def second() -> None:
+        assert first.delivered_bytes == 1_500_000 and conn.packets_out == 0
+        seen.update(cwnd=conn.cwnd, ssthresh=conn.ssthresh, rto=conn.rto_ns,
+                    idle=sim.now_ns - conn.lsndtime)  # fmt: skip
+        sim.start_transfer(flow, 150_000)
+        seen["after"] = conn.cwnd
+        seen["after_ssthresh"] = conn.ssthresh
+
+    sim.call_at(500 * MS, second)
+    sim.run(600 * MS)
+    assert seen["idle"] > seen["rto"] >= 200 * MS
+    if not after_idle:
+        assert seen["after"] == seen["cwnd"] and conn.idle_restarts == 0
+        return
+    # Linux's tcp_cwnd_restart: halve per RTO of idleness, down to the initial window.
+    cwnd, idle = seen["cwnd"], seen["idle"] - seen["rto"]
+    while idle > 0 and cwnd > 10:
+        cwnd >>= 1
+        idle -= seen["rto"]
+    assert seen["after"] == max(cwnd, 10) < seen["cwnd"]
+    assert seen["after_ssthresh"] == max(seen["ssthresh"], seen["cwnd"] * 3 // 4)
+    assert conn.idle_restarts == 1
+
+
+# -- the RTO --------------------------------------------------------------------------------
+class _Gate:
+    """Hooks that hold every bulk packet in the kernel queue until ``release_ns``."""
+
+    per_packet = False
+
+    def __init__(self, sim: Simulation, release_ns: int) -> None:
+        self.sim = sim
+        self.release_ns = release_ns
+
+    def admit_bulk(self, station: DriverView, now_ns: int) -> int | None:
+        return None if now_ns >= self.release_ns else FOREVER
+
+    def on_ls_send(self, station: DriverView, flow: str, now_ns: int) -> None:
+        pass
+
+    def on_hw_enqueue(
+        self, station: DriverView, pid: int, ac: AccessCategory, depth: int, now_ns: int
+    ) -> None:
+        pass
+
+    def on_hw_complete(
+        self, station: DriverView, pid: int, ac: AccessCategory, now_ns: int, delivered: bool
+    ) -> None:
+        pass
+
+
+def test_a_gate_holding_data_past_the_rto_backs_it_off_and_costs_no_window() -> None:
+    sim = Simulation(_scenario())
+    st = sim.station("sta")
+    sim.set_hooks("sta", _Gate(sim, 7_500 * MS))
+    conn = _upload(sim)
+    timeouts: dict[int, int] = {}
+    for t_ms in (999, 1001, 2999, 3001, 6999, 7001):
+        sim.call_at(t_ms * MS, lambda t=t_ms: timeouts.update({t: conn.timeouts}))
+    sim.call_at(7_500 * MS, st.resume_bulk)
+    sim.run(7_600 * MS)
+    # No RTT sample yet: RTO 1 s (RFC 6298), doubled after each timeout.
+    assert timeouts == {999: 0, 1001: 1, 2999: 1, 3001: 2, 6999: 2, 7001: 3}
+    # The segments never left the station: nothing was resent (skb_still_in_host_queue),
+    # and the first ACK of an original segment undid the reduction (F-RTO).
+    assert conn.retransmits == 0 and conn.spurious_timeouts == 1
+    assert conn.ssthresh > 10**9 and conn.cwnd > 10 and conn.backoff == 0
+
+
+def test_a_lost_tail_is_resent_after_the_rto() -> None:
+    # The last segment of a transfer is lost: no duplicate ACKs follow, the RTO does.
+    sim = Simulation(_scenario())
+    flow = sim.flow("up", "sta", "ap", BE, bulk=True)
+    done: list[int] = []
+    t = sim.start_transfer(flow, 15_000, lambda _t, now: done.append(now))
+    conn = sim.tcp["up"]
+    st = sim.station("sta")
+    assert st.rings[BE].n == 10  # the whole transfer: 10 segments in the ring
+    sim.call_at(0, lambda: _drop_one_queued_segment(sim, conn))
+    sim.run(2_000 * MS)
+    assert conn.timeouts == 1 and conn.retransmits == 1 and conn.spurious_timeouts == 0
+    assert len(done) == 1 and done[0] > 200 * MS  # waited for the RTO (>= 200 ms)
+    assert t.delivered_bytes == 15_000 == sim.flows["up"].delivered_bytes
+
+
+# -- exactly once, deterministic -------------------------------------------------------------
+def _lossy(seed: int) -> tuple[SimResult, list[list[int]], list[Any]]:
+    sc = parse_scenario({
+        # MCS 9 a little too far for it: MPDUs lost to errors, and after two attempts
+        # dropped by the MAC (retry limit 1).
+        "name": "lossy", "mac": {"retry_limit": 1},
+        "links": {"mode": "fixed", "mcs": 9, "packet_errors": True},
+        "stations": [{"name": "ap"}, {"name": "a", "position_m": [6.0, 0.0]},
+                     {"name": "b", "position_m": [0.0, 6.5]}],
+        "tcp": {"sender": "cubic"},
+    })  # fmt: skip
+    sim = Simulation(sc, seed=seed)
+    completions: list[list[int]] = []
+    transfers = []
+    for name in ("a", "b"):
+        flow = sim.flow(f"up-{name}", name, "ap", BE, bulk=True)
+        for k in range(3):
+            done: list[int] = []
+            completions.append(done)
+            sim.call_at(k * 100 * MS, lambda f=flow, d=done: transfers.append(
+                sim.start_transfer(f, 700_000 + 1234 * len(transfers),
+                                   lambda _t, now, d=d: d.append(now))))  # fmt: skip
+    return sim.run(2_000 * MS), completions, transfers
+
+
+def test_every_byte_is_delivered_once_through_mac_losses() -> None:
+    res, completions, transfers = _lossy(3)
+    stats = res.tcp
+    assert sum(s["retransmits"] for s in stats.values()) > 5  # losses happened
+    assert sum(res.flows[f].dropped_packets for f in ("up-a", "up-b")) > 5
+    assert all(len(c) == 1 for c in completions)  # each transfer completed, once
+    for t in transfers:
+        assert t.delivered_bytes == t.total_bytes
+    for name in ("up-a", "up-b"):
+        mine = [t for t in transfers if t.flow.name == name]
+        assert res.flows[name].delivered_bytes == sum(t.total_bytes for t in mine)
+
+
+def test_same_seed_same_results() -> None:
+    a, ca, _ = _lossy(5)
+    b, cb, _ = _lossy(5)
+    assert digest(a, a.tcp) == digest(b, b.tcp) and ca == cb
+    c, _, _ = _lossy(6)
+    assert digest(c, c.tcp) != digest(a, a.tcp)
+
+
+# -- off by default ---------------------------------------------------------------------------
+def test_without_a_sender_the_tcp_table_changes_nothing() -> None:
+    base = {"name": "off", "duration_s": 0.05, "stations": [{"name": "ap"}, {"name": "s"}],
+            "flows": [{"kind": "bulk", "name": "b", "src": "s", "dst": "ap"}]}  # fmt: skip
+    plain = simulate(parse_scenario(base), trace=True)
+    off = parse_scenario({**base, "tcp": {"sender": "none", "initial_window_segments": 3}})
+    other = simulate(off, trace=True)
+    assert digest(plain) == digest(other) and plain.tcp == {} == other.tcp
+    on = simulate(parse_scenario({**base, "tcp": {"sender": "reno"}}), trace=True)
+    assert digest(on) != digest(plain) and set(on.tcp) == {"b"}
+    assert "tcp" in on.summary() and "tcp" not in plain.summary()
+
+
+def test_bulk_flows_without_acks_stay_endless_queues() -> None:
+    sc = _scenario(flows=[{"kind": "bulk", "name": "udp", "src": "sta", "dst": "ap",
+                           "tcp_acks": False}])  # fmt: skip
+    res = simulate(sc, duration_ns=20 * MS)
+    assert res.tcp == {} and res.flows["udp"].delivered_bytes > 0

@@ -1,0 +1,77 @@
+"""``benchmarks/tcp_crosscheck.py`` and ``benchmarks/sim_speed.py --tcp``: what they run
+and how they report (ns-3 itself is not needed: its column stays empty)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import sim_speed
+import tcp_crosscheck as xc
+
+
+def test_the_json_has_exactly_the_rows_schema(tmp_path: Path) -> None:
+    out, details = tmp_path / "tcp.json", tmp_path / "details.json"
+    args = ["--no-ns3", "--cases", "reno-1,cubic-2-64k", "--warmup", "0.05",
+            "--duration", "0.1", "--json", str(out), "--details", str(details)]  # fmt: skip
+    assert xc.main(args) == 0
+    doc = json.loads(out.read_text())
+    assert list(doc) == ["rows"]
+    assert [list(r) for r in doc["rows"]] == [["case", "coorp_mbps", "ns3_mbps"]] * 2
+    assert [r["case"] for r in doc["rows"]] == ["reno-1", "cubic-2-64k"]
+    assert all(r["coorp_mbps"] > 100 and r["ns3_mbps"] is None for r in doc["rows"])
+    full = json.loads(details.read_text())["results"]
+    assert full[1]["rwnd_bytes"] == 64 * 1024 and full[1]["n"] == 2
+    assert [r["coorp_mbps"] for r in full] == [r["coorp_mbps"] for r in doc["rows"]]
+    # Each connection's window trace starts with the initial window at its start.
+    runs = [run for r in full for run in r["runs"]]
+    assert len(runs) == 2 and all(t[0] == [0, 10] for run in runs for t in run["coorp"]["traces"])
+
+
+def test_bad_cases_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    for bad in ("vegas-1", "reno-x", "reno-0", "cubic-1-64"):
+        assert xc.main(["--no-ns3", "--cases", bad]) == 2
+        assert bad in capsys.readouterr().out
+
+
+def test_trace_comparison() -> None:
+    cap = xc.Case.parse("reno-1-64k", 0).rwnd_bytes // xc.MSS  # 45 segments
+    trace = [(0, 10), (500_000, 20), (1_000_000, 40)]
+    ours: dict[str, Any] = {"traces": [trace], "starts_ns": [0]}
+    same = xc.compare_traces(ours, ours, 64 * 1024, 2.0)
+    assert same["mean_rel_diff"] == 0 == same["aggregate_mean_rel_diff"]
+    # ns-3 a sample period later everywhere, started later: per connection the same shape.
+    later = {"traces": [[(t + 300_000, w) for t, w in trace]], "starts_ns": [300_000]}
+    c = xc.compare_traces(ours, later, 64 * 1024, 2.0)
+    assert c["mean_rel_diff"] == 0 and c["aggregate_mean_rel_diff"] > 0
+    assert c["connections"][0]["coorp_reach_ms"] is None and c["cap_segments"] == cap
+    # Over seeds: the mean window per connection, from the applications' start.
+    runs = [{"coorp": ours, "ns3": later, "cwnd": c}] * 2
+    m = xc.compare_seeds(runs, 64 * 1024, 2.0)
+    assert m["mean_rel_diff"] == 0 and m["mean_window_rel_diff"] == c["aggregate_mean_rel_diff"]
+    # Windows beyond the receive window count as the receive window.
+    big = {"traces": [[(0, 10), (500_000, 400)]], "starts_ns": [0]}
+    capped = {"traces": [[(0, 10), (500_000, cap)]], "starts_ns": [0]}
+    assert xc.compare_traces(big, capped, 64 * 1024, 2.0)["mean_rel_diff"] == 0
+
+
+def test_sim_speed_times_the_tcp_model_against_none(tmp_path: Path) -> None:
+    out = tmp_path / "speed.json"
+    args = ["--policies", "coorp", "--scenarios", "crl-2", "--tcp", "none,cubic",
+            "--duration", "0.3", "--repeat", "1", "--json", str(out)]  # fmt: skip
+    assert sim_speed.main(args) == 0
+    rows = {(r["scenario"], r["policy"]): r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {
+        (f"crl-2 tcp={t}", p) for t in ("none", "cubic") for p in ("edca", "coorp")
+    }
+    for p in ("edca", "coorp"):
+        r = rows[("crl-2 tcp=cubic", p)]
+        assert r["cpu_vs_no_tcp"] == pytest.approx(
+            r["cpu_s"][0] / rows[("crl-2 tcp=none", p)]["cpu_s"][0]
+        )
+        assert "cpu_vs_no_tcp" not in rows[("crl-2 tcp=none", p)]
