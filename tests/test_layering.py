@@ -124,7 +124,7 @@ WINGS: dict[str, tuple[tuple[str, ...], ...]] = {
         ("_config",),  # the team file
         ("_selectors",),  # its [transparent] section
         ("wire",),
-        ("_errors", "_counters"),
+        ("_errors", "_counters", "_priority"),
     ),
 }
 

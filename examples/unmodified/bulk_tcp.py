@@ -1,10 +1,16 @@
-"""Bulk uploads as learning jobs make them, knowing nothing of Coorp.
+"""Bulk transfers as learning jobs make them, knowing nothing of Coorp.
 
 ``send`` pushes deterministic pseudo-random bytes to a sink over one plain TCP
 connection (as a parameter server push or an rsync would), or as an HTTP POST with a
 chunked body (``--http``, as an upload to a model store would); ``sink`` receives them.
 Both ends hash what they saw (SHA-256), so a test can check that every byte arrived
-exactly once and in order.
+exactly once and in order. ``--streams K`` opens K connections at once (threads).
+
+Downloads, the other way: ``serve`` answers every connection it accepts with bytes of
+its own (as a parameter server sends the model, or an HTTP server a checkpoint, on a
+connection the robot opened); ``fetch`` opens the connection, asks, and receives. The
+reply is framed (``u32 length`` + bytes, a zero length, then the SHA-256 of every byte
+sent), so ``fetch`` checks that it got every byte once, in order, and the end.
 
 * plain TCP: the sender writes, then half-closes (``shutdown(SHUT_WR)``); the sink
   answers with its byte count and digest and closes. The sender prints both.
@@ -15,7 +21,10 @@ time window (``CLOCK_MONOTONIC``). Lines printed: ``READY``, ``DONE {json}`` per
 connection (sink), ``RESULT {json}`` at the end.
 
     python bulk_tcp.py sink --listen 0.0.0.0:9000 [--http] --until NS
-    python bulk_tcp.py send --to 10.0.0.1:9000 [--http] (--bytes N | --until NS)
+    python bulk_tcp.py send --to 10.0.0.1:9000 [--http] (--bytes N | --until NS) [--streams K]
+    python bulk_tcp.py serve --listen 0.0.0.0:9001
+    python bulk_tcp.py fetch --to 10.0.0.1:9001 (--bytes N | --until NS) [--streams K]
+        [--window T0,T1]
 """
 
 from __future__ import annotations
@@ -170,9 +179,45 @@ def _chunks(args: argparse.Namespace) -> Any:
 
 
 def send(args: argparse.Namespace) -> dict[str, Any]:
+    if args.streams > 1:
+        return _parallel(args, _send_one)
+    return _send_one(args)
+
+
+def _parallel(args: argparse.Namespace, one: Any) -> dict[str, Any]:
+    """``args.streams`` connections at once, each its own seed; one summary."""
+    import copy
+
+    outs: list[dict[str, Any]] = [{} for _ in range(args.streams)]
+
+    def run(i: int) -> None:
+        a = copy.copy(args)
+        a.seed = args.seed * 100 + i
+        a.streams = 1
+        try:
+            outs[i] = one(a)
+        except OSError as exc:
+            outs[i] = {"bytes": 0, "intact": False, "error": str(exc)}
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(args.streams)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return {
+        "role": outs[0].get("role", "?"),
+        "bytes": sum(o.get("bytes", 0) for o in outs),
+        "window_bytes": sum(o.get("window_bytes", 0) for o in outs),
+        "intact": all(o.get("intact") for o in outs),
+        "streams": outs,
+    }
+
+
+def _send_one(args: argparse.Namespace) -> dict[str, Any]:
     host, port = args.to.rsplit(":", 1)
     h = hashlib.sha256()
     total = 0
+    error: str | None = None
     t0 = time.monotonic_ns()
     if args.http:
         conn = http.client.HTTPConnection(host, int(port), timeout=60)
@@ -191,21 +236,25 @@ def send(args: argparse.Namespace) -> dict[str, Any]:
         conn.close()
     else:
         sock = socket.create_connection((host, int(port)), timeout=60)
-        for piece in _chunks(args):
-            sock.sendall(piece)
-            h.update(piece)
-            total += len(piece)
-        sock.shutdown(socket.SHUT_WR)  # half-close: the sink answers, then closes
         data = b""
-        while not data.endswith(b"\n"):
-            more = sock.recv(4096)
-            if not more:
-                break
-            data += more
+        try:
+            for piece in _chunks(args):
+                sock.sendall(piece)
+                h.update(piece)
+                total += len(piece)
+            sock.shutdown(socket.SHUT_WR)  # half-close: the sink answers, then closes
+            while not data.endswith(b"\n"):
+                more = sock.recv(4096)
+                if not more:
+                    break
+                data += more
+        except OSError as exc:  # a reset: reported, the transfer did not complete
+            error = f"{type(exc).__name__}: {exc}"
         sock.close()
         reply = json.loads(data) if data else {}
     elapsed = (time.monotonic_ns() - t0) / 1e9
-    return {
+    out = {} if error is None else {"error": error}
+    return out | {
         "role": "send",
         "bytes": total,
         "sha256": h.hexdigest(),
@@ -215,19 +264,123 @@ def send(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+FRAME = struct.Struct("!I")
+
+
+def _serve_download(conn: socket.socket, peer: Any) -> None:
+    """One download: read the request line, send framed bytes, then the end and the
+    digest of every byte sent, then half-close."""
+    h = hashlib.sha256()
+    total = 0
+    with conn:
+        f = conn.makefile("rb")
+        req = json.loads(f.readline() or b"{}")
+        a = argparse.Namespace(bytes=req.get("bytes"), until=req.get("until"),
+                               seed=int(req.get("seed", 1)))  # fmt: skip
+        try:
+            for piece in _chunks(a):
+                conn.sendall(FRAME.pack(len(piece)) + piece)
+                h.update(piece)
+                total += len(piece)
+            conn.sendall(FRAME.pack(0) + h.digest())
+            conn.shutdown(socket.SHUT_WR)
+            f.read()  # until the client closes: nothing is cut off
+        except OSError as exc:
+            print(f"serve: {peer}: {exc}", file=sys.stderr, flush=True)
+            return
+    print("SERVED " + json.dumps({"peer": f"{peer[0]}:{peer[1]}", "bytes": total}), flush=True)
+
+
+def serve(args: argparse.Namespace) -> dict[str, Any]:
+    host, port = args.listen.rsplit(":", 1)
+    lsock = socket.create_server((host, int(port)), backlog=64)
+
+    def accept() -> None:
+        while True:
+            conn, peer = lsock.accept()
+            threading.Thread(target=_serve_download, args=(conn, peer), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    print("READY", flush=True)
+    for line in sys.stdin:
+        if json.loads(line).get("cmd") == "quit":
+            break
+    return {"role": "serve"}
+
+
+def fetch(args: argparse.Namespace) -> dict[str, Any]:
+    if args.streams > 1:
+        return _parallel(args, _fetch_one)
+    return _fetch_one(args)
+
+
+def _recv_exactly(sock: socket.socket, n: int, buf: bytearray) -> memoryview:
+    view = memoryview(buf)[:n]
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:], n - got)
+        if k == 0:
+            raise ConnectionError("the server closed before the end of the download")
+        got += k
+    return view
+
+
+def _fetch_one(args: argparse.Namespace) -> dict[str, Any]:
+    host, port = args.to.rsplit(":", 1)
+    t0, t1 = args.window or (0, 0)
+    h = hashlib.sha256()
+    total = window = 0
+    intact = False
+    buf = bytearray(CHUNK + 64)
+    start = time.monotonic_ns()
+    with socket.create_connection((host, int(port)), timeout=120) as sock:
+        req = {"bytes": args.bytes, "until": args.until, "seed": args.seed}
+        sock.sendall(json.dumps(req).encode() + b"\n")
+        while True:
+            (n,) = FRAME.unpack(_recv_exactly(sock, FRAME.size, buf))
+            if n == 0:
+                intact = bytes(_recv_exactly(sock, 32, buf)) == h.digest()
+                intact = intact and sock.recv(1) == b""  # and nothing after the end
+                break
+            piece = _recv_exactly(sock, n, buf)
+            h.update(piece)
+            total += n
+            now = time.monotonic_ns()
+            if t0 <= now < t1:
+                window += n
+    return {
+        "role": "fetch", "bytes": total, "window_bytes": window, "intact": intact,
+        "seconds": (time.monotonic_ns() - start) / 1e9, "sha256": h.hexdigest(),
+    }  # fmt: skip
+
+
+def _window(text: str) -> tuple[int, int]:
+    t0, t1 = (int(x) for x in text.split(","))
+    return t0, t1
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("role", choices=["send", "sink"])
-    ap.add_argument("--to", help="send: host:port")
-    ap.add_argument("--listen", default="0.0.0.0:9000", help="sink: host:port")
+    ap.add_argument("role", choices=["send", "sink", "serve", "fetch"])
+    ap.add_argument("--to", help="send, fetch: host:port")
+    ap.add_argument("--listen", default="0.0.0.0:9000", help="sink, serve: host:port")
     ap.add_argument("--http", action="store_true")
     ap.add_argument("--bytes", type=int, default=None)
     ap.add_argument("--until", type=int, default=None, help="CLOCK_MONOTONIC ns")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--streams", type=int, default=1, help="send, fetch: connections at once")
+    ap.add_argument(
+        "--window", type=_window, default=None, help="fetch: count bytes in [T0, T1) (ns)"
+    )
     args = ap.parse_args(argv)
-    if args.role == "send" and (args.to is None or (args.bytes is None) == (args.until is None)):
-        ap.error("send needs --to and one of --bytes or --until")
-    out = sink(args) if args.role == "sink" else send(args)
+    if args.role in ("send", "fetch") and (
+        args.to is None or (args.bytes is None) == (args.until is None)
+    ):
+        ap.error(f"{args.role} needs --to and one of --bytes or --until")
+    if args.streams < 1:
+        ap.error(f"--streams must be >= 1, got {args.streams}")
+    roles = {"sink": sink, "send": send, "serve": serve, "fetch": fetch}
+    out = roles[args.role](args)
     print("RESULT " + json.dumps(out), flush=True)
     return 0
 

@@ -206,7 +206,16 @@ class StarNetwork:
     def ns(self, host: str) -> str:
         return self.prefix + host
 
+    #: ``split``: hosts on the bridge (:meth:`create`); ``shared``: hosts around one
+    #: queue for every packet, both ways (:meth:`create_shared`).
+    medium = "split"
+
+    def index(self, host: str) -> int:
+        return 0 if host == "ld" else int(host[1:])
+
     def addr(self, host: str) -> str:
+        if self.medium == "shared":
+            return f"10.233.{self.index(host)}.2"
         return f"{self.subnet}.{1 if host == 'ld' else 10 + int(host[1:])}"
 
     def add_namespaces(self, names: Sequence[str]) -> None:
@@ -232,6 +241,48 @@ class StarNetwork:
             run_checked(["ip", "-n", ns, "link", "set", "eth0", "up"])
             if sysctls:
                 run_checked(["ip", "netns", "exec", ns, "sysctl", "-q", "-w", *sysctls])
+
+    def create_shared(
+        self, *, rate_mbit: float, queue_ms: float, sysctls: Sequence[str] = ()
+    ) -> None:
+        """One FIFO for every packet between hosts, both directions: each host hangs off
+        a hub ``ap`` on its own /24 (``10.233.<i>.2``); the hub sends everything a host
+        sent out of ``air0`` (shaped) to a reflector ``rf``, which hands it back, and the
+        hub then delivers it. Like one WiFi channel, an upload and a download share the
+        queue. Sets :attr:`medium` to ``shared``."""
+        self.medium = "shared"
+        ap, rf = self.ns("ap"), self.ns("rf")
+        self.add_namespaces([ap, rf, *(self.ns(h) for h in self.hosts)])
+        for ns in (ap, rf):
+            for key in ("net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0",
+                        "net.ipv4.conf.default.rp_filter=0",
+                        "net.ipv4.conf.all.send_redirects=0",
+                        "net.ipv4.conf.default.send_redirects=0"):  # fmt: skip
+                run_checked(["ip", "netns", "exec", ns, "sysctl", "-q", "-w", key])
+        run_checked(["ip", "-n", ap, "link", "add", "air0", "type", "veth", "peer", "name",
+                     "air1", "netns", rf])  # fmt: skip
+        run_checked(["ip", "-n", ap, "addr", "add", "10.233.250.1/24", "dev", "air0"])
+        run_checked(["ip", "-n", rf, "addr", "add", "10.233.250.2/24", "dev", "air1"])
+        run_checked(["ip", "-n", ap, "link", "set", "air0", "up"])
+        run_checked(["ip", "-n", rf, "link", "set", "air1", "up"])
+        run_checked(["ip", "-n", rf, "route", "add", "default", "via", "10.233.250.1"])
+        run_checked(
+            ["ip", "-n", ap, "route", "add", "default", "via", "10.233.250.2", "table", "100"]
+        )
+        for host in self.hosts:
+            i, ns = self.index(host), self.ns(host)
+            port = f"h{i}"
+            run_checked(["ip", "-n", ap, "link", "add", port, "type", "veth", "peer", "name",
+                         "eth0", "netns", ns])  # fmt: skip
+            run_checked(["ip", "-n", ap, "addr", "add", f"10.233.{i}.1/24", "dev", port])
+            run_checked(["ip", "-n", ap, "link", "set", port, "up"])
+            run_checked(["ip", "-n", ns, "addr", "add", f"{self.addr(host)}/24", "dev", "eth0"])
+            run_checked(["ip", "-n", ns, "link", "set", "eth0", "up"])
+            run_checked(["ip", "-n", ns, "route", "add", "default", "via", f"10.233.{i}.1"])
+            run_checked(["ip", "-n", ap, "rule", "add", "iif", port, "table", "100"])
+            if sysctls:
+                run_checked(["ip", "netns", "exec", ns, "sysctl", "-q", "-w", *sysctls])
+        shape(ap, "air0", rate_mbit=rate_mbit, queue_ms=queue_ms)
 
     def port(self, host: str) -> str:
         """The bridge port towards ``host`` (in namespace ``sw``)."""

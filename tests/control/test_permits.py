@@ -375,3 +375,21 @@ def test_a_removed_robot_is_never_granted_while_being_removed() -> None:
     update = c.remove_robot("r1", 50)
     assert update.revoked == (g0,)
     assert robots_of(update) == ["r2"]
+
+
+def test_a_weighted_robot_holds_as_many_timeslices_from_its_next_grant() -> None:
+    c = GlobalController(["srv", "r1"], timeslice_ns=100)
+    g0 = c.request("srv", 0).granted[0]
+    c.set_weight("srv", 4)  # it serves four flows now: the grant it holds keeps its length
+    assert g0.expires_ns == 100 and c.weight("srv") == 4
+    c.request("r1", 10)
+    g1 = c.tick(100).granted[0]  # srv's slice ended: r1 (weight 1) is next
+    assert (g1.robot, g1.expires_ns - g1.granted_ns) == ("r1", 100)
+    c.request("srv", 150)
+    g2 = c.release("r1", g1.grant_id, 160).granted[0]
+    assert (g2.robot, g2.expires_ns - g2.granted_ns) == ("srv", 400)
+    c.remove_robot("srv", 170)  # a robot that leaves forgets its weight
+    c.add_robot("srv")
+    assert c.weight("srv") == 1
+    with pytest.raises(UsageError, match="weight=0"):
+        c.set_weight("srv", 0)

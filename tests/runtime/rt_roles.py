@@ -139,6 +139,9 @@ def worker(args: argparse.Namespace) -> None:
     if args.start_msg:
         team.bulk("start", args.dest).send(b"s", timeout_s=args.timeout)
         print("STARTED", flush=True)
+    if args.go_stdin:  # joined and warm: the bulk goes when told (a line on stdin)
+        print("WARM", flush=True)
+        _stdin_line().wait(args.timeout)
     if args.announce_bulk:
         print("BULK-START", flush=True)
     bh = team.bulk("params", args.dest)
@@ -272,13 +275,14 @@ def replay(args: argparse.Namespace) -> None:
 
 
 def stats(args: argparse.Namespace) -> None:
-    st = query_leader_stats(args.leader, TeamKey.from_hex(args.key_hex), timeout_s=3)
-    print(
-        json.dumps(
-            {"counters": st.counters, "holders": list(st.holders), "waiting": list(st.waiting)}
-        ),
-        flush=True,
-    )
+    """The leader's counters; with ``--each-line``, once per line on stdin (one process
+    for many queries: starting Python takes seconds on a saturated machine)."""
+    for _ in range(100_000 if args.each_line else 1):
+        if args.each_line and not sys.stdin.readline():
+            return
+        st = query_leader_stats(args.leader, TeamKey.from_hex(args.key_hex), timeout_s=3)
+        out = {"counters": st.counters, "holders": list(st.holders), "waiting": list(st.waiting)}
+        print(("STATS " if args.each_line else "") + json.dumps(out), flush=True)
 
 
 def forge(args: argparse.Namespace) -> None:
@@ -586,6 +590,7 @@ def main() -> None:
     w.add_argument("--grid-ns", type=int, required=True)
     w.add_argument("--warmup", type=int, default=8)
     w.add_argument("--start-msg", action="store_true")
+    w.add_argument("--go-stdin", action="store_true", help="send the bulk on a stdin line")
     w.add_argument("--announce-bulk", action="store_true")
     w.add_argument("--trace-outq", action="store_true")
     w.add_argument(
@@ -599,6 +604,7 @@ def main() -> None:
     jp.add_argument("--robot", required=True)
     st = sub.add_parser("stats")
     st.add_argument("--leader", required=True)
+    st.add_argument("--each-line", action="store_true", help="a query per stdin line")
     f = sub.add_parser("forge")
     f.add_argument("--leader", required=True)
     mb = sub.add_parser("member")

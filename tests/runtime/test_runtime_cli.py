@@ -92,6 +92,8 @@ def test_leader_and_agents_send_a_file(tmp_path: Path, procs: list[Proc]) -> Non
         "127.0.0.1:0",
         "--save-dir",
         str(tmp_path / "got"),
+        "--control",
+        str(tmp_path / "ld.sock"),
         logs_to_stdout=True,
     )
     line = rx.expect("coorp agent: ld (coordinated) receiving on", 30)
@@ -112,6 +114,8 @@ def test_leader_and_agents_send_a_file(tmp_path: Path, procs: list[Proc]) -> Non
             str(src),
             "--to",
             inbox,
+            "--control",
+            str(tmp_path / "r1.sock"),
         ],
         capture_output=True,
         text=True,

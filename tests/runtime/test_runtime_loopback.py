@@ -27,6 +27,7 @@ from coorp.runtime.wire._format import (
     Granted,
     Ping,
     Pong,
+    Queued,
     Release,
     Request,
     Revoked,
@@ -145,6 +146,8 @@ def test_silent_holder_loses_permit_and_next_requester_gets_it() -> None:
         assert isinstance(b.recv(), Pong)
         msg = b.recv()  # within the 0.5 s timeslice (plus scheduling)
         assert isinstance(msg, Granted)
+        told = a.recv()  # the holder was told that r2 waits
+        assert isinstance(told, Queued) and told.waiting == 1
         revoked = a.recv()
         assert isinstance(revoked, Revoked)
         assert handle.stats()["revocations"] == 1
@@ -358,8 +361,9 @@ def test_a_robots_bulk_streams_take_turns_under_one_permit(
     leader: LeaderHandle, teams: list[Team], one_at_a_time: bool
 ) -> None:
     # Two messages of one robot to two receivers, asked for together. Taking turns,
-    # the second writes nothing until the first is confirmed, and the robot holds one
-    # permit for both; without turns both write at once (so this can tell them apart).
+    # the second writes nothing until the first's last byte is written (its turn is
+    # handed on then, while those bytes drain), and the robot holds one permit for
+    # both; without turns both write at once (so this can tell them apart).
     sink = join(None, "sink", KEY)
     teams.append(sink)
     inbox = sink.listen("127.0.0.1:0")
@@ -387,8 +391,9 @@ def test_a_robots_bulk_streams_take_turns_under_one_permit(
         assert len(receipts) == 2
         first, second = sorted(receipts, key=lambda r: r.finished_ns)
         assert first.first_write_ns is not None and second.first_write_ns is not None
+        assert first.last_write_ns is not None
         if one_at_a_time:
-            assert second.first_write_ns >= first.finished_ns
+            assert second.first_write_ns >= first.last_write_ns
             assert second.permit_wait_ns > 0
             assert team.sync_leader()
             stats = leader.stats()

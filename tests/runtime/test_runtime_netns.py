@@ -78,26 +78,47 @@ def leader_stats(topo: Topology) -> dict[str, Any]:
     return result
 
 
-def wait_leader(topo: Topology, what: str, predicate: Any, attempts: int = 40) -> dict[str, Any]:
+def wait_leader(
+    topo: Topology,
+    what: str,
+    predicate: Any,
+    attempts: int = 40,
+    *,
+    observer: Proc | None = None,
+) -> dict[str, Any]:
     """Query the leader until ``predicate(stats)`` holds (each query is a blocking
-    request/response with a timeout; the number of queries is bounded)."""
+    request/response with a timeout; the number of queries is bounded). With an
+    ``observer`` (:func:`stats_observer`) every query reuses one process."""
     stats: dict[str, Any] = {}
-    for _ in range(attempts):
-        stats = leader_stats(topo)
+    for _ in range(attempts if observer is None else attempts * 50):
+        if observer is None:
+            stats = leader_stats(topo)
+        else:
+            observer.send("?")
+            stats = json.loads(observer.expect("STATS ", 30).removeprefix("STATS "))
         if predicate(stats):
             return stats
     raise AssertionError(f"leader never reached: {what}; last stats {stats}")
 
 
-def start_leader(topo: Topology, config: Path) -> Proc:
+def stats_observer(topo: Topology) -> Proc:
+    """One process that asks the leader for its counters at each line it is sent:
+    on a saturated machine, starting a Python process per query takes seconds."""
+    args = ["stats", "--leader", f"{topo.addr('ld')}:{LEADER_PORT}", "--key-hex", KEY_HEX]
+    return topo.start("ld", [*ROLES, *args, "--each-line"], name="stats", stdin=True)
+
+
+def start_leader(topo: Topology, config: Path, *, ready_s: float = 20) -> Proc:
     proc = topo.start(
         "ld", [*COORP, "leader", "--config", str(config), "--log-level", "warning"], name="leader"
     )
-    proc.expect("coorp leader: serving", 20)
+    proc.expect("coorp leader: serving", ready_s)
     return proc
 
 
-def start_sink(topo: Topology, expect_bulk: int, expect_drops: int = 0) -> Proc:
+def start_sink(
+    topo: Topology, expect_bulk: int, expect_drops: int = 0, *, ready_s: float = 20
+) -> Proc:
     proc = topo.start(
         "ld",
         [
@@ -116,7 +137,7 @@ def start_sink(topo: Topology, expect_bulk: int, expect_drops: int = 0) -> Proc:
         ],
         name="sink",
     )
-    proc.expect("READY", 20)
+    proc.expect("READY", ready_s)
     return proc
 
 
@@ -128,6 +149,7 @@ def start_worker(
     grid_ns: int,
     coordinated: bool,
     extra: tuple[str, ...] = (),
+    stdin: bool = False,
 ) -> Proc:
     argv = [
         *ROLES,
@@ -152,7 +174,7 @@ def start_worker(
         argv += ["--leader", f"{topo.addr('ld')}:{LEADER_PORT}"]
     else:
         argv += ["--no-local"]
-    return topo.start(host, argv, name=host)
+    return topo.start(host, argv, name=host, stdin=stdin)
 
 
 def run_team(

@@ -114,3 +114,33 @@ def test_a_leader_that_is_not_there_is_named_with_where_its_address_came_from(
     assert "Errno" not in err and "ok.toml" not in err
     code, _, err = run_cli(capsys, "top", "--config", str(team), "--count", "1")
     assert code == 1 and f"(from agent.leader in {team})" in err
+
+
+def test_a_gone_or_silent_robot_shows_no_rate_and_no_connections() -> None:
+    board = TeamBoard(["r1", "r2"])
+    flows = [FlowSummary("10.0.0.1:9000", 5, True)]
+    for robot in ("r1", "r2"):
+        board.record(robot, 10 * S, report(ls=300, bulk=10_000_000, paused_ns=0, flows=flows))
+        board.record(robot, 11 * S, report(ls=330, bulk=16_250_000, paused_ns=0, flows=flows))
+    now = 11 * S + 500_000_000
+    rows = {r.robot: r for r in board.rows(now, {"r1", "r2"})}
+    assert rows["r1"].bulk_mbps == 50.0 and rows["r1"].intercepted  # reporting: its rate
+    rows = {r.robot: r for r in board.rows(now, {"r1"})}  # r2's agent left
+    gone = rows["r2"]
+    assert (gone.mode, gone.bulk_mbps, gone.ls_rate_hz, gone.intercepted) == ("gone", 0.0, 0.0, [])
+    later = {r.robot: r for r in board.rows(now + 3 * S, {"r1", "r2"})}  # silent for 3.5 s
+    assert later["r1"].bulk_mbps == 0.0 and later["r1"].intercepted == []
+
+
+def test_top_piped_prints_the_whole_table(capsys: pytest.CaptureFixture[str]) -> None:
+    from coorp.cli._runtime._watch import _console
+
+    board = TeamBoard(["a-robot-with-a-long-name", "r2"])
+    flows = [FlowSummary(f"10.0.0.{i}:29500", 9, True) for i in range(3)]
+    board.record("a-robot-with-a-long-name", 0, report(0, 0, 0, flows=flows))
+    status = TeamStatus((), (), tuple(board.rows(0, {"a-robot-with-a-long-name"})))
+    _console().print(status_table(status, "team t"))  # stdout is not a terminal here
+    out = capsys.readouterr().out
+    row = next(ln for ln in out.splitlines() if "a-robot-with-a-long-name" in ln)
+    assert "10.0.0.0:29500*, 10.0.0.1:29500*, 10.0.0.2:29500*" in row  # not cut at 80
+    assert len(row) > 80

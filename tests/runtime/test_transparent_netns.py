@@ -71,6 +71,12 @@ def team_file(tmp: Path, topo: Topology, ls: str, bulk: str) -> Path:
     return path
 
 
+def control(team: Path, robot: str) -> str:
+    """The agent's control socket, in the test's own folder: the default one under
+    /tmp is shared with every other run on the machine as the same user."""
+    return str(team.parent / f"{robot}.sock")
+
+
 def start(topo: Topology, host: str, argv: list[str], name: str, stdin: bool = False) -> Proc:
     """A process in ``host``'s namespace, its stderr kept in the test's log folder."""
     with open(topo.logs / f"{name}.log", "ab") as err:  # type: ignore[attr-defined]
@@ -95,7 +101,8 @@ def start_team(topo: Topology, team: Path) -> dict[str, Proc]:
     agents = {}
     for host in topo.hosts:
         robot = "leader" if host == "ld" else host
-        argv = [*COORP, "agent", "--config", str(team), "--robot", robot, "--transparent"]
+        argv = [*COORP, "agent", "--config", str(team), "--robot", robot, "--transparent",
+                "--control", control(team, robot)]  # fmt: skip
         agents[host] = start(topo, host, argv, f"agent-{robot}")
     for p in agents.values():
         p.expect("coorp agent: transparent mode on", 30)
@@ -254,7 +261,8 @@ def test_no_rule_outlives_its_agent(topo: Topology, tmp_path: Path) -> None:
     team = team_file(tmp_path, topo, "{ ports = 9001 }", "{ ports = 9000 }")
     ldr = start(topo, "ld", [*COORP, "leader", "--config", str(team)], "leader")
     ldr.expect("coorp leader: serving", 30)
-    argv = [*COORP, "agent", "--config", str(team), "--robot", "a1", "--transparent"]
+    argv = [*COORP, "agent", "--config", str(team), "--robot", "a1", "--transparent",
+            "--control", control(team, "a1")]  # fmt: skip
     agent = start(topo, "a1", argv, "agent-a1")
     agent.expect("coorp agent: transparent mode on", 30)
     assert tables(topo, "a1") == ["coorp-a1"]
@@ -296,3 +304,138 @@ def test_doctor_on_a_namespace_interface(topo: Topology, tmp_path: Path) -> None
     assert r.returncode == 1
     unprivileged = {f["check"]: f for f in json.loads(r.stdout)["findings"]}
     assert "CAP_NET_ADMIN" in unprivileged["transparent"]["detail"]
+
+
+LEADER_STATS = textwrap.dedent(
+    """
+    import json, sys
+    from coorp.runtime import load_team_config, query_leader_stats, resolve_team_key
+    cfg = load_team_config(sys.argv[1])
+    st = query_leader_stats(cfg.agent.leader, resolve_team_key(cfg, sys.argv[1]))
+    print(json.dumps(st.counters))
+    """
+)
+
+
+def leader_counters(topo: Topology, team: Path) -> dict[str, int]:
+    out: dict[str, int] = json.loads(topo.run("ld", [*PY, "-c", LEADER_STATS, str(team)]))
+    return out
+
+
+def fetch(topo: Topology, host: str, port: int, nbytes: int) -> Proc:
+    argv = [*PY, str(APPS / "bulk_tcp.py"), "fetch", "--to", f"{topo.addr('ld')}:{port}",
+            "--bytes", str(nbytes)]  # fmt: skip
+    return start(topo, host, argv, f"fetch-{host}-{port}")
+
+
+def server(topo: Topology, port: int) -> Proc:
+    argv = [*PY, str(APPS / "bulk_tcp.py"), "serve", "--listen", f"0.0.0.0:{port}"]
+    p = start(topo, "ld", argv, f"serve-{port}", stdin=True)
+    p.expect("READY", 20)
+    return p
+
+
+def test_downloads_take_turns_under_the_servers_permit_and_a_clean_start_logs_cleanly(
+    topo: Topology, tmp_path: Path
+) -> None:
+    """Issue 34, items 1, 2 and 6: the leader's replies on connections the robots opened
+    go through its inbound relay under its permit, intact, while a robot uploads; and
+    nothing in the start-up logs says something went wrong."""
+    team = team_file(tmp_path, topo, '{ preset = "dds", domain_id = 0 }',
+                     "{ ports = 9000 }, { listen = 9001 }")  # fmt: skip
+    ldr = start(topo, "ld", [*COORP, "leader", "--config", str(team)], "leader")
+    ldr.expect("coorp leader: serving", 30)
+    agents = {}
+    for host in topo.hosts:
+        robot = "leader" if host == "ld" else host
+        argv = [*COORP, "agent", "--config", str(team), "--robot", robot, "--transparent",
+                "--log-level", "info", "--control", control(team, robot)]  # fmt: skip
+        agents[host] = start(topo, host, argv, f"agent-{robot}")
+    for p in agents.values():
+        p.expect("coorp agent: transparent mode on", 30)
+    sink(topo, 9000)
+    server(topo, 9001)
+    procs = loop(topo, "dds", 3.0)
+    downs = [fetch(topo, h, 9001, 2_000_000) for h in ("a1", "a2")]
+    up = upload(topo, "a1", 9000, 2_000_000)
+    got = [result(d, topo=topo) for d in downs]
+    # Every byte the server sent arrived once, in order, and the end with its digest.
+    assert all(g["intact"] and g["bytes"] == 2_000_000 for g in got), got
+    assert result(up, topo=topo)["intact"]
+    outs = [result(p, topo=topo) for p in procs]
+    robots = [o for o in outs if o["role"] == "robot"]
+    counts = [(r["name"], r["sent"], len(r["command_ms"])) for r in robots]
+    assert all(got >= 0.8 * sent for _, sent, got in counts), counts
+    status = wait_status(topo, team, lambda s: s["leader"]["relayed"] >= 2,
+                         "both downloads relayed by the leader")  # fmt: skip
+    assert status["a1"]["relayed"] >= 1  # the upload, on a1's own relay
+    assert status["leader"]["ls_flows"] >= 1  # its commands observed: its own gate
+    counters = leader_counters(topo, team)
+    assert counters["max_holders"] == 1 and counters["grants"] >= 2
+    for p in agents.values():
+        p.popen.terminate()
+        p.popen.wait(timeout=20)
+    ldr.popen.terminate()
+    ldr.popen.wait(timeout=20)
+    logs_of = {path.stem: path.read_text(errors="replace")
+               for path in topo.logs.iterdir()}  # type: ignore[attr-defined]  # fmt: skip
+    # (A stall of this process is logged at INFO when the CPU really was taken from it,
+    # which a loaded machine does; what must not happen is a lost leader, a rejoin or a
+    # dropped frame when nothing was wrong.)
+    noisy = ("WARNING", "ERROR", "lost leader", "unreachable", "rejoined", "dropped")
+    for name in ["leader", *(f"agent-{r}" for r in ("leader", "a1", "a2"))]:
+        bad = [ln for ln in logs_of[name].splitlines() if any(w in ln for w in noisy)]
+        assert bad == [], f"{name}: {bad}"
+
+
+def test_sigterm_gives_relayed_connections_two_seconds(topo: Topology, tmp_path: Path) -> None:
+    """Issue 34, item 6: a relayed upload that ends within the 2 s stopping the agent
+    allows arrives whole; one that does not is reset, never cut off cleanly."""
+    team = team_file(tmp_path, topo, "{ ports = 9001 }", "{ ports = 9000 }")
+    ldr = start(topo, "ld", [*COORP, "leader", "--config", str(team)], "leader")
+    ldr.expect("coorp leader: serving", 30)
+    argv = [*COORP, "agent", "--config", str(team), "--robot", "a1", "--transparent",
+            "--control", control(team, "a1")]  # fmt: skip
+    agent = start(topo, "a1", argv, "agent-a1")
+    agent.expect("coorp agent: transparent mode on", 30)
+    rx = sink(topo, 9000)
+    # 100 MB at 30 Mbit/s: far more than 2 s after the status polls below; 3 MB: about
+    # a second.
+    long = upload(topo, "a1", 9000, 100_000_000)
+    wait_status(topo, team, lambda s: s["a1"]["relayed"] >= 1, "the long upload relayed")
+    short = upload(topo, "a1", 9000, 3_000_000)
+    wait_status(topo, team, lambda s: s["a1"]["relayed"] >= 2, "the short upload relayed")
+    agent.popen.terminate()
+    assert result(short, topo=topo)["intact"]
+    assert not result(long, topo=topo)["intact"]
+    agent.popen.wait(timeout=20)
+    assert tables(topo, "a1") == []
+    rx.send(json.dumps({"cmd": "quit"}))
+    # The sink took the short upload whole, and never a clean end of the long one (a
+    # reset ends its connection without a DONE).
+    assert [d["bytes"] for d in result(rx, topo=topo)["done"]] == [3_000_000]
+
+
+def test_an_agent_that_cannot_start_never_joins_and_names_the_running_one(
+    topo: Topology, tmp_path: Path
+) -> None:
+    """Issue 34, item 6: a second agent for a robot is refused before it joins (the
+    running one stays joined), and `coorp doctor --robot` says what it would meet."""
+    team = team_file(tmp_path, topo, "{ ports = 9001 }", "{ ports = 9000 }")
+    ldr = start(topo, "ld", [*COORP, "leader", "--config", str(team)], "leader")
+    ldr.expect("coorp leader: serving", 30)
+    argv = [*COORP, "agent", "--config", str(team), "--robot", "a1", "--control",
+            control(team, "a1")]  # fmt: skip
+    first = start(topo, "a1", argv, "agent-a1")
+    first.expect("coorp agent: control socket", 30, anywhere=True)
+    r = subprocess.run(["ip", "netns", "exec", topo.ns("a1"), *argv], capture_output=True,
+                       text=True, timeout=60, env=ENV)  # fmt: skip
+    assert r.returncode == 2
+    assert f"already running (pid {first.popen.pid}" in r.stderr or "already running" in r.stderr
+    assert leader_counters(topo, team)["joins"] == 1  # the second never joined
+    out = json.loads(topo.run("a2", [*COORP, "doctor", "--config", str(team), "--robot", "a2",
+                                     "--json"]))  # fmt: skip
+    found = {f["check"]: f for f in out["findings"]}
+    assert found["leader"]["status"] == "ok" and "robot a2's key" in found["leader"]["detail"]
+    assert found["ports"]["status"] == "ok" and found["agent"]["status"] == "ok"
+    assert found["cpu"]["status"] == "ok"  # root may lower its nice value

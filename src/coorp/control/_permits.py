@@ -107,6 +107,8 @@ class GlobalController:
         self._next_grant_id = 1
         self._clock = MonotoneClock("GlobalController")
         self._counts = {name: 0 for name in PermitStats.__dataclass_fields__}
+        # Timeslices per grant, by robot (1 unless set): see set_weight.
+        self._weights: dict[str, int] = {}
 
     # -- read-only views -------------------------------------------------------------
     @property
@@ -141,6 +143,22 @@ class GlobalController:
             return None
         return min(g.expires_ns for g in self._holders.values())
 
+    def set_weight(self, robot: str, weight: int) -> None:
+        """Grant ``robot`` ``weight`` timeslices at a time from its next grant on (1:
+        the paper's rule). A robot sending for several flows at once (a server
+        answering four clients) then holds the air as long as their senders would in
+        turn, so each flow gets about the same share. Grants already issued keep their
+        length."""
+        if not isinstance(weight, int) or weight < 1:
+            raise UsageError(f"weight={weight!r}: must be an integer >= 1 (timeslices per grant)")
+        if weight == 1:
+            self._weights.pop(robot, None)
+        else:
+            self._weights[robot] = weight
+
+    def weight(self, robot: str) -> int:
+        return self._weights.get(robot, 1)
+
     # -- membership --------------------------------------------------------------------
     def add_robot(self, robot: str) -> None:
         """Start managing ``robot``; adding a known robot again is a no-op."""
@@ -160,6 +178,7 @@ class GlobalController:
         revoked: list[Grant] = []
         if robot in self._robots:
             self._robots.discard(robot)
+            self._weights.pop(robot, None)
             self._count("removals")
             if robot in self._queue:
                 self._queue.remove(robot)
@@ -236,7 +255,8 @@ class GlobalController:
         granted: list[Grant] = []
         while self._queue and len(self._holders) < self._limit:
             robot = self._queue.popleft()
-            grant = Grant(robot, self._next_grant_id, now_ns, now_ns + self._timeslice_ns)
+            length = self._timeslice_ns * self._weights.get(robot, 1)
+            grant = Grant(robot, self._next_grant_id, now_ns, now_ns + length)
             self._next_grant_id += 1
             self._holders[robot] = grant
             self._count("grants")

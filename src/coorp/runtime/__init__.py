@@ -48,6 +48,7 @@ from coorp.runtime._errors import (
     TransferError,
     UnsupportedVersionError,
 )
+from coorp.runtime._priority import Scheduling, apply_scheduling, parse_scheduling
 from coorp.runtime._selectors import BulkSelector, LsSelector, TransparentSection
 from coorp.runtime.inbox import AsyncInbox, Inbox, Message, ReceiverLimits
 from coorp.runtime.leader import (
@@ -125,6 +126,7 @@ __all__ = [
     "RobotKey",
     "Ruleset",
     "RuntimeUsageError",
+    "Scheduling",
     "StaleError",
     "Team",
     "TeamConfig",
@@ -139,6 +141,7 @@ __all__ = [
     "TransparentUnavailableError",
     "UnsupportedVersionError",
     "ajoin",
+    "apply_scheduling",
     "aquery_team",
     "diagnose",
     "format_address",
@@ -148,6 +151,7 @@ __all__ = [
     "load_team_config",
     "mark_socket",
     "parse_address",
+    "parse_scheduling",
     "probe_marking",
     "query_leader_stats",
     "resolve_team_key",

@@ -36,6 +36,7 @@ from coorp._errors import ScenarioError, ScenarioProblem
 from coorp.scenario import load_scenario
 
 from ._errors import RuntimeUsageError
+from ._priority import parse_scheduling
 from ._selectors import TransparentSection, dds_binds, dds_port_range
 from .wire import (
     KEY_ENV,
@@ -128,6 +129,12 @@ class LeaderSection(_Model):
     member_reserve: int = Field(
         64, ge=0, le=65_536, description="connections kept for hosts members joined from"
     )
+    max_weight: int = Field(
+        8,
+        ge=1,
+        le=64,
+        description="timeslices per grant at most for a robot sending for several flows",
+    )
 
     _listen = field_validator("listen")(_check_address)
 
@@ -185,8 +192,19 @@ class AgentSection(_Model):
     inbox_preauth_budget: int = Field(
         64, ge=2, le=65_536, description="handshakes under way from unknown hosts, in all"
     )
+    scheduling: str = Field(
+        "nice:-10",
+        description="the agent's CPU share: none, nice:N (-20..19), rr:P or fifo:P (1..99) "
+        "(docs/runtime.md, 'Busy CPUs')",
+    )
 
     _addresses = field_validator("leader", "listen")(_check_address)
+
+    @field_validator("scheduling")
+    @classmethod
+    def _scheduling(cls, v: str) -> str:
+        parse_scheduling(v)
+        return v
 
 
 class TeamConfig(_Model):
@@ -209,11 +227,12 @@ class TeamConfig(_Model):
         t = self.transparent
         if t is not None:
             self._ports_clear_of_dds(t)
-        if t is not None and any(b.to_team for b in t.bulk) and not self.team.hosts:
-            raise ValueError(
-                "transparent.bulk selects to_team, but team.hosts is empty: list each "
-                "robot's address under [team.hosts]"
-            )
+        for flag in ("to_team", "from_team"):
+            if t is not None and any(getattr(b, flag) for b in t.bulk) and not self.team.hosts:
+                raise ValueError(
+                    f"transparent.bulk selects {flag}, but team.hosts is empty: list each "
+                    "robot's address under [team.hosts]"
+                )
         return self
 
     def _ports_clear_of_dds(self, t: TransparentSection) -> None:
@@ -225,6 +244,8 @@ class TeamConfig(_Model):
             "leader.listen": parse_address(self.leader.listen)[1],
             "transparent.relay_port": t.relay_port,
         }
+        if any(b.server_side for b in t.bulk):
+            ports["transparent.inbound_relay_port"] = t.inbound_relay_port
         for i, sel in enumerate(t.ls):
             if sel.preset != "dds":
                 continue

@@ -114,6 +114,7 @@ class Match:
     dport: tuple[int, int] | None = None
     sport: tuple[int, int] | None = None
     daddr: ipaddress.IPv4Network | None = None
+    saddr: ipaddress.IPv4Network | None = None
     dscp: int | None = None
     uid: int | None = None
     gid: int | None = None
@@ -129,6 +130,8 @@ class Match:
         if self.cgroup is not None:
             level = len([p for p in self.cgroup.split("/") if p])
             parts.append(f'socket cgroupv2 level {level} "{self.cgroup.strip("/")}"')
+        if self.saddr is not None:
+            parts.append(f"ip saddr {_net_text(self.saddr)}")
         if self.daddr is not None:
             parts.append(f"ip daddr {_net_text(self.daddr)}")
         if self.dscp is not None:
@@ -271,7 +274,18 @@ class LsSelector(_Model):
 
 
 class BulkSelector(_Model):
-    """Bandwidth-hungry TCP connections: intercepted and sent under the robot's permit."""
+    """Bandwidth-hungry TCP connections: intercepted and sent under the robot's permit.
+
+    Two sides. A *client-side* selector (``ports``, ``to``, ``to_team``, ``uid``,
+    ``gid``, ``cgroup``) picks connections this host opens: what it sends on them goes
+    under its permit. A *server-side* selector (``listen``, optionally ``from`` or
+    ``from_team``) picks connections this host accepts: what it sends back on them (a
+    checkpoint served, a parameter server's model, a ring neighbour's share) goes under
+    its permit. The owner of an accepted connection is not known when its first packet
+    arrives, so a server-side selector has no ``uid``/``gid``/``cgroup``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     proto: Literal["tcp"] | None = Field(
         None,
@@ -284,10 +298,29 @@ class BulkSelector(_Model):
     uid: int | None = Field(None, ge=0, le=2**32 - 2)
     gid: int | None = Field(None, ge=0, le=2**32 - 2)
     cgroup: str | None = Field(None, description="cgroup v2 path of the sender")
+    listen: int | str | None = Field(
+        None,
+        description="server side: TCP connections this host accepts on this local port "
+        "or range (its replies go under its permit)",
+    )
+    from_: str | None = Field(
+        None,
+        alias="from",
+        description="server side: only connections from this IPv4 address or CIDR",
+    )
+    from_team: bool = Field(
+        False, description="server side: connections from any host in team.hosts"
+    )
 
     _cgroup = field_validator("cgroup")(_check_cgroup)
     _to = field_validator("to")(_check_network)
-    _ports = field_validator("ports")(_check_ports)
+    _from = field_validator("from_")(_check_network)
+    _ports = field_validator("ports", "listen")(_check_ports)
+
+    @property
+    def server_side(self) -> bool:
+        """Selects connections this host accepts (``listen``/``from``/``from_team``)."""
+        return self.listen is not None or self.from_ is not None or self.from_team
 
     @field_validator("proto", mode="before")
     @classmethod
@@ -303,16 +336,35 @@ class BulkSelector(_Model):
     def _consistent(self) -> BulkSelector:
         if self.to_team and self.to is not None:
             raise ValueError("to_team and to exclude each other")
-        criteria = (self.ports, self.to, self.uid, self.gid, self.cgroup)
-        if not self.to_team and all(c is None for c in criteria):
+        if self.from_team and self.from_ is not None:
+            raise ValueError("from_team and from exclude each other")
+        client = {
+            "ports": self.ports, "to": self.to, "to_team": self.to_team or None,
+            "uid": self.uid, "gid": self.gid, "cgroup": self.cgroup,
+        }  # fmt: skip
+        if self.server_side:
+            mixed = sorted(k for k, v in client.items() if v is not None)
+            if mixed:
+                raise ValueError(
+                    f"{', '.join(mixed)} cannot be combined with listen/from/from_team: a "
+                    "server-side selector picks connections this host accepts (by its "
+                    "listening port and the peer's address); list the client side as "
+                    "another selector"
+                )
+            return self
+        if all(c is None for c in client.values()):
             raise ValueError(
                 "a bulk selector needs at least one of ports, to, to_team, uid, gid, cgroup "
-                "(an empty one would intercept every TCP connection)"
+                "(connections this host opens) or listen, from, from_team (connections it "
+                "accepts); an empty one would intercept every TCP connection"
             )
         return self
 
     def matches(self, team_hosts: list[str]) -> list[Match]:
-        """Kernel matches (an OR); ``to_team`` expands to one per team host."""
+        """Kernel matches (an OR); ``to_team``/``from_team`` expand to one per team
+        host. Client-side selectors only (see :meth:`server_matches`)."""
+        if self.server_side:
+            return []
         dport = None if self.ports is None else parse_ports(self.ports)
         base: dict[str, object] = {
             "proto": "tcp",
@@ -326,6 +378,17 @@ class BulkSelector(_Model):
         daddr = None if self.to is None else _ipv4_network(self.to)
         return [Match(daddr=daddr, **base)]  # type: ignore[arg-type]
 
+    def server_matches(self, team_hosts: list[str]) -> list[Match]:
+        """Kernel matches of connections this host accepts (an OR): the first packet's
+        destination port is the listening port, its source the peer."""
+        if not self.server_side:
+            return []
+        dport = None if self.listen is None else parse_ports(self.listen)
+        if self.from_team:
+            return [Match(proto="tcp", dport=dport, saddr=_ipv4_network(h)) for h in team_hosts]
+        saddr = None if self.from_ is None else _ipv4_network(self.from_)
+        return [Match(proto="tcp", dport=dport, saddr=saddr)]
+
 
 class TransparentSection(_Model):
     """``[transparent]``: protect programs that know nothing of Coorp."""
@@ -334,6 +397,13 @@ class TransparentSection(_Model):
     bulk: list[BulkSelector] = Field(default_factory=list, max_length=64)
     relay_port: int = Field(
         7409, ge=1, le=65535, description="local port where intercepted connections arrive"
+    )
+    inbound_relay_port: int = Field(
+        7408,
+        ge=1,
+        le=65535,
+        description="port where accepted connections picked by a server-side selector "
+        "arrive (on every address of the host)",
     )
     relay_mark: int = Field(
         0x0C0F,
@@ -388,3 +458,15 @@ class TransparentSection(_Model):
 
     def bulk_matches(self, team_hosts: list[str]) -> list[Match]:
         return [m for sel in self.bulk for m in sel.matches(team_hosts)]
+
+    def serve_matches(self, team_hosts: list[str]) -> list[Match]:
+        return [m for sel in self.bulk for m in sel.server_matches(team_hosts)]
+
+    @model_validator(mode="after")
+    def _relay_ports(self) -> TransparentSection:
+        if self.relay_port == self.inbound_relay_port:
+            raise ValueError(
+                f"relay_port and inbound_relay_port are both {self.relay_port}: give each "
+                "its own port"
+            )
+        return self

@@ -34,20 +34,27 @@ def netns_unavailable() -> str | None:
 class Network(StarNetwork):
     """Leader + ``robots`` hosts behind one bridge, the leader's link the bottleneck."""
 
-    def __init__(self, robots: int) -> None:
+    def __init__(self, robots: int, *, medium: str = "split") -> None:
         super().__init__(["ld", *(f"r{i}" for i in range(1, robots + 1))],
                          tag="coorptb", subnet="10.232.0")  # fmt: skip
         self.qdiscs: dict[str, bool] = {}
         self.shaper = ""
+        #: ``split``: the leader's link shaped both ways (two queues); ``shared``: one
+        #: queue for every packet (:meth:`StarNetwork.create_shared`).
+        self.medium = medium
 
     def create(self, *, rate_mbit: float, queue_ms: float) -> None:  # type: ignore[override]
         # IP reassembly: a datagram that lost a fragment at the bottleneck holds its other
         # fragments for ipfrag_time (30 s by default), and past ipfrag_high_thresh (4 MB)
         # every new fragment is dropped; after an overloaded cell, messages larger than
         # the MTU would be lost for half a minute. 1 s keeps cells apart.
-        super().create(sysctls=[f"net.ipv4.ipfrag_time={IPFRAG_TIME_S}",
-                                "net.ipv4.ipfrag_high_thresh=33554432",
-                                "net.ipv4.ipfrag_low_thresh=25165824"])  # fmt: skip
+        sysctls = [f"net.ipv4.ipfrag_time={IPFRAG_TIME_S}", "net.ipv4.ipfrag_high_thresh=33554432",
+                   "net.ipv4.ipfrag_low_thresh=25165824"]  # fmt: skip
+        if self.medium == "shared":
+            self.create_shared(rate_mbit=rate_mbit, queue_ms=queue_ms, sysctls=sysctls)
+            self.shaper = "tbf"
+            return
+        super().create(sysctls=sysctls)
         sw = self.ns("sw")
         self.qdiscs = probe_qdiscs(sw, self.port("ld"))
         for ns, dev in ((sw, self.port("ld")), (self.ns("ld"), "eth0")):

@@ -95,6 +95,9 @@ async def serve_control(
             else:
                 async with asyncio.timeout(10):
                     line = await reader.readline()
+                if not line:  # a peer that only checked who listens (running_agent)
+                    writer.close()
+                    return
                 req = json.loads(line)
                 reply = await send_file(Path(str(req["file"])), str(req["to"]))
         except Exception as exc:  # reported to the client, never fatal to the agent
@@ -107,6 +110,23 @@ async def serve_control(
     server = await asyncio.start_unix_server(handle, path=str(path), limit=1 << 16)
     path.chmod(0o600)
     return server
+
+
+def running_agent(path: Path) -> int | None:
+    """The pid of the agent answering on control socket ``path`` (None: nobody does;
+    a socket file left by a crash is not an agent). The kernel says who listens
+    (``SO_PEERCRED``): no request is sent."""
+    if not path.exists():
+        return None
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(2.0)
+        try:
+            s.connect(str(path))
+        except OSError:
+            return None
+        creds = s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        pid, _, _ = struct.unpack("3i", creds)
+        return pid
 
 
 def send_via_agent(path: Path, file: Path, to: str, timeout_s: float) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -32,7 +32,7 @@ from coorp.cli._options import (
 )
 
 if TYPE_CHECKING:
-    from coorp.runtime import Ruleset, TeamConfig
+    from coorp.runtime import AsyncTeam, Ruleset, TeamConfig
 
 __all__ = ["register"]
 
@@ -230,6 +230,7 @@ def agent(
         PingEcho,
         control_socket_path,
         parse_ls_spec,
+        running_agent,
         send_via_agent,
         serve_control,
     )
@@ -237,8 +238,10 @@ def agent(
         Message,
         TransparentAgent,
         ajoin,
+        apply_scheduling,
         load_team_config,
         parse_address,
+        parse_scheduling,
         resolve_team_key,
         team_settings,
     )
@@ -273,6 +276,13 @@ def agent(
         # the same robot a second time.
         _print_send_reply(send_via_agent(control_path, send, to, timeout_s=3600))
         return
+    pid = running_agent(control_path) if send is None else None
+    if pid is not None:
+        raise UsageError(
+            f"an agent for robot {robot} is already running (pid {pid}, control socket "
+            f"{control_path}); stop it first: two agents under one robot's name would knock "
+            "each other off the leader"
+        )
     payload = None
     if send is not None:
         try:
@@ -283,26 +293,56 @@ def agent(
     a = cfg.agent
     settings = team_settings(cfg)
     log = logging.getLogger("coorp.runtime.agent")
+    try:
+        log.info("%s: CPU scheduling %s", robot, apply_scheduling(parse_scheduling(a.scheduling)))
+    except PermissionError as exc:
+        # The agent still works; on a busy CPU its pacing may come late (docs/runtime.md).
+        (log.warning if transparent else log.info)(
+            "%s: %s (agent.scheduling; `coorp doctor` shows what this host allows)", robot, exc
+        )
 
     async def run() -> None:
-        team = await ajoin(leader_addr or a.leader, robot, key, settings=settings)
-        stack = contextlib.AsyncExitStack()
-        try:
-            if payload is not None and to is not None:
+        if payload is not None and to is not None:
+            team = await ajoin(leader_addr or a.leader, robot, key, settings=settings)
+            try:
                 receipt = await team.bulk("file", to).send(payload)
-                waited = receipt.permit_wait_ns / 1e9
-                print(
-                    f"coorp agent: sent {receipt.nbytes} bytes in "
-                    f"{receipt.duration_ns / 1e9:.2f} s (waited {waited:.2f} s for permits)",
-                    flush=True,
-                )
-                return
-            inbox = await team.listen(listen or a.listen)
+            finally:
+                await team.close()
+            waited = receipt.permit_wait_ns / 1e9
             print(
-                f"coorp agent: {robot} ({team.mode}) receiving on "
-                f"{inbox.address[0]}:{inbox.address[1]}",
+                f"coorp agent: sent {receipt.nbytes} bytes in "
+                f"{receipt.duration_ns / 1e9:.2f} s (waited {waited:.2f} s for permits)",
                 flush=True,
             )
+            return
+        stack = contextlib.AsyncExitStack()
+        streams: list[str] = []
+        local: dict[str, Any] = {}
+
+        async def send_file(path: Path, dest: str) -> dict[str, object]:
+            data = await asyncio.to_thread(path.read_bytes)
+            receipt = await local["team"].bulk(f"send-{len(streams)}", dest).send(data)
+            streams.append(dest)
+            return {
+                "ok": True,
+                "nbytes": receipt.nbytes,
+                "seconds": receipt.duration_ns / 1e9,
+                "permit_wait_s": receipt.permit_wait_ns / 1e9,
+            }
+
+        async def prepare(team: AsyncTeam) -> None:
+            """Everything local, before the leader hears of this robot: a port in use
+            or missing capabilities fail here, and never knock a running agent of the
+            same robot off the leader."""
+            local["team"] = team
+            where = listen or a.listen
+            try:
+                local["inbox"] = await team.listen(where)
+            except OSError as exc:
+                raise UsageError(
+                    f"cannot receive on {where} (agent.listen): {exc.strerror or exc}; is "
+                    "another program (another agent?) using that port?"
+                ) from None
             if transparent:
                 assert cfg.transparent is not None
                 tmode = TransparentAgent(
@@ -311,29 +351,34 @@ def agent(
                     team_hosts=cfg.team_hosts(besides=robot),
                     coorp_ports=_coorp_ports(cfg, leader_addr, listen),
                 )
-                await tmode.start()
+                try:
+                    await tmode.start()
+                except OSError as exc:
+                    raise UsageError(str(exc)) from None
                 stack.push_async_callback(tmode.close)
+                local["tmode"] = tmode
+            local["server"] = await serve_control(control_path, send_file)
+
+        team = await ajoin(leader_addr or a.leader, robot, key, settings=settings, prepare=prepare)
+        try:
+            inbox, server = local["inbox"], local["server"]
+            print(
+                f"coorp agent: {robot} ({team.mode}) receiving on "
+                f"{inbox.address[0]}:{inbox.address[1]}",
+                flush=True,
+            )
+            if "tmode" in local:
+                assert cfg.transparent is not None
+                extra = ""
+                if local["tmode"].inbound is not None:
+                    extra = f", inbound 0.0.0.0:{cfg.transparent.inbound_relay_port}"
                 print(
-                    f"coorp agent: transparent mode on (table ip {tmode.ruleset.table}; "
-                    f"relay 127.0.0.1:{cfg.transparent.relay_port})",
+                    f"coorp agent: transparent mode on (table ip {local['tmode'].ruleset.table}; "
+                    f"relay 127.0.0.1:{cfg.transparent.relay_port}{extra})",
                     flush=True,
                 )
             if save_dir is not None:
                 save_dir.mkdir(parents=True, exist_ok=True)
-
-            async def send_file(path: Path, dest: str) -> dict[str, object]:
-                data = await asyncio.to_thread(path.read_bytes)
-                receipt = await team.bulk(f"send-{len(streams)}", dest).send(data)
-                streams.append(dest)
-                return {
-                    "ok": True,
-                    "nbytes": receipt.nbytes,
-                    "seconds": receipt.duration_ns / 1e9,
-                    "permit_wait_s": receipt.permit_wait_ns / 1e9,
-                }
-
-            streams: list[str] = []
-            server = await serve_control(control_path, send_file)
             print(f"coorp agent: control socket {control_path}", flush=True)
             echo = PingEcho(team)
             gen: LsGenerator | None = None

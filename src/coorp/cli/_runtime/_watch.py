@@ -25,13 +25,21 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from coorp._errors import PeerError, UsageError
+from coorp._errors import CoorpError, PeerError, UsageError
 from coorp.cli._options import ConfigOption, JsonFlagOption, LeaderOption
 
 if TYPE_CHECKING:
     from coorp.runtime import TeamStatus
 
 __all__ = ["register"]
+
+
+def _console() -> Any:
+    """A console for tables: a terminal's own width; piped, as wide as the table is
+    (rich would cut every row to 80 columns)."""
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=1000, soft_wrap=True)
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
@@ -106,10 +114,9 @@ def top(
     live = sys.stdout.isatty() and not as_json
 
     async def run() -> None:
-        from rich.console import Console
         from rich.live import Live
 
-        console = Console()
+        console = _console()
         n = 0
         ctx = Live(console=console, auto_refresh=False) if live else contextlib.nullcontext()
         with ctx as view:
@@ -170,22 +177,59 @@ def doctor(
         int,
         typer.Option(min=1, max=65_000, metavar="BYTES", help="The largest LS message you send."),
     ] = 12_000,
+    robot: Annotated[
+        str | None,
+        typer.Option(
+            "--robot",
+            "-r",
+            metavar="NAME",
+            help="Also check what this robot's agent needs: its key, its ports, no agent "
+            "of it running, the leader accepting it (needs --config).",
+        ),
+    ] = None,
     as_json: JsonFlagOption = False,
 ) -> None:
     """Check what this host does to LS packets, and how to fix it.
 
     Checks WiFi or not, power save, the qdisc, DSCP/priority mapping, the MTU against
-    the LS message size, and whether transparent mode can run here. Exit status 1 when
-    a check fails."""
-    from coorp.runtime import diagnose, load_team_config
+    the LS message size, whether transparent mode can run here, whether the agent may
+    take a larger CPU share, and (with --config) whether the leader answers. Exit
+    status 1 when a check fails."""
+    from coorp.cli._runtime._agent_tools import control_socket_path, running_agent
+    from coorp.runtime import Finding, diagnose, load_team_config, resolve_team_key
 
+    if robot is not None and config is None:
+        raise UsageError("--robot needs --config (the team file names the robot's key)")
     cfg = load_team_config(config) if config is not None else None
-    iface, findings = diagnose(config=cfg, interface=interface, ls_bytes=ls_bytes)
+    key = None
+    early: list[Finding] = []
+    if cfg is not None:
+        if robot is not None and robot not in cfg.team.robots:
+            raise UsageError(f"--robot {robot!r} is not in team.robots of {config}")
+        try:
+            key = resolve_team_key(cfg, config, robot=robot)
+            early.append(Finding("key", "ok", f"{'robot ' + robot if robot else 'team'} key found"))
+        except CoorpError as exc:  # a missing or too open key file: reported, not raised
+            early.append(Finding("key", "fail" if robot else "info", str(exc)))
+        if robot is not None:
+            path = control_socket_path(cfg.team.name, robot)
+            pid = running_agent(path)
+            early.append(
+                Finding("agent", "info", f"an agent for {robot} runs here (pid {pid}, {path})")
+                if pid is not None
+                else Finding("agent", "ok", f"no agent for {robot} runs here yet")
+            )
+    iface, findings = diagnose(
+        config=cfg, interface=interface, ls_bytes=ls_bytes, robot=robot, key=key
+    )
+    if robot is not None and any(f.check == "agent" and f.status == "info" for f in early):
+        # Its own running agent holds the ports: not a fault.
+        findings = [f for f in findings if f.check != "ports"]
+    findings = early + findings
     failed = any(f.status == "fail" for f in findings)
     if as_json:
         print(json.dumps({"interface": iface, "findings": [f.to_json() for f in findings]}))
     else:
-        from rich.console import Console
         from rich.table import Table
 
         table = Table(title=f"coorp doctor: {iface or 'no interface'}", show_lines=True)
@@ -194,7 +238,7 @@ def doctor(
         style = {"ok": "green", "warn": "yellow", "fail": "red", "info": "blue"}
         for f in findings:
             table.add_row(f.check, f"[{style[f.status]}]{f.status}[/]", f.detail, f.fix)
-        Console().print(table)
+        _console().print(table)
     if failed:
         raise typer.Exit(1)
 

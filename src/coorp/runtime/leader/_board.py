@@ -20,6 +20,8 @@ __all__ = ["ROWS_PER_PAGE", "TeamBoard"]
 
 #: Rows per :class:`~._wire.TeamReply` page (a control frame is at most 16 KiB).
 ROWS_PER_PAGE = 32
+#: A report older than this describes nothing current (robots report every second).
+STALE_NS = 3_000_000_000
 
 
 @dataclass(slots=True)
@@ -64,6 +66,12 @@ class TeamBoard:
                             0, [])  # fmt: skip
         r = seen.report
         ls_rate = mbps = paused = 0.0
+        if not connected or now_ns - seen.at_ns > STALE_NS:
+            # Gone, or silent for a while: its last rates and connections are history,
+            # not what it does now.
+            mode = r.mode if connected else "gone"
+            return RobotRow(robot, connected, (now_ns - seen.at_ns) // 1_000_000, mode, 0.0,
+                            0, p50, p99, received, late, 0.0, 0.0, r.relayed, [])  # fmt: skip
         if seen.previous is not None:
             t0, r0 = seen.previous
             dt = (seen.at_ns - t0) / 1e9

@@ -42,6 +42,7 @@ from ..wire import (
     PeerClosed,
     Ping,
     Pong,
+    Queued,
     QuotaSettings,
     Refused,
     Release,
@@ -90,6 +91,10 @@ class LeaderSettings:
     """Frames (and handshakes) one robot may have handled per second; beyond, its
     frames are read later (an agent sends about 5 per second)."""
     frame_burst_per_member: int = 400
+    max_weight: int = 8
+    """A robot sending for several flows at once gets up to this many timeslices per
+    grant (one per flow): a server answering four clients holds the air about as long
+    as four robots would in turn. 1: every grant one timeslice (the paper)."""
 
     @property
     def silence_timeout_s(self) -> float:
@@ -130,6 +135,8 @@ class PermitService:
         self._agents: dict[str, FramedConnection] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._timer: asyncio.TimerHandle | None = None
+        #: What each holder was last told of the queue: (grant id, robots waiting).
+        self._told: dict[str, tuple[int, int]] = {}
         self._listener: socket.socket | None = None
         self._accept: AcceptLoop | None = None
         self._counts = {
@@ -324,7 +331,13 @@ class PermitService:
             if isinstance(msg, Ping):
                 await conn.send(Pong(msg.token))
             elif isinstance(msg, Request):
-                self._apply(self._controller_call(self.controller.request, robot, now))
+                weight = min(msg.flows, self.settings.max_weight)
+                ctl = self.controller
+                changed = weight != ctl.weight(robot)
+                ctl.set_weight(robot, weight)
+                queued = robot in ctl.waiting or any(g.robot == robot for g in ctl.holders)
+                if not (changed and queued):  # (else: only its weight changed)
+                    self._apply(self._controller_call(ctl.request, robot, now))
             elif isinstance(msg, Release):
                 self._apply(
                     self._controller_call(self.controller.release, robot, msg.grant_id, now)
@@ -389,15 +402,30 @@ class PermitService:
             self._send_to(g.robot, Granted(g.grant_id, g.granted_ns, g.expires_ns))
         holders = len(self.controller.holders)
         self._counts["max_holders"] = max(self._counts["max_holders"], holders)
+        self._tell_holders()
         self._reschedule()
 
-    def _send_to(self, robot: str, msg: Granted | Revoked) -> None:
+    def _tell_holders(self) -> None:
+        """Tell each holder how many robots wait whenever that changed (a fresh grant
+        starts at none): one with nothing left to send then releases at once."""
+        waiting = len(self.controller.waiting)
+        told: dict[str, tuple[int, int]] = {}
+        for g in self.controller.holders:
+            gid, last = self._told.get(g.robot, (g.grant_id, 0))
+            if gid != g.grant_id:
+                last = 0
+            if waiting != last:
+                self._send_to(g.robot, Queued(waiting))
+            told[g.robot] = (g.grant_id, waiting)
+        self._told = told
+
+    def _send_to(self, robot: str, msg: Granted | Revoked | Queued) -> None:
         conn = self._agents.get(robot)
         if conn is None:
             return
         self._spawn(self._send_or_close(conn, msg), f"coorp-leader-send-{robot}")
 
-    async def _send_or_close(self, conn: FramedConnection, msg: Granted | Revoked) -> None:
+    async def _send_or_close(self, conn: FramedConnection, msg: Granted | Revoked | Queued) -> None:
         try:
             await conn.send(msg)
         except (PeerError, OSError) as exc:
@@ -431,4 +459,5 @@ def leader_settings(config: TeamConfig) -> LeaderSettings:
         member_reserve=ld.member_reserve,
         connections_per_member=ld.connections_per_member,
         frames_per_s_per_member=ld.frames_per_s_per_member,
+        max_weight=ld.max_weight,
     )

@@ -96,6 +96,9 @@ class BulkReceipt:
     first_write_ns: int | None = None
     """When the first payload byte was written (after the permit); None if the
     receiver already had everything."""
+    last_write_ns: int | None = None
+    """When the last payload byte was written: the robot's next message and the next
+    permit holder may start then, while these bytes drain."""
 
     @property
     def duration_ns(self) -> int:
@@ -177,13 +180,13 @@ class AsyncBulkStream:
     async def _send(self, msg_id: int, view: memoryview) -> BulkReceipt:
         started = self._clock()
         prog = Progress(last_progress_ns=started)
-        self._coord.begin()  # counted as wanting the permit while it waits its turn
-        turn = self._coord.turn if self.settings.one_message_at_a_time else None
-        have_turn = False
+        claim = _Claim(self._coord, self.settings.one_message_at_a_time)
+        claim.begin()  # counted as wanting the permit while it waits its turn
         try:
-            if turn is not None:
-                await turn.acquire()
-                have_turn = True
+            # Connect and open while the robot's earlier messages go out: the set-up
+            # round trips overlap them instead of following them.
+            prepared = await self._prepare(msg_id, view, started, prog)
+            if await claim.take_turn():
                 # Waiting for the robot's other messages is waiting for its permit;
                 # the reconnect window starts once this one may go.
                 prog.last_progress_ns = self._clock()
@@ -193,10 +196,21 @@ class AsyncBulkStream:
             backoff = 0.05
             while True:
                 try:
-                    conn = await self._connection(prog)
-                    offset = await self._open(conn, msg_id, len(view), started)
+                    if prepared is not None and self._conn is prepared[0]:
+                        conn, offset = prepared
+                    else:
+                        conn = await self._connection(prog)
+                        offset = await self._open(conn, msg_id, len(view), started)
+                    prepared = None
                     prog.last_progress_ns = self._clock()
+                    await claim.again()  # after a reconnect that followed a hand-over
                     await self._pump(conn, msg_id, view, offset, prog)
+                    # Every byte is written; what is in flight drains within the
+                    # in-flight budget. Hand the turn and (if no other message of this
+                    # robot wants it) the permit on now, not after the receiver's
+                    # confirmation: the next sender's first bytes reach the bottleneck
+                    # about when these have drained.
+                    claim.hand_over()
                     await self._await_done(conn, msg_id)
                     break
                 except (RefusedError, TransferError):
@@ -204,6 +218,7 @@ class AsyncBulkStream:
                     raise
                 except (PeerError, PeerClosed, OSError) as exc:
                     self._drop_connection()
+                    prepared = None
                     waited = (self._clock() - prog.last_progress_ns) / 1e9
                     if waited > self.settings.reconnect_window_s:
                         raise TransferError(
@@ -227,10 +242,7 @@ class AsyncBulkStream:
             self._drop_connection()
             raise
         finally:
-            if have_turn:
-                assert turn is not None
-                turn.release()
-            self._coord.end()
+            claim.hand_over()
         finished = self._clock()
         self.counters["messages"] += 1
         self.counters["bytes"] += len(view)
@@ -247,7 +259,23 @@ class AsyncBulkStream:
             prog.preemptions,
             prog.reconnects,
             prog.first_write_ns,
+            prog.last_write_ns,
         )
+
+    async def _prepare(
+        self, msg_id: int, view: memoryview, started: int, prog: Progress
+    ) -> tuple[FramedConnection, int] | None:
+        """Connect and open the message ahead of its turn; None if that failed (the
+        send loop then tries again, with its reconnect window). A refusal is final."""
+        try:
+            conn = await self._connection(prog)
+            return conn, await self._open(conn, msg_id, len(view), started)
+        except (RefusedError, TransferError):
+            self._drop_connection()
+            raise
+        except (PeerError, PeerClosed, OSError):
+            self._drop_connection()
+            return None
 
     async def _open(self, conn: FramedConnection, msg_id: int, total: int, sent_ns: int) -> int:
         await conn.send(BulkOpen(self.name, self._session, msg_id, total, sent_ns))
@@ -277,7 +305,7 @@ class AsyncBulkStream:
             await self._write_segment(conn, msg_id, off, view[off : off + n], depth)
             off += n
             self.progress_bytes = off
-            prog.last_progress_ns = self._clock()
+            prog.last_progress_ns = prog.last_write_ns = self._clock()
 
     async def _write_segment(
         self, conn: FramedConnection, msg_id: int, offset: int, chunk: memoryview, depth: int | None
@@ -358,3 +386,55 @@ class AsyncBulkStream:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+class _Claim:
+    """One message's claim on the robot's permit and on its turn among the robot's
+    streams (``BulkSettings.one_message_at_a_time``), handed on once its last byte is
+    written (:meth:`hand_over`) and taken again if the message must be resumed after a
+    reconnect (:meth:`again`). Its place in the line of turns is taken when the
+    message is asked (:meth:`begin`), so turns keep the order of the ``send`` calls
+    however long each message's connection takes to set up."""
+
+    def __init__(self, coord: Coordinator, turns: bool) -> None:
+        self._coord = coord
+        self._turn = coord.turn if turns else None
+        self._wants = False
+        self._has_turn = False
+        self._waiting: asyncio.Task[bool] | None = None
+
+    def begin(self) -> None:
+        if not self._wants:
+            self._wants = True
+            self._coord.begin()
+        if self._turn is not None and not self._has_turn and self._waiting is None:
+            self._waiting = asyncio.ensure_future(self._turn.acquire())
+
+    async def take_turn(self) -> bool:
+        """Wait for this robot's earlier messages; True if there was a turn to wait for."""
+        if self._waiting is None:
+            return False
+        await self._waiting
+        self._waiting = None
+        self._has_turn = True
+        return True
+
+    async def again(self) -> None:
+        if not self._wants:
+            self.begin()
+            await self.take_turn()
+
+    def hand_over(self) -> None:
+        waiting, self._waiting = self._waiting, None
+        if waiting is not None:  # cancelled while in line: leave it (or pass the turn on)
+            if waiting.done() and not waiting.cancelled():
+                self._has_turn = True
+            else:
+                waiting.cancel()
+        if self._has_turn:
+            assert self._turn is not None
+            self._has_turn = False
+            self._turn.release()
+        if self._wants:
+            self._wants = False
+            self._coord.end()

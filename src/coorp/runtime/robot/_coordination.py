@@ -20,6 +20,16 @@ before has arrived by then) or the link has rejoined with a fresh client. The st
 is noticed by whichever comes first: :meth:`Coordinator.permitted` itself (called
 before every chunk) or a ticker every quarter heartbeat.
 
+**The lease** does not depend on noticing anything: a permit is good only while the
+link's lease runs (:meth:`~._link.ControlLink.lease_ends_ns`: the leader cannot have
+dropped this robot for silence before it, and answered heartbeats renew it). A holder
+frozen longer than that — long enough for the leader to pass its permit on — wakes
+with its lease over, and :meth:`Coordinator.permitted`, which the pacer asks right
+before every write to the socket, refuses until a heartbeat is answered again (the
+link has rejoined by then if the leader had dropped it). :meth:`permit_ends_ns` is
+the earlier of the permit's end and the lease's, so a stream also stops writing early
+enough for its bytes to drain before the lease runs out.
+
 For tests and chaos runs, :attr:`Coordinator.intervals` records when this robot
 wrote BH data: ``[first_ns, last_ns, grant_id]`` per stretch (grant -1: without a
 permit, uncoordinated or no leader).
@@ -30,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -38,10 +49,12 @@ from coorp.control import BulkClient, ForeignGrantError, Grant
 from ..wire import (
     Granted,
     Message,
+    Queued,
     Release,
     Request,
     Revoked,
     Welcome,
+    bytes_outstanding,
 )
 from ._link import ControlLink, LinkState
 
@@ -62,6 +75,11 @@ class Coordinator:
         self.state: LinkState | None = None  # None: no leader, never coordinated
         self._client = BulkClient(robot)
         self._active = 0
+        #: The leader said other robots wait for a permit (``Queued``): release as
+        #: soon as no stream has data, without lingering for a next message.
+        self.others_waiting = False
+        #: The number of flows the leader was last told (``Request.flows``).
+        self._told_flows = 0
         #: Held by the stream whose message goes out while the robot's streams send
         #: one message at a time (``BulkSettings.one_message_at_a_time``); an
         #: ``asyncio.Lock`` wakes its waiters in the order they came.
@@ -76,6 +94,7 @@ class Coordinator:
             "stalls": 0,
             "confirmations": 0,
             "kept": 0,
+            "handed_on": 0,
         }
         self.stall_ns = 200_000_000
         self._awake_ns = clock()
@@ -85,10 +104,13 @@ class Coordinator:
         #: socket learned about the path before does not hold any more.
         self.regime = 0
         self.intervals: list[list[int]] = []
+        #: The robot's paced BH sockets: their bytes in flight share one budget.
+        self._bh_sockets: set[socket.socket] = set()
 
     def attach(self, link: ControlLink) -> None:
         self.link = link
         self.state = LinkState.PENDING
+        link.on_renew = self._notify
 
     # -- link callbacks --------------------------------------------------------------------
     def on_state(self, state: LinkState, welcome: Welcome | None) -> None:
@@ -148,6 +170,26 @@ class Coordinator:
             self._ticker.cancel()
             self._ticker = None
 
+    # -- bytes in flight, robot-wide ------------------------------------------------------
+    def track(self, sock: socket.socket) -> None:
+        """``sock`` carries this robot's paced bulk from now on."""
+        self._bh_sockets.add(sock)
+
+    def untrack(self, sock: socket.socket) -> None:
+        self._bh_sockets.discard(sock)
+
+    def outstanding(self) -> int:
+        """Bytes written and not yet acknowledged on all the robot's bulk sockets: what
+        its streams and relayed connections (several at once, or one still draining
+        while the next starts) have queued at the bottleneck together."""
+        total = 0
+        for sock in list(self._bh_sockets):
+            try:
+                total += bytes_outstanding(sock)
+            except (OSError, ValueError):  # closed meanwhile
+                self._bh_sockets.discard(sock)
+        return total
+
     def note_write(self, start_ns: int, end_ns: int) -> None:
         """BH bytes were written between ``start_ns`` and ``end_ns``."""
         gid = -1
@@ -169,11 +211,17 @@ class Coordinator:
             except ForeignGrantError:  # impossible by construction; never fatal
                 return
             self.counters["grants"] += 1
+            self.others_waiting = False
             if give_back is not None:
                 self._send(Release(give_back))
         elif isinstance(msg, Revoked):
             self.counters["revocations"] += 1
             self._client.on_revoke(msg.grant_id, now)
+        elif isinstance(msg, Queued):
+            self.others_waiting = msg.waiting > 0
+            if self.others_waiting and self._linger is not None:
+                self.counters["handed_on"] += 1
+                self.release_now()  # nothing to send: hand the permit on now
         else:
             log.debug("ignoring %s from the leader", type(msg).__name__)
             return
@@ -192,13 +240,21 @@ class Coordinator:
         self._check_awake(now_ns)
         if self._unconfirmed:
             return False
+        lease = self.link.lease_ends_ns() if self.link is not None else None
+        if lease is not None and now_ns >= lease:
+            return False
         return self._client.may_send(now_ns)
 
     def permit_ends_ns(self) -> int | None:
-        """Local end of the current permit while coordinated (None: no end known)."""
+        """Local end of the current permit while coordinated: the earlier of the
+        timeslice's end and the lease's (None: no end known)."""
         if self.state is not LinkState.JOINED:
             return None
-        return self._client.local_expires_ns
+        ends = self._client.local_expires_ns
+        lease = self.link.lease_ends_ns() if self.link is not None else None
+        if ends is None or lease is None:
+            return ends
+        return min(ends, lease)
 
     def begin(self) -> None:
         """A stream has data to send."""
@@ -211,6 +267,15 @@ class Coordinator:
             self.counters["kept"] += 1
         if self._active == 1 and self.state is LinkState.JOINED:
             self._request()
+        elif (
+            self._active > self._told_flows
+            and self.state is LinkState.JOINED
+            and (self._client.requested or self._client.grant is not None)
+        ):
+            # More flows want the permit than the leader was told: it weighs grants by
+            # them (one timeslice per flow, up to its max_weight).
+            self._told_flows = self._active
+            self._send(Request(self._active))
 
     def end(self) -> None:
         """A stream finished its message. The last one to finish releases the permit,
@@ -218,7 +283,10 @@ class Coordinator:
         self._active -= 1
         if self._active:
             return
-        if self.release_linger_ns > 0 and self.state is LinkState.JOINED:
+        if self.others_waiting and self.state is LinkState.JOINED:
+            self.counters["handed_on"] += 1
+            self.release_now()
+        elif self.release_linger_ns > 0 and self.state is LinkState.JOINED:
             if self._linger is None:
                 self._linger = asyncio.get_running_loop().call_later(
                     self.release_linger_ns / 1e9, self.release_now
@@ -303,7 +371,11 @@ class Coordinator:
     def _request(self) -> None:
         if self._client.want(self._clock()):
             self.counters["requests"] += 1
-            self._send(Request(), on_fail=lambda: self._client.on_request_lost(self._clock()))
+            self._told_flows = max(self._active, 1)
+            self._send(
+                Request(self._told_flows),
+                on_fail=lambda: self._client.on_request_lost(self._clock()),
+            )
 
     def _send(self, msg: Message, on_fail: Callable[[], None] | None = None) -> None:
         link = self.link

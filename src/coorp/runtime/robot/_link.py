@@ -19,6 +19,17 @@ watchdog that ticks every quarter heartbeat, and gives the connection two more
 heartbeats to deliver what the leader sent meanwhile instead of declaring it gone.
 Stalls are reported (``on_stall``) so that a permit held before one is confirmed
 with the leader before more BH is sent (see :mod:`._coordination`).
+
+**The lease.** The leader drops a robot it has not heard from for three heartbeats
+(its read timeout on the connection, restarted by every frame). So once the leader
+answered a Ping this link sent at local time ``t``, it cannot have dropped the robot
+(nor passed its permit on for silence) before ``t`` + three heartbeats, on any clock
+that runs at the rate of real time: the leader read the Ping after ``t``.
+:meth:`ControlLink.lease_ends_ns` is that instant minus half a heartbeat of margin, on
+this robot's own monotonic clock, renewed by every answered heartbeat (every 200 ms by
+default). A holder that was frozen, starved or suspended for longer than the lease
+finds it over before its next byte, whatever woke it first, with no need to notice
+the stall (:mod:`._coordination` checks it before every write).
 """
 
 from __future__ import annotations
@@ -99,6 +110,7 @@ class ControlLink:
         self.fell_back_after_ns: int | None = None
         self._conn: FramedConnection | None = None
         self._last_heard_ns = clock()
+        self._connecting_ns = clock()
         self._fallback_timer: asyncio.TimerHandle | None = None
         self._settled = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -107,6 +119,12 @@ class ControlLink:
         # Round trips in flight: Ping token -> future set by the matching Pong.
         self._round_trips: dict[int, asyncio.Future[None]] = {}
         self._next_token = 1 << 40  # apart from the heartbeat tokens (1, 2, ...)
+        # Pings in flight: token -> local send time (the lease starts at the send).
+        self._pings_out: dict[int, int] = {}
+        self._renewed_ns: int | None = None
+        self._lease_ns = 0
+        #: Called when an answered Ping renewed the lease.
+        self.on_renew: Callable[[], None] | None = None
         self.counters = {
             "joins": 0,
             "disconnects": 0,
@@ -153,13 +171,41 @@ class ControlLink:
         self._round_trips[token] = fut
         try:
             async with asyncio.timeout(timeout_s):
-                await conn.send(Ping(token))
+                await conn.send(self._ping(token))
                 await fut
             return True
         except (TimeoutError, PeerError, OSError):
             return False
         finally:
             self._round_trips.pop(token, None)
+
+    def lease_ends_ns(self) -> int | None:
+        """Until when (this robot's monotonic clock) the leader cannot have dropped
+        this robot for silence: see the module docstring. None while not joined."""
+        if self.state is not LinkState.JOINED or self._renewed_ns is None:
+            return None
+        return self._renewed_ns + self._lease_ns
+
+    def _ping(self, token: int) -> Ping:
+        """A Ping whose answer renews the lease from now."""
+        out = self._pings_out
+        if len(out) >= 64:  # unanswered for long: the watchdog will end the link
+            del out[next(iter(out))]
+        out[token] = self._clock()
+        return Ping(token)
+
+    def _answered(self, token: int) -> None:
+        sent = self._pings_out.pop(token, None)
+        if sent is None:
+            return
+        # Frames are answered in order: older pings still listed were lost with an
+        # earlier connection, never answered on this one.
+        for t in [t for t, ns in self._pings_out.items() if ns <= sent]:
+            del self._pings_out[t]
+        if self._renewed_ns is None or sent > self._renewed_ns:
+            self._renewed_ns = sent
+            if self.on_renew is not None:
+                self.on_renew()
 
     async def close(self) -> None:
         self._closing = True
@@ -202,6 +248,8 @@ class ControlLink:
 
     async def _connect(self) -> tuple[FramedConnection, Welcome]:
         loop = asyncio.get_running_loop()
+        # The leader's silence timer starts after our Join, which goes out after this.
+        self._connecting_ns = self._clock()
         family, sockaddr = resolve(self.leader, socket.SOCK_STREAM)
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setblocking(False)
@@ -249,6 +297,7 @@ class ControlLink:
             msg = await conn.recv()
             self._last_heard_ns = self._clock()
             if isinstance(msg, Pong):
+                self._answered(msg.token)
                 fut = self._round_trips.get(msg.token)
                 if fut is not None and not fut.done():
                     fut.set_result(None)
@@ -288,7 +337,7 @@ class ControlLink:
             await asyncio.sleep(period_s)
             token += 1
             try:
-                await conn.send(Ping(token))
+                await conn.send(self._ping(token))
             except (PeerError, OSError):
                 conn.close()
                 return
@@ -296,6 +345,11 @@ class ControlLink:
     # -- state changes ---------------------------------------------------------------------
     def _joined(self, welcome: Welcome) -> None:
         self._last_heard_ns = self._clock()
+        # Three heartbeats of silence drop a robot at the leader; half a heartbeat of
+        # margin (clock rates, the time between our check and the kernel's send).
+        self._lease_ns = 3 * welcome.heartbeat_ns - welcome.heartbeat_ns // 2
+        self._renewed_ns = self._connecting_ns
+        self._pings_out.clear()
         self._failed_attempts = 0
         self._fallback_due = False
         if self._fallback_timer is not None:

@@ -10,7 +10,9 @@ connection, as they are). Before each chunk, :meth:`Pacer.next_chunk` waits unti
 2. the socket can take bytes;
 3. what is in flight drains within the in-flight budget
    (``BulkSettings.inflight_budget_ns``): other robots' LS waits behind these bytes at
-   the bottleneck;
+   the bottleneck. In flight counts the robot's bytes on all its bulk sockets
+   (:meth:`~._coordination.Coordinator.outstanding`): its streams and relayed
+   connections share one budget;
 4. the :class:`~coorp.control.Gate` allows it (the chunk would not still be in flight
    when this robot's next protection window opens), and
 5. it would drain before the permit ends;
@@ -121,6 +123,7 @@ class Progress:
     reconnects: int = 0
     last_progress_ns: int = 0
     first_write_ns: int | None = None
+    last_write_ns: int | None = None
 
 
 def new_counters() -> dict[str, int]:
@@ -180,6 +183,7 @@ class Pacer:
         """Pace ``sock`` from now on (a fresh connection)."""
         self.detach()
         self._sock = sock
+        self._coord.track(sock)
         self._paced = None
         self._paused_since = self._budget_since = self._bypass_until = None
         self._poller = select.poll()
@@ -196,6 +200,8 @@ class Pacer:
         if self._tracker is not None:
             self._tracker.reset()
             self._tracker = None
+        if self._sock is not None:
+            self._coord.untrack(self._sock)
         self._sock = None
         self._poller = None
         self._hangup = None
@@ -244,7 +250,7 @@ class Pacer:
             # datagrams, which wait behind its bytes at the bottleneck.
             self._pace(True)
             tracker.poll(now)
-            depth = tracker.depth()
+            depth = self._depth()
             n = min(s.chunk_bytes, remaining)
             if not within_budget(gate.ctt, depth, now, s.inflight_budget_ns):
                 # Too much in flight: whatever is written now would make every flow
@@ -301,7 +307,9 @@ class Pacer:
                     # Whatever we write now would still be in flight when the next
                     # holder starts: let it drain and wait for the permit to end.
                     self.counters["revocation_pauses"] += 1
-                    self.counters["end_pause_ns"] += await self._hold_until(ends, prog)
+                    self.counters["end_pause_ns"] += await self._hold_until(
+                        ends, prog, while_ends=ends
+                    )
                     continue
             return n, depth
 
@@ -313,11 +321,19 @@ class Pacer:
         enqueued = self._clock()
         bufs = list(bufs)
         while bufs:
+            # Asked right before every syscall, not only before the chunk: a wait for
+            # the socket (or a freeze of this process) may have outlasted the permit
+            # or its lease. The rest of the chunk then waits for the next permit.
+            start = self._clock()
+            if not self._coord.permitted(start):
+                await self._wait_for_permit(Progress(), None)
+                continue
             try:
                 sent = sock.sendmsg(bufs)
             except BlockingIOError:
                 await self.wait_fd(writable=True)
                 continue
+            self._coord.note_write(start, self._clock())
             while sent and bufs:
                 first = bufs[0]
                 if sent >= len(first):
@@ -330,7 +346,6 @@ class Pacer:
         self.counters["write_ns"] += done - enqueued
         if self._tracker is not None:
             self._tracker.on_write(nbytes, enqueued, depth)
-        self._coord.note_write(enqueued, done)
         if depth is not None:
             inflight = bytes_outstanding(sock)
             if inflight > self.counters["inflight_max_bytes"]:
@@ -343,6 +358,11 @@ class Pacer:
         peer is slow (the relay: the bytes stay in the source socket until they went)."""
         sock = self.sock
         enqueued = self._clock()
+        # Asked right before the syscall, as :meth:`write` does: the wait since
+        # :meth:`next_chunk` (or a freeze of this process) may have outlasted the permit
+        # or its lease. Nothing goes then; the caller's next chunk waits for a permit.
+        if not self._coord.permitted(enqueued):
+            return 0
         try:
             sent = sock.send(data)
         except BlockingIOError:
@@ -400,18 +420,28 @@ class Pacer:
         self.counters["permit_wait_ns"] += waited
         prog.last_progress_ns = self._clock()
 
-    async def _hold_until(self, until_ns: int, prog: Progress, *, recheck: bool = False) -> int:
+    async def _hold_until(
+        self,
+        until_ns: int,
+        prog: Progress,
+        *,
+        recheck: bool = False,
+        while_ends: int | None = None,
+    ) -> int:
         """Write nothing until ``until_ns``, sampling what drains meanwhile; returns
         how long that was. With ``recheck``, stop early once the gate would admit a
         chunk: the bytes in flight drained enough to fit the gap, or this robot's LS
-        send came and consumed the window (the simulator's ``drain_recheck``)."""
+        send came and consumed the window (the simulator's ``drain_recheck``). With
+        ``while_ends``, stop early once the permit's end moved (a lease renewed)."""
         t0 = self._clock()
         now = t0
         while now < until_ns:
+            if while_ends is not None and self._coord.permit_ends_ns() != while_ends:
+                break
             tracker = self._tracker
             if tracker is not None:
                 tracker.poll(now)
-                if recheck and self.gate is not None and self.gate.admits(now, tracker.depth()):
+                if recheck and self.gate is not None and self.gate.admits(now, self._depth()):
                     self.counters["early_resumes"] += 1
                     break
             await asyncio.sleep(min((until_ns - now) / 1e9, self.settings.poll_s))
@@ -419,6 +449,13 @@ class Pacer:
         prog.preempted_ns += now - t0
         prog.last_progress_ns = now
         return now - t0
+
+    def _depth(self) -> int:
+        """Chunks in flight ahead of the next one: this robot's, on every bulk socket.
+        The budget bounds what the robot has queued at the bottleneck, not what one
+        socket has (four relayed connections at once would queue four budgets), and a
+        chunk written behind another socket's bytes completes after them."""
+        return self._coord.outstanding() // self.settings.chunk_bytes
 
     def _pace(self, paced: bool) -> None:
         """Bound unsent bytes to one chunk while protecting LS; lift it otherwise."""

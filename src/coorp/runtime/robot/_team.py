@@ -16,7 +16,7 @@ import contextlib
 import logging
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any, Self
 
@@ -84,6 +84,8 @@ class AsyncTeam:
             ProtectionPlanner(margin_ns=settings.protection_margin_ns), clock
         )
         self.coordinator = Coordinator(robot, clock, release_linger_ns=settings.release_linger_ns)
+        if leader is not None:
+            self.coordinator.state = LinkState.PENDING  # nothing permitted before the join
         self.link: ControlLink | None = None
         self._ls: dict[str, LatencySensitiveChannel] = {}
         self._bulk: dict[str, AsyncBulkStream] = {}
@@ -398,8 +400,15 @@ async def ajoin(
     *,
     settings: TeamSettings | None = None,
     clock: Callable[[], int] = time.monotonic_ns,
+    prepare: Callable[[AsyncTeam], Awaitable[None]] | None = None,
 ) -> AsyncTeam:
-    """Join a team from asyncio code (see :func:`join`)."""
+    """Join a team from asyncio code (see :func:`join`).
+
+    ``prepare`` runs first, before the leader hears of this robot: what can fail
+    locally (an inbox's port, kernel rules, a control socket) fails there, and the
+    leader never sees a join that is undone at once (which would also drop the robot's
+    running agent, if there is one). Bulk waits meanwhile: nothing is permitted before
+    the join."""
     team = AsyncTeam(
         robot,
         TeamKey.coerce(key),
@@ -407,5 +416,11 @@ async def ajoin(
         settings=settings or TeamSettings(),
         clock=clock,
     )
+    if prepare is not None:
+        try:
+            await prepare(team)
+        except BaseException:
+            await team.close()
+            raise
     await team._start()
     return team

@@ -27,6 +27,14 @@ dropped (the held one answers for it); a connection still being decided whose pr
 gave up (its socket is gone) is abandoned, and tickets not claimed within
 ``claim_ttl_s`` are reset: a program cannot keep slots of the cap busy longer than its
 own connection attempt lasts.
+
+:class:`LocalServer` is the inbound relay's admission (server-side selectors): the
+connection comes from another host, so there is no program here whose SYN to hold or
+whose identity to carry; the relay connects to the local server as the agent. It
+takes a connection only if the kernel redirected it (an original destination that is
+not the relay's own port), only to a server of this host (a forwarded connection is
+never relayed on: it is reset), and only within the same flow cap as the outbound
+relay's.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ import asyncio
 import contextlib
 import errno
 import logging
+import os
 import socket
 import time
 from collections.abc import Callable
@@ -45,7 +54,7 @@ from ._endings import OVER_LIMIT, REJECTS, Refusal, hold_reset, refusal_for, res
 from ._identity import Identity, IdentityError, IdentityFactory, socket_owner
 from ._nfqueue import ACCEPT, DROP, REPEAT, QueuedSyn, SynQueue
 
-__all__ = ["Gatekeeper", "Ticket", "is_local_destination"]
+__all__ = ["Gatekeeper", "LocalServer", "Ticket", "is_local_destination"]
 
 log = logging.getLogger("coorp.runtime.transparent")
 
@@ -61,6 +70,8 @@ class Ticket:
     identity: Identity
     approved_ns: int
     claimed: bool = False
+    connected: bool = True
+    """False for :class:`LocalServer`'s tickets: the relay connects ``up`` itself."""
 
     @property
     def dest(self) -> tuple[str, int]:
@@ -316,3 +327,74 @@ def _gone(key: Key) -> bool:
         return socket_owner(*key) is None
     except OSError:
         return False
+
+
+class LocalServer:
+    """Admission of the inbound relay (see the module docstring): claims are decided
+    at accept, and the ticket's socket is connected by the relay."""
+
+    def __init__(
+        self,
+        *,
+        prepare: Callable[[socket.socket], None],
+        max_flows: Callable[[], int],
+        open_flows: Callable[[], int],
+        limiter: LogLimiter,
+        clock: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        self._prepare = prepare
+        self._max_flows = max_flows
+        self._open_flows = open_flows
+        self.limiter = limiter
+        self._clock = clock
+        self._identity = Identity(os.getuid(), os.getgid(), None)
+        self.counters = {
+            "claimed": 0,
+            "not_redirected": 0,
+            "refused_destination": 0,
+            "over_limit": 0,
+            "fd_errors": 0,
+        }
+
+    def claim(self, peer: tuple[str, int], dest: tuple[str, int] | None) -> Ticket | None:
+        if dest is None:
+            self.counters["not_redirected"] += 1
+            return None
+        if not is_local_destination(dest[0]):
+            self.counters["refused_destination"] += 1
+            self.limiter.warning(
+                "inbound-destination",
+                "inbound relay: %s:%d -> %s:%d: not a server of this host; reset",
+                *peer,
+                *dest,
+            )
+            return None
+        if self._open_flows() >= self._max_flows():
+            self.counters["over_limit"] += 1
+            self.limiter.warning(
+                "relay-full",
+                "relay: %d connections open or starting (the cap the fd limit allows): "
+                "resetting new inbound ones (over_limit %d)",
+                self._open_flows(),
+                self.counters["over_limit"],
+            )
+            return None
+        up: socket.socket | None = None
+        try:
+            up = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            hold_reset(up)
+            self._prepare(up)
+            up.setblocking(False)
+        except OSError as exc:
+            reset(up)
+            self.counters["fd_errors"] += 1
+            self.limiter.warning(
+                "inbound-socket", "inbound relay: no socket for the server (%s); reset", exc
+            )
+            return None
+        self.counters["claimed"] += 1
+        key = (peer[0], peer[1], dest[0], dest[1])
+        return Ticket(key, up, self._identity, self._clock(), claimed=True, connected=False)
+
+    def release(self, ticket: Ticket) -> None:
+        """Nothing kept per connection."""

@@ -13,7 +13,10 @@
   the relay's budgets (:mod:`._budget`);
 * the relay (:mod:`._relay`): intercepted bulk connections sent under the robot's
   permit, local preemption and in-flight budget, with the same
-  :class:`~._pacing.Pacer` as the API's bulk streams.
+  :class:`~._pacing.Pacer` as the API's bulk streams; and, with server-side bulk
+  selectors, the inbound relay (admitted by :class:`~._admission.LocalServer`): the
+  replies this robot sends on connections it accepted, under the same permit. Both
+  relays share one flow cap and one buffer pool.
 
 Order matters: the relay listens and the SYN queue is bound before a connection can be
 queued or redirected, and on :meth:`close` the rules go first (new connections go
@@ -35,12 +38,12 @@ from .._counters import LogLimiter
 from .._selectors import TransparentSection
 from ..robot import ReportPart
 from ..wire import FlowSummary, mark_socket, tune_tcp
-from ._admission import Gatekeeper
+from ._admission import Gatekeeper, LocalServer
 from ._budget import BufferPool, FdPlan, fd_plan
 from ._identity import IdentityFactory, socket_owner
 from ._nft import NftTable, Ruleset, TransparentUnavailableError, build_ruleset, cgroup2_root
 from ._observe import PacketObserver, SendGrouper
-from ._relay import Relay
+from ._relay import Relay, RelayFlow
 
 if TYPE_CHECKING:
     from ..robot import AsyncTeam
@@ -65,6 +68,8 @@ def transparent_ruleset(
         relay_port=section.relay_port,
         relay_mark=section.relay_mark,
         coorp_ports=(*coorp_ports, section.relay_port),
+        serve=section.serve_matches(team_hosts),
+        inbound_port=section.inbound_relay_port,
     )
 
 
@@ -93,34 +98,77 @@ class TransparentAgent:
             SendGrouper(burst_gap_ns=section.burst_gap_ns, min_bytes=section.min_message_bytes),
         )
         self.relay: Relay | None = None
+        self.inbound: Relay | None = None
         self.gate: Gatekeeper | None = None
+        self.local: LocalServer | None = None
         self.plan: FdPlan | None = None
-        if section.bulk:
-            limiter = LogLimiter(log, time.monotonic_ns)
+        limiter = LogLimiter(log, time.monotonic_ns)
+        chunk = team.settings.bulk
+        # One flow cap and one buffer pool for both relays: the fd limit and the memory
+        # budget are the agent's, whichever side opened the connection.
+        pool = BufferPool(
+            budget_bytes=round(section.relay_memory_mb * (1 << 20)),
+            buffer_bytes=max(chunk.chunk_bytes, min(chunk.unpaced_chunk_bytes, 256 << 10)),
+        )
+        common: dict[str, Any] = {
+            "coordinator": team.coordinator,
+            "planner": planner,
+            "settings": chunk,
+            "idle_release_ns": section.idle_release_ns,
+            "pool": pool,
+            "limiter": limiter,
+        }
+        if self.ruleset.bh_redirect:
             self.gate = Gatekeeper(
                 queue_num=self.ruleset.queue_num,
                 relay_mark=section.relay_mark,
                 identities=IdentityFactory(cgroup_root=cgroup2_root(), own_cgroup=None),
                 prepare=self._prepare,
-                max_flows=lambda: self.plan.max_flows if self.plan is not None else 0,
-                open_flows=lambda: len(self.relay.flows) if self.relay is not None else 0,
+                max_flows=self._max_flows,
+                open_flows=self._open_flows,
                 limiter=limiter,
             )
-            chunk = team.settings.bulk
-            self.relay = Relay(
-                port=section.relay_port,
-                coordinator=team.coordinator,
-                planner=planner,
-                settings=chunk,
-                idle_release_ns=section.idle_release_ns,
-                admission=self.gate,
-                pool=BufferPool(
-                    budget_bytes=round(section.relay_memory_mb * (1 << 20)),
-                    buffer_bytes=max(chunk.chunk_bytes, min(chunk.unpaced_chunk_bytes, 256 << 10)),
-                ),
+            self.relay = Relay(port=section.relay_port, admission=self.gate, **common)
+        if self.ruleset.bh_inbound:
+            self.local = LocalServer(
+                prepare=self._prepare_local,
+                max_flows=self._max_flows,
+                open_flows=lambda: self._open_flows() + (self.gate.deciding if self.gate else 0),
                 limiter=limiter,
+            )
+            # Redirected in prerouting, to an address of the interface the connection
+            # came in on: listen on all of them (a connection made to this port
+            # directly, not redirected, is reset).
+            self.inbound = Relay(
+                port=section.inbound_relay_port,
+                host="0.0.0.0",
+                inbound=True,
+                admission=self.local,
+                **common,
             )
         self._started = False
+
+    @property
+    def relays(self) -> list[Relay]:
+        return [r for r in (self.relay, self.inbound) if r is not None]
+
+    def _max_flows(self) -> int:
+        return self.plan.max_flows if self.plan is not None else 0
+
+    def _open_flows(self) -> int:
+        return sum(len(r.flows) for r in self.relays)
+
+    def _prepare_local(self, sock: socket.socket) -> None:
+        """Options of the inbound relay's connection to the local server: its fwmark (the
+        rules let it pass), and a receive buffer that bounds what the relay holds of the
+        server's replies like an application's socket buffer towards the outbound relay."""
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, self.section.relay_mark)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 256 * 1024)
+        sock.setsockopt(
+            socket.IPPROTO_TCP,
+            socket.TCP_USER_TIMEOUT,
+            int(self.team.settings.bulk.io_timeout_s * 1000),
+        )
 
     def _prepare(self, sock: socket.socket) -> None:
         """Options of the relay's own connections (the socket already carries the
@@ -140,12 +188,16 @@ class TransparentAgent:
         try:
             if self.section.ls:
                 self.observer.start(loop)
-            if self.relay is not None and self.gate is not None:
+            if self.relays:
                 self.plan = fd_plan(
                     configured=self.section.relay_max_flows,
                     inbox_connections=self.team.settings.receiver.max_connections,
                     raise_soft=True,
                 )
+                log.info("%s: relay budget: %s", self.team.robot, self.plan.describe())
+            if self.inbound is not None:
+                await self.inbound.start()
+            if self.relay is not None and self.gate is not None:
                 await self.relay.start()
                 # The agent's own cgroup: its listener's, as the kernel reports it.
                 try:
@@ -157,8 +209,6 @@ class TransparentAgent:
                     self.gate.start()
                 except OSError as exc:
                     raise _queue_unavailable(exc, self.ruleset.queue_num) from None
-                assert self.plan is not None
-                log.info("%s: relay budget: %s", self.team.robot, self.plan.describe())
             await self.table.install()
         except BaseException:
             await self.close()
@@ -172,10 +222,12 @@ class TransparentAgent:
                 self.ruleset.table,
             )
         log.info(
-            "%s: transparent mode: %d LS rule(s), %d bulk rule(s) in table ip %s%s",
+            "%s: transparent mode: %d LS rule(s), %d bulk rule(s), %d server-side bulk "
+            "rule(s) in table ip %s%s",
             self.team.robot,
             len(self.ruleset.ls_mark),
             sum(1 for r in self.ruleset.bh_redirect if r.action == "redirect"),
+            sum(1 for r in self.ruleset.bh_inbound if r.action == "redirect_in"),
             self.ruleset.table,
             "" if self.table.owned else " (kernel < 5.12: removed at exit or next start)",
         )
@@ -183,18 +235,19 @@ class TransparentAgent:
     def _report_part(self) -> ReportPart:
         """Transparent mode's share of the robot's report (``coorp top``)."""
         part = ReportPart(ls_sends=self.observer.counters["sends"])
-        relay = self.relay
-        if relay is None:
-            return part
-        part.bulk_bytes = relay.counters["bytes_up"]
-        part.relayed = relay.counters["accepted"]
-        part.gate_pause_ns = relay.pacing["gate_pause_ns"]
-        part.permit_wait_ns = relay.pacing["permit_wait_ns"]
-        flows = sorted(relay.flows.values(), key=lambda f: (not f.active, -f.bytes_up))
-        for f in flows:
+        flows: list[tuple[str, RelayFlow]] = []
+        for relay in self.relays:
+            part.bulk_bytes += relay.counters["bytes_up"]
+            part.relayed += relay.counters["accepted"]
+            part.gate_pause_ns += relay.pacing["gate_pause_ns"]
+            part.permit_wait_ns += relay.pacing["permit_wait_ns"]
+            # An accepted connection is shown by its peer, marked with "<".
+            flows += [(f"<{f.app}" if relay.inbound else f.dest, f) for f in relay.flows.values()]
+        flows.sort(key=lambda p: (not p[1].active, -p[1].bytes_up))
+        for _, f in flows:
             part.gate_pause_ns += f.counters["gate_pause_ns"]
             part.permit_wait_ns += f.counters["permit_wait_ns"]
-        part.intercepted = [FlowSummary(f.dest, f.bytes_up, f.active) for f in flows[:16]]
+        part.intercepted = [FlowSummary(name, f.bytes_up, f.active) for name, f in flows[:16]]
         return part
 
     async def close(self) -> None:
@@ -208,22 +261,21 @@ class TransparentAgent:
             self.observer.stop(loop)
             if self.gate is not None:
                 await self.gate.close()
-            if self.relay is not None:
-                await self._drain_relay()
-                await self.relay.close()
+            if self.relays:
+                await self._drain_relays()
+                for relay in self.relays:
+                    await relay.close()
 
-    async def _drain_relay(self) -> None:
-        relay = self.relay
-        assert relay is not None
+    async def _drain_relays(self) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.drain_s
-        while relay.flows and loop.time() < deadline:
+        while self._open_flows() and loop.time() < deadline:
             await asyncio.sleep(0.05)
-        if relay.flows:
+        if self._open_flows():
             log.warning(
                 "%s: resetting %d relayed connection(s) still open at exit",
                 self.team.robot,
-                len(relay.flows),
+                self._open_flows(),
             )
 
     async def stats(self) -> dict[str, Any]:
@@ -240,6 +292,10 @@ class TransparentAgent:
             out["rules_error"] = str(exc)
         if self.relay is not None:
             out["relay"] = self.relay.stats()
+        if self.inbound is not None:
+            out["inbound"] = self.inbound.stats()
+        if self.local is not None:
+            out["inbound_admission"] = dict(self.local.counters)
         if self.gate is not None:
             out["gate"] = dict(self.gate.counters)
             out["gate"]["identities"] = dict(self.gate.identities.counters)

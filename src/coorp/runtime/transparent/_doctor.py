@@ -14,8 +14,16 @@ the fix:
 * **mtu**: an LS message above the path MTU travels as IP fragments (one lost
   fragment loses the message; ``ipfrag_time`` keeps the others 30 s);
 * **transparent**: whether transparent mode can run here — CAP_NET_ADMIN and
-  CAP_NET_RAW, nf_tables with NAT redirect (a probe table is created and deleted),
-  packet sockets, the cgroup v2 hierarchy, pyroute2 — and what the team file selects.
+  CAP_NET_RAW, nf_tables with NAT redirect in output and prerouting (a probe table is
+  created and deleted), packet sockets, the cgroup v2 hierarchy, pyroute2 — and what
+  the team file selects;
+* **cpu**: whether the agent may take a larger CPU share (``agent.scheduling``: a
+  lower nice value, a real-time class), so that its LS observation and pacing are not
+  starved when the robot's CPUs are busy;
+* **leader**: with a team file, whether the leader answers at ``agent.leader`` (a TCP
+  connection and, with a key, an authenticated observer query that disturbs nothing);
+  with ``robot``, the robot's own key is used (so a wrong or missing key shows here),
+  and the ports its agent will listen on are checked to be free.
 
 Every check reads the host; nothing is changed but the probe table, which is removed.
 """
@@ -35,10 +43,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .._config import TeamConfig
+from .._errors import RefusedError
+from .._priority import scheduling_check
 from .._selectors import Match
 from ..inbox import ReceiverLimits
+from ..leader import query_leader_stats
 from ..robot import team_settings
-from ..wire import parse_address
+from ..wire import Keyring, parse_address
 from ._budget import FDS_PER_FLOW, fd_plan
 from ._nfqueue import SynQueue
 from ._nft import (
@@ -259,6 +270,8 @@ def _transparent(config: TeamConfig | None) -> list[Finding]:
         relay_port=9,
         relay_mark=1,
         coorp_ports=(),
+        serve=[Match(proto="tcp", dport=(9, 9))],
+        inbound_port=8,
     )
 
     compat: list[bool] = []
@@ -280,8 +293,8 @@ def _transparent(config: TeamConfig | None) -> list[Finding]:
             Finding(
                 "nf_tables",
                 "ok",
-                f"nf_tables with marking, NAT redirect, the SYN queue ({how}) and rejects "
-                "works here",
+                f"nf_tables with marking, NAT redirect (output and prerouting), the SYN "
+                f"queue ({how}) and rejects works here",
             )
         )
     except TransparentUnavailableError as exc:
@@ -363,14 +376,95 @@ def _selectors(config: TeamConfig) -> Finding:
     )
 
 
+def _cpu() -> Finding:
+    nice_ok, _rt_ok, detail = scheduling_check()
+    if nice_ok:
+        return Finding("cpu", "ok", f"the agent may take a larger CPU share: {detail}")
+    return Finding(
+        "cpu",
+        "warn",
+        f"the agent cannot raise its CPU share: {detail}; on a busy CPU its pacing and LS "
+        "observation wait behind other processes",
+        "run the agent as root or with CAP_SYS_NICE, or allow it: ulimit -e 30 (RLIMIT_NICE; "
+        "systemd: LimitNICE=-10 or Nice=-10 / CPUWeight=1000 in its unit)",
+    )
+
+
+def _leader(config: TeamConfig, key: Keyring | None, robot: str | None) -> Finding:
+    target = config.agent.leader
+    if target is None:
+        return Finding("leader", "info", "no agent.leader in the team file: no permits")
+    host, port = parse_address(target)
+    try:
+        with socket.create_connection((host, port), timeout=2.0):
+            pass
+    except OSError as exc:
+        # Not a fault of this host: its agent would run uncoordinated until the leader
+        # is back (docs/runtime.md), and say so.
+        return Finding(
+            "leader",
+            "warn",
+            f"the leader at {target} (agent.leader) is not reachable: {exc.strerror or exc}",
+            "start `coorp leader` there, or fix agent.leader / the route to it",
+        )
+    if key is None:
+        return Finding("leader", "ok", f"the leader at {target} accepts connections")
+    who = f"robot {robot}'s key" if robot else "the team key"
+    try:
+        stats = query_leader_stats(target, key, timeout_s=3.0)
+    except RefusedError as exc:
+        return Finding("leader", "fail", f"the leader at {target} refused {who}: {exc}",
+                       "check the key file (coorp keys) and team.robots")  # fmt: skip
+    except Exception as exc:  # a check must report, never crash
+        return Finding("leader", "warn", f"the leader at {target} did not answer: {exc}")
+    joined = stats.counters.get("agents", 0)
+    return Finding(
+        "leader",
+        "ok",
+        f"the leader at {target} answers and accepts {who} ({joined} agent(s) joined, "
+        f"permit {', '.join(stats.holders) or 'free'})",
+    )
+
+
+def _ports(config: TeamConfig, transparent: bool) -> list[Finding]:
+    """The agent's ports must be free (its own agent not running)."""
+    wanted = [("agent.listen", config.agent.listen, socket.SOCK_STREAM),
+              ("agent.listen", config.agent.listen, socket.SOCK_DGRAM)]  # fmt: skip
+    t = config.transparent
+    if transparent and t is not None:
+        wanted.append(("transparent.relay_port", f"127.0.0.1:{t.relay_port}", socket.SOCK_STREAM))
+        if any(b.server_side for b in t.bulk):
+            wanted.append(("transparent.inbound_relay_port", f"0.0.0.0:{t.inbound_relay_port}",
+                           socket.SOCK_STREAM))  # fmt: skip
+    out = []
+    for what, addr, kind in wanted:
+        host, port = parse_address(addr)
+        with socket.socket(socket.AF_INET, kind) as s:
+            if kind == socket.SOCK_STREAM:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((host, port))
+            except OSError as exc:
+                proto = "TCP" if kind == socket.SOCK_STREAM else "UDP"
+                why = f"{what} {addr} ({proto}): {exc.strerror}"
+                out.append(Finding("ports", "fail", why, "stop what uses it (another agent?)"))
+    if not out:
+        free = ", ".join(sorted({a for _, a, _ in wanted}))
+        out.append(Finding("ports", "ok", f"the agent's ports are free: {free}"))
+    return out
+
+
 def diagnose(
     *,
     config: TeamConfig | None = None,
     interface: str | None = None,
     ls_bytes: int = 12_000,
+    robot: str | None = None,
+    key: Keyring | None = None,
 ) -> tuple[str | None, list[Finding]]:
     """Every check for ``interface`` (default: the route to the team file's leader);
-    returns the interface examined and the findings."""
+    returns the interface examined and the findings. With ``robot`` (and its ``key``),
+    also the checks an agent of that robot would meet: its ports, the leader."""
     out: list[Finding] = []
     if interface is None:
         target = config.agent.leader if config is not None else None
@@ -398,6 +492,11 @@ def diagnose(
     out.append(_marking())
     out += _transparent(config)
     out.append(_fd_limit(config))
+    out.append(_cpu())
+    if config is not None:
+        out.append(_leader(config, key, robot))
+        if robot is not None:
+            out += _ports(config, transparent=config.transparent is not None)
     return interface, out
 
 

@@ -17,8 +17,15 @@ netlink. The table (``ip coorp-<robot>``, IPv4) holds two chains:
   get xtables' ``NFQUEUE`` target through nft's compat layer (what iptables-nft does);
 * ``bh_redirect`` (``type nat hook output priority dstnat``): the first packet of a
   bulk TCP connection is redirected to the local relay (:mod:`._relay`).
+* ``bh_inbound`` (``type nat hook prerouting priority dstnat``, only with server-side
+  bulk selectors): the first packet of a connection another host opens to a selected
+  listening port is redirected to the inbound relay, which connects to the local
+  server itself and sends the server's replies under this robot's permit
+  (:class:`~._admission.LocalServer` admits it: no SYN is queued, the connection is
+  not a local program's). Coorp's own ports, the inbound relay's port and TCP LS flows
+  return first here.
 
-In both, the relay's own connections carry ``relay_mark`` and return first, as do
+In the output chains, the relay's own connections carry ``relay_mark`` and return first, as do
 connections to this host itself (``fib daddr type local``: loopback, its addresses —
 the relay never relays to itself), Coorp's own ports and every LS match (a TCP LS flow
 such as Zenoh is marked and observed, never intercepted).
@@ -100,7 +107,7 @@ class Rule:
     """One rule: a match (None: every packet), then an action."""
 
     match: Match | None
-    action: Literal["mark_ls", "return", "redirect", "queue", "reject"]
+    action: Literal["mark_ls", "return", "redirect", "redirect_in", "queue", "reject"]
     label: str
     """What the rule is for (shown in --show-rules and counted in stats)."""
     mark: int | None = None
@@ -123,36 +130,39 @@ class Ruleset:
     ls_mark: list[Rule] = field(default_factory=list)
     bh_gate: list[Rule] = field(default_factory=list)
     bh_redirect: list[Rule] = field(default_factory=list)
+    bh_inbound: list[Rule] = field(default_factory=list)
+    inbound_port: int = 0
 
     @property
     def queue_num(self) -> int:
         """The SYN queue of the gate chain (the relay's port: unique on the host)."""
         return self.relay_port
 
-    def chains(self) -> list[tuple[str, str, str, list[Rule]]]:
-        """(name, type, priority, rules) of each chain, in hook order."""
+    def chains(self) -> list[tuple[str, str, str, str, list[Rule]]]:
+        """(name, type, hook, priority, rules) of each chain, in hook order."""
         return [
-            ("ls_mark", "filter", "mangle", self.ls_mark),
-            ("bh_gate", "filter", "gate", self.bh_gate),
-            ("bh_redirect", "nat", "dstnat", self.bh_redirect),
+            ("ls_mark", "filter", "output", "mangle", self.ls_mark),
+            ("bh_gate", "filter", "output", "gate", self.bh_gate),
+            ("bh_redirect", "nat", "output", "dstnat", self.bh_redirect),
+            ("bh_inbound", "nat", "prerouting", "dstnat", self.bh_inbound),
         ]
 
     def render(self) -> str:
         """The table in ``nft`` syntax, one rule per line with its label as a comment."""
         out = [f"table ip {self.table} {{"]
-        for name, kind, prio, rules in self.chains():
-            if name == "bh_gate" and not rules:
+        for name, kind, hook, prio, rules in self.chains():
+            if name in ("bh_gate", "bh_inbound") and not rules:
                 continue
             shown = prio if prio != "gate" else str(_HOOK_PRIORITY[prio])
             out.append(f"  chain {name} {{")
-            out.append(f"    type {kind} hook output priority {shown}; policy accept;")
-            out += [f"    {_render(r, self.relay_port)}" for r in rules]
+            out.append(f"    type {kind} hook {hook} priority {shown}; policy accept;")
+            out += [f"    {_render(r, self.relay_port, self.inbound_port)}" for r in rules]
             out.append("  }")
         out.append("}")
         return "\n".join(out)
 
 
-def _render(rule: Rule, relay_port: int) -> str:
+def _render(rule: Rule, relay_port: int, inbound_port: int = 0) -> str:
     if rule.mark is not None:
         head = f"meta mark {rule.mark:#x}"
     elif rule.local:
@@ -165,6 +175,7 @@ def _render(rule: Rule, relay_port: int) -> str:
         "mark_ls": "meta priority set 0:106 ip dscp set cs6",
         "return": "return",
         "redirect": f"redirect to :{relay_port}",
+        "redirect_in": f"redirect to :{inbound_port}",
         "queue": f"queue num {relay_port} bypass",
         "reject": REJECTS[rule.reject][3] if rule.reject is not None else "reject",
     }[rule.action]
@@ -180,11 +191,15 @@ def build_ruleset(
     relay_port: int,
     relay_mark: int,
     coorp_ports: tuple[int, ...],
+    serve: list[Match] | None = None,
+    inbound_port: int = 0,
 ) -> Ruleset:
     """The rules for ``robot``: LS matches marked; the SYNs of bulk matches queued to
     the agent's gate and the connections redirected to the relay, except the relay's
-    own connections, connections to this host, Coorp's own ports and LS flows."""
-    rs = Ruleset(table_name(robot), relay_port)
+    own connections, connections to this host, Coorp's own ports and LS flows; the
+    connections other hosts open to ``serve`` matches redirected to the inbound relay
+    (except Coorp's own ports, the inbound relay's and LS flows)."""
+    rs = Ruleset(table_name(robot), relay_port, inbound_port=inbound_port)
     for i, m in enumerate(ls):
         rs.ls_mark.append(Rule(m, "mark_ls", f"ls {i}"))
     if bulk:
@@ -207,6 +222,16 @@ def build_ruleset(
         for i, m in enumerate(bulk):
             rs.bh_gate.append(Rule(m, "queue", f"bulk {i}", syn=True))
             rs.bh_redirect.append(Rule(m, "redirect", f"bulk {i}"))
+    if serve:
+        rs.bh_inbound.append(Rule(None, "return", "relay's own", mark=relay_mark))
+        for port in sorted(set(coorp_ports) | {inbound_port}):
+            own = Match(proto="tcp", dport=(port, port))
+            rs.bh_inbound.append(Rule(own, "return", f"coorp's own port {port}"))
+        for i, m in enumerate(ls):
+            if m.proto in (None, "tcp"):
+                rs.bh_inbound.append(Rule(m, "return", f"ls {i} (never bulk)"))
+        for i, m in enumerate(serve):
+            rs.bh_inbound.append(Rule(m, "redirect_in", f"serve {i}"))
     return rs
 
 
@@ -267,6 +292,11 @@ def _match_exprs(m: Match, cgroup_root: Path | None) -> list[dict[str, Any]]:
             _expr("socket", key=_NFT_SOCKET_CGROUPV2, dreg=1, level=level),
             _cmp(struct.pack("=Q", cgid)),
         ]
+    if m.saddr is not None:
+        out.append(_payload(_BASE_NETWORK, 12, 4))
+        if m.saddr.prefixlen < 32:
+            out.append(_bitwise(m.saddr.netmask.packed, bytes(4)))
+        out.append(_cmp(m.saddr.network_address.packed))
     if m.daddr is not None:
         out.append(_payload(_BASE_NETWORK, 16, 4))
         if m.daddr.prefixlen < 32:
@@ -346,6 +376,10 @@ def _rule_exprs(
     else:
         out += [_immediate(struct.pack("!H", relay_port)), _expr("redir", reg_proto_min=1)]
     return out
+
+
+def _rule_port(rule: Rule, rs: Ruleset) -> int:
+    return rs.inbound_port if rule.action == "redirect_in" else rs.relay_port
 
 
 def cgroup2_root() -> Path | None:
@@ -471,7 +505,7 @@ class NftTable:
                 if getattr(exc, "code", None) not in (errno.EOPNOTSUPP, errno.EINVAL):
                     raise
                 await nft.table("add", name=rs.table)  # kernel < 5.12: no owner flag
-            for chain, kind, prio, rules in rs.chains():
+            for chain, kind, hook, prio, rules in rs.chains():
                 if not rules:
                     continue
                 try:
@@ -479,13 +513,13 @@ class NftTable:
                         "add",
                         table=rs.table,
                         name=chain,
-                        hook="output",
+                        hook=hook,
                         type=kind,
                         priority=_HOOK_PRIORITY[prio],
                         policy=1,
                     )
                 except Exception as exc:
-                    raise _explain(exc, f"add chain {chain} (type {kind} hook output)") from None
+                    raise _explain(exc, f"add chain {chain} (type {kind} hook {hook})") from None
                 for r in rules:
                     await self._add_rule(nft, chain, r, cgroup_root)
         except BaseException:
@@ -497,7 +531,8 @@ class NftTable:
     async def _add_rule(self, nft: Any, chain: str, r: Rule, cgroup_root: Path | None) -> None:
         rs = self.ruleset
         for _ in range(2):
-            exprs = _rule_exprs(r, rs.relay_port, cgroup_root, compat_queue=self.compat_queue)
+            port = _rule_port(r, rs)
+            exprs = _rule_exprs(r, port, cgroup_root, compat_queue=self.compat_queue)
             try:
                 await nft.rule("add", table=rs.table, chain=chain, expressions=[[e] for e in exprs])
                 return
@@ -506,13 +541,14 @@ class NftTable:
                 if r.action == "queue" and not self.compat_queue and code == errno.ENOENT:
                     self.compat_queue = True  # no nft_queue: xtables' NFQUEUE instead
                     continue
-                raise _explain(exc, f"add rule {_render(r, rs.relay_port)!r}") from None
+                text = _render(r, rs.relay_port, rs.inbound_port)
+                raise _explain(exc, f"add rule {text!r}") from None
 
     async def counters(self) -> dict[str, tuple[int, int]]:
         """Packets and bytes matched per rule label (summed over a label's rules)."""
         nft = await self._socket()
         out: dict[str, tuple[int, int]] = {}
-        labels = {name: [r.label for r in rules] for name, _, _, rules in self.ruleset.chains()}
+        labels = {name: [r.label for r in rules] for name, _, _, _, rules in self.ruleset.chains()}
         seen = dict.fromkeys(labels, 0)
         try:
             rules = [r async for r in await nft.get_rules()]

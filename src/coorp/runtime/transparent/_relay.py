@@ -12,8 +12,9 @@ bytes:
   as Coorp's bulk streams: only while the robot holds the permit, within the
   in-flight budget, paused by the gate ahead of this robot's LS sends. A connection
   with bytes to send counts as an active bulk stream of the robot (all of them share
-  one permit); one idle for ``idle_release_ns``, whose bytes have drained, stops
-  counting, and the last one to stop releases the permit.
+  one permit); one idle for ``idle_release_ns`` stops counting (what it has in flight
+  drains while the next holder starts, as a bulk stream hands over at its last byte),
+  and the last one to stop releases the permit.
 * **destination → application** as it comes (that direction is the peer's traffic).
 
 Bytes are copied in order and exactly once, through a buffer of the relay's
@@ -28,6 +29,17 @@ backpressure from its own socket buffers, never an unbounded queue. A half-close
 (``shutdown(SHUT_WR)``) is passed on once every byte before it is out; anything else —
 a reset on either side, an error, the relay closing, the agent dying — ends both sides
 with a reset (:mod:`._endings`).
+
+**Inbound** (``inbound=True``, server-side selectors): the kernel redirects connections
+*other* hosts open to a selected listening port here (``bh_inbound``, prerouting). The
+admission is :class:`~._admission.LocalServer`: it checks the original destination is
+a server of this host (never the relay's own port, never another host: a forwarded
+connection is reset), within the same flow cap, and the relay then connects to that
+server itself. The roles swap: what the local server sends back goes to the remote
+peer through the :class:`~._pacing.Pacer`, under this robot's permit; what the peer
+sends goes to the server as it comes. Either way the paced ("up") direction is the
+bytes this host puts on the air; buffers, endings and half-closes are the outbound
+relay's.
 """
 
 from __future__ import annotations
@@ -57,7 +69,7 @@ from ..robot import (
     SharedPlanner,
     new_counters,
 )
-from ..wire import PeerClosed, bytes_outstanding, format_address
+from ..wire import PeerClosed, bytes_outstanding, format_address, mark_socket, tune_tcp
 from ._admission import Ticket
 from ._budget import BufferPool
 from ._endings import hold_reset, release_clean, reset
@@ -147,9 +159,12 @@ class Relay:
         clock: Callable[[], int] = time.monotonic_ns,
         host: str = "127.0.0.1",
         destination: Callable[[socket.socket], tuple[str, int] | None] = original_destination,
+        inbound: bool = False,
     ) -> None:
         self.host = host
         self.port = port
+        #: Connections other hosts opened to this one (see the module docstring).
+        self.inbound = inbound
         self._coord = coordinator
         self._planner = planner
         self.settings = settings
@@ -173,6 +188,7 @@ class Relay:
             "not_redirected": 0,
             "resets": 0,
             "completed": 0,
+            "refused": 0,
             "accept_fd_errors": 0,
             "bytes_up": 0,
             "bytes_down": 0,
@@ -247,7 +263,10 @@ class Relay:
                 continue
             backoff = 0.01
             hold_reset(app)
-            ticket = self.admission.claim(peer, self._destination(app))
+            dest = self._destination(app)
+            if self.inbound and dest is not None and dest[1] == self.port:
+                dest = None  # made to this listener directly: its own "original" address
+            ticket = self.admission.claim(peer, dest)
             if ticket is None:
                 # Addressed to the relay port itself, or never approved: nothing is
                 # connected for it.
@@ -272,9 +291,33 @@ class Relay:
     async def _serve(self, flow: RelayFlow, app: socket.socket, ticket: Ticket) -> None:
         app.setblocking(False)
         up = ticket.up
+        if not ticket.connected:
+            # Inbound: the local server is connected to now (the peer's handshake with
+            # the kernel is already complete; a server that refuses resets the peer).
+            try:
+                async with asyncio.timeout(self.settings.connect_timeout_s):
+                    await asyncio.get_running_loop().sock_connect(up, ticket.dest)
+            except (OSError, TimeoutError) as exc:
+                self.counters["refused"] += 1
+                flow.ended = f"destination: {getattr(exc, 'strerror', None) or exc or 'timeout'}"
+                log.info("relay: %s -> %s: %s", flow.app, flow.dest, flow.ended)
+                reset(app)
+                reset(up)
+                self.admission.release(ticket)
+                self.flows.pop(flow.fid, None)
+                self.recent.append(flow)
+                del self.recent[:-64]
+                return
+            ticket.connected = True
+        # The paced side is the one towards the remote peer: the destination for a
+        # connection a program here opened, the peer for one this host accepted.
+        local, remote = (up, app) if self.inbound else (app, up)
+        if self.inbound:
+            mark_socket(remote, "bh")
+            tune_tcp(remote)
         pacer: list[Pacer] = []  # made at the first byte to send
-        upward = asyncio.create_task(self._upward(flow, app, up, pacer))
-        downward = asyncio.create_task(self._downward(flow, up, app))
+        upward = asyncio.create_task(self._upward(flow, local, remote, pacer))
+        downward = asyncio.create_task(self._downward(flow, remote, local))
         clean = False
         try:
             done, _ = await asyncio.wait({upward, downward}, return_when=asyncio.FIRST_EXCEPTION)
@@ -346,10 +389,11 @@ class Relay:
         while True:
             timeout = idle_s if flow.active else None
             if not await _wait_readable(app, timeout):
-                # Nothing more to send for a while: let what is in flight drain, then
-                # stop counting towards the permit.
+                # Nothing more to send for a while: stop counting towards the permit.
+                # What is in flight (within the in-flight budget) drains while the next
+                # holder starts, as a bulk stream hands over at its last byte.
                 if made:
-                    await self._drain(up, made[0])
+                    made[0].poll()
                 if not await _wait_readable(app, 0):
                     if made:
                         made[0].settle()

@@ -78,8 +78,9 @@ __all__ = [
 ]
 
 #: 4: LS session keep-alives carry the sender's counts and are answered with the
-#: receiver's (``LsKeepAlive``/``LsStatus``: liveness and loss reports).
-WIRE_VERSION: Final = 4
+#: receiver's (``LsKeepAlive``/``LsStatus``: liveness and loss reports). 5: the leader
+#: tells permit holders how many robots wait (``Queued``).
+WIRE_VERSION: Final = 5
 NONCE_BYTES: Final = 16
 MAC_BYTES: Final = 32
 LENGTH_PREFIX: Final = struct.Struct(">I")
@@ -149,7 +150,11 @@ class Welcome(_Msg, tag="welcome"):
 
 
 class Request(_Msg, tag="request"):
-    """Agent -> leader: this robot has BH data (Algorithm 1 request)."""
+    """Agent -> leader: this robot has BH data (Algorithm 1 request), for ``flows``
+    streams or connections at once (timeslices per grant, at most the leader's
+    ``max_weight``). Sent again when that number grew while the robot waits or holds."""
+
+    flows: Annotated[int, Meta(ge=1, le=1 << 16)] = 1
 
 
 class Release(_Msg, tag="release"):
@@ -171,6 +176,14 @@ class Revoked(_Msg, tag="revoked"):
 
     grant_id: U64
     reason: Reason
+
+
+class Queued(_Msg, tag="queued"):
+    """Leader -> permit holder: ``waiting`` robots wait for a permit (sent when the
+    number changes). A holder with nothing more to send releases at once when others
+    wait, instead of keeping the permit a while for its next message."""
+
+    waiting: U64
 
 
 class Ping(_Msg, tag="ping"):
@@ -354,6 +367,7 @@ Message = (
     | Release
     | Granted
     | Revoked
+    | Queued
     | Ping
     | Pong
     | StatsQuery

@@ -1,0 +1,152 @@
+"""A holder never writes under a permit the leader may have passed on (issue 34).
+
+In-process, on loopback: a permit service and robots on one event loop, the robots'
+clocks injected so that a freeze (SIGSTOP, a suspended VM, CPU starvation) can be
+made exactly: the robot's clock jumps, the leader's does not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+
+from coorp.runtime import LeaderSettings, PermitService, TeamKey, TeamSettings, ajoin
+from coorp.runtime.robot import BulkSettings, Coordinator, Pacer, Progress
+
+KEY = TeamKey(b"l" * 32)
+ROBOTS = ["r1", "r2"]
+
+
+class JumpClock:
+    """Real monotonic time plus an offset a test moves forward (a freeze)."""
+
+    def __init__(self) -> None:
+        self.offset = 0
+
+    def __call__(self) -> int:
+        return time.monotonic_ns() + self.offset
+
+
+def test_a_frozen_holders_lease_is_over_when_it_wakes_and_renewed_by_a_heartbeat() -> None:
+    async def main() -> None:
+        service = PermitService(ROBOTS, KEY, LeaderSettings(heartbeat_ns=100_000_000))
+        host, port = await service.start(("127.0.0.1", 0))
+        clock = JumpClock()
+        team = await ajoin(f"{host}:{port}", "r1", KEY, settings=TeamSettings(), clock=clock)
+        try:
+            coord = team.coordinator
+            coord.stall_ns = 10**12  # the lease alone must refuse: no stall detection
+            coord.begin()
+            assert await coord.wait_permitted(2.0)
+            lease = team.link.lease_ends_ns() if team.link is not None else None
+            assert lease is not None and lease > clock()
+            ends = coord.permit_ends_ns()
+            assert ends is not None and ends <= lease
+            # Frozen for a second on the robot's clock: longer than the lease (2.5
+            # heartbeats). The leader has not dropped it (its clock did not move), but
+            # the robot cannot know that: it must not write.
+            clock.offset += 1_000_000_000
+            assert not coord.permitted(clock())
+            # The next answered heartbeat renews it; the permit itself was never lost.
+            assert await coord.wait_permitted(2.0)
+            renewed = team.link.lease_ends_ns() if team.link is not None else None
+            assert renewed is not None and renewed > clock()
+            assert coord.counters["grants"] == 1
+            coord.end()
+            coord.release_now()
+        finally:
+            await team.close()
+            await service.close()
+
+    asyncio.run(main())
+
+
+class _Permits(Coordinator):
+    """A coordinator whose permit the test switches off and on."""
+
+    def __init__(self) -> None:
+        super().__init__("r1", time.monotonic_ns)
+        self.allow = True
+        self.refused_at: list[int] = []
+
+    def permitted(self, now_ns: int) -> bool:
+        if not self.allow:
+            self.refused_at.append(now_ns)
+        return self.allow
+
+    async def wait_permitted(self, max_wait_s: float) -> bool:
+        await asyncio.sleep(0.001)
+        return self.allow
+
+
+def test_a_chunk_half_written_when_the_permit_ends_waits_for_the_next_one() -> None:
+    """The permit is asked before every write to the socket, not only before a chunk:
+    bytes the socket could not take at once wait for the next permit."""
+
+    async def main() -> tuple[int, int, int]:
+        a, b = socket.socketpair()
+        a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        b.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        a.setblocking(False)
+        b.setblocking(False)
+        coord = _Permits()
+        pacer = Pacer(name="t", coordinator=coord, planner=None, settings=BulkSettings())
+        pacer.attach(a)
+        data = bytes(range(256)) * 1024  # 256 KiB: far more than the socket takes at once
+        writer = asyncio.create_task(pacer.write([data], None))
+        loop = asyncio.get_running_loop()
+        got = bytearray()
+        for _ in range(10_000):  # read until the writer is blocked on a full socket
+            await asyncio.sleep(0.001)
+            try:
+                got += b.recv(65536)
+            except BlockingIOError:
+                if len(got) > 0:
+                    break
+        coord.allow = False  # the permit ends while the chunk is half written
+        stopped_at = len(got)
+        for _ in range(200):  # drain whatever the kernel already held
+            await asyncio.sleep(0.001)
+            try:
+                got += b.recv(1 << 20)
+            except BlockingIOError:
+                continue
+        held = len(got)
+        # Nothing more while not permitted: the writer waits for the permit.
+        await asyncio.sleep(0.05)
+        with_no_permit = len(got) + _pending(b)
+        coord.allow = True
+        deadline = loop.time() + 10
+        while len(got) < len(data) and loop.time() < deadline:
+            await asyncio.sleep(0.001)
+            try:
+                got += b.recv(1 << 20)
+            except BlockingIOError:
+                continue
+        await asyncio.wait_for(writer, 5)
+        assert bytes(got) == data  # every byte once, in order
+        pacer.detach()
+        a.close()
+        b.close()
+        return stopped_at, held, with_no_permit
+
+    stopped_at, held, with_no_permit = asyncio.run(main())
+    assert stopped_at < held or stopped_at == held  # what the kernel held still came
+    assert with_no_permit == held  # nothing written while refused
+
+
+def _pending(sock: socket.socket) -> int:
+    try:
+        return len(sock.recv(1 << 20, socket.MSG_PEEK))
+    except BlockingIOError:
+        return 0
+
+
+def test_write_progress_is_recorded_per_write_with_its_grant() -> None:
+    coord = Coordinator("r1", time.monotonic_ns)
+    coord.note_write(1_000, 2_000)
+    coord.note_write(2_500, 3_000)  # within 50 ms of the last: one stretch
+    coord.note_write(100_000_000, 100_000_100)
+    assert coord.intervals == [[1_000, 3_000, -1], [100_000_000, 100_000_100, -1]]
+    assert Progress().permit_wait_ns == 0
