@@ -5,7 +5,8 @@ A policy module for ``--policy-module``: each rung is ``coorp-paper`` plus the
 additions above it; the last rung is ``coorp`` itself::
 
     RUNGS=coorp-paper,ladder-recheck,ladder-lead,ladder-realized,ladder-hints,ladder-floor,\\
-ladder-budget,ladder-team-budget,ladder-foreign,ladder-acks,coorp
+ladder-budget,ladder-team-budget,ladder-foreign,ladder-acks,ladder-serial,\\
+ladder-outsiders,ladder-conformal,ladder-lead-hints,coorp
     coorp sweep --policy-module benchmarks/coorp_ladder.py --policies $RUNGS \\
         --scenarios crl-10,one-low --seeds 1-5 --duration 20 --out results/ladder
 
@@ -14,8 +15,19 @@ before traffic outside the team existed (its ring budget counts every packet in 
 ring, one CTT percentile always); ``ladder-team-budget`` counts only the team's packets
 against the budget; ``ladder-foreign`` also lowers the gates' percentile while a station
 outside the team takes the air; ``ladder-acks`` also holds the TCP acks each robot sends
-for the team's bulk data it receives (``gate_acks``); ``coorp`` also sends each robot's
-own bulk transfers one at a time (``serial_transfers``).
+for the team's bulk data it receives (``gate_acks``); ``ladder-serial`` also sends each
+robot's own bulk transfers one at a time (``serial_transfers``): ``coorp`` before issue 36.
+
+Issue 36's rungs: ``ladder-outsiders`` leaves the acks a robot sends for traffic
+outside the team out of its ring budget and never holds the team's acks while such
+acks wait behind them; ``ladder-conformal`` takes its protection
+windows from the conformal residual ranks around a Theil–Sen line
+(``SendTimeModel(window="conformal")``); ``ladder-lead-hints`` takes the MPC leader's
+full word on its controls (a moving bound while perceptions are missing, exact instants
+once controls are due); ``coorp`` also prices a packet only against sends in or after
+the window it was enqueued ahead of (``Gate(realized_in_window=True)``). The rungs and
+variants measured before issue 36 are built on ``_Before36`` so that they stay what
+they were.
 """
 
 from __future__ import annotations
@@ -23,6 +35,20 @@ from __future__ import annotations
 from typing import ClassVar
 
 from coorp.policies import CoorpPaperPolicy, CoorpPolicy, register_policy
+
+
+class _Before36(CoorpPolicy):
+    """``coorp`` without issue 36's additions (the rungs and variants measured before
+    them stay what they were): Gaussian windows, the leader's first word on its
+    controls, realized completion against any send, and a ring budget that counts the
+    acks a robot sends for traffic outside the team."""
+
+    name = "_before-36"
+    time_model_window = "gaussian"
+    lead_hints = False
+    realized_in_window = False
+    ring_budget_skips_outside_acks = False
+    acks_yield_to_outside = False
 
 
 @register_policy
@@ -48,7 +74,7 @@ class LadderRealized(LadderLead):
 
 
 @register_policy
-class LadderHints(CoorpPolicy):
+class LadderHints(_Before36):
     name = "ladder-hints"
     summary = "… + the leader's send-time hints"
     ctt_floor = False
@@ -59,7 +85,7 @@ class LadderHints(CoorpPolicy):
 
 
 @register_policy
-class LadderFloor(CoorpPolicy):
+class LadderFloor(_Before36):
     name = "ladder-floor"
     summary = "… + the completion-time table's physical floor (coorp without the ring budget)"
     ring_airtime_budget_ns = None
@@ -69,7 +95,7 @@ class LadderFloor(CoorpPolicy):
 
 
 @register_policy
-class LadderBudget(CoorpPolicy):
+class LadderBudget(_Before36):
     name = "ladder-budget"
     summary = "… + the ring budget, counting every packet in the ring (coorp before issue 22)"
     ring_budget_counts_other = True
@@ -79,7 +105,7 @@ class LadderBudget(CoorpPolicy):
 
 
 @register_policy
-class LadderTeamBudget(CoorpPolicy):
+class LadderTeamBudget(_Before36):
     name = "ladder-team-budget"
     summary = "… + the ring budget counts only the team's packets"
     foreign_ctt_percentile = None
@@ -88,7 +114,7 @@ class LadderTeamBudget(CoorpPolicy):
 
 
 @register_policy
-class LadderForeign(CoorpPolicy):
+class LadderForeign(_Before36):
     name = "ladder-foreign"
     summary = "… + the median percentile while a station outside the team takes the air"
     gate_acks = False
@@ -96,14 +122,47 @@ class LadderForeign(CoorpPolicy):
 
 
 @register_policy
-class LadderAcks(CoorpPolicy):
+class LadderAcks(_Before36):
     name = "ladder-acks"
     summary = "… + the gate holds the team's TCP acks (coorp before serial transfers)"
     serial_transfers = False
 
 
 @register_policy
-class CoorpOneTable(CoorpPolicy):
+class LadderSerial(_Before36):
+    name = "ladder-serial"
+    summary = "… + each robot's transfers one at a time (coorp before issue 36)"
+
+
+@register_policy
+class LadderOutsiders(CoorpPolicy):
+    name = "ladder-outsiders"
+    summary = (
+        "… + the acks a robot sends for traffic outside the team: not in its ring budget, "
+        "never held"
+    )
+    time_model_window = "gaussian"
+    lead_hints = False
+    realized_in_window = False
+
+
+@register_policy
+class LadderConformal(CoorpPolicy):
+    name = "ladder-conformal"
+    summary = "… + conformal windows (Theil–Sen line, residual ranks, sends in their slots)"
+    lead_hints = False
+    realized_in_window = False
+
+
+@register_policy
+class LadderLeadHints(CoorpPolicy):
+    name = "ladder-lead-hints"
+    summary = "… + the MPC leader's full word on its controls (a moving bound, exact instants)"
+    realized_in_window = False
+
+
+@register_policy
+class CoorpOneTable(_Before36):
     name = "coorp-one-table"
     summary = "coorp with the acks in the bulk gate's completion-time table (a variant)"
     ack_table = False
@@ -111,14 +170,14 @@ class CoorpOneTable(CoorpPolicy):
 
 
 @register_policy
-class CoorpEmpirical(CoorpPolicy):
+class CoorpEmpirical(_Before36):
     name = "coorp-empirical"
     summary = "coorp with windows from the recent residuals' quantiles (a variant)"
     time_model_window = "empirical"
 
 
 @register_policy
-class CoorpRobust(CoorpPolicy):
+class CoorpRobust(_Before36):
     name = "coorp-robust"
     summary = "coorp with the time model's robust fit (medians, MAD) (a variant)"
     time_model_fit = "robust"

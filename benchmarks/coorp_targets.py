@@ -30,8 +30,8 @@ for docs/compare.md::
         --set workload.mpc.phase=aligned,random --out results/issue9
     python benchmarks/coorp_targets.py results/issue9 --markdown
 
-    FAMILIES=crl-5-heavy-tail,crl-5-guest,crl-5-download,crl-5-multiflow,crl-5-60hz,\\
-crl-5-drift-pause,crl-5-links
+    FAMILIES=crl-5-heavy-tail,crl-5-guest,crl-5-guest-leader,crl-5-download,crl-5-multiflow,\\
+crl-5-60hz,crl-5-drift-pause,crl-5-links
     coorp sweep --scenarios $FAMILIES --policies edca,schedwifi,coorp,coorp-paper,oracle \\
         --seeds 1-5 --duration 20 --set workload.mpc.phase=aligned,random --out results/issue22
     coorp sweep --scenarios $FAMILIES --policies edca --seeds 1-5 --duration 20 \\
@@ -57,7 +57,7 @@ DRLC_OFF = "workload.drlc.enabled=false"
 
 #: The issues' scenarios in the order of the table; any others follow by name.
 ORDER = ("crl-2", "crl-5", "crl-10", "crl-20", "one-low", "all-low", "crl-5-heavy-tail",
-         "crl-5-guest", "crl-5-download", "crl-5-multiflow", "crl-5-60hz",
+         "crl-5-guest", "crl-5-guest-leader", "crl-5-download", "crl-5-multiflow", "crl-5-60hz",
          "crl-5-drift-pause", "crl-5-links")  # fmt: skip
 
 Data = dict[tuple[str, str, str, str], list[float]]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import runpy
 import sys
 from collections import Counter
 from pathlib import Path
@@ -35,7 +36,7 @@ from rich.console import Console
 from rich.table import Table
 
 from coorp.policies import CoorpPolicy, _registry, get_policy
-from coorp.scenario import AccessCategory, load_scenario, resolve_scenario
+from coorp.scenario import AccessCategory, apply_overrides, load_scenario, resolve_scenario
 from coorp.units import us
 from coorp.workload import run_crl
 
@@ -139,9 +140,13 @@ def probe_class(
 
 
 def anatomy(
-    scenario: str, policy: str, seed: int, duration_s: float, sample_us: float
-) -> dict[str, Any]:
+    scenario: str, policy: str, seed: int, duration_s: float, sample_us: float,
+    overrides: list[str] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     sc = load_scenario(resolve_scenario(scenario))
+    if overrides:
+        combo = [tuple(kv.split("=", 1)) for kv in overrides]
+        sc = apply_overrides(sc, combo, source=scenario)  # type: ignore[arg-type]
     base = get_policy(policy)
     if not issubclass(base, CoorpPolicy):
         raise SystemExit(f"{policy}: not built on coorp's permits (nothing to dissect)")
@@ -160,6 +165,8 @@ def anatomy(
     ls_flows = [n for n in flows if n.startswith(("perception:", "control:"))]
     robots: dict[str, dict[str, float]] = {}
     for robot, c in counts.items():
+        if robot not in recorders:
+            continue  # a station outside the team (a guest, a laptop): nothing gated
         held = c["holding"]
         own_ls = sorted(n for n in ls_flows if flows[n].src == robot)
         lat = msgs["latency_ns"][np.isin(msgs["flow"], own_ls)]
@@ -189,14 +196,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=30.0, help="simulated seconds")
     ap.add_argument("--sample-us", type=float, default=100.0)
     ap.add_argument("--json", type=Path)
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a scenario override, as coorp sweep --set (one value)",
+    )
+    ap.add_argument(
+        "--policy-module",
+        type=Path,
+        action="append",
+        default=[],
+        help="a Python file registering policies (benchmarks/coorp_ladder.py)",
+    )
     args = ap.parse_args(argv)
+    for module in args.policy_module:
+        runpy.run_path(str(module))
     console = Console(width=None if sys.stdout.isatty() else 160)
     seeds = [int(s) for s in args.seeds.split(",")]
     out = []
     for scenario in args.scenarios:
         for policy in args.policies.split(","):
             for seed in seeds:
-                a = anatomy(scenario, policy, seed, args.duration, args.sample_us)
+                a = anatomy(scenario, policy, seed, args.duration, args.sample_us, args.set)
                 out.append(a)
                 m = a["metrics"]
                 t = Table(

@@ -59,6 +59,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import runpy
 import statistics
 import sys
 import time
@@ -104,6 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--repeat", type=int, default=3, help="with --policies: rounds")
     ap.add_argument(
+        "--policy-module", type=Path, action="append", default=[],
+        help="with --policies: a Python file registering policies (benchmarks/coorp_ladder.py)",
+    )  # fmt: skip
+    ap.add_argument(
         "--tcp", help="with --policies: TCP sender models to run each scenario with, e.g. "
         "none,cubic ([tcp] sender; the scenario's own if unset)",
     )  # fmt: skip
@@ -113,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         "each relative to the first",
     )
     args = ap.parse_args(argv)
+    for module in args.policy_module:
+        runpy.run_path(str(module))
     console = Console()
     if not console.is_terminal:
         console = Console(width=120)

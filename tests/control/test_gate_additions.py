@@ -110,6 +110,32 @@ def test_a_send_after_the_window_is_credited_only_up_to_the_window_end() -> None
     assert ctt.samples(0) == (11 * MS, 8 * MS)  # 24 − 21 + 5
 
 
+@pytest.mark.parametrize("in_window", [False, True])
+def test_a_send_no_window_predicted_prices_a_packet_only_without_realized_in_window(
+    in_window: bool,
+) -> None:
+    # Windows [20, 21] and [53, 54] ms. A tail send of the first window's flow comes at
+    # 40 ms, after that window ended: no window predicted it. Packets enqueued at 30 ms
+    # aim at the second window (lead 23 ms).
+    ctt = CompletionTimeTable(percentile=100.0)
+    windows = FixedWindows([Interval(20 * MS, 21 * MS), Interval(53 * MS, 54 * MS)])
+    gate = Gate(windows, ctt, realized=True, realized_in_window=in_window)
+    gate.on_enqueue(1, 30 * MS, 0)
+    gate.on_complete(1, 31 * MS)  # done long before the second window
+    gate.on_enqueue(2, 30 * MS, 1)
+    gate.on_ls_send(40 * MS)  # the tail send
+    gate.on_complete(2, 41 * MS)  # in the NIC when the tail send came, gone by 53 ms
+    if not in_window:
+        # Priced against the tail send: 31 − 40 + 23 = 14 ms and 41 − 40 + 23 = 24 ms
+        # for packets that cleared their own window by 22 and 12 ms.
+        assert (ctt.samples(0), ctt.samples(1)) == ((14 * MS,), (24 * MS,))
+        return
+    assert (ctt.samples(0), ctt.samples(1)) == ((), ())  # they wait for their send
+    gate.on_ls_send(53_500_000)  # the predicted send, 0.5 ms into its window
+    # Their durations (1 and 11 ms) less that slack: 31 − 53.5 + 23, 41 − 53.5 + 23.
+    assert (ctt.samples(0), ctt.samples(1)) == ((MS // 2,), (10_500_000,))
+
+
 def test_realized_samples_never_go_below_zero_and_plain_mode_ignores_sends() -> None:
     ctt = CompletionTimeTable(percentile=100.0)
     gate = Gate(FixedWindows([Interval(20 * MS, 21 * MS)]), ctt, realized=True)

@@ -231,6 +231,35 @@ def test_an_exact_instant_replaces_the_interval_until_the_send_is_observed() -> 
     assert planner.next_window(at + 1) == plain.next_window(at + 1)
 
 
+def test_a_moving_bound_keeps_the_window_min_lead_ahead_of_every_instant() -> None:
+    # The MPC leader while perceptions are missing: its controls are never nearer than
+    # the inference time. A plain bound stays where it was said; a moving one moves with
+    # the instant asked, and neither answer is reused at a later instant.
+    planner = fitted_planner()
+    nxt = planner.model("ctl").predict(9 * P + 1)
+    assert nxt is not None
+    said = nxt.start_ns - 4 * MS
+    planner.expect("ctl", said, min_lead_ns=5 * MS)
+    for now in (said - 6 * MS, said, nxt.start_ns, nxt.end_ns):
+        w = planner.next_window(now)
+        assert w is not None and w.start_ns == max(nxt.start_ns, now + 5 * MS)
+        assert w.end_ns >= w.start_ns + 2 * MS
+    # Past the model's interval for that send, its next one (the bound holds too).
+    w = planner.next_window(nxt.end_ns + 3 * MS)
+    assert w is not None and w.start_ns > nxt.end_ns + 8 * MS
+    plain = fitted_planner()
+    plain.expect("ctl", said)
+    w = plain.next_window(nxt.start_ns + MS)
+    assert w is not None and w.start_ns <= nxt.start_ns + MS  # already inside the window
+    # An exact instant after a moving bound: the bound no longer moves.
+    planner.expect("ctl", nxt.end_ns, exact=True)
+    assert planner.next_window(nxt.start_ns) == Interval(nxt.end_ns, nxt.end_ns + 2 * MS)
+    with pytest.raises(UsageError, match="min_lead_ns"):
+        planner.expect("ctl", 0, exact=True, min_lead_ns=1)
+    with pytest.raises(UsageError, match="min_lead_ns"):
+        planner.expect("ctl", 0, min_lead_ns=-1)
+
+
 def test_an_exact_instant_protects_a_flow_the_model_has_not_fitted_yet() -> None:
     planner = ProtectionPlanner(margin_ns=1 * MS)
     for exact in (False, True):

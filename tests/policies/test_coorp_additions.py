@@ -1,9 +1,10 @@
 """Coorp's additions to the paper's local preemption, each against the same run without
 it (docs/control.md, "Beyond the paper"): a small team, several seeds, the measured
-effect. Nothing here asserts a headline percentage. The ablations hold no TCP acks
-and interleave a robot's transfers (``gate_acks = False``, ``serial_transfers =
-False``): each addition is measured where the ladder measured it, on the rung before
-issue 22's (``benchmarks/coorp_ladder.py``)."""
+effect. Nothing here asserts a headline percentage. The ablations hold no TCP acks,
+interleave a robot's transfers and keep the Gaussian windows and the leader's first
+word (``gate_acks = False``, ``serial_transfers = False``, issue 36's additions off):
+each addition is measured where the ladder measured it, on the rung before issue 22's
+(``benchmarks/coorp_ladder.py``)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,9 @@ class _CoorpWithoutHints(CoorpPolicy):
     ring_airtime_budget_ns = None
     gate_acks = False
     serial_transfers = False
+    time_model_window = "gaussian"
+    lead_hints = False
+    realized_in_window = False
 
 
 class _CoorpWithPaperTable(CoorpPolicy):
@@ -41,6 +45,9 @@ class _CoorpWithPaperTable(CoorpPolicy):
     ring_airtime_budget_ns = None
     gate_acks = False
     serial_transfers = False
+    time_model_window = "gaussian"
+    lead_hints = False
+    realized_in_window = False
 
 
 class _CoorpWithoutFloor(CoorpPolicy):
@@ -50,6 +57,9 @@ class _CoorpWithoutFloor(CoorpPolicy):
     ring_airtime_budget_ns = None
     gate_acks = False
     serial_transfers = False
+    time_model_window = "gaussian"
+    lead_hints = False
+    realized_in_window = False
 
 
 class _CoorpFloorOnly(CoorpPolicy):
@@ -58,6 +68,9 @@ class _CoorpFloorOnly(CoorpPolicy):
     ring_airtime_budget_ns = None
     gate_acks = False
     serial_transfers = False
+    time_model_window = "gaussian"
+    lead_hints = False
+    realized_in_window = False
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -180,6 +193,9 @@ class _CoorpNoRingBudget(CoorpPolicy):
     ring_airtime_budget_ns = None
     gate_acks = False
     serial_transfers = False
+    time_model_window = "gaussian"
+    lead_hints = False
+    realized_in_window = False
 
 
 def test_the_ring_limit_is_the_budget_over_the_next_packets_link_airtime() -> None:
@@ -282,6 +298,68 @@ def test_the_ring_budget_does_not_count_traffic_outside_the_team() -> None:
     # Half the ring: the team's data waits too, and the two share the ring in turns.
     assert ahead == sim.scenario.hw_queue.capacity_packets // 2
     assert budget() == limit + ahead
+
+
+def test_the_ring_budget_leaves_out_the_acks_a_robot_sends_for_traffic_outside_the_team() -> None:
+    # crl-5-guest-leader: a guest uploads to the leader, whose NIC sends its TCP acks.
+    # They are not the team's: with outside_acks they do not use up the team's budget.
+    from coorp.policies._hooks import RingBudget
+    from coorp.sim import Simulation
+
+    sim = Simulation(load_scenario(resolve_scenario("crl-5-guest-leader")))
+    leader = sim.station("leader")
+    team = sim.flow("team", "leader", "r1", AccessCategory.BE, bulk=True, tcp_acks=False)
+    guest = sim.flow("up", "guest", "leader", AccessCategory.BE, bulk=True)
+    sim.set_hooks("leader", _PauseAll())  # the team's data waits
+    sim.start_transfer(team, None)
+    sim.start_transfer(guest, None, gated=False)
+    old = RingBudget(sim, "leader", 1_500_000)
+    new = RingBudget(sim, "leader", 1_500_000, outside_acks=True)
+    seen: list[int] = []
+
+    def look() -> None:  # the ring as the budget sees it, every 50 us
+        acks = sum(p.count for p in leader.rings[AccessCategory.BE] if p.flow is guest.ack_flow)
+        assert leader.ungated_in_ring(AccessCategory.BE) == 0  # acks are not transfers
+        assert old() == old.packets_to("r1")  # issue 22's budget counts them
+        assert new() == new.packets_to("r1") + acks
+        seen.append(acks)
+        sim.call_at(sim.now_ns + 50_000, look)
+
+    sim.call_at(50_000, look)
+    sim.run(50_000_000)
+    assert max(seen) > 0
+    assert guest.ack_flow is not None and not guest.ack_flow.gate_acks
+
+
+def test_the_teams_acks_are_never_held_while_acks_outside_the_team_wait_behind_them() -> None:
+    # A held ack waits at the head of its priority queue and holds what is behind it: a
+    # guest's acks at the leader too. With OutsideWaiting the team's acks then go.
+    from coorp.control import CompletionTimeTable, Gate, Interval
+    from coorp.policies._hooks import GatedHooks, OutsideWaiting
+    from coorp.sim import Simulation
+    from coorp.sim.packets import Packet
+
+    sim = Simulation(load_scenario(resolve_scenario("crl-5-guest-leader")))
+    team = sim.flow("team", "r1", "leader", AccessCategory.BE, bulk=True)
+    guest = sim.flow("up", "guest", "leader", AccessCategory.BE, bulk=True)
+    sim.start_transfer(guest, None, gated=False)  # its acks are outside the team's
+    assert team.ack_flow is not None and guest.ack_flow is not None
+    queue = sim.station("leader").ls_queues[AccessCategory.BE]
+    waiting = OutsideWaiting(sim, "leader")
+
+    class Always:  # a window that never ends: Algorithm 2 denies everything
+        def next_window(self, now_ns: int) -> Interval:
+            return Interval(0, 10**15)
+
+    gate = Gate(Always(), CompletionTimeTable())
+    hooks = GatedHooks(gate=gate, gate_acks=True, outside_waiting=waiting)
+    leader = sim.station("leader")
+    queue.append(Packet(1, team.ack_flow, 52, count=4))
+    assert not waiting() and hooks.admit_acks(leader, 1, 4, 0)[0] == 0  # held
+    queue.append(Packet(5, guest.ack_flow, 52, count=8))
+    assert waiting() and hooks.admit_acks(leader, 1, 4, 0) == (4, 0)  # they go
+    plain = GatedHooks(gate=gate, gate_acks=True)
+    assert plain.admit_acks(leader, 1, 4, 0)[0] == 0  # issue 22's gate held them
 
 
 class _PauseAll:

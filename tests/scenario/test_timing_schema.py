@@ -94,8 +94,8 @@ def test_coordinated_bulk_needs_a_team_robot() -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["crl-5-heavy-tail", "crl-5-guest", "crl-5-download", "crl-5-multiflow", "crl-5-60hz",
-     "crl-5-drift-pause", "crl-5-links"],
+    ["crl-5-heavy-tail", "crl-5-guest", "crl-5-guest-leader", "crl-5-download",
+     "crl-5-multiflow", "crl-5-60hz", "crl-5-drift-pause", "crl-5-links"],
 )  # fmt: skip
 def test_the_shipped_families_load(name: str) -> None:
     sc = load_scenario(resolve_scenario(name))

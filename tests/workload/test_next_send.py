@@ -95,3 +95,51 @@ def test_next_send_is_exact_when_determined_and_a_lower_bound_otherwise(
     assert exact > 0 and lower > 0
     if phase == "aligned":
         assert bulk_senders < 2 or any(rec.lag_ns > 0 for rec in loop.records)
+
+
+@pytest.mark.parametrize(
+    ("seed", "bulk_senders", "phase"),
+    [(1, 2, "aligned"), (4, 4, "aligned"), (2, 2, "random"), (3, 4, "random")],
+)
+def test_the_leaders_full_word_on_its_controls_is_true(
+    seed: int, bulk_senders: int, phase: str
+) -> None:
+    # MpcLoop.lead_hints: an exact instant is when that flow's next control goes out (or
+    # none does: its loop was abandoned); a moving bound never stands when a control
+    # goes out, and the word that replaced it came at least min_lead before that send.
+    sc = congested(seed, bulk_senders, phase)
+    sim = Simulation(sc)
+    loop = MpcLoop(sim, sc.workload.mpc, "leader", tuple(sc.workers))
+    hints: dict[str, list[tuple[int, int, bool, int]]] = defaultdict(list)
+
+    def expect(robot: str, flow: str, at: int, *, exact: bool = False,
+               min_lead_ns: int = 0) -> None:  # fmt: skip
+        assert robot == "leader" and at >= sim.now_ns
+        hints[flow].append((sim.now_ns, at, exact, min_lead_ns))
+
+    loop.on_expect, loop.lead_hints = expect, True
+    loop.begin()
+    sim.run(round(sc.duration_s * 1e9))
+    sends: dict[str, list[int]] = defaultdict(list)
+    for m in sim.messages:
+        if m.flow.name.startswith("control:"):
+            sends[m.flow.name].append(m.created_ns)
+    checked = {"exact": 0, "moving": 0}
+    for flow, said in hints.items():
+        out = sorted(sends[flow])
+        for i, (t, at, exact, lead) in enumerate(said):
+            j = bisect.bisect_right(out, t)
+            if j == len(out):
+                continue  # no send after it in the run
+            send = out[j]
+            replaced = said[i + 1][0] if i + 1 < len(said) else None
+            if exact:
+                if at != send:  # only an abandoned loop's instant passes without a send
+                    assert send > at, (flow, t, at, send)
+                else:
+                    checked["exact"] += 1
+            elif lead:
+                assert replaced is not None and replaced <= send, (flow, t, send)
+                assert send >= replaced + lead, (flow, t, replaced, send)
+                checked["moving"] += 1
+    assert checked["exact"] > 10 and checked["moving"] > 10

@@ -30,6 +30,7 @@ from coorp.control._gate_types import (
     _Done,
     _Enqueued,
     _lead,
+    credit_send,
     decide_against,
     drop_from_run,
     early_completion,
@@ -89,7 +90,10 @@ class Gate:
     the packet was enqueued ahead of: a send that came after that window's end (a
     late loop, a stalled thread) counts as if it came at the end. Crediting all of a
     late send's delay taught the table that deep queues clear in no time, and the
-    next on-time send then found them in the NIC.
+    next on-time send then found them in the NIC. ``realized_in_window=True``: nor is a
+    send that came before that window (outside every predicted window: the late tail
+    of an earlier one) a packet's send; it waits for the next send. Such sends are the
+    ring budget's to bound, not every packet's to price.
 
     **Runs.** :meth:`admit_run`, :meth:`on_enqueue_run` and :meth:`on_complete_run`
     do what the per-packet calls do for consecutive packet ids, in order, with the
@@ -107,6 +111,7 @@ class Gate:
         explore: bool = True,
         max_explore_backoff: int = DEFAULT_MAX_EXPLORE_BACKOFF,
         realized: bool = False,
+        realized_in_window: bool = False,
     ) -> None:
         if max_pending < 1:
             raise UsageError(f"max_pending={max_pending}: must be >= 1 packet")
@@ -128,6 +133,7 @@ class Gate:
         # The records with packets still pending, in enqueue order (realized mode).
         self._runs: list[_Enqueued] = []
         self._realized = realized
+        self._in_window = realized_in_window
         # Realized mode: completed before any LS send, in completion order, one entry
         # per run of consecutive packets (at most max_pending packets in all).
         self._awaiting: deque[_Done] = deque()
@@ -543,7 +549,8 @@ class Gate:
                 depth, count, max(0, now_ns - record.send + lead), lead, at_ns=now_ns
             )
         else:
-            self._awaiting.append(_Done(now_ns, depth, count, lead, record.until))
+            start = record.enq_ns + lead
+            self._awaiting.append(_Done(now_ns, depth, count, lead, start, record.until))
             self._awaiting_packets += count
             excess = self._awaiting_packets - self._max_pending
             while excess > 0:  # at most max_pending packets wait: drop the oldest
@@ -560,26 +567,12 @@ class Gate:
 
     def on_ls_send(self, now_ns: int) -> None:
         """A protected LS message was handed to the stack (realized mode; otherwise
-        ignored). Packets enqueued before it now know the send they had to clear."""
-        if not self._realized:
-            return
-        ctt = self._ctt
-        for done in self._awaiting:
-            credited = min(now_ns, done.until)
-            ctt.record_run(
-                done.depth, done.count, max(0, done.completed_ns - credited + done.lead),
-                done.lead, at_ns=now_ns,
-            )  # fmt: skip
-        self._awaiting.clear()
-        self._awaiting_packets = 0
-        live: list[_Enqueued] = []
-        for record in self._runs:
-            if record.live <= 0:
-                continue  # every packet of it completed, was discarded or replaced
-            live.append(record)
-            if record.send < 0 and record.lead >= 0 and record.enq_ns <= now_ns:
-                record.send = min(now_ns, record.until)
-        self._runs = live
+        ignored). Packets enqueued before it now know the send they had to clear
+        (with ``realized_in_window``, only those whose window it came in or after)."""
+        if self._realized:
+            self._awaiting, self._awaiting_packets, self._runs = credit_send(
+                self._ctt, self._awaiting, self._runs, now_ns, self._in_window
+            )
 
     def on_discard(self, packet_id: int) -> None:
         """Forget a packet that will never complete (dropped, queue flushed)."""

@@ -23,12 +23,17 @@ and back once nothing is pending.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 from coorp._errors import UsageError
+from coorp.control._ctt import CompletionTimeTable
 from coorp.control._interval import Interval
 
-__all__ = ["ALLOW", "GateDecision", "GateStats", "decide_against", "drop_from_run", "runs_to_dict"]
+__all__ = [
+    "ALLOW", "GateDecision", "GateStats", "credit_send", "decide_against", "drop_from_run",
+    "runs_to_dict",
+]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,14 +103,54 @@ class _Enqueued:
 
 class _Done:
     """Realized mode: ``count`` packets completed at ``completed_ns`` before any LS send,
-    behind ``depth``, ``depth + 1``, … others (their lead and window's end)."""
+    behind ``depth``, ``depth + 1``, … others (their lead, window's start and end)."""
 
-    def __init__(self, completed_ns: int, depth: int, count: int, lead: int, until: int) -> None:
+    def __init__(
+        self, completed_ns: int, depth: int, count: int, lead: int, start: int, until: int
+    ) -> None:
         self.completed_ns = completed_ns
         self.depth = depth
         self.count = count
         self.lead = lead
+        self.start = start
         self.until = until
+
+
+def credit_send(
+    ctt: CompletionTimeTable,
+    awaiting: deque[_Done],
+    runs: list[_Enqueued],
+    now_ns: int,
+    in_window: bool,
+) -> tuple[deque[_Done], int, list[_Enqueued]]:
+    """Realized mode, a protected LS send at ``now_ns``: the packets that completed
+    before it are recorded against it, the ones still pending learn it was their send
+    (see :meth:`Gate.on_ls_send`). ``in_window``: a send before the window a packet
+    was enqueued ahead of is not the send it had to clear (none was predicted there:
+    a tail send after its own window ended); the packet waits for the next one.
+    Returns the awaiting completions left, their packets, and the live records."""
+    left: deque[_Done] = deque()
+    packets = 0
+    for done in awaiting:
+        if in_window and now_ns < done.start:
+            left.append(done)
+            packets += done.count
+            continue
+        credited = min(now_ns, done.until)
+        ctt.record_run(
+            done.depth, done.count, max(0, done.completed_ns - credited + done.lead),
+            done.lead, at_ns=now_ns,
+        )  # fmt: skip
+    live: list[_Enqueued] = []
+    for record in runs:
+        if record.live <= 0:
+            continue  # every packet of it completed, was discarded or replaced
+        live.append(record)
+        if record.send < 0 and record.lead >= 0 and record.enq_ns <= now_ns:
+            if in_window and now_ns < record.enq_ns + record.lead:
+                continue
+            record.send = min(now_ns, record.until)
+    return left, packets, live
 
 
 def _check_depth(queue_depth: int) -> None:

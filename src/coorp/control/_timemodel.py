@@ -25,7 +25,13 @@ from statistics import NormalDist
 
 from coorp._errors import UsageError
 from coorp.control._interval import Interval
-from coorp.control._residuals import empirical_bounds, robust_scale
+from coorp.control._residuals import (
+    assign_send,
+    empirical_bounds,
+    refine_period,
+    robust_scale,
+    theil_sen,
+)
 
 __all__ = ["SendTimeModel"]
 
@@ -91,8 +97,8 @@ class SendTimeModel:
             raise UsageError(f"idle_periods={idle_periods}: must be >= 1 period")
         if fit not in ("least-squares", "robust"):
             raise UsageError(f"fit={fit!r}: allowed: 'least-squares' or 'robust'")
-        if window not in ("gaussian", "empirical"):
-            raise UsageError(f"window={window!r}: allowed: 'gaussian' or 'empirical'")
+        if window not in ("gaussian", "empirical", "conformal"):
+            raise UsageError(f"window={window!r}: allowed: 'gaussian', 'empirical' or 'conformal'")
         if residual_history < _MIN_RESIDUALS:
             raise UsageError(
                 f"residual_history={residual_history}: must be >= {_MIN_RESIDUALS} sends"
@@ -117,11 +123,15 @@ class SendTimeModel:
         self._period_error = math.inf  # standard error of the last fitted period
         self._last_index = 0  # index of the newest observed send under the current fit
         self._consecutive_misses = 0
+        self._offcore = 0  # consecutive sends off the core (conformal windows)
         self.refits = 0
         self.misses = 0
         # window = "empirical": the out-of-sample residuals of recent sends (each send
         # against the prediction made before it came) and the window they give.
-        self._empirical = window == "empirical"
+        self._empirical = window != "gaussian"
+        # window = "conformal": the above from a Theil–Sen line, each send scored against
+        # the slot it was predicted for, misses outside the window (see the docs).
+        self._conformal = window == "conformal"
         # fit = "robust": offsets from the median, σ from the median absolute residual.
         self._robust = fit == "robust"
         self._residuals: deque[int] = deque(maxlen=residual_history)
@@ -174,16 +184,27 @@ class SendTimeModel:
             if len(self._history) >= self._min_samples:
                 self._fit(send_ns)
             return
-        k = _round_div(send_ns - q, p)
+        if self._conformal:
+            early = round(self._miss_sigmas * sigma)
+            k = assign_send(send_ns, q, p, self._last_index + 1, early)
+        else:
+            k = _round_div(send_ns - q, p)
+        residual = send_ns - (q + p * k)
         if self._empirical:
-            self._residuals.append(send_ns - (q + p * k))
+            self._residuals.append(residual)
             self._bounds = None
-        if abs(send_ns - (q + p * k)) > self._miss_sigmas * sigma:
+        # Conformal windows: a send inside its window but off the core (beyond
+        # miss_sigmas·σ) is a tail send, or a phase jump smaller than the tail; twice
+        # jump_after of them in a row on one phase is the jump.
+        offcore = self._conformal and abs(residual) > self._miss_sigmas * sigma
+        self._offcore = self._agreeing_misses(self._offcore + 1) if offcore else 0
+        jumped = self._offcore >= 2 * self._jump_after
+        if jumped or self._missed(residual, sigma):
             self.misses += 1
-            self._consecutive_misses = self._agreeing_misses(self._consecutive_misses + 1)
-            if self._consecutive_misses >= self._jump_after:
-                self._start_segment(self._consecutive_misses)
-                self._consecutive_misses = 0
+            misses = self._consecutive_misses = self._agreeing_misses(self._consecutive_misses + 1)
+            if jumped or misses >= self._jump_after:
+                self._start_segment(max(misses, self._offcore))
+                self._consecutive_misses = self._offcore = 0
             self._fit(send_ns)
             return
         self._consecutive_misses = 0
@@ -195,6 +216,13 @@ class SendTimeModel:
         grown = self._fitted_samples < size and (size >= 2 * self._fitted_samples or size == full)
         if young or grown or send_ns - self._fitted_at_ns >= self._refit_interval_ns:
             self._fit(send_ns)
+
+    def _missed(self, residual: int, sigma: int) -> bool:
+        """By more than ``miss_sigmas·σ``; conformal, with residuals: outside the window."""
+        if self._conformal and len(self._residuals) > _MIN_RESIDUALS:
+            lo, hi = self.window_bounds_ns or (0, 0)
+            return not lo <= residual <= hi
+        return abs(residual) > self._miss_sigmas * sigma
 
     @property
     def window_bounds_ns(self) -> tuple[int, int] | None:
@@ -258,8 +286,15 @@ class SendTimeModel:
 
     def _start_segment(self, newest: int) -> None:
         self._segment += 1
-        # Residuals measured against the old phase say nothing about the new one.
-        self._residuals.clear()
+        # Residuals measured against the old phase say nothing about the new one; with
+        # conformal windows only the sends that moved say so (the rest measured the
+        # jitter, which a phase jump does not change).
+        residuals = self._residuals
+        if self._conformal:
+            for _ in range(min(newest, len(residuals))):
+                residuals.pop()
+        else:
+            residuals.clear()
         self._bounds = None
         for i in range(len(self._history) - newest, len(self._history)):
             self._history[i] = (self._history[i][0], self._segment)
@@ -291,7 +326,11 @@ class SendTimeModel:
             # Sends bunched at one instant are not periodic: keep the previous model.
             return
         dof = len(self._history) - len(runs) - 1
-        if self._robust:
+        if self._conformal:
+            slope = theil_sen(runs, line.numbered) or line.slope
+            p = max(round(slope), 1)
+            sigma, q = robust_scale(runs, line.numbered, slope)
+        elif self._robust:
             sigma, q = robust_scale(runs, line.numbered, line.slope)
         else:
             if dof > 0:
@@ -311,8 +350,9 @@ class SendTimeModel:
         # are rough, and an error then must not outlive them.
         full = len(self._history) == self._history.maxlen
         self._period_error = line.slope_error(len(self._history), len(runs)) if full else math.inf
-        # The newest send is index 0 of the new fit: its interval is consumed.
-        self._last_index = _round_div(runs[-1][-1] - q, p)
+        # The newest send is index 0 of the new fit: its interval is consumed (a
+        # conformal fit's q is its slot's, however late the send was).
+        self._last_index = 0 if self._conformal else _round_div(runs[-1][-1] - q, p)
         self.refits += 1
 
 
@@ -367,7 +407,7 @@ def _fit_runs(
     """Number the sends of every segment and fit them; returns ``(cost, line)``.
 
     Three starting numberings: consecutive sends in consecutive slots, and every send
-    in its nearest slot of a period refined (:func:`_refine_period`) from the previous
+    in its nearest slot of a period refined (:func:`refine_period`) from the previous
     period and from the median gap. Each is improved by alternating the least-squares
     line and the best numbering against it (:func:`_number_against`) until the
     numbering is stable. The cheapest result wins: ``n·ln(SSR/n)`` (the Gaussian
@@ -399,7 +439,7 @@ def _fit_runs(
             # within a small fraction of a period: no other numbering can do better.
             break
         elif guess >= 1:
-            period = _refine_period(runs, guess)
+            period = refine_period(runs, guess)
             numbered = [[_round_div(t - run[0], period) for t in run] for run in runs]
         else:
             continue
@@ -443,32 +483,6 @@ def _costed(n: int, floor: float, line: _Line | None) -> tuple[float, _Line] | N
     if line is None:
         return None
     return n * math.log(max(line.ssr / n, floor)), line
-
-
-def _refine_period(runs: list[list[int]], guess: int) -> int:
-    """A period close enough to number the whole history with: the median time per
-    slot between sends ``L`` apart, ``L`` doubling from 2, each stage counting slots
-    (time / period, rounded) with the previous stage's period. Longer baselines
-    shrink the error of the estimate in proportion; medians ignore bursts, skipped
-    sends and outliers. Returns ``guess`` refined (or unchanged if the history is too
-    short)."""
-    period = float(guess)
-    lag = 2
-    while True:
-        ratios = []
-        for run in runs:
-            for a, b in zip(run, run[lag:], strict=False):
-                slots = round((b - a) / period)
-                if slots >= 1:
-                    ratios.append((b - a) / slots)
-        if len(ratios) < 3:
-            break
-        ratios.sort()
-        period = ratios[len(ratios) // 2]
-        if period < 1.0:
-            return guess
-        lag *= 2
-    return max(round(period), 1)
 
 
 def _pooled_fit(

@@ -123,8 +123,11 @@ class ProtectionPlanner:
         self._margin_ns = margin_ns
         self._model_kwargs = dict(model_kwargs)
         self._models: dict[str, SendTimeModel] = {}
-        # flow -> (its next send's instant at the earliest, whether exactly then).
-        self._hints: dict[str, tuple[int, bool]] = {}
+        # flow -> (its next send's instant at the earliest, whether exactly then, the
+        # least time from any instant to it while the hint stands).
+        self._hints: dict[str, tuple[int, bool, int]] = {}
+        # The hinted sources with a moving bound (min_lead_ns > 0): see next_window.
+        self._moving: list[_Hinted] = []
         # (models version, valid from, valid through, answer): see next_window.
         self._version = 0
         self._cached: tuple[int, int, int, Interval | None] | None = None
@@ -152,10 +155,11 @@ class ProtectionPlanner:
         self._hints.pop(flow, None)
         self._version += 1
 
-    def expect(self, flow: str, at_ns: int, *, exact: bool = False) -> None:
+    def expect(self, flow: str, at_ns: int, *, exact: bool = False, min_lead_ns: int = 0) -> None:
         """The application's word on ``flow``'s next send: not before ``at_ns``, or
         (``exact``) at that instant. Valid until the flow's next :meth:`observe` or
-        :meth:`expect`.
+        :meth:`expect`. ``min_lead_ns`` (not with ``exact``): nor, at any later instant
+        ``now`` while the hint stands, before ``now + min_lead_ns`` (a moving bound).
 
         The time model only sees sends; an application often knows more. The leader
         of an MPC loop, say, sends its controls ``inference`` after the last
@@ -169,8 +173,15 @@ class ProtectionPlanner:
         * An exact instant replaces the interval by ``[at_ns, at_ns]`` (extended by
           the margin like any other); once ``at_ns`` has passed without the send, the
           model predicts the sends after it.
+        * A moving bound: the leader of an MPC loop cannot send its controls while
+          perceptions are missing, and each that comes in is at least ``inference``
+          before them, so the controls are never nearer than ``inference`` until the
+          last one is in. Hinted once, at a perception's arrival, the bound stayed
+          there while the later perceptions were late, and the window opened.
         """
-        self._hints[flow] = (at_ns, exact)
+        if min_lead_ns < 0 or (exact and min_lead_ns):
+            raise UsageError(f"min_lead_ns={min_lead_ns}: must be >= 0, and 0 with exact=True")
+        self._hints[flow] = (at_ns, exact, min_lead_ns)
         self._version += 1
 
     def model(self, flow: str) -> SendTimeModel:
@@ -201,6 +212,14 @@ class ProtectionPlanner:
         instant it hands over to the model.
         """
         c = self._cached
+        if self._moving and self._sources_version == self._version:
+            # A moving bound depends on now itself: only an answer for this very
+            # instant is reused (the gate asks several times per instant).
+            if c is not None and c[0] == self._version and c[1] == now_ns:
+                return c[3]
+            for hinted in self._moving:
+                hinted.now = now_ns
+            c = None
         if c is not None and c[0] == self._version and c[1] <= now_ns:
             if now_ns <= c[2]:
                 return c[3]
@@ -215,6 +234,9 @@ class ProtectionPlanner:
                 for f, m in self._models.items()
             ]
             sources.extend(_Hinted(*hints[f], None) for f in hints if f not in self._models)
+            self._moving = [h for h in sources if isinstance(h, _Hinted) and h.min_lead]
+            for hinted in self._moving:
+                hinted.now = now_ns
             self._sources = sources
             self._sources_version = self._version
         window, cut = _first_window(self._sources, now_ns, self._margin_ns)
@@ -228,13 +250,18 @@ class _Hinted:
     """A flow's intervals with the application's hint applied (see
     :meth:`ProtectionPlanner.expect`): a source for :func:`first_window`."""
 
-    def __init__(self, at: int, exact: bool, model: SendTimeModel | None) -> None:
+    def __init__(self, at: int, exact: bool, min_lead: int, model: SendTimeModel | None) -> None:
         self.at = at
         self.exact = exact
+        self.min_lead = min_lead
+        #: The instant the planner is asked about (a moving bound's reference).
+        self.now = 0
         self.model = model
 
     def __call__(self, after_ns: int) -> Interval | None:
         at, model = self.at, self.model
+        if self.min_lead:
+            at = max(at, self.now + self.min_lead)
         if model is None or (iv := model.predict(after_ns)) is None:
             return Interval(at, at) if at >= after_ns else None
         if not self.exact:

@@ -86,11 +86,16 @@ class Policy(ABC):
         once every byte is delivered."""
         self.team.sim.start_transfer(flow, nbytes, lambda _t, now: on_complete(now))
 
+    #: ``expect_ls_send`` takes ``min_lead_ns`` (the MPC loop then gives its full word,
+    #: ``MpcLoop.lead_hints``); a policy of one's own need not.
+    lead_hints: ClassVar[bool] = False
+
     def expect_ls_send(  # noqa: B027 - a hook with a meaningful default
-        self, robot: str, flow: str, at_ns: int, *, exact: bool = False
+        self, robot: str, flow: str, at_ns: int, *, exact: bool = False, min_lead_ns: int = 0
     ) -> None:
         """The application on ``robot`` says its next send on LS ``flow`` happens not
-        before ``at_ns`` (``exact``: at ``at_ns``); see
+        before ``at_ns`` (``exact``: at ``at_ns``; ``min_lead_ns``: nor sooner than that
+        after any later instant, until its next word); see
         :meth:`coorp.control.ProtectionPlanner.expect`. Default: ignored."""
 
     def stats(self) -> dict[str, Any]:

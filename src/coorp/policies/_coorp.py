@@ -31,6 +31,7 @@ from coorp.policies._base import Policy
 from coorp.policies._hooks import (
     CappedGatedHooks,
     GatedHooks,
+    OutsideWaiting,
     RingBudget,
     per_packet_estimate_ns,
     per_packet_floor_ns,
@@ -66,6 +67,11 @@ class CoorpPolicy(Policy):
     #: The table learns completion relative to the LS send the packet had to clear
     #: (Gate(realized=True)) rather than its bare duration.
     realized_ctt: ClassVar[bool] = True
+    #: ... and only against sends in or after the window it was enqueued ahead of
+    #: (Gate(realized_in_window=True)): a send no window predicted (a late tail send
+    #: after its window ended) priced every packet enqueued for the next window with
+    #: up to a period of slack it never had.
+    realized_in_window: ClassVar[bool] = True
     #: How long a completion-time sample counts (None: for ever, the paper's table).
     ctt_max_age_ns: ClassVar[int | None] = None
     #: Lead buckets of the completion-time table (see CompletionTimeTable).
@@ -82,6 +88,16 @@ class CoorpPolicy(Policy):
     #: The ring budget counts the ring's packets of traffic outside the team too (its
     #: first version; off: the budget is the team's, see RingBudget).
     ring_budget_counts_other: ClassVar[bool] = False
+    #: Nor does it count the TCP acks a robot sends for traffic outside the team (a
+    #: guest uploading to the leader: its acks held 80 of the leader's 128 ring slots,
+    #: and counted as the team's they left the model download 23). Off: issue 22's
+    #: budget, which counted them (``ladder-serial``).
+    ring_budget_skips_outside_acks: ClassVar[bool] = True
+    #: The team's acks are never held while packets outside the team wait behind them
+    #: in the robot's priority queue (OutsideWaiting): a held ack held the queue behind
+    #: it, and with a guest uploading to the leader the guest's acks waited there for
+    #: seconds while the team's model filled the ring. Off: issue 22's ack gate.
+    acks_yield_to_outside: ClassVar[bool] = True
     #: While traffic outside the team takes at least ``FOREIGN_SHARE`` of the air
     #: (measured over ``FOREIGN_PERIOD_NS``: what stations outside the team transmit, as
     #: a monitor interface or the NIC's channel survey measures it, plus the team's own
@@ -91,12 +107,18 @@ class CoorpPolicy(Policy):
     #: team does not control leaves the medium, and the high percentile prices every
     #: packet at its longest wait. None: never.
     foreign_ctt_percentile: ClassVar[float | None] = 50.0
-    #: The time model's windows: "gaussian" (±z·σ, the paper's) or "empirical" (the
-    #: recent out-of-sample residuals' quantiles, SendTimeModel(window="empirical")).
-    time_model_window: ClassVar[str] = "gaussian"
+    #: The time model's windows: "gaussian" (±z·σ, the paper's), "empirical" (the
+    #: recent out-of-sample residuals' quantiles, SendTimeModel(window="empirical")) or
+    #: "conformal" (those quantiles around a Theil–Sen line, each send scored against
+    #: the slot it was predicted for: a heavy tail of late sends costs the bandwidth of
+    #: the late sends, not of every send; docs/control.md, "Windows for real timing").
+    time_model_window: ClassVar[str] = "conformal"
     #: The time model's fit: "least-squares" (the paper's) or "robust" (medians,
     #: SendTimeModel(fit="robust")).
     time_model_fit: ClassVar[str] = "least-squares"
+    #: The MPC leader's full word on its controls (Policy.lead_hints, MpcLoop.lead_hints):
+    #: a moving bound while perceptions are missing, exact instants once controls are due.
+    lead_hints: ClassVar[bool] = True
 
     #: The gate also holds the TCP acks each robot sends for the team's bulk data it
     #: receives (GatedHooks(gate_acks=True)): at 60 Hz with aligned phases most late
@@ -139,6 +161,8 @@ class CoorpPolicy(Policy):
                 team.robots, limit=opts.limit, timeslice_ns=s(opts.timeslice_s)
             )
             self.clients = {r: BulkClient(r) for r in team.robots}
+        # Stations outside the team share the air: traffic the team does not control.
+        outsiders = any(name not in team.robots for name in sim.stations)
         for robot in team.robots:
             gate = planner = None
             if self.use_gate:
@@ -151,27 +175,35 @@ class CoorpPolicy(Policy):
                     margin_ns=us(opts.margin_us), confidence=opts.confidence, **extra
                 )
                 ctt = self._table(robot, opts.ctt_percentile)
-                gate = Gate(planner, ctt, realized=self.realized_ctt)
+                gate = Gate(
+                    planner, ctt, realized=self.realized_ctt,
+                    realized_in_window=self.realized_in_window,
+                )  # fmt: skip
                 self.gates[robot] = gate
                 self.planners[robot] = planner
                 if self.gate_acks and self.ack_table:
                     self.ack_gates[robot] = Gate(
                         planner, self._table(robot, opts.ctt_percentile),
-                        realized=self.realized_ctt,
+                        realized=self.realized_ctt, realized_in_window=self.realized_in_window,
                     )  # fmt: skip
             kwargs: dict[str, Any] = dict(
                 client=self.clients.get(robot), gate=gate, planner=planner,
                 ls_flows=team.ls_flows, drain_recheck=self.drain_recheck,
                 gate_acks=self.gate_acks and gate is not None,
                 ack_gate=self.ack_gates.get(robot),
+                outside_waiting=(
+                    OutsideWaiting(sim, robot)
+                    if outsiders and self.gate_acks and self.acks_yield_to_outside else None
+                ),
             )  # fmt: skip
             budget = self.ring_airtime_budget_ns
             if budget is not None and opts.ring_budget_us is not None:
                 budget = us(opts.ring_budget_us)  # the scenario's [policy.coorp] choice
             if budget is not None:
                 kwargs["ring_limit"] = RingBudget(
-                    sim, robot, budget, count_other=self.ring_budget_counts_other
-                )
+                    sim, robot, budget, count_other=self.ring_budget_counts_other,
+                    outside_acks=self.ring_budget_skips_outside_acks and outsiders,
+                )  # fmt: skip
             cap = self.bulk_airtime_cap_ns
             hooks = GatedHooks(**kwargs) if cap is None else CappedGatedHooks(cap_ns=cap, **kwargs)
             self.hooks[robot] = hooks
@@ -245,11 +277,13 @@ class CoorpPolicy(Policy):
                 total += f.delivered_packets * share
         return total
 
-    def expect_ls_send(self, robot: str, flow: str, at_ns: int, *, exact: bool = False) -> None:
+    def expect_ls_send(
+        self, robot: str, flow: str, at_ns: int, *, exact: bool = False, min_lead_ns: int = 0
+    ) -> None:
         planner = self.planners.get(robot)
         if not self.use_hints or planner is None or flow not in self.hooks[robot].ls_flows:
             return
-        planner.expect(flow, at_ns, exact=exact)
+        planner.expect(flow, at_ns, exact=exact, min_lead_ns=min_lead_ns)
         self.hints_taken[robot] = self.hints_taken.get(robot, 0) + 1
         sim = self.team.sim
         self.hooks[robot].reconsider(sim.station(robot), sim.now_ns)
@@ -432,3 +466,6 @@ class CoorpPaperPolicy(CoorpPolicy):
     foreign_ctt_percentile = None
     gate_acks = False
     serial_transfers = False
+    time_model_window = "gaussian"
+    lead_hints = False
+    realized_in_window = False

@@ -10,11 +10,13 @@ from coorp.control import BulkClient, Gate, ProtectionPlanner
 from coorp.phy import MAX_PPDU_NS, SLOT_NS
 from coorp.scenario import AccessCategory
 from coorp.sim import FOREVER, DriverView, Simulation
+from coorp.sim.packets import Packet
 from coorp.sim.timing import aifs_ns, edca_params, mpdu_bytes, psdu_bytes
 
 __all__ = [
     "CappedGatedHooks",
     "GatedHooks",
+    "OutsideWaiting",
     "RingBudget",
     "per_packet_estimate_ns",
     "per_packet_floor_ns",
@@ -68,7 +70,13 @@ class RingBudget:
     destination, not by its slowest link."""
 
     def __init__(
-        self, sim: Simulation, robot: str, budget_ns: int, *, count_other: bool = False
+        self,
+        sim: Simulation,
+        robot: str,
+        budget_ns: int,
+        *,
+        count_other: bool = False,
+        outside_acks: bool = False,
     ) -> None:
         if budget_ns < 1:
             raise UsageError(f"ring budget {budget_ns} ns: must be >= 1 ns")
@@ -78,6 +86,11 @@ class RingBudget:
         #: Count the ring's packets of traffic outside the team against the budget too
         #: (the first version did; a ladder variant).
         self.count_other = count_other
+        #: Leave out of the count the TCP acks the robot sends for traffic outside the
+        #: team too (a guest uploading to the leader), not only the packets of its own
+        #: ungated transfers. Only worth a look at the ring where stations outside the
+        #: team share the air; off, such acks count as the team's (issue 22's budget).
+        self.outside_acks = outside_acks and not count_other
         self._by_code: dict[int, int] = {}
 
     def packets_at(self, code: int) -> int:
@@ -110,7 +123,48 @@ class RingBudget:
         limit = self._by_code.get(code)
         if limit is None:
             limit = self.packets_at(code)
-        return limit if self.count_other else limit + station.ungated_in_ring(head.ac)
+        if self.count_other:
+            return limit
+        if self.outside_acks:
+            return limit + _outside_in(station.rings[head.ac])
+        return limit + station.ungated_in_ring(head.ac)
+
+
+def _outside_in(ring: Iterable[Packet]) -> int:
+    """Packets in ``ring`` that are not the team's: those of ungated transfers (traffic
+    outside the team the robot sends) and the TCP acks the robot sends for traffic
+    outside the team it receives (an ack flow whose acks the hooks may not hold,
+    ``FlowState.gate_acks`` false). The team's data, its acks and every LS message
+    count."""
+    n = 0
+    for p in ring:
+        if p.message is not None:
+            continue
+        if p.bulk:
+            t = p.transfer
+            if t is not None and not getattr(t, "gated", True):
+                n += p.count
+        elif not p.flow.gate_acks:
+            n += p.count
+    return n
+
+
+class OutsideWaiting:
+    """Whether a packet of traffic outside the team waits in one of a robot's priority
+    queues (the queues its LS messages and TCP acks pass before the NIC ring): any
+    packet there that is neither an LS message nor one of the team's acks (an ack flow
+    whose acks the hooks may hold, ``FlowState.gate_acks``) is the acks of a transfer
+    outside the team, which a held team ack at the head of the queue would hold too."""
+
+    def __init__(self, sim: Simulation, robot: str) -> None:
+        self._queues = list(sim.station(robot).ls_queues.values())
+
+    def __call__(self) -> bool:
+        for queue in self._queues:
+            for p in queue:
+                if p.message is None and not p.flow.gate_acks:
+                    return True
+        return False
 
 
 def _share_ns(sim: Simulation, code: int, *, backoff: bool) -> int:
@@ -157,6 +211,10 @@ class GatedHooks:
       planner, its own completion-time table): acks are asked about, recorded and
       completed there, and the bulk gate's table learns from bulk data only. None:
       the bulk gate does all of it (one table for both).
+    * ``outside_waiting``: with ``gate_acks``, whether packets outside the team wait
+      behind the team's acks in the robot's priority queue (an :class:`OutsideWaiting`):
+      then the acks are never held, since a held ack holds everything queued behind it,
+      and traffic outside the team is never gated. None: not asked.
     """
 
     def __init__(
@@ -170,6 +228,7 @@ class GatedHooks:
         ring_limit: Callable[[], int] | None = None,
         gate_acks: bool = False,
         ack_gate: Gate | None = None,
+        outside_waiting: Callable[[], bool] | None = None,
     ) -> None:
         self.client = client
         self.gate = gate
@@ -188,12 +247,13 @@ class GatedHooks:
         #: Read by the station when the hooks are set (``AckGateHooks``).
         self.gates_acks = gate_acks and gate is not None
         self.ack_gate = ack_gate if self.gates_acks else None
+        self.outside_waiting = outside_waiting
 
     def admit_acks(
         self, station: DriverView, now_ns: int, count: int, depth: int
     ) -> tuple[int, int]:
         gate = self.ack_gate if self.ack_gate is not None else self.gate
-        if gate is None:
+        if gate is None or (self.outside_waiting is not None and self.outside_waiting()):
             return count, 0
         n = gate.admits_run(now_ns, count, depth)
         if n >= count:
@@ -409,12 +469,13 @@ class CappedGatedHooks(GatedHooks):
         ring_limit: Callable[[], int] | None = None,
         gate_acks: bool = False,
         ack_gate: Gate | None = None,
+        outside_waiting: Callable[[], bool] | None = None,
     ) -> None:
         # Spelled out, not **kwargs: mypyc mis-forwards **kwargs to a compiled base.
         super().__init__(
             client=client, gate=gate, planner=planner, ls_flows=ls_flows,
             drain_recheck=drain_recheck, ring_limit=ring_limit, gate_acks=gate_acks,
-            ack_gate=ack_gate,
+            ack_gate=ack_gate, outside_waiting=outside_waiting,
         )  # fmt: skip
         if cap_ns < 1:
             raise UsageError(f"cap_ns={cap_ns}: must be >= 1 nanosecond")

@@ -223,8 +223,13 @@ class CoorpRtwtPolicy(CoorpPolicy):
     #: (RtwtHooks trims and holds both), and the wrapper does not pass the ack hook on.
     gate_acks = False
     #: Its bulk transfers run as they did when its service periods were measured
-    #: (issue 26): interleaved.
+    #: (issue 26): interleaved; and its gate as it was then (issue 36's additions off).
     serial_transfers = False
+    time_model_window = "gaussian"
+    lead_hints = False
+    realized_in_window = False
+    ring_budget_skips_outside_acks = False
+    acks_yield_to_outside = False
 
     def install(self) -> None:
         _require_ax(self.team, self.name)

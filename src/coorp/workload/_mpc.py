@@ -81,6 +81,12 @@ class MpcLoop:
         #: now + inference while perceptions are missing, exactly then once the last
         #: one is in. A policy may ignore it.
         self.on_expect: Callable[..., None] | None = None
+        #: The word is the whole truth (``on_expect`` takes ``min_lead_ns``): while no
+        #: loop's controls are due, the next ones are at least ``inference`` after any
+        #: instant (a moving bound, also said right after controls went out), and once
+        #: some are due, exactly when the earliest are. Off: the first version's word,
+        #: only at perception arrivals and, with random phases, never exact.
+        self.lead_hints = False
         self.period = us(cfg.period_us)
         self.jitter = us(cfg.jitter_us)
         self.inference = us(cfg.inference_us)
@@ -192,13 +198,28 @@ class MpcLoop:
         if k != self._k:
             return  # a straggler of an abandoned loop
         self._pending -= 1
-        if self.on_expect is not None:
-            at, exact = self.sim.now_ns + self.inference, self._pending == 0
-            for flow in self.control.values():
-                self.on_expect(self.leader, flow.name, at, exact=exact)
         if self._pending == 0:
             self._controls_at = self.sim.now_ns + self.inference
             self.sim.call_at(self._controls_at, self._disseminate, k)
+        if self.on_expect is not None:
+            if self.lead_hints:
+                self._say_next_controls(self._controls_at)
+            else:
+                at, exact = self.sim.now_ns + self.inference, self._pending == 0
+                for flow in self.control.values():
+                    self.on_expect(self.leader, flow.name, at, exact=exact)
+
+    def _say_next_controls(self, due_ns: int | None) -> None:
+        """The leader's word on its next controls (``lead_hints``): exactly at ``due_ns``
+        when some are due, else at least ``inference`` after now, and after any later
+        instant until the next word (their loop's last perception is still to come)."""
+        assert self.on_expect is not None
+        at = self.sim.now_ns + self.inference
+        for flow in self.control.values():
+            if due_ns is not None:
+                self.on_expect(self.leader, flow.name, due_ns, exact=True)
+            else:
+                self.on_expect(self.leader, flow.name, at, min_lead_ns=self.inference)
 
     def _disseminate(self, k: int) -> None:
         if k != self._k:
@@ -210,6 +231,8 @@ class MpcLoop:
             self.sim.send_message(
                 self.control[w], self.cfg.control_bytes, lambda m: self._controlled(k, m)
             )
+        if self.on_expect is not None and self.lead_hints:
+            self._say_next_controls(None)  # the next loop's perceptions are all to come
 
     def _controlled(self, k: int, m: Message) -> None:
         if k != self._k:
@@ -280,12 +303,19 @@ class MpcLoop:
         st.pending -= 1
         now = self.sim.now_ns
         at = max(now, self._leader_free) + self.inference
-        if self.on_expect is not None:
+        if self.on_expect is not None and not self.lead_hints:
             for flow in self.control.values():
                 self.on_expect(self.leader, flow.name, at)
         if st.pending == 0:
             st.controls_at = self._leader_free = at
             self.sim.call_at(at, self._disseminate_open, k)
+        if self.on_expect is not None and self.lead_hints:
+            self._say_next_controls(self._earliest_due())
+
+    def _earliest_due(self) -> int | None:
+        """When the earliest controls already due go out (random phases), if any."""
+        due = [st.controls_at for st in self._open.values() if st.controls_at is not None]
+        return min(due) if due else None
 
     def _disseminate_open(self, k: int) -> None:
         st = self._open.get(k)
@@ -298,6 +328,8 @@ class MpcLoop:
             self.sim.send_message(
                 self.control[w], self.cfg.control_bytes, lambda m: self._controlled_open(k, m)
             )
+        if self.on_expect is not None and self.lead_hints:
+            self._say_next_controls(self._earliest_due())
 
     def _controlled_open(self, k: int, m: Message) -> None:
         st = self._open.get(k)

@@ -350,6 +350,7 @@ def run_crl(
         ]
     if mpc is not None:
         mpc.on_expect = pol.expect_ls_send
+        mpc.lead_hints = pol.lead_hints
         if drlc is not None:
             mpc.on_loop_done = lambda _rec: drlc.add_item()
         mpc.begin()
