@@ -164,14 +164,15 @@ def measure(
             "--start-at", str(start_at), "--duration", str(args.duration),
             "--warmup", str(args.warmup), "--seed", str(args.seed),
         ]  # fmt: skip
+        rt = _ls_priority(args)
         if mode == "api":
-            return _measure_api(run, net, team, window, timeout)
+            return _measure_api(run, net, team, window, timeout, rt)
         sink = run.start("ld", [*PY, str(APPS / "bulk_tcp.py"), "sink", "--listen",
                                 f"0.0.0.0:{bulk_port}"], "sink", stdin=True)  # fmt: skip
         sink.expect("READY", 30)
         loops: list[Proc] = []
         if ls:
-            mpc = [*PY, str(APPS / "mpc_loop.py")]
+            mpc = [*rt, *PY, str(APPS / "mpc_loop.py")]
             common = ["--transport", app, *window]
             leader = [*mpc, "leader", "--robots", ",".join(robots), "--addr", net.addr("ld")]
             loops.append(run.start("ld", [*leader, *common], "mpc-ld"))
@@ -199,10 +200,11 @@ def measure(
 
 
 def _measure_api(
-    run: Run, net: Network, team: Path, window: list[str], timeout: float
+    run: Run, net: Network, team: Path, window: list[str], timeout: float, rt: list[str]
 ) -> dict[str, Any]:
     robots = net.hosts[1:]
-    api = [*PY, str(API)]
+    # LS and bulk are one program on the API: all of it at the loop's priority.
+    api = [*rt, *PY, str(API)]
     ldr = run.start("ld", [*api, "leader", "--config", str(team), "--robots", ",".join(robots),
                            *window], "api-ld")  # fmt: skip
     ldr.expect("READY", 30)
@@ -217,6 +219,20 @@ def _measure_api(
     row = {"app": "coorp", "mode": "api", "intact": intact,
            "bulk_mbps": lead["bulk_bytes"] * 8 / duration / 1e6}  # fmt: skip
     return {**row, **_ls([lead, *outs])}
+
+
+def ls_rt_priority(args: argparse.Namespace) -> int:
+    """The loop programs' SCHED_FIFO priority: ``--ls-rt-priority``, else 5 on the
+    emulated air (below the emulator's 10) and 0 (ordinary) on the wire."""
+    given = getattr(args, "ls_rt_priority", None)
+    if given is not None:
+        return int(given)
+    return 5 if getattr(args, "medium", "wire") == "wifi" else 0
+
+
+def _ls_priority(args: argparse.Namespace) -> list[str]:
+    prio = ls_rt_priority(args)
+    return ["chrt", "-f", str(prio)] if prio > 0 else []
 
 
 def _ls(outs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -348,6 +364,15 @@ def main() -> int:
         default="shared",
         help="--medium wifi: the NICs' ring model",
     )
+    p.add_argument(
+        "--ls-rt-priority",
+        type=int,
+        default=None,
+        help="SCHED_FIFO priority of the MPC loop's programs (api: the whole program); "
+        "default 5 with --medium wifi (below the emulator's 10: the loop's latency then "
+        "measures the channel and the middleware, not this host's scheduler), 0 "
+        "(ordinary scheduling) on the wire",
+    )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--no-extras", action="store_true", help="skip the runs without LS")
     p.add_argument("--json", type=Path, default=None)
@@ -357,6 +382,11 @@ def main() -> int:
     if why:
         print(f"benchmarks/transparent.py: {why}", file=sys.stderr)
         return 2
+    if args.ls_rt_priority is not None and not 0 <= args.ls_rt_priority <= 98:
+        p.error(
+            f"--ls-rt-priority {args.ls_rt_priority}: SCHED_FIFO priorities are 1..98 "
+            "(0: ordinary scheduling)"
+        )
     apps = [a for a in args.apps.split(",") if a]
     modes = [m for m in args.modes.split(",") if m]
     allowed = {"none", "marking", "transparent", "api"}
