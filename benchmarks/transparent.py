@@ -127,14 +127,19 @@ def result(p: Proc, timeout: float) -> dict[str, Any]:
     return dict(json.loads(p.expect_rest("RESULT ", timeout)))
 
 
-def start_coorp(run: Run, team: Path, robots: list[str], *, transparent: bool) -> None:
-    leader = run.start("ld", [*COORP, "leader", "--config", str(team)], "coorp-leader")
+def start_coorp(
+    run: Run, team: Path, robots: list[str], *, transparent: bool, rt_priority: int = 0
+) -> None:
+    """``coorp leader`` and (``transparent``) an agent per host, at SCHED_FIFO
+    ``rt_priority`` when it is > 0 (0: ordinary scheduling, what the daemons ask for)."""
+    coorp = [*(["chrt", "-f", str(rt_priority)] if rt_priority > 0 else []), *COORP]
+    leader = run.start("ld", [*coorp, "leader", "--config", str(team)], "coorp-leader")
     leader.expect("coorp leader: serving", 30)
     if not transparent:
         return
     for host in ["ld", *robots]:
         name = "leader" if host == "ld" else host
-        argv = [*COORP, "agent", "--config", str(team), "--robot", name, "--transparent"]
+        argv = [*coorp, "agent", "--config", str(team), "--robot", name, "--transparent"]
         a = run.start(host, [*argv, "--log-level", "warning"], f"agent-{name}")
         a.expect("coorp agent: transparent mode on", 30)
 
@@ -152,10 +157,12 @@ def measure(
     """One (app, mode) run: LS latencies, and bulk bytes inside the window."""
     robots = net.hosts[1:]
     run = Run(net, d)
+    load = os.getloadavg()[0]
     try:
         team = team_file(d, net, app, bulk=mode != "marking")
         if mode != "none":
-            start_coorp(run, team, robots, transparent=mode in ("transparent", "marking"))
+            start_coorp(run, team, robots, transparent=mode in ("transparent", "marking"),
+                        rt_priority=int(getattr(args, "agent_rt_priority", 0) or 0))  # fmt: skip
         lead = args.warmup + 3.0
         start_at = time.monotonic_ns() + int(lead * 1e9)
         end_at = start_at + int(args.duration * 1e9)
@@ -166,7 +173,7 @@ def measure(
         ]  # fmt: skip
         rt = _ls_priority(args)
         if mode == "api":
-            return _measure_api(run, net, team, window, timeout, rt)
+            return _measure_api(run, net, team, window, timeout, rt) | {"load": load}
         sink = run.start("ld", [*PY, str(APPS / "bulk_tcp.py"), "sink", "--listen",
                                 f"0.0.0.0:{bulk_port}"], "sink", stdin=True)  # fmt: skip
         sink.expect("READY", 30)
@@ -193,6 +200,7 @@ def measure(
             "mode": mode,
             "bulk_mbps": window_bytes * 8 / args.duration / 1e6,
             "intact": all(s["intact"] for s in sent),
+            "load": load,
         }
         return {**row, **(_ls(outs) if ls else {})}
     finally:
@@ -239,15 +247,26 @@ def _ls(outs: list[dict[str, Any]]) -> dict[str, Any]:
     """Every perception and every command: one-way latencies, late and lost."""
     ldr = next(x for x in outs if x["role"] == "leader")
     lat: list[float] = []
+    up: list[float] = []
+    down: list[float] = []
+    reaction: list[float] = []
     expected = 0
     for r in (x for x in outs if x["role"] == "robot"):
         expected += 2 * r["sent"]
+        up += ldr["perception_ms"].get(r["name"], [])
+        down += r["command_ms"]
+        reaction += r.get("reaction_ms", [])
         lat += r["command_ms"] + ldr["perception_ms"].get(r["name"], [])
     return {
         "ls_latencies_ms": lat,
         "ls_expected": expected,
         "ls_late": sum(1 for x in lat if x > BOUND_MS),
         "ls_lost": max(expected - len(lat), 0),
+        # Per direction (each expected ls_expected / 2 times), and each robot's reaction
+        # (its perception sent -> that perception's command received, its own clock).
+        "perception_ms": up,
+        "command_ms": down,
+        "reaction_ms": reaction,
     }
 
 
@@ -275,8 +294,11 @@ def _plain(rows: list[dict[str, Any]], app: str, mode: str, rep: int | None = No
     return float(np.mean(plain)) if plain else float("nan")
 
 
+SAMPLES = ("ls_latencies_ms", "perception_ms", "command_ms", "reaction_ms")
+
+
 def _without_samples(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in row.items() if k != "ls_latencies_ms"} | pooled([row])
+    return {k: v for k, v in row.items() if k not in SAMPLES} | pooled([row])
 
 
 def summarize(rows: list[dict[str, Any]], extras: list[dict[str, float]]) -> dict[str, Any]:
@@ -372,6 +394,13 @@ def main() -> int:
         "default 5 with --medium wifi (below the emulator's 10: the loop's latency then "
         "measures the channel and the middleware, not this host's scheduler), 0 "
         "(ordinary scheduling) on the wire",
+    )
+    p.add_argument(
+        "--agent-rt-priority",
+        type=int,
+        default=0,
+        help="SCHED_FIFO priority of coorp leader and the agents (0: ordinary scheduling, "
+        "as the daemons run by default)",
     )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--no-extras", action="store_true", help="skip the runs without LS")
