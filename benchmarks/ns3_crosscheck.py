@@ -37,6 +37,18 @@ install it and still shows the coorp and Bianchi columns (exit status 0).
     python benchmarks/ns3_crosscheck.py --variants single-basic --n 10,40 \\
         --ns3-rx default,nav,aifs --ns3-trace
     python benchmarks/ns3_crosscheck.py --standard ax --mcs 11 --n 1,5,10,20
+
+``--mixed-destinations`` runs another comparison instead (issue 36): senders whose UDP
+flows go to several receivers (an AP serving 2 to 16 stations, the AP beside uplinks,
+a station sending to two peers in an IBSS), so that their queue holds interleaved
+destinations and the A-MPDUs are built per receiver and TID. coorp runs its per-AC
+rings (ns-3's model: one MAC queue per access category, 500 packets as ns-3's
+``WifiMacQueue``) with ``mac.ampdu_grouping = "per_receiver_tid"``; the table adds
+``consecutive`` (coorp before issue 36) and, with ``--rings per_ac,shared``, the shared
+FIFO ring, for information. ``--json`` writes exactly ``{"rows": [{"case",
+"coorp_mbps", "ns3_mbps"}]}`` for the cross-checked rows.
+
+    python benchmarks/ns3_crosscheck.py --mixed-destinations --duration 5 --json x.json
 """
 
 from __future__ import annotations
@@ -52,7 +64,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +75,7 @@ from rich.table import Table
 from coorp.analysis import ampdu_size, saturation_throughput, slot_throughput
 from coorp.phy import ACK_BYTES, SIFS_NS, SLOT_NS, HeMode, legacy_duration_ns
 from coorp.scenario import AccessCategory, RetryPolicy, Scenario, parse_scenario
-from coorp.sim import simulate
+from coorp.sim import Simulation, simulate
 from coorp.sim.timing import ExchangeTiming, aifs_ns, edca_params, mpdu_bytes, psdu_bytes
 
 IP_UDP_HEADER_BYTES = 28
@@ -593,6 +605,233 @@ def run_ns3(
     return Run(packets * cfg.payload_bytes * 8 / duration_s / 1e6, wall, duration_s, startup)
 
 
+# -- mixed destinations (issue 36) -------------------------------------------------------------
+@dataclass(frozen=True)
+class MixedCase:
+    """Saturated UDP flows ``(src, dst)`` between nodes ``0 .. nodes - 1``: node 0 is the
+    AP and the others its stations, or with ``adhoc`` every node an IBSS station."""
+
+    name: str
+    nodes: int
+    flows: tuple[tuple[int, int], ...]
+    adhoc: bool = False
+
+    def node_name(self, i: int) -> str:
+        return f"sta{i}" if self.adhoc else ("ap" if i == 0 else f"sta{i - 1}")
+
+
+def _downlink(n: int) -> tuple[tuple[int, int], ...]:
+    return tuple((0, i) for i in range(1, n + 1))
+
+
+MIXED_CASES = {
+    c.name: c
+    for c in (
+        MixedCase("ap-to-2", 3, _downlink(2)),
+        MixedCase("ap-to-4", 5, _downlink(4)),
+        MixedCase("ap-to-8", 9, _downlink(8)),
+        MixedCase("ap-to-16", 17, _downlink(16)),
+        MixedCase("ap-to-4+4-up", 5, _downlink(4) + tuple((i, 0) for i in range(1, 5))),
+        MixedCase("sta-to-2-peers", 3, ((0, 1), (0, 2)), adhoc=True),
+    )
+}
+#: ns-3's WifiMacQueue holds 500 packets per access category (its MaxSize default);
+#: coorp's per-AC ring gets as many, so that both aggregate from queues of one size.
+MIXED_QUEUE_PACKETS = 500
+MIXED_RINGS = ("per_ac", "shared")
+
+
+def mixed_offered_mbps(case: MixedCase, cfg: Config) -> float:
+    """Each flow offers twice its share of a lone sender's saturation throughput (in IP
+    bytes per second): every queue stays backlogged."""
+    return 2.0 * bianchi_mbps(replace(cfg, n=1)) / len(case.flows)
+
+
+def mixed_scenario(case: MixedCase, cfg: Config, grouping: str, ring: str) -> Scenario:
+    period_us = cfg.payload_bytes * 8 / mixed_offered_mbps(case, cfg)
+    return parse_scenario(
+        {
+            "name": f"mixed-{case.name}",
+            "packet_bytes": cfg.payload_bytes,
+            "phy": _phy(cfg),
+            "mac": {"retry_policy": cfg.retry_policy, "max_ampdu_mpdus": cfg.mpdus,
+                    "ampdu_grouping": grouping},
+            "hw_queue": {"mode": ring, "capacity_packets": MIXED_QUEUE_PACKETS},
+            "links": {"mode": "fixed", "mcs": cfg.mcs},
+            "stations": [{"name": case.node_name(i)} for i in range(case.nodes)],
+            "flows": [
+                {"kind": "datagram", "name": f"f{k}", "src": case.node_name(a),
+                 "dst": case.node_name(b), "category": "BE",
+                 "size_bytes": cfg.payload_bytes - IP_UDP_HEADER_BYTES,
+                 "period_us": period_us, "start_us": float(k)}
+                for k, (a, b) in enumerate(case.flows)
+            ],
+        }
+    )  # fmt: skip
+
+
+def run_coorp_mixed(
+    case: MixedCase, cfg: Config, grouping: str, ring: str, duration_s: float, warmup_s: float,
+    seed: int = 1,
+) -> Run:  # fmt: skip
+    """Delivered IP bytes of every flow over ``duration_s`` after ``warmup_s``."""
+    sim = Simulation(mixed_scenario(case, cfg, grouping, ring), seed=seed)
+    warm = round(warmup_s * 1e9)
+    sim.run(warm)
+    before = sum(f.delivered_bytes for f in sim.flows.values())
+    t0 = time.perf_counter()
+    res = sim.run(warm + round(duration_s * 1e9))
+    wall = time.perf_counter() - t0
+    got = sum(f.delivered_bytes for f in sim.flows.values()) - before
+    return Run(got * 8 / duration_s / 1e6, wall, duration_s, 0.0, res.channel.exchanges,
+               res.channel.collisions)  # fmt: skip
+
+
+def run_ns3_mixed(
+    ns: Any, case: MixedCase, cfg: Config, duration_s: float, *, warmup_s: float = 0.5,
+    seed: int = 1,
+) -> Run:  # fmt: skip
+    """The same flows in ns-3 (default PHY, ``WifiMacQueue`` of 500 packets, the default
+    FCFS queue scheduler), one PacketSink per flow; IP bytes over the measured window."""
+    t_build = time.perf_counter()
+    ns.RngSeedManager.SetSeed(1)
+    ns.RngSeedManager.SetRun(seed)
+    ns.Config.SetDefault("ns3::WifiMacQueue::MaxDelay", ns.TimeValue(ns.Seconds(1000.0)))
+    first = ns.NodeContainer()
+    first.Create(1)
+    rest = ns.NodeContainer()
+    rest.Create(case.nodes - 1)
+    channel = ns.YansWifiChannelHelper.Default()
+    phy = ns.YansWifiPhyHelper()
+    phy.SetChannel(channel.Create())
+    phy.Set("ChannelSettings", ns.StringValue("{42, 80, BAND_5GHZ, 0}"))
+    phy.Set("Antennas", ns.UintegerValue(2))
+    phy.Set("MaxSupportedTxSpatialStreams", ns.UintegerValue(2))
+    phy.Set("MaxSupportedRxSpatialStreams", ns.UintegerValue(2))
+    wifi = ns.WifiHelper()
+    wifi.SetStandard(ns.WIFI_STANDARD_80211ac)
+    wifi.SetRemoteStationManager(
+        "ns3::ConstantRateWifiManager",
+        "DataMode", ns.StringValue(f"VhtMcs{cfg.mcs}"),
+        "ControlMode", ns.StringValue("OfdmRate24Mbps"),
+        "RtsCtsThreshold", ns.UintegerValue(4_692_480),
+    )  # fmt: skip
+    mac = ns.WifiMacHelper()
+    ampdu = ns.UintegerValue(1_048_575)
+    buf = ns.UintegerValue(cfg.mpdus)
+    if case.adhoc:
+        mac.SetType("ns3::AdhocWifiMac", "BE_MaxAmpduSize", ampdu, "MpduBufferSize", buf)
+        rest_devs = wifi.Install(phy, mac, rest)
+        first_devs = wifi.Install(phy, mac, first)
+    else:
+        ssid = ns.Ssid("coorp")
+        mac.SetType(
+            "ns3::StaWifiMac", "Ssid", ns.SsidValue(ssid), "BE_MaxAmpduSize", ampdu,
+            "MpduBufferSize", buf,
+        )  # fmt: skip
+        rest_devs = wifi.Install(phy, mac, rest)
+        mac.SetType(
+            "ns3::ApWifiMac", "Ssid", ns.SsidValue(ssid), "BE_MaxAmpduSize", ampdu,
+            "MpduBufferSize", buf,
+        )  # fmt: skip
+        first_devs = wifi.Install(phy, mac, first)
+    place_and_address(ns, case.nodes - 1, first, rest, first_devs, rest_devs)
+
+    def ipv4(i: int) -> Any:
+        node = first.Get(0) if i == 0 else rest.Get(i - 1)
+        return node.GetObject[ns.Ipv4]().GetAddress(1, 0).GetLocal()
+
+    def node(i: int) -> Any:
+        return first.Get(0) if i == 0 else rest.Get(i - 1)
+
+    udp_bytes = cfg.payload_bytes - IP_UDP_HEADER_BYTES
+    rate = mixed_offered_mbps(case, cfg) * udp_bytes / cfg.payload_bytes
+    sinks = []
+    for k, (a, b) in enumerate(case.flows):
+        port = 9 + k
+        any_addr = ns.InetSocketAddress(ns.Ipv4Address.GetAny(), port).ConvertTo()
+        apps = ns.PacketSinkHelper("ns3::UdpSocketFactory", any_addr).Install(node(b))
+        apps.Start(ns.Seconds(0.0))
+        sinks.append(ns.DynamicCast[ns.PacketSink](apps.Get(0)))
+        dst = ns.InetSocketAddress(ipv4(b), port).ConvertTo()
+        onoff = ns.OnOffHelper("ns3::UdpSocketFactory", dst)
+        onoff.SetConstantRate(ns.DataRate(f"{rate:.3f}Mbps"), udp_bytes)
+        src = onoff.Install(node(a))
+        src.Start(ns.Seconds(NS3_APP_START_S + 1e-6 * k))  # coorp's flow k starts at k µs
+
+    start = NS3_APP_START_S + warmup_s
+    ns.Simulator.Stop(ns.Seconds(start))
+    ns.Simulator.Run()
+    rx0 = sum(int(sk.GetTotalRx()) for sk in sinks)
+    startup = time.perf_counter() - t_build
+    t0 = time.perf_counter()
+    ns.Simulator.Stop(ns.Seconds(duration_s))
+    ns.Simulator.Run()
+    wall = time.perf_counter() - t0
+    rx1 = sum(int(sk.GetTotalRx()) for sk in sinks)
+    ns.Simulator.Destroy()
+    packets = (rx1 - rx0) / udp_bytes
+    return Run(packets * cfg.payload_bytes * 8 / duration_s / 1e6, wall, duration_s, startup)
+
+
+def mixed_main(args: argparse.Namespace, console: Console) -> int:
+    """``--mixed-destinations``: coorp (per receiver and TID, and as before) against ns-3."""
+    names = [c.strip() for c in args.cases.split(",") if c.strip()]
+    rings = [r.strip() for r in args.rings.split(",") if r.strip()]
+    ns, import_s, why = (None, 0.0, "--no-ns3") if args.no_ns3 else import_ns3()
+    if ns is None and not args.no_ns3:
+        console.print(escape(INSTALL_HINT), style="yellow")
+        console.print(escape(f"({why})"), style="dim")
+    cfg = Config(n=1, mcs=args.mcs, payload_bytes=args.payload)
+    table = Table(
+        title=f"Mixed destinations: saturated UDP, 80 MHz 2x2 VHT MCS {args.mcs}, "
+        f"{args.payload} B packets, {args.duration:g} s after {args.warmup:g} s "
+        f"(retry policy: ns3; queue {MIXED_QUEUE_PACKETS} packets)"
+    )
+    for col in ("case", "flows", "coorp ring", "coorp per receiver/TID Mb/s",
+                "coorp consecutive Mb/s", "ns-3 Mb/s", "coorp / ns-3", "coorp wall s",
+                "ns-3 wall s"):  # fmt: skip
+        table.add_column(col, justify="left" if col in ("case", "coorp ring") else "right")
+    rows: list[dict[str, Any]] = []
+    for name in names:
+        case = MIXED_CASES[name]
+        ref = (
+            run_ns3_mixed(ns, case, cfg, args.duration, warmup_s=args.warmup, seed=args.seed)
+            if ns is not None
+            else None
+        )
+        for ring in rings:
+            new = run_coorp_mixed(case, cfg, "per_receiver_tid", ring, args.duration,
+                                  args.warmup, args.seed)  # fmt: skip
+            old = run_coorp_mixed(case, cfg, "consecutive", ring, args.duration, args.warmup,
+                                  args.seed)  # fmt: skip
+            gap = "-" if ref is None else f"{100 * (new.mbps / ref.mbps - 1):+.1f}%"
+            table.add_row(
+                case.name, " ".join(f"{case.node_name(a)}>{case.node_name(b)}"
+                                    for a, b in case.flows[:4])
+                + (" ..." if len(case.flows) > 4 else ""),
+                ring, f"{new.mbps:.1f}", f"{old.mbps:.1f}",
+                "-" if ref is None else f"{ref.mbps:.1f}", gap, f"{new.wall_s:.2f}",
+                "-" if ref is None else f"{ref.wall_s:.2f}",
+            )  # fmt: skip
+            if ring == "per_ac":  # ns-3's model: the rows the cross-check is about
+                rows.append({"case": case.name, "coorp_mbps": new.mbps,
+                             "ns3_mbps": None if ref is None else ref.mbps})  # fmt: skip
+        console.print(f"[dim]done: {name}[/dim]")
+    console.print(table)
+    console.print(
+        "per_ac: coorp's per-AC ring, ns-3's model (the cross-check); shared: coorp's shared "
+        "FIFO ring, which the NIC does not reorder (information: ns-3 has no such ring)."
+    )
+    if ns is not None:
+        console.print(f"ns-3 {ns3_version()}: import {import_s:.1f} s")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"rows": rows}, indent=2))
+        console.print(f"wrote {args.json}")
+    return 0
+
+
 # -- the table ----------------------------------------------------------------------------------
 def _pct(x: float | None, ref: float) -> str:
     return "" if x is None else f" ({100 * (x / ref - 1):+.1f}%)"
@@ -670,11 +909,37 @@ def main(argv: list[str] | None = None) -> int:
         help="count ns-3's exchanges and collisions from its PHY traces (a second table)",
     )
     ap.add_argument("--no-ns3", action="store_true", help="skip ns-3 even if importable")
+    ap.add_argument(
+        "--mixed-destinations",
+        action="store_true",
+        help="the mixed-destination comparison (A-MPDUs per receiver and TID) instead",
+    )
+    ap.add_argument(
+        "--cases",
+        default=",".join(MIXED_CASES),
+        help=f"--mixed-destinations: comma-separated, any of {', '.join(MIXED_CASES)}",
+    )
+    ap.add_argument(
+        "--rings",
+        default="per_ac",
+        help="--mixed-destinations: coorp ring modes, per_ac (the cross-check) and/or shared",
+    )
     ap.add_argument("--json", type=Path, help="also write the rows here")
     ap.add_argument(
         "--from-json", type=Path, help="print the tables of a saved --json file; run nothing"
     )
     args = ap.parse_args(argv)
+    if args.mixed_destinations:
+        for c in args.cases.split(","):
+            if c.strip() and c.strip() not in MIXED_CASES:
+                ap.error(f"unknown case {c.strip()!r}; choose from {', '.join(MIXED_CASES)}")
+        for r in args.rings.split(","):
+            if r.strip() and r.strip() not in MIXED_RINGS:
+                ap.error(f"unknown ring {r.strip()!r}; choose from {', '.join(MIXED_RINGS)}")
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=160)
+        return mixed_main(args, console)
     if args.from_json is not None:
         saved = json.loads(args.from_json.read_text())
         first = saved["rows"][0]

@@ -41,6 +41,17 @@ docs/simulator.md) in every round, and gives each run's CPU time against the sam
 policy's without the model (``tcp = none``) in the same round: what the model costs.
 
     python benchmarks/sim_speed.py --policies edca,coorp --scenarios crl-5 --tcp none,cubic
+
+``--groupings consecutive,per_receiver_tid`` times the same workloads under each value
+of ``mac.ampdu_grouping`` (issue 36: A-MPDUs per receiver and TID against the MAC
+before), in rotated order per round, and gives each one's CPU and wall time relative to
+the first grouping's in the same round (medians over ``--repeat`` rounds): the
+saturated uplinks above (one receiver per station: the price of the check alone), a
+mixed-destination downlink (an AP with interleaved packets for 4 stations in a per-AC
+ring: more traffic gets through, so the time per event is the fair comparison), and
+the CRL workload on each ``--scenarios`` entry under EDCA and COORP (shared rings).
+
+    python benchmarks/sim_speed.py --groupings consecutive,per_receiver_tid --repeat 5
 """
 
 from __future__ import annotations
@@ -61,8 +72,11 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ns3_crosscheck import (  # a sibling script, not a package
     INSTALL_HINT,
+    MIXED_CASES,
     Config,
+    coorp_scenario,
     import_ns3,
+    mixed_scenario,
     ns3_version,
     run_coorp,
     run_ns3,
@@ -93,12 +107,19 @@ def main(argv: list[str] | None = None) -> int:
         "--tcp", help="with --policies: TCP sender models to run each scenario with, e.g. "
         "none,cubic ([tcp] sender; the scenario's own if unset)",
     )  # fmt: skip
+    ap.add_argument(
+        "--groupings",
+        help="time workloads under these mac.ampdu_grouping values (comma-separated), "
+        "each relative to the first",
+    )
     args = ap.parse_args(argv)
     console = Console()
     if not console.is_terminal:
         console = Console(width=120)
     if args.policies is not None:
         return policies_main(args, console)
+    if args.groupings is not None:
+        return groupings_main(args, console)
 
     if args.vs_ns3 and args.no_ns3:
         ap.error("--vs-ns3 and --no-ns3 contradict each other")
@@ -333,6 +354,119 @@ def policies_main(args: argparse.Namespace, console: Console) -> int:
                 f"{r['scenario']}, {r['policy']}: CPU {r['cpu_vs_no_tcp']:.2f}x, wall "
                 f"{r['wall_vs_no_tcp']:.2f}x the same policy without the TCP model"
             )
+    console.print(
+        f"load average (1/5/15 min) before {' '.join(f'{x:.2f}' for x in load_before)}, "
+        f"after {' '.join(f'{x:.2f}' for x in load_after)}; {os.cpu_count()} CPUs"
+    )
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        doc = {
+            "command": " ".join(["python benchmarks/sim_speed.py", *sys.argv[1:]]),
+            "compiled": describe(),
+            "duration_s": args.duration,
+            "seed": args.seed,
+            "repeat": args.repeat,
+            "load_average_before": load_before,
+            "load_average_after": load_after,
+            "cpus": os.cpu_count(),
+            "rows": rows,
+        }
+        args.json.write_text(json.dumps(doc, indent=2))
+        console.print(f"wrote {args.json}")
+    return 0
+
+
+def groupings_main(args: argparse.Namespace, console: Console) -> int:
+    """``--groupings``: the same workloads under each ``mac.ampdu_grouping``, CPU and wall
+    time relative to the first grouping's in the same round."""
+    from coorp import CoorpError
+    from coorp.scenario import AmpduGrouping, apply_overrides, load_scenario, resolve_scenario
+    from coorp.sim import simulate
+    from coorp.workload import run_crl
+
+    groupings = [g.strip() for g in args.groupings.split(",") if g.strip()]
+    allowed = [g.value for g in AmpduGrouping]
+    bad = [g for g in groupings if g not in allowed]
+    if len(groupings) < 2 or bad:
+        console.print(
+            f"--groupings {args.groupings}: name two or more of {', '.join(allowed)}", style="red"
+        )
+        return 2
+    if args.repeat < 1:
+        console.print(f"--repeat {args.repeat}: must be >= 1", style="red")
+        return 2
+    try:
+        crl = [(n, load_scenario(resolve_scenario(n))) for n in args.scenarios.split(",") if n]
+    except CoorpError as exc:
+        console.print(escape(f"error: {exc}"), style="red")
+        return 2
+    sim_ns = round(args.duration * 1e9)
+
+    def with_grouping(sc: Any, g: str) -> Any:
+        return apply_overrides(sc, [("mac.ampdu_grouping", g)], source=sc.name)
+
+    # name -> grouping -> a callable that runs the workload once and returns its events.
+    def sim_job(sc: Any) -> Any:
+        return lambda: simulate(sc, seed=args.seed, duration_ns=sim_ns).events_processed
+
+    def crl_job(sc: Any, pol: str) -> Any:
+        return lambda: (
+            run_crl(
+                sc, pol, seed=args.seed, duration_ns=sim_ns, timeseries=False
+            ).sim.events_processed
+        )
+
+    cfg = Config(n=1)
+    jobs: dict[str, dict[str, Any]] = {}
+    for n in STATIONS:
+        base = coorp_scenario(Config(n=n, retry_policy="classic"))
+        jobs[f"uplink {n} stations"] = {g: sim_job(with_grouping(base, g)) for g in groupings}
+    jobs["ap-to-4 (per-AC ring)"] = {
+        g: sim_job(mixed_scenario(MIXED_CASES["ap-to-4"], cfg, g, "per_ac")) for g in groupings
+    }
+    for name, sc in crl:
+        for pol in ("edca", "coorp"):
+            jobs[f"{name} / {pol}"] = {g: crl_job(with_grouping(sc, g), pol) for g in groupings}
+    console.print(f"coorp: {describe()}")
+    load_before = os.getloadavg()
+    wall: dict[str, dict[str, list[float]]] = {j: {g: [] for g in groupings} for j in jobs}
+    cpu: dict[str, dict[str, list[float]]] = {j: {g: [] for g in groupings} for j in jobs}
+    events: dict[str, dict[str, int]] = {j: {} for j in jobs}
+    for rnd in range(args.repeat):
+        order = groupings[rnd % len(groupings) :] + groupings[: rnd % len(groupings)]
+        for job, runs in jobs.items():
+            for g in order:
+                start, start_cpu = time.perf_counter(), time.process_time()
+                events[job][g] = runs[g]()
+                wall[job][g].append(time.perf_counter() - start)
+                cpu[job][g].append(time.process_time() - start_cpu)
+    load_after = os.getloadavg()
+    ref = groupings[0]
+    table = Table(
+        title=f"mac.ampdu_grouping: time relative to {ref!r} in the same round "
+        f"({args.duration:g} s simulated, seed {args.seed}, median of {args.repeat} rounds)"
+    )
+    for col in ("workload", "grouping", "CPU s / sim s", "CPU ratio", "wall ratio", "events",
+                "CPU per event ratio"):  # fmt: skip
+        table.add_column(col, justify="left" if col in ("workload", "grouping") else "right")
+    rows = []
+    for job in jobs:
+        for g in groupings:
+            c_ratio = statistics.median(
+                c / r for c, r in zip(cpu[job][g], cpu[job][ref], strict=True)
+            )
+            w_ratio = statistics.median(
+                w / r for w, r in zip(wall[job][g], wall[job][ref], strict=True)
+            )
+            per_event = c_ratio * events[job][ref] / max(events[job][g], 1)
+            cpu_per_sim = statistics.median(cpu[job][g]) / args.duration
+            rows.append({"workload": job, "grouping": g, "cpu_s": cpu[job][g],
+                         "wall_s": wall[job][g], "cpu_per_sim_s": cpu_per_sim,
+                         "cpu_ratio": c_ratio, "wall_ratio": w_ratio,
+                         "events": events[job][g], "cpu_per_event_ratio": per_event})  # fmt: skip
+            table.add_row(job, g, f"{cpu_per_sim:.4f}", f"{c_ratio:.3f}x", f"{w_ratio:.3f}x",
+                          str(events[job][g]), f"{per_event:.3f}x")  # fmt: skip
+    console.print(table)
     console.print(
         f"load average (1/5/15 min) before {' '.join(f'{x:.2f}' for x in load_before)}, "
         f"after {' '.join(f'{x:.2f}' for x in load_after)}; {os.cpu_count()} CPUs"

@@ -14,7 +14,9 @@ The cases exercise every shipped policy and the paths the speed work touched: pa
 errors and drops (retries, a transfer whose dropped bytes are sent again), per-AC rings,
 ten robots. ``make test`` runs them with the compiled modules and, in a subprocess, with
 the plain Python ones. A digest may only be regenerated when a change is *meant* to alter
-results, with the reason in the commit message::
+results, with the reason in the commit message. The cases that A-MPDUs per receiver and
+TID changed when they became the default (issue 36) also run with ``consecutive``
+(``name@consecutive``) against their digest from before::
 
     COORP_REGEN_GOLDEN=1 .venv/bin/pytest -q tests/policies/test_golden_policies.py
 """
@@ -33,7 +35,13 @@ from typing import Any
 import pytest
 
 from coorp._accel import compiled, describe
-from coorp.scenario import Scenario, load_scenario, parse_scenario, resolve_scenario
+from coorp.scenario import (
+    Scenario,
+    apply_overrides,
+    load_scenario,
+    parse_scenario,
+    resolve_scenario,
+)
 from coorp.workload import run_crl
 from golden_digest import digest
 
@@ -82,19 +90,43 @@ def _per_ac() -> Scenario:
     return _variant("crl-5", "crl-5-per-ac", hw_queue={"mode": "per_ac"})
 
 
+def _toml5() -> Scenario:
+    return load_scenario(resolve_scenario("crl-5"))
+
+
 _POLICIES = ("edca", "schedwifi", "coorp", "coorp-global", "coorp-local", "coorp-paper", "oracle")
 
-CASES: dict[str, Callable[[], str]] = {
-    **{f"crl-5/{p}": (lambda p=p: _run(_small5, p, 1)) for p in _POLICIES},  # type: ignore[misc]
-    "crl-5/coorp/seed-2": lambda: _run(_small5, "coorp", 2),
-    "crl-10/coorp": lambda: _run(_small10, "coorp", 1),
-    "crl-10/coorp-paper": lambda: _run(_small10, "coorp-paper", 1),
-    "errors/coorp": lambda: _run(_errors, "coorp", 1),
-    "errors/coorp-paper": lambda: _run(_errors, "coorp-paper", 1),
-    "errors/schedwifi": lambda: _run(_errors, "schedwifi", 1),
-    "per-ac/coorp": lambda: _run(_per_ac, "coorp", 1),
-    "crl-5-toml/coorp": lambda: _run(lambda: load_scenario(resolve_scenario("crl-5")), "coorp", 3),
+#: name: (scenario, policy, seed)
+_SPECS: dict[str, tuple[Callable[[], Scenario], str, int]] = {
+    **{f"crl-5/{p}": (_small5, p, 1) for p in _POLICIES},
+    "crl-5/coorp/seed-2": (_small5, "coorp", 2),
+    "crl-10/coorp": (_small10, "coorp", 1),
+    "crl-10/coorp-paper": (_small10, "coorp-paper", 1),
+    "errors/coorp": (_errors, "coorp", 1),
+    "errors/coorp-paper": (_errors, "coorp-paper", 1),
+    "errors/schedwifi": (_errors, "schedwifi", 1),
+    "per-ac/coorp": (_per_ac, "coorp", 1),
+    "crl-5-toml/coorp": (_toml5, "coorp", 3),
 }
+#: The cases whose results A-MPDUs per receiver and TID changed when they became the
+#: default (issue 36); each runs with ``consecutive`` too, against its digest before.
+CHANGED_BY_GROUPING = ["crl-5/edca", "crl-5/schedwifi", "errors/schedwifi"]
+
+
+def _case(name: str, grouping: str | None = None) -> Callable[[], str]:
+    scenario, policy, seed = _SPECS[name]
+
+    def build() -> Scenario:
+        sc = scenario()
+        if grouping is None:
+            return sc
+        return apply_overrides(sc, [("mac.ampdu_grouping", grouping)], source=sc.name)
+
+    return lambda: _run(build, policy, seed)
+
+
+CASES: dict[str, Callable[[], str]] = {name: _case(name) for name in _SPECS}
+CASES.update({f"{n}@consecutive": _case(n, "consecutive") for n in CHANGED_BY_GROUPING})
 
 
 def _stored() -> dict[str, str]:

@@ -58,7 +58,9 @@ def solo_phases(r: CrlResult) -> list[tuple[str, float]]:
     return out
 
 
-@pytest.mark.parametrize("seed", [1, 5, 6])
+# Seeds on which one worker sends alone for a while (1 and 6 did, until the leader's acks
+# to the three went out in A-MPDUs per receiver, issue 36, and the uploads ended closer).
+@pytest.mark.parametrize("seed", [5, 7, 8])
 def test_the_last_bulk_sender_refills_the_ring_within_a_gap(seed: int) -> None:
     # Three workers upload 6 MB each; they finish at different times, so the last one
     # sends alone for hundreds of ms (with drain re-checks off: 64 packets per period).

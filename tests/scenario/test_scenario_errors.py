@@ -177,6 +177,11 @@ def test_mcs_override_not_defined(tmp_path: Path) -> None:
         ("[phy]\nguard_interval = 'tiny'", "'tiny'", "'long' or 'short'"),
         ("[hw_queue]\nmode = 'fifo'", "'fifo'", "'per_ac' or 'shared'"),
         ("[mac]\nretry_policy = 'linux'", "'linux'", "'classic' or 'ns3'"),
+        (
+            "[mac]\nampdu_grouping = 'per_receiver'",
+            "'per_receiver'",
+            "'consecutive' or 'per_receiver_tid'",
+        ),
         ("[links]\nmode = 'ray'", "'ray'", "'fixed' or 'distance'"),
     ],
 )

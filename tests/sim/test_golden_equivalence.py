@@ -11,7 +11,10 @@ tests in ``tests/sim`` do that); they only say it did not change.
 
 A digest may only be regenerated when a change is *meant* to alter results (e.g. a
 modelling fix, or a different random-draw order), with the owner's agreement, and the
-reason recorded in the commit message. Regenerate with::
+reason recorded in the commit message. When one did, the cases it changed also run
+with the switch that restores the behaviour before (``name@consecutive``: A-MPDUs of
+consecutive ring packets, ``mac.ampdu_grouping``, issue 36) against their digest from
+before, so that the old behaviour stays reachable, bit for bit. Regenerate with::
 
     COORP_REGEN_GOLDEN=1 .venv/bin/pytest -q tests/sim/test_golden_equivalence.py
 
@@ -34,7 +37,7 @@ from typing import Any
 import pytest
 
 from coorp._accel import describe
-from coorp.scenario import AccessCategory, parse_scenario
+from coorp.scenario import AccessCategory, Scenario, apply_overrides, parse_scenario
 from coorp.sim import COMPILED, FOREVER, DriverView, SimResult, Simulation, simulate
 from golden_digest import digest
 
@@ -203,7 +206,7 @@ class _RecordingGate:
         self.log.append(("done", station.name, pid, ac.value, now_ns, delivered))
 
 
-def _run_hooks_api() -> tuple[SimResult, list[tuple[Any, ...]]]:
+def _run_hooks_api(grouping: str | None = None) -> tuple[SimResult, list[tuple[Any, ...]]]:
     """The programmable API: hooks on some stations, messages, transfers, timers."""
     sc = _scenario(
         "hooks-api",
@@ -211,6 +214,8 @@ def _run_hooks_api() -> tuple[SimResult, list[tuple[Any, ...]]]:
         stations=_stations(3, 4.0),
         flows=[{"kind": "bulk", "name": "bg", "src": "s2", "dst": "ap"}],
     )
+    if grouping is not None:
+        sc = _grouped(sc, grouping)
     sim = Simulation(sc, seed=7, trace=True)
     log: list[tuple[Any, ...]] = []
     sim.set_hooks("s0", _RecordingGate(log, 3_000_000, 40))
@@ -253,24 +258,50 @@ def _run_hooks_api() -> tuple[SimResult, list[tuple[Any, ...]]]:
     return sim.run(250_000_000), log
 
 
+def _grouped(sc: Scenario, grouping: str) -> Scenario:
+    return apply_overrides(sc, [("mac.ampdu_grouping", grouping)], source=sc.name)
+
+
 # -- digests ---------------------------------------------------------------------------
-CASES = {
-    "per-ac-saturation": lambda: digest(simulate(_per_ac_saturation(), seed=1,
-                                                 duration_ns=300_000_000, trace=True)),
-    "crowd-40": lambda: digest(simulate(_crowd_40(), seed=11, duration_ns=200_000_000,
-                                        trace=True)),
-    "shared-ring-ls": lambda: digest(simulate(_shared_ring_ls(), seed=2,
-                                              duration_ns=400_000_000, trace=True)),
-    "rts-finite-vi": lambda: digest(simulate(_rts_finite_vi(), seed=3,
-                                             duration_ns=300_000_000, trace=True)),
-    "ns3-retry-crowd": lambda: digest(simulate(_ns3_retry_crowd(), seed=4,
-                                               duration_ns=300_000_000, trace=True)),
-    "packet-errors-distance": lambda: digest(simulate(_packet_errors_distance(), seed=5,
-                                                      duration_ns=400_000_000, trace=True)),
-    "no-aggregation-shared": lambda: digest(simulate(_no_aggregation_shared(), seed=6,
-                                                     duration_ns=200_000_000, trace=True)),
-    "hooks-api": lambda: digest(*_run_hooks_api()),
-}  # fmt: skip
+#: name: (scenario, seed, simulated ns)
+_SIMULATE = {
+    "per-ac-saturation": (_per_ac_saturation, 1, 300_000_000),
+    "crowd-40": (_crowd_40, 11, 200_000_000),
+    "shared-ring-ls": (_shared_ring_ls, 2, 400_000_000),
+    "rts-finite-vi": (_rts_finite_vi, 3, 300_000_000),
+    "ns3-retry-crowd": (_ns3_retry_crowd, 4, 300_000_000),
+    "packet-errors-distance": (_packet_errors_distance, 5, 400_000_000),
+    "no-aggregation-shared": (_no_aggregation_shared, 6, 200_000_000),
+}
+#: The cases whose results A-MPDUs per receiver and TID changed when they became the
+#: default (issue 36); each runs with ``consecutive`` too, against its digest before.
+CHANGED_BY_GROUPING = [
+    "hooks-api",
+    "packet-errors-distance",
+    "per-ac-saturation",
+    "rts-finite-vi",
+    "shared-ring-ls",
+]
+
+
+def _simulate_case(name: str, grouping: str | None = None) -> Any:
+    build, seed, duration_ns = _SIMULATE[name]
+
+    def run() -> str:
+        sc = build() if grouping is None else _grouped(build(), grouping)
+        return digest(simulate(sc, seed=seed, duration_ns=duration_ns, trace=True))
+
+    return run
+
+
+CASES = {name: _simulate_case(name) for name in _SIMULATE}
+CASES["hooks-api"] = lambda: digest(*_run_hooks_api())
+for _name in CHANGED_BY_GROUPING:
+    CASES[f"{_name}@consecutive"] = (
+        (lambda: digest(*_run_hooks_api("consecutive")))
+        if _name == "hooks-api"
+        else _simulate_case(_name, "consecutive")
+    )
 
 
 def _stored() -> dict[str, str]:

@@ -137,6 +137,7 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
                 "rts_threshold_bytes": draw(st.sampled_from([0, 4000, 1_048_576])),
                 "max_ampdu_mpdus": draw(st.sampled_from([2, 8, 64])),
                 "max_ampdu_bytes": draw(st.sampled_from([8191, 65535, 1_048_575])),
+                "ampdu_grouping": draw(st.sampled_from(["consecutive", "per_receiver_tid"])),
                 "edca": edca},
         "hw_queue": {"mode": draw(st.sampled_from(["shared", "per_ac"])),
                      "capacity_packets": draw(st.sampled_from([1, 8, 128]))},

@@ -3,6 +3,7 @@ counts and cleanup."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
@@ -12,8 +13,11 @@ from coorp.teambench._netns import netns_unavailable
 
 
 def _ours() -> list[str]:
+    """This process's benchmark namespaces (named ``coorptb-<pid>-...``): another run on
+    the same machine has its own."""
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10)
-    return [line for line in out.stdout.splitlines() if line.startswith("coorptb-")]
+    mine = f"coorptb-{os.getpid()}-"
+    return [line for line in out.stdout.splitlines() if line.startswith(mine)]
 
 
 def test_echoes_over_udp_and_coorp_and_nothing_left_behind() -> None:

@@ -36,6 +36,7 @@ from coorp.phy import (
 from coorp.scenario._radio import (
     EDCA_DEFAULTS,
     AccessCategory,
+    AmpduGrouping,
     EdcaDefaults,
     EdcaOverride,
     HwQueueConfig,
@@ -56,6 +57,7 @@ __all__ = [
     "LINK_TABLE_BYTES_PER_PAIR",
     "MAX_STATIONS",
     "AccessCategory",
+    "AmpduGrouping",
     "BulkFlow",
     "DatagramFlow",
     "EdcaDefaults",

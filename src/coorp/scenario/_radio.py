@@ -35,6 +35,7 @@ from coorp.phy import (
 __all__ = [
     "EDCA_DEFAULTS",
     "AccessCategory",
+    "AmpduGrouping",
     "EdcaDefaults",
     "EdcaOverride",
     "HwQueueConfig",
@@ -92,6 +93,20 @@ class RetryPolicy(StrEnum):
     NS3 = "ns3"
     """As ns-3 by default: send a BlockAckReq after a doubled-CW backoff; reset CW to
     CWmin when its BlockAck arrives, then retransmit the unacknowledged MPDUs."""
+
+
+class AmpduGrouping(StrEnum):
+    """Which queued packets one A-MPDU may carry, once a station has won the medium."""
+
+    CONSECUTIVE = "consecutive"
+    """The head packet's receiver and category, consecutive packets of the ring only: a
+    packet to another receiver ends the A-MPDU (coorp's MAC before issue 36)."""
+    PER_RECEIVER_TID = "per_receiver_tid"
+    """The head packet's receiver and TID, from the whole queue, others skipped, as
+    ns-3's aggregator and Linux drivers build them. Per-AC rings: the MAC takes that
+    receiver's packets from anywhere in the ring (ns-3's WifiMacQueue). A shared ring is
+    a FIFO the NIC cannot reorder: there the driver hands packets to it in per-receiver
+    bursts (mac80211's per-station/TID queues) and the NIC aggregates consecutive ones."""
 
 
 class HwQueueMode(StrEnum):
@@ -234,6 +249,12 @@ class MacConfig(_Model):
         'phy.standard = "ax"',
     )
     edca: dict[AccessCategory, EdcaOverride] = Field(default_factory=dict)
+    ampdu_grouping: AmpduGrouping = Field(
+        AmpduGrouping.PER_RECEIVER_TID,
+        description='"per_receiver_tid": an A-MPDU per receiver and TID from the queue, '
+        'as drivers and ns-3 build them; "consecutive": consecutive ring packets to one '
+        "receiver only",
+    )
 
     @model_validator(mode="after")
     def _cw_order(self) -> MacConfig:

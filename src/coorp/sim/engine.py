@@ -21,8 +21,10 @@ import numpy as np
 from coorp._errors import UsageError
 from coorp.scenario import (
     AccessCategory,
+    AmpduGrouping,
     BulkFlow,
     DatagramFlow,
+    HwQueueMode,
     Scenario,
     TcpSender,
     parse_scenario,
@@ -86,6 +88,10 @@ class Simulation:
             )  # fmt: skip
             st.channel = self.channel
             st.bulk_burst = scenario.mac.max_ampdu_mpdus
+            st.group_ls = (
+                scenario.mac.ampdu_grouping is AmpduGrouping.PER_RECEIVER_TID
+                and scenario.hw_queue.mode is HwQueueMode.SHARED
+            )
             st._alloc_pids = self._alloc_pids
             self.stations[cfg.name] = st
         self.flows: dict[str, FlowState] = {}

@@ -33,9 +33,9 @@ channel state already lives in its own module: exchange timing (``timing``), rin
 EDCAFs (``station``), links (``links``), the event loop (``events``).
 
 The one import circle kept on purpose (speed): ``packets``, ``station``, ``mac``,
-``_ungated``, ``tcp`` and ``congestion`` name each other's classes (mostly for typing
-only) so that mypyc compiles every access between packets, stations, TCP connections
-and the channel to a native field access.
+``_ungated``, ``_txq``, ``tcp`` and ``congestion`` name each other's classes (mostly for
+typing only) so that mypyc compiles every access between packets, stations, TCP
+connections and the channel to a native field access.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from dataclasses import dataclass, field, replace
 
 from coorp._errors import InvariantError
 from coorp.phy import MAX_PPDU_NS, SIFS_NS, SLOT_NS
-from coorp.scenario import AccessCategory, MacConfig, RetryPolicy
+from coorp.scenario import AccessCategory, AmpduGrouping, MacConfig, RetryPolicy
 from coorp.sim.driver import RunHooks
 from coorp.sim.events import PRIO_ACCESS, PRIO_CONTROL, PRIO_MEDIUM, EventLoop
 from coorp.sim.links import LinkTable
@@ -88,7 +88,7 @@ class Transmission:
 
     __slots__ = (
         "block_ack", "data_ns", "edcaf", "failure_ns", "mpdus", "packets", "psdu", "rts",
-        "success_ns", "txop_start",
+        "scattered", "success_ns", "txop_start",
     )  # fmt: skip
 
     def __init__(
@@ -101,8 +101,12 @@ class Transmission:
         timing: tuple[int, int, int, bool, bool] = (0, 0, 0, False, False),
     ) -> None:
         self.edcaf = edcaf
-        #: Whole runs at the head of the ring, sealed; empty for a BlockAckReq.
+        #: Whole runs of the ring in ring order, the first at its head, sealed; empty for
+        #: a BlockAckReq.
         self.packets = packets
+        #: Whether runs of other receivers lie between them (an A-MPDU per receiver and
+        #: TID from a per-AC ring); False: they are the ring's first runs.
+        self.scattered = False
         self.mpdus = mpdus
         self.txop_start = txop_start
         self.psdu = psdu
@@ -132,6 +136,10 @@ class Channel:
         self.rts_threshold = mac.rts_threshold_bytes
         self.max_mpdus = mac.max_ampdu_mpdus
         self.max_ampdu_bytes = mac.max_ampdu_bytes
+        #: A-MPDUs per receiver and TID (``AmpduGrouping``): the MAC takes the head
+        #: receiver's packets from anywhere in a per-AC ring. (A shared ring is a FIFO:
+        #: there the driver groups, ``Station.group_ls``.)
+        self.per_receiver = mac.ampdu_grouping is AmpduGrouping.PER_RECEIVER_TID
         self.rng = rng
         self.on_delivered = on_delivered
         self.on_dropped = on_dropped
@@ -473,6 +481,9 @@ class Channel:
                 max_psdu = self._max_psdu_for(mcs, max_data)
             limit = self.max_mpdus
             ac = e.ac
+            # Per receiver and TID from a per-AC ring: runs to other receivers are
+            # skipped, not an end (ns-3's PeekNextMpdu by TID and address).
+            skip = self.per_receiver and not e.shared
             # Take MPDUs one run at a time: each further MPDU of size m adds its padded
             # predecessor's tail, a delimiter and m; within a run the step is constant.
             run = first
@@ -491,11 +502,15 @@ class Channel:
                     avail -= j
                     if avail:
                         break
+                if n >= limit:
+                    break
                 idx += 1
                 if idx >= len(ring):
                     break
                 run = ring[idx]
                 if run.dst is not dst or run.ac is not ac:
+                    if skip:
+                        continue
                     break
                 packets.append(run)
                 avail = run.count
@@ -505,8 +520,11 @@ class Channel:
                     packets.pop()
                 else:
                     ring.insert(idx + 1, run.split(taken))
-        elif first.count > 1:
-            ring.insert(1, first.split(1))
+            scattered = skip and ring[len(packets) - 1] is not packets[-1]
+        else:
+            scattered = False
+            if first.count > 1:
+                ring.insert(1, first.split(1))
         for p in packets:
             p.sealed = True
         block_ack = n > 1
@@ -518,7 +536,9 @@ class Channel:
             return None  # a continuation that does not fit ends the TXOP
         if deadline >= 0 and now + durations[1] > deadline:
             return None  # a continuation that does not fit the airtime budget, likewise
-        return Transmission(e, packets, txop_start, n, psdu, durations)
+        tx = Transmission(e, packets, txop_start, n, psdu, durations)
+        tx.scattered = scattered
+        return tx
 
     # -- exchanges -----------------------------------------------------------------------
     def _transmit(self, now: int, txs: list[Transmission]) -> None:
@@ -676,8 +696,11 @@ class Channel:
         ring = st.rings[e.ac]
         if self.links.packet_errors:
             return self._succeed_with_errors(tx, ring, now)
-        for _ in tx.packets:
-            ring.popleft()
+        if tx.scattered:
+            _remove_runs(ring, tx.packets)
+        else:
+            for _ in tx.packets:
+                ring.popleft()
         ring.n -= tx.mpdus
         deliver = self.on_delivered
         run_hooks = st.run_hooks
@@ -716,8 +739,11 @@ class Channel:
             self.stats.per_failures += 1
             self._fail(tx)
             return False
-        for _ in tx.packets:
-            ring.popleft()
+        if tx.scattered:
+            _remove_runs(ring, tx.packets)
+        else:
+            for _ in tx.packets:
+                ring.popleft()
         ring.n -= tx.mpdus
         # Segments of consecutive MPDUs with one outcome: (run, first pid, count, lost).
         segments: list[tuple[Packet, int, int, bool]] = []
@@ -857,6 +883,23 @@ class Channel:
         return True
 
 
+def _remove_runs(ring: Ring, runs: list[Packet]) -> None:
+    """Take ``runs`` (in ring order, the first at the head) out of ``ring``, keeping the
+    order of the runs between them."""
+    kept: list[Packet] = []
+    i = 0
+    k = len(runs)
+    while i < k:
+        if not ring:
+            raise InvariantError("an acknowledged run is no longer in its ring")
+        r = ring.popleft()
+        if r is runs[i]:
+            i += 1
+        else:
+            kept.append(r)
+    ring.extendleft(reversed(kept))
+
+
 class RingDrain:
     """A best-case drain model of one station's rings (see :meth:`Channel.ring_drain`).
 
@@ -864,11 +907,14 @@ class RingDrain:
     model's last, which appended packets may still join) adds AIFS and its exchange.
     ``add`` appends a run exactly as the MAC would aggregate it (same receiver and
     category, at most ``max_ampdu_mpdus`` MPDUs and ``max_ampdu_bytes``, a PPDU of at
-    most 5.484 ms; one MPDU per exchange where aggregation is off).
+    most 5.484 ms; one MPDU per exchange where aggregation is off). With A-MPDUs per
+    receiver and TID from a per-AC ring (``Channel.per_receiver``), each receiver and
+    category has an open frame of its own: a packet joins its receiver's, whatever was
+    appended between them, as the MAC would take it.
     """
 
-    __slots__ = ("_aggregate", "_aifs", "_ch", "_max_psdu", "_mcs", "_n", "_psdu", "_st",
-                 "ac", "closed_ns", "dst")  # fmt: skip
+    __slots__ = ("_aggregate", "_aifs", "_ch", "_frames", "_max_psdu", "_mcs", "_n", "_psdu",
+                 "_st", "ac", "closed_ns", "dst")  # fmt: skip
 
     def __init__(self, channel: Channel, station: Station, now: int) -> None:
         self._ch = channel
@@ -884,6 +930,11 @@ class RingDrain:
         self._aifs = 0
         self._max_psdu = 0
         self._aggregate = False
+        #: The open frames by receiver and category when the MAC aggregates per receiver
+        #: from this station's rings; None: one open frame (the fields above).
+        self._frames: dict[tuple[Station, AccessCategory], _Frame] | None = (
+            {} if channel.per_receiver and not station.shared else None
+        )
 
     def copy(self) -> RingDrain:
         d = RingDrain(self._ch, self._st, self.closed_ns)
@@ -891,23 +942,40 @@ class RingDrain:
         d._mcs, d._aifs, d._max_psdu, d._aggregate = (
             self._mcs, self._aifs, self._max_psdu, self._aggregate,
         )  # fmt: skip
+        frames = self._frames
+        if frames is not None:
+            d._frames = {k: f.copy() for k, f in frames.items()}
         return d
 
     def end_ns(self) -> int:
-        """When every frame, the open one included, would be over."""
+        """When every frame, the open ones included, would be over."""
+        frames = self._frames
+        if frames is not None:
+            end = self.closed_ns
+            for f in frames.values():
+                end += f.aifs + self._frame_ns(f.psdu, f.mcs, f.n)
+            return end
         if self._n == 0:
             return self.closed_ns
         return self.closed_ns + self._aifs + self._open_exchange_ns()
 
     def _open_exchange_ns(self) -> int:
-        key = (self._psdu, self._mcs, self._n > 1)
+        return self._frame_ns(self._psdu, self._mcs, self._n)
+
+    def _frame_ns(self, psdu: int, mcs: int, n: int) -> int:
+        key = (psdu, mcs, n > 1)
         durations = self._ch._durations.get(key)
         if durations is None:
             durations = self._ch._exchange(key)
         return durations[1]
 
     def close(self) -> None:
-        """End the open frame: nothing appended later joins it."""
+        """End the open frames: nothing appended later joins them."""
+        frames = self._frames
+        if frames is not None:
+            self.closed_ns = self.end_ns()
+            frames.clear()
+            return
         if self._n:
             self.closed_ns += self._aifs + self._open_exchange_ns()
             self._n = 0
@@ -916,6 +984,9 @@ class RingDrain:
         """Append run ``p`` (one packet) up to ``count`` times, each only if every frame,
         the open one included, would still be over by ``until_ns``; how many were.
         (``copy``, ``add``, ``end_ns`` per packet, without the copies.)"""
+        frames = self._frames
+        if frames is not None:
+            return self._extend_frames_until(frames, p, count, until_ns)
         n = 0
         while n < count:
             closed, n_open, psdu, dst, ac = self.closed_ns, self._n, self._psdu, self.dst, self.ac
@@ -932,8 +1003,68 @@ class RingDrain:
             n += 1
         return n
 
+    def _extend_frames_until(
+        self, frames: dict[tuple[Station, AccessCategory], _Frame], p: Packet, count: int,
+        until_ns: int,
+    ) -> int:  # fmt: skip
+        """``extend_until`` with a frame per receiver: a packet changes only its own
+        receiver's frame (and ``closed_ns`` when it closes it), so only those are undone."""
+        key = (p.dst, p.ac)
+        n = 0
+        while n < count:
+            closed, dst, ac = self.closed_ns, self.dst, self.ac
+            f = frames.get(key)
+            saved = None if f is None else f.copy()
+            self.add(p)
+            if self.end_ns() > until_ns:
+                self.closed_ns, self.dst, self.ac = closed, dst, ac
+                if saved is None:
+                    del frames[key]
+                else:
+                    frames[key] = saved
+                break
+            n += 1
+        return n
+
+    def _add_by_receiver(
+        self, frames: dict[tuple[Station, AccessCategory], _Frame], p: Packet
+    ) -> None:
+        """``add`` with a frame per receiver and category (see the class docstring)."""
+        ch = self._ch
+        limit = ch.max_mpdus
+        m = p.mpdu
+        key = (p.dst, p.ac)
+        self.dst = p.dst
+        self.ac = p.ac
+        left = p.count
+        while left:
+            f = frames.get(key)
+            if f is not None:
+                if f.aggregate:
+                    nxt = ((f.psdu + 3) & ~3) + 4 + m
+                    if f.n < limit and nxt <= f.max_psdu:
+                        step = ((m + 3) & ~3) + 4
+                        j = min(left, limit - f.n, 1 + (f.max_psdu - nxt) // step)
+                        f.psdu = nxt + (j - 1) * step
+                        f.n += j
+                        left -= j
+                        continue
+                self.closed_ns += f.aifs + self._frame_ns(f.psdu, f.mcs, f.n)
+            st = self._st
+            params = st.edca_params(p.ac)
+            mcs = ch._mcs[st.idx][p.dst.idx]
+            frames[key] = _Frame(
+                1, 4 + m, mcs, aifs_ns(params.aifsn), ch._max_psdu_for(mcs, MAX_PPDU_NS),
+                params.aggregation,
+            )  # fmt: skip
+            left -= 1
+
     def add(self, p: Packet) -> None:
         """Append the ``p.count`` MPDUs of run ``p``."""
+        frames = self._frames
+        if frames is not None:
+            self._add_by_receiver(frames, p)
+            return
         ch = self._ch
         limit = ch.max_mpdus
         m = p.mpdu
@@ -962,3 +1093,23 @@ class RingDrain:
             self._n = 1
             self._psdu = 4 + m
             left -= 1
+
+
+class _Frame:
+    """An open frame of a drain model: MPDUs, PSDU bytes, its link's MCS, AIFS, largest
+    PSDU, whether its category aggregates."""
+
+    __slots__ = ("aggregate", "aifs", "max_psdu", "mcs", "n", "psdu")
+
+    def __init__(
+        self, n: int, psdu: int, mcs: int, aifs: int, max_psdu: int, aggregate: bool
+    ) -> None:
+        self.n = n
+        self.psdu = psdu
+        self.mcs = mcs
+        self.aifs = aifs
+        self.max_psdu = max_psdu
+        self.aggregate = aggregate
+
+    def copy(self) -> _Frame:
+        return _Frame(self.n, self.psdu, self.mcs, self.aifs, self.max_psdu, self.aggregate)

@@ -10,9 +10,9 @@ This module owns the driver view a policy sees (:class:`Station` implements
 :class:`~coorp.sim.driver.DriverView`).
 
 The one import circle kept on purpose (speed): ``packets``, ``station``, ``mac``,
-``_ungated``, ``tcp`` and ``congestion`` name each other's classes (mostly for typing
-only) so that mypyc compiles every access between packets, stations, TCP connections
-and the channel to a native field access.
+``_ungated``, ``_txq``, ``tcp`` and ``congestion`` name each other's classes (mostly for
+typing only) so that mypyc compiles every access between packets, stations, TCP
+connections and the channel to a native field access.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from coorp._errors import InvariantError
 from coorp.scenario import AccessCategory, HwQueueMode
 from coorp.sim._compat import mypyc_attr
+from coorp.sim._txq import ls_burst
 from coorp.sim._ungated import refill_mixed, ungated_in
 from coorp.sim.driver import FOREVER, AckGateHooks, AdmitAll, DriverHooks, RunHooks
 from coorp.sim.events import PRIO_CONTROL, Event, EventLoop
@@ -50,25 +51,9 @@ class Edcaf:
     """
 
     __slots__ = (
-        "ac",
-        "aggregation",
-        "aifs",
-        "backoff",
-        "bar_pending",
-        "bar_retries",
-        "cw",
-        "cw_max",
-        "cw_min",
-        "deadline",
-        "epoch",
-        "held",
-        "mu",
-        "not_before",
-        "priority",
-        "ring",
-        "shared",
-        "station",
-        "txop_limit",
+        "ac", "aggregation", "aifs", "backoff", "bar_pending", "bar_retries", "cw", "cw_max",
+        "cw_min", "deadline", "epoch", "held", "mu", "not_before", "priority", "ring", "shared",
+        "station", "txop_limit",
     )  # fmt: skip
 
     def __init__(self, station: Station, ac: AccessCategory, params: EdcaParams) -> None:
@@ -208,6 +193,10 @@ class Station:
         self._had_free = False
         #: Packets one transfer may hand to the NIC before the next transfer's turn.
         self.bulk_burst = 64
+        #: A shared ring with A-MPDUs per receiver and TID: the NIC's FIFO is not reordered;
+        #: the driver hands the priority queues over in per-receiver bursts (``_txq``).
+        self.group_ls = False
+        self._ls_left: dict[AccessCategory, dict[Station, int]] = {ac: {} for ac in _AC_ORDER}
         self._burst_used = 0
         #: The category of the last bulk packet handed to the NIC (see hw_queue_length).
         self._bulk_ac = AccessCategory.BE
@@ -354,6 +343,8 @@ class Station:
         queues = self.ls_queues
         for p in packets:
             queues[p.ac].append(p)
+            if self.group_ls:
+                self._ls_left[p.ac][p.dst] = self._ls_left[p.ac].get(p.dst, 0) + p.count
         self.refill()
 
     def add_transfer(self, transfer: BulkTransfer) -> None:
@@ -385,6 +376,7 @@ class Station:
         now = self.loop.now_ns
         rings = self.rings
         cap = self.capacity
+        group = self.group_ls
         for ls in self.ls_queues.values():
             while ls:
                 head = ls[0]
@@ -397,15 +389,17 @@ class Station:
                     if n < want:
                         if n > 0:
                             ls[0] = head.split(n)
-                            self._enqueue_hw(head, now)
+                            self._enqueue_ls(head, now)
                         self._hold_acks(until, now)
                         break
                 if head.count > room:
                     ls[0] = head.split(room)
-                    self._enqueue_hw(head, now)
+                    self._enqueue_ls(head, now)
                     break
                 ls.popleft()
-                self._enqueue_hw(head, now)
+                self._enqueue_ls(head, now)
+                if group and ls and self._edca_params[head.ac].aggregation:
+                    ls_burst(self, ls, head, now)
         if self.free_transfers:
             refill_mixed(self, now)
             return
@@ -447,6 +441,11 @@ class Station:
                     self._deny(resume, now)
                     break
             self._enqueue_hw(self._next_bulk_run(room), now)
+
+    def _enqueue_ls(self, p: Packet, now: int) -> None:
+        if self.group_ls:  # (packets left in the priority queue, by receiver)
+            self._ls_left[p.ac][p.dst] -= p.count
+        self._enqueue_hw(p, now)
 
     def _deny(self, resume: int, now: int) -> None:
         if resume <= now:

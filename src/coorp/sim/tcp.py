@@ -40,7 +40,7 @@ ECN, AQM in the kernel queue (it never drops: without loss the window grows to t
 receive window). Losses come only from the MAC (retry-limit drops, packet errors).
 
 The one import circle kept on purpose (speed): this module, ``congestion``, ``packets``,
-``station``, ``mac`` and ``_ungated`` name each other's classes for mypyc's native access.
+``station``, ``mac``, ``_ungated`` and ``_txq`` name each other's classes for mypyc's native access.
 """
 
 from __future__ import annotations
