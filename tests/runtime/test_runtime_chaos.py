@@ -89,8 +89,11 @@ def test_frozen_holder_never_overlaps_the_next_holder(
     start_leader(topo, config)
     sink = start_sink(topo, expect_bulk=3)  # a1's start message, a1's and a2's data
     grid = time.monotonic_ns()
+    # 36 MB: about 10 s at the port's 30 Mb/s, so that the holder is still uploading
+    # when a2 (a process started under load) is waiting; 12 MB (3 s) finished first
+    # on a machine at load 12.
     holder = start_worker(
-        topo, "a1", bh_bytes=12_000_000, grid_ns=grid, coordinated=True, extra=("--start-msg",)
+        topo, "a1", bh_bytes=36_000_000, grid_ns=grid, coordinated=True, extra=("--start-msg",)
     )
     holder.expect("STARTED", 30)
     wait_leader(topo, "a1 holds the permit", lambda s: s["holders"] == ["a1"])
