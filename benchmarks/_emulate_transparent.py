@@ -2,21 +2,87 @@
 
 ``benchmarks/transparent.py --medium wifi`` for each NIC ring model: crl-5's leader and
 four robots as stations of the emulated channel, running the unmodified MPC loop (Cyclone
-DDS or Zenoh) and plain TCP uploads, in each mode: ``none`` (no Coorp; EDCA with the
-programs' own marking), ``marking`` (Coorp's transparent agents marking LS only),
-``transparent`` (transparent COORP) and ``api`` (the loop and uploads on Coorp's API).
-One row per (app, mode, ring), pooled over ``--tw-repetitions``: LS miss rate (one-way,
-> 33 ms or lost) and p99, and the bulk Mb/s that reached the leader in the window.
+DDS or Zenoh) and plain TCP uploads, in each mode: ``none`` (no Coorp; the programs' own
+marking, i.e. none: everything best effort), ``marking`` (Coorp's transparent agents
+marking LS only: LS in AC_VO, bulk in AC_BE, nothing coordinated — EDCA as the simulator
+has it), ``transparent`` (transparent COORP) and ``api`` (the loop and uploads on Coorp's
+API). The MPC loop's programs run at SCHED_FIFO ``--tw-ls-rt`` (5, below the emulator's
+10; the ``api`` program whole), so that on this shared 2-core host its latencies measure
+the channel and the middleware more than the scheduler.
+
+Every repetition runs every mode once, in the same order, on the same channel (a
+``--tw-repetitions`` of them, each ``--tw-duration`` seconds measured). One row per (app,
+mode, ring) in the JSON (exactly ``app, mode, ring, ls_miss_rate, ls_p99_ms, bulk_mbps``:
+miss rate and p99 pooled over the repetitions' messages, bulk their mean); the details
+file has, per row, the mean and 95% CI over the repetitions of the miss rate, the p99 and
+the bulk, the bulk over the ``none`` bulk of the same repetition, per-direction latencies,
+the 1-min load at each run, and every run.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 import transparent as tb  # benchmarks/transparent.py
+from coorp.stats import mean_ci
+
+
+def _ci(values: list[float]) -> dict[str, float | int | None]:
+    m = mean_ci(values)
+
+    def num(x: float) -> float | None:
+        return None if math.isnan(x) else x
+
+    return {"mean": num(m.mean), "ci95": num(m.ci95), "n": m.n}
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None
+
+
+def _direction(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """Pooled one-way latency of one direction (``perception_ms`` or ``command_ms``)."""
+    lat = [x for r in rows for x in r.get(key, [])]
+    expected = sum(r["ls_expected"] for r in rows) // 2
+    late = sum(1 for x in lat if x > tb.BOUND_MS)
+    return {"p50_ms": _pct(lat, 50), "p99_ms": _pct(lat, 99), "received": len(lat),
+            "expected": expected, "miss_rate": (late + max(expected - len(lat), 0)) / expected
+            if expected else None}  # fmt: skip
+
+
+def describe(measured: list[dict[str, Any]], ring: str) -> list[dict[str, Any]]:
+    """Per (app, mode): pooled values and the mean and 95% CI over the repetitions."""
+    out = []
+    for app, mode in dict.fromkeys((r["app"], r["mode"]) for r in measured):
+        mine = [r for r in measured if (r["app"], r["mode"]) == (app, mode)]
+        per_rep = [tb.pooled([r]) for r in mine]
+        ratios = []
+        for r in mine:
+            plain = tb._plain(measured, r, "bulk_mbps", r["repetition"])
+            if mode != "none" and plain > 0:
+                ratios.append(r["bulk_mbps"] / plain)
+        out.append({
+            "app": app, "mode": mode, "ring": ring, **tb.pooled(mine),
+            "bulk_mbps": float(np.mean([r["bulk_mbps"] for r in mine])),
+            "ls_miss_rate_ci": _ci([p["ls_miss_rate"] for p in per_rep]),
+            "ls_p99_ms_ci": _ci([p["ls_p99_ms"] for p in per_rep if p["ls_p99_ms"] is not None]),
+            "bulk_mbps_ci": _ci([r["bulk_mbps"] for r in mine]),
+            "bulk_over_none_ci": _ci(ratios) if ratios else None,
+            "perception": _direction(mine, "perception_ms"),
+            "command": _direction(mine, "command_ms"),
+            "reaction_ms": {"p50": _pct([x for r in mine for x in r.get("reaction_ms", [])], 50),
+                            "p99": _pct([x for r in mine for x in r.get("reaction_ms", [])], 99)},
+            "intact": all(r["intact"] for r in mine),
+            "load": [r["load"] for r in mine],
+            "repetitions": len(mine),
+        })  # fmt: skip
+    return out
 
 
 def transparent_wifi(args: Any, details: dict[str, Any]) -> list[dict[str, Any]]:
@@ -28,26 +94,34 @@ def transparent_wifi(args: Any, details: dict[str, Any]) -> list[dict[str, Any]]
         targs = argparse.Namespace(
             robots=4, duration=args.tw_duration, warmup=args.tw_warmup, seed=1,
             medium="wifi", scenario="crl-5", ring=ring, rate_mbit=0.0,
+            ls_rt_priority=args.tw_ls_rt, agent_rt_priority=args.tw_agent_rt,
+            # benchmarks/transparent.py's cell options (issue 34), at their defaults
+            timeslice_ms=5000.0, agent_scheduling="nice:-10", cpu_hog=0, lead=3.0,
         )  # fmt: skip
         measured: list[dict[str, Any]] = []
-        with tempfile.TemporaryDirectory(prefix="coorp-tw-") as tmp, tb.network(targs) as net:
+        with (
+            tempfile.TemporaryDirectory(prefix="coorp-tw-") as tmp,
+            tb.network(targs, "wifi") as net,
+        ):
             net.create(sysctls=tb.WIFI_SYSCTLS)
             for rep in range(args.tw_repetitions):
                 todo = [(a, m) for a in apps for m in modes if m != "api"]
                 todo += [("coorp", "api")] if "api" in modes else []
                 for app, mode in todo:
-                    row = tb.measure(net, Path(tmp), targs, app=app, mode=mode)
+                    row = tb.measure(net, Path(tmp), targs, app=app, mode=mode, medium="wifi")
                     measured.append(row | {"repetition": rep})
-                    print(f"transparent_wifi {ring}: {tb._line(rep, row)}", flush=True)
+                    print(f"transparent_wifi {ring}: {tb._line(rep, row)} (load "
+                          f"{row['load'][-1]:.1f})", flush=True)  # fmt: skip
             emulator = net.stop().data
-        summary = tb.summarize(measured, [])
-        for r in summary["results"]:
-            rows.append({
-                "app": r["app"], "mode": r["mode"], "ring": ring,
-                "ls_miss_rate": r["ls_miss_rate"], "ls_p99_ms": r["ls_p99_ms"],
-                "bulk_mbps": r["bulk_mbps"],
-            })  # fmt: skip
-        runs.append({"ring": ring, "summary": {k: v for k, v in summary.items() if k != "runs"},
-                     "emulator": {k: emulator[k] for k in ("verdict", "frame_lag",
-                                                           "load_start", "load_end")}})  # fmt: skip
+        described = describe(measured, ring)
+        for r in described:
+            rows.append({k: r[k] for k in ("app", "mode", "ring", "ls_miss_rate", "ls_p99_ms",
+                                           "bulk_mbps")})  # fmt: skip
+        runs.append({
+            "ring": ring, "ls_rt_priority": tb.ls_rt_priority(targs, "wifi"),
+            "agent_rt_priority": args.tw_agent_rt, "rows": described,
+            "runs": [tb._without_samples(r) for r in measured],
+            "emulator": {k: emulator[k] for k in ("verdict", "frame_lag", "by_ac", "load_start",
+                                                  "load_end") if k in emulator},
+        })  # fmt: skip
     return rows

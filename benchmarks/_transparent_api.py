@@ -84,7 +84,7 @@ async def leader(args: argparse.Namespace) -> dict[str, Any]:
             digests.append(hashlib.sha256(msg.payload).hexdigest())
             continue
         seq, sent = HEADER.unpack_from(msg.payload)
-        if sent >= args.start_at and msg.robot in latencies:
+        if sent >= args.start_at and seq < 1_000_000 and msg.robot in latencies:
             latencies[msg.robot].append((now - sent) / 1e6)
             seqs[msg.robot].add(seq)
         if msg.robot in commands:

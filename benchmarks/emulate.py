@@ -18,6 +18,11 @@ Sections (``--sections``, default all that are built):
   (shared, per-AC): the unmodified DDS/Zenoh MPC loop and TCP uploads on crl-5's emulated
   channel without Coorp, with Coorp's marking only, transparent, and on Coorp's API
   (``benchmarks/_emulate_transparent.py``).
+* ``edca`` (details file only): the simulator runs the ``transparent_wifi`` runs'
+  traffic itself (the same phases, sizes and uploads on the same scenario and rings),
+  under EDCA (LS in AC_VO: the emulated ``marking`` mode) and all best effort (the
+  emulated ``none`` mode), ``--seeds`` seeds: one-way LS latency and misses of the same
+  flows side by side (``benchmarks/_emulate_edca.py``).
 * ``anchors`` (details file only): a UDP echo's round-trip times idle and under load in
   AC_BE and AC_VO against the simulator's access delays, and a real TCP upload against
   the simulator's bulk rate (``benchmarks/_emulate_anchors.py``).
@@ -49,7 +54,7 @@ from coorp.emulate import emulation_unavailable
 from coorp.emulate._validate import run_load, saturation_scenario, simulated_saturation, uplinks
 from coorp.scenario import Scenario, apply_overrides, load_scenario, resolve_scenario
 
-SECTIONS = ("realtime", "saturation", "anchors", "transparent_wifi")
+SECTIONS = ("realtime", "saturation", "anchors", "transparent_wifi", "edca")
 
 
 def crl5(width: int | None = None, streams: int | None = None) -> tuple[str, Scenario]:
@@ -156,9 +161,32 @@ def main() -> int:
     ap.add_argument("--tw-apps", default="dds,zenoh", help="transparent_wifi: middleware")
     ap.add_argument("--tw-modes", default="none,marking,transparent,api")
     ap.add_argument("--tw-rings", default="shared,per-ac")
-    ap.add_argument("--tw-repetitions", type=int, default=3)
+    ap.add_argument("--tw-repetitions", type=int, default=5)
     ap.add_argument("--tw-duration", type=float, default=15.0, help="seconds per run")
     ap.add_argument("--tw-warmup", type=float, default=3.0)
+    ap.add_argument(
+        "--tw-ls-rt",
+        type=int,
+        default=5,
+        help="transparent_wifi: SCHED_FIFO priority of the MPC loop's programs (0: "
+        "ordinary scheduling)",
+    )
+    ap.add_argument(
+        "--tw-agent-rt",
+        type=int,
+        default=0,
+        help="transparent_wifi: SCHED_FIFO priority of coorp leader and the agents (0: "
+        "ordinary scheduling, as the daemons run)",
+    )
+    ap.add_argument(
+        "--edca-command-lag-us",
+        type=float,
+        default=2000.0,
+        help="edca: the simulated command's offset after its perception",
+    )
+    ap.add_argument(
+        "--edca-overhead-bytes", type=int, default=100, help="edca: RTPS bytes per message"
+    )
     ap.add_argument(
         "--sender-rt",
         type=int,
@@ -197,6 +225,10 @@ def main() -> int:
         from _emulate_transparent import transparent_wifi
 
         out["transparent_wifi"] = transparent_wifi(args, details)
+    if "edca" in sections:
+        from _emulate_edca import edca
+
+        edca(args, details)
     details["load_end"] = os.getloadavg()
     write_json(args.json, out)
     write_json(args.json.with_suffix(".details.json"), details)

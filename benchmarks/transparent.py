@@ -170,8 +170,13 @@ def result(p: Proc, timeout: float) -> dict[str, Any]:
     return dict(json.loads(p.expect_rest("RESULT ", timeout)))
 
 
-def start_coorp(run: Run, team: Path, robots: list[str], *, transparent: bool) -> None:
-    leader = run.start("ld", [*COORP, "leader", "--config", str(team)], "coorp-leader")
+def start_coorp(
+    run: Run, team: Path, robots: list[str], *, transparent: bool, rt_priority: int = 0
+) -> None:
+    """``coorp leader`` and (``transparent``) an agent per host, at SCHED_FIFO
+    ``rt_priority`` when it is > 0 (0: ordinary scheduling, what the daemons ask for)."""
+    coorp = [*(["chrt", "-f", str(rt_priority)] if rt_priority > 0 else []), *COORP]
+    leader = run.start("ld", [*coorp, "leader", "--config", str(team)], "coorp-leader")
     leader.expect("coorp leader: serving", START_S)
     if not transparent:
         return
@@ -179,7 +184,7 @@ def start_coorp(run: Run, team: Path, robots: list[str], *, transparent: bool) -
         name = "leader" if host == "ld" else host
         # Its control socket in this run's folder: the default one under /tmp is shared
         # with every other run on the machine as the same user.
-        argv = [*COORP, "agent", "--config", str(team), "--robot", name, "--transparent",
+        argv = [*coorp, "agent", "--config", str(team), "--robot", name, "--transparent",
                 "--control", str(team.parent / f"ctl-{name}.sock")]  # fmt: skip
         a = run.start(host, [*argv, "--log-level", "warning"], f"agent-{name}")
         a.expect("coorp agent: transparent mode on", START_S)
@@ -210,7 +215,8 @@ def measure(
             for i in range(args.cpu_hog):
                 run.start(host, ["sh", "-c", "while :; do :; done"], f"hog-{host}-{i}")
         if mode != "none":
-            start_coorp(run, team, robots, transparent=mode in ("transparent", "marking"))
+            start_coorp(run, team, robots, transparent=mode in ("transparent", "marking"),
+                        rt_priority=int(getattr(args, "agent_rt_priority", 0) or 0))  # fmt: skip
         # Time for every program to start before the warm-up: on a saturated machine a
         # Python program with DDS takes seconds to import and discover its peers.
         lead = args.warmup + args.lead
@@ -223,8 +229,9 @@ def measure(
         ]  # fmt: skip
         cell = {"direction": direction, "streams": streams, "medium": medium,
                 "cpu_hog": args.cpu_hog}  # fmt: skip
+        rt = _ls_priority(args, medium)
         if mode == "api":
-            row = _measure_api(run, net, team, window, timeout, direction, streams)
+            row = _measure_api(run, net, team, window, timeout, direction, streams, rt)
             drops = {k: v - drops0.get(k, 0) for k, v in _qdisc_drops(net).items()}
             return {**row, **cell, "load": [load0, os.getloadavg()[0]], "qdisc_drops": drops}
         up = direction in ("up", "both")
@@ -241,7 +248,7 @@ def measure(
             server.expect("READY", START_S)
         loops: list[Proc] = []
         if ls:
-            mpc = [*PY, str(APPS / "mpc_loop.py")]
+            mpc = [*rt, *PY, str(APPS / "mpc_loop.py")]
             common = ["--transport", app, *window]
             leader = [*mpc, "leader", "--robots", ",".join(robots), "--addr", net.addr("ld")]
             loops.append(run.start("ld", [*leader, *common], "mpc-ld"))
@@ -314,9 +321,11 @@ def _measure_api(
     timeout: float,
     direction: str,
     streams: int,
+    rt: list[str],
 ) -> dict[str, Any]:
     robots = net.hosts[1:]
-    api = [*PY, str(API)]
+    # LS and bulk are one program on the API: all of it at the loop's priority.
+    api = [*rt, *PY, str(API)]
     way = ["--direction", direction, "--streams", str(streams)]
     ldr = run.start("ld", [*api, "leader", "--config", str(team), "--robots", ",".join(robots),
                            *window, *way], "api-ld")  # fmt: skip
@@ -339,15 +348,34 @@ def _measure_api(
     return {**row, **_ls([lead, *outs])}
 
 
+def ls_rt_priority(args: argparse.Namespace, medium: str | None = None) -> int:
+    """The loop programs' SCHED_FIFO priority: ``--ls-rt-priority``, else 5 on the
+    emulated air (below the emulator's 10) and 0 (ordinary) on the wire. ``medium``: the
+    cell's (``args.medium`` may list several)."""
+    given = getattr(args, "ls_rt_priority", None)
+    if given is not None:
+        return int(given)
+    if medium is None:
+        medium = getattr(args, "medium", "split")
+    return 5 if medium == "wifi" else 0
+
+
+def _ls_priority(args: argparse.Namespace, medium: str) -> list[str]:
+    prio = ls_rt_priority(args, medium)
+    return ["chrt", "-f", str(prio)] if prio > 0 else []
+
+
 def _ls(outs: list[dict[str, Any]]) -> dict[str, Any]:
     """Every perception and every command: one-way latencies, late and lost."""
     ldr = next(x for x in outs if x["role"] == "leader")
     lat: list[float] = []
     up: list[float] = []
+    reaction: list[float] = []
     expected = 0
     for r in (x for x in outs if x["role"] == "robot"):
         expected += 2 * r["sent"]
         up += ldr["perception_ms"].get(r["name"], [])
+        reaction += r.get("reaction_ms", [])
         lat += r["command_ms"] + ldr["perception_ms"].get(r["name"], [])
 
     def p(xs: list[float], q: float) -> float | None:
@@ -363,6 +391,11 @@ def _ls(outs: list[dict[str, Any]]) -> dict[str, Any]:
         "perception_p50_p99_ms": [p(up, 50), p(up, 99)],
         "command_p50_p99_ms": [p(down, 50), p(down, 99)],
         "perception_max_ms": {r: max(v) for r, v in ldr["perception_ms"].items() if v},
+        # Per direction (each expected ls_expected / 2 times), and each robot's reaction
+        # (its perception sent -> that perception's command received, its own clock).
+        "perception_ms": up,
+        "command_ms": down,
+        "reaction_ms": reaction,
     }
 
 
@@ -400,8 +433,11 @@ def _plain(
     return float(np.mean(plain)) if plain else float("nan")
 
 
+SAMPLES = ("ls_latencies_ms", "perception_ms", "command_ms", "reaction_ms")
+
+
 def _without_samples(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in row.items() if k != "ls_latencies_ms"} | pooled([row])
+    return {k: v for k, v in row.items() if k not in SAMPLES} | pooled([row])
 
 
 def _none_if_nan(x: float) -> float | None:
@@ -546,6 +582,22 @@ def main() -> int:
     p.add_argument("--timeslice-ms", type=float, default=5000.0, help="the team's timeslice")
     p.add_argument("--agent-scheduling", default="nice:-10",
                    help="the agents' agent.scheduling (none, nice:N, rr:P)")  # fmt: skip
+    p.add_argument(
+        "--ls-rt-priority",
+        type=int,
+        default=None,
+        help="SCHED_FIFO priority of the MPC loop's programs (api: the whole program); "
+        "default 5 with --medium wifi (below the emulator's 10: the loop's latency then "
+        "measures the channel and the middleware, not this host's scheduler), 0 "
+        "(ordinary scheduling) on the wire",
+    )
+    p.add_argument(
+        "--agent-rt-priority",
+        type=int,
+        default=0,
+        help="SCHED_FIFO priority of coorp leader and the agents (0: ordinary scheduling, "
+        "as the daemons run by default)",
+    )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--no-extras", action="store_true", help="skip the runs without LS")
     p.add_argument("--json", type=Path, default=None)
@@ -557,6 +609,11 @@ def main() -> int:
     if why:
         print(f"benchmarks/transparent.py: {why}", file=sys.stderr)
         return 2
+    if args.ls_rt_priority is not None and not 0 <= args.ls_rt_priority <= 98:
+        p.error(
+            f"--ls-rt-priority {args.ls_rt_priority}: SCHED_FIFO priorities are 1..98 "
+            "(0: ordinary scheduling)"
+        )
     apps = [a for a in args.apps.split(",") if a]
     modes = [m for m in args.modes.split(",") if m]
     allowed = {"none", "marking", "transparent", "api"}

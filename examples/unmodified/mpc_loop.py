@@ -30,6 +30,7 @@ from typing import Any
 
 HEADER = struct.Struct("!IQ")  # sequence number, sender's CLOCK_MONOTONIC (ns)
 ZENOH_PORT = 7447
+WARMUP_SEQ = 1_000_000  # warm-up messages' numbers start here
 
 
 def _blob_type() -> Any:
@@ -162,7 +163,9 @@ def leader(args: argparse.Namespace) -> dict[str, Any]:
         now = time.monotonic_ns()
         seq, sent = HEADER.unpack_from(data)
         with lock:
-            if sent >= args.start_at:
+            # Warm-up messages (numbered from WARMUP_SEQ) are not counted, even the last
+            # one, whose phase may put its send after start_at.
+            if sent >= args.start_at and seq < WARMUP_SEQ:
                 latencies[robot].append((now - sent) / 1e6)
                 seqs[robot].add(seq)
         pubs[robot](_pad(seq, args.command_bytes))  # the command for this perception
@@ -203,7 +206,7 @@ def robot(args: argparse.Namespace) -> dict[str, Any]:
     k = 0
     while warm + k * period < args.start_at:
         _sleep_until(warm + k * period + phase)
-        publish(_pad(1_000_000 + k, args.perception_bytes))
+        publish(_pad(WARMUP_SEQ + k, args.perception_bytes))
         k += 1
     for seq in range(n):
         _sleep_until(args.start_at + seq * period + phase)

@@ -10,11 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from cli_run import run_cli
+from coorp import UsageError
 from coorp.learn import FormationSpec, PPOConfig
 from coorp.learn._network import LearnSpec
 from coorp.learn._ppo import PPO, Layout
@@ -135,7 +137,9 @@ def test_cli_runtime_writes_results_and_manifest(
         (["--max-versions", "0"], "Invalid value for '--max-versions'"),
         (["--policies", "edca"], "with --runtime use --modes (allowed: coorp, tcp)"),
         (["--duration", "-1"], "--duration must be positive, got -1"),
-        (["--medium", "air"], "'air' is not one of 'split', 'shared'"),
+        (["--medium", "air"], "'air' is not one of 'split', 'shared', 'wifi'"),
+        (["--medium", "wifi", "--net", "loopback"], "--net loopback has no channel"),
+        (["--medium", "wifi", "--rate-mbit", "10"], "--rate-mbit shapes the wired media"),
         (["--streams", "pooled"], "'pooled' is not one of 'fresh', 'reuse'"),
     ],
 )
@@ -149,8 +153,97 @@ def test_runtime_flags_are_checked(
     assert not (tmp_path / "o").exists()  # refused before anything ran or was written
 
 
+def test_the_emulated_channel_is_the_callers_to_build() -> None:
+    with pytest.raises(UsageError, match="cannot run with --net loopback"):
+        RuntimeSpec(net="loopback", medium="wifi")
+    rt = RuntimeSpec(medium="wifi", max_versions=1)
+    with pytest.raises(UsageError, match="the emulated channel is built by the caller"):
+        learn_on_runtime(_two_workers(), "tcp", 1, TINY, rt, workdir=Path("/nonexistent"))
+
+
+class _Recorded:
+    """A network on loopback that records what the orchestrator asked of it."""
+
+    def __init__(self, calls: list[str]) -> None:
+        from coorp.learn._runtime import wired
+
+        self.calls = calls
+        make = wired(net="loopback", medium="split", rate_mbit=1.0, queue_ms=1.0,
+                     downlink=False)  # fmt: skip
+        self.inner = make("leader", ["r1", "r2"], 0)
+
+    def addr(self, robot: str) -> str:
+        self.calls.append(f"addr {robot}")
+        return "127.0.0.1"
+
+    def popen(self, robot: str, argv: Any, env: Any, log: Path) -> Any:
+        self.calls.append(f"popen {robot} {argv[3]}")
+        return self.inner.popen(robot, argv, env, log)
+
+    def finish(self) -> dict[str, Any]:
+        self.calls.append("finish")
+        return {"frames_out": 7}
+
+    def destroy(self) -> None:
+        self.calls.append("destroy")
+        self.inner.destroy()
+
+
+def test_a_run_takes_the_network_it_is_given(tmp_path: Path) -> None:
+    calls: list[str] = []
+    seeds: list[int] = []
+
+    def make(leader: str, workers: Any, seed: int) -> _Recorded:
+        assert (leader, list(workers)) == ("leader", ["r1", "r2"])
+        seeds.append(seed)
+        return _Recorded(calls)
+
+    rt = RuntimeSpec(net="netns", medium="wifi", max_versions=1, timeout_s=60)
+    run = learn_on_runtime(_two_workers(), "coorp", 2, TINY, rt, workdir=tmp_path, network=make)
+    assert run.syncs_intact and run.curve.epochs == 1
+    assert run.network == {"frames_out": 7} and seeds == [2]
+    started = [c.split()[1:] for c in calls if c.startswith("popen")]
+    assert started == [["leader", "permits"], ["leader", "server"], ["r1", "worker"],
+                       ["r2", "worker"]]  # fmt: skip
+    assert calls[-2:] == ["finish", "destroy"]
+
+
 def test_runtime_only_flags_need_runtime(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_cli(capsys, "learn", "crl-2", "--modes", "tcp")
     assert code == 2 and "--modes applies only with --runtime" in out + err
     code, out, err = run_cli(capsys, "learn", "crl-2", "--streams", "reuse")
     assert code == 2 and "--streams applies only with --runtime" in out + err
+
+
+@pytest.mark.netns
+def test_cli_runtime_on_the_emulated_air_delivers_model_versions(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    import os
+    import subprocess
+
+    from coorp.emulate import emulation_unavailable
+
+    why = emulation_unavailable()
+    if why is not None:
+        pytest.skip(why)
+    code, out, err = run_cli(
+        capsys, "learn", "crl-2", "--runtime", "--medium", "wifi", "--modes", "coorp,tcp",
+        "--seeds", "1", "--max-versions", "1", "--hidden", "8", "--envs", "2",
+        "--air-params", "50000", "--out", str(tmp_path),
+    )  # fmt: skip
+    assert code == 0, out + err
+    res = json.loads((tmp_path / "learn.json").read_text())
+    assert res["config"]["medium"] == "wifi"
+    for mode in ("coorp", "tcp"):
+        row = res["policies"][mode]
+        assert row["runtime"]["syncs_intact"] is True and row["epochs"]["mean"] == 1
+        (run,) = row["runtime"]["runs"]
+        assert run["final_changed"]
+        air = run["network"]
+        # The syncs crossed the channel as best effort, the MPC loop's LS datagrams
+        # (DSCP CS6) as voice.
+        assert air["frames_out"] > 0 and air["by_ac"]["BE"] > 0 and air["by_ac"]["VO"] > 0
+    assert "emulated channel: real time held in" in out
+    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert f"coorpla-{os.getpid()}-" not in left

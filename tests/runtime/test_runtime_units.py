@@ -21,7 +21,7 @@ from coorp.runtime import (
 )
 from coorp.runtime.inbox._receiver import LsDecoder
 from coorp.runtime.robot._latency import LatencySensitiveChannel
-from coorp.runtime.robot._preempt import DrainTracker
+from coorp.runtime.robot._preempt import DrainTracker, within_budget
 from coorp.runtime.wire._marking import Marking
 
 KEY = TeamKey(b"u" * 32)
@@ -188,6 +188,52 @@ def test_a_confirmed_message_leaves_no_chunk_to_complete_with_the_next_one() -> 
     tr.poll(3_000_000_050)
     assert gate.ctt.samples(1) == ()  # no 3 s sample for the settled chunk
     assert gate.ctt.samples(0) == (100, 50)
+
+
+def _table(latency_ns: int, chunk_ns: int, depths: int = 40) -> CompletionTimeTable:
+    """Completion times of a path with a fixed latency (its own transmission included)
+    and one chunk's time more per chunk ahead."""
+    ctt = CompletionTimeTable(default_ns=1_000_000)
+    for d in range(depths):
+        for _ in range(8):
+            ctt.record(d, latency_ns + d * chunk_ns)
+    return ctt
+
+
+def _deepest(ctt: CompletionTimeTable, base_ns: int, budget_ns: int = 6_000_000) -> int:
+    """The deepest depth at which a chunk may still be written."""
+    return max(d for d in range(40) if within_budget(ctt, d, 0, budget_ns, base_ns))
+
+
+def test_the_in_flight_budget_bounds_queueing_not_the_paths_latency() -> None:
+    # A wire (50 Mbit/s, 16 KB chunks: 2.6 ms each, no latency of its own): a packet
+    # arriving behind the holder's bytes waits (depth + 1) chunks; with 6 ms at most 2.
+    wire = _table(2_600_000, 2_600_000)
+    assert _deepest(wire, base_ns=2_600_000) == 1
+    # WiFi: 0.3 ms of airtime per chunk, but 5.5 ms before any acknowledgement is back
+    # (channel access, the ack's way through the access point). Counted whole, the
+    # latency left room for a chunk or two in flight; what queues behind the holder's bytes
+    # waits only for their airtime: 19 chunks ahead keep that under 6 ms.
+    air = _table(5_500_000, 300_000)
+    assert _deepest(air, base_ns=0) == 0  # the latency counted as if it were queueing
+    assert _deepest(air, base_ns=5_500_000) == 19
+    assert within_budget(air, 35, 0, None, 5_500_000)  # no budget: anything goes
+
+
+def test_the_paths_latency_is_the_fastest_chunk_with_nothing_ahead() -> None:
+    outq = [0]
+    gate = Gate(Window(), CompletionTimeTable(default_ns=1_000_000))
+    tr = DrainTracker(gate, lambda: outq[0], bucket_bytes=1000)
+    assert tr.base_ns == 0  # nothing measured yet
+    tr.on_write(1000, 0, 0)
+    tr.on_write(1000, 10, 1)  # behind the first: its time is not the path's latency
+    outq[0] = 0  # both acknowledged
+    tr.poll(5000)
+    assert tr.base_ns == 5000 and gate.ctt.samples(1) == (4990,)
+    for start, done in ((6000, 9000), (10_000, 18_000)):
+        tr.on_write(1000, start, 0)
+        tr.poll(done)
+    assert tr.base_ns == 3000  # the shortest of the recent ones
 
 
 def test_marking_in_effect_is_read_back() -> None:

@@ -45,9 +45,30 @@ def test_dds_preset_is_the_rtps_port_range_of_its_domain() -> None:
     # DDSI-RTPS 9.6.1.1: PB 7400, DG 250; user unicast of participant i: PB+DG*d+11+2i.
     assert dds_port_range(0) == (7400, 7649)
     assert dds_port_range(3) == (8150, 8399)
-    (m,) = LsSelector(preset="dds", domain_id=3).matches()
+    m, rtps = LsSelector(preset="dds", domain_id=3).matches()
     assert (m.proto, m.dport) == ("udp", (8150, 8399))
     assert m.dport[1] >= 7400 + 250 * 3 + 11 + 2 * 119  # every participant fits
+    # Cyclone DDS's default unicast ports are ephemeral (ParticipantIndex none): RTPS
+    # datagrams to any port, by the protocol id after the UDP header.
+    assert (rtps.proto, rtps.dport, rtps.rtps) == ("udp", None, True)
+    assert rtps.render() == "meta l4proto udp @th,64,32 0x52545053"
+    (only,) = LsSelector(preset="dds", domain_id=3, any_port=False).matches()
+    assert only == m
+
+
+def test_the_rtps_match_compiles_to_the_protocol_id_after_the_udp_header() -> None:
+    from coorp.runtime.transparent._nft import _match_exprs
+
+    (_, rtps) = LsSelector(preset="dds").matches()
+    exprs = _match_exprs(rtps, None)
+    names = [e["attrs"][0][1] for e in exprs]
+    assert names == ["meta", "cmp", "payload", "cmp"]
+    load = dict(exprs[2]["attrs"][1][1]["attrs"])
+    assert (load["NFTA_PAYLOAD_BASE"], load["NFTA_PAYLOAD_OFFSET"], load["NFTA_PAYLOAD_LEN"]) == (
+        2, 8, 4,  # transport header, 8 bytes in: the UDP payload's first 4 bytes
+    )  # fmt: skip
+    value = dict(exprs[3]["attrs"][1][1]["attrs"])["NFTA_CMP_DATA"]["attrs"][0][1]
+    assert value == b"RTPS"
 
 
 def test_zenoh_preset_matches_its_tcp_port_in_both_directions() -> None:
@@ -117,6 +138,12 @@ def _team(tmp_path: Path, body: str, hosts: str = "") -> Path:
             "TCP connections only",
         ),
         ('ls = [{ preset = "dds", ports = 7400 }]', "", "transparent.ls[0]", "preset 'dds'"),
+        (
+            'ls = [{ preset = "zenoh", any_port = false }]',
+            "",
+            "transparent.ls[0]",
+            "any_port applies to preset = 'dds' only",
+        ),
         ('ls = [{ dscp = "gold" }]', "", "transparent.ls[0].dscp", "unknown DSCP name"),
         ('ls = [{ to = "robot-1" }]', "", "transparent.ls[0].to", "IPv4 address or CIDR"),
         ("bulk = [{ to_team = true }]", "", "transparent", "team.hosts is empty"),

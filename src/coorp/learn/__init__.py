@@ -21,11 +21,19 @@ from coorp.learn._netns import netns_unavailable
 from coorp.learn._network import LearnCurve, LearnSpec, learn_on_channel, summarize
 from coorp.learn._ppo import PPO, Layout, PPOConfig, Rollout
 from coorp.learn._robots import leader_report, run_robot, worker_report
+from coorp.learn._runtime import MEDIA as RUNTIME_MEDIA
 from coorp.learn._runtime import MODES as RUNTIME_MODES
-from coorp.learn._runtime import RuntimeRun, RuntimeSpec, learn_on_runtime
+from coorp.learn._runtime import (
+    NetworkFactory,
+    RuntimeNetwork,
+    RuntimeRun,
+    RuntimeSpec,
+    learn_on_runtime,
+)
 
 __all__ = [
     "PPO",
+    "RUNTIME_MEDIA",
     "RUNTIME_MODES",
     "Collector",
     "Echo",
@@ -35,11 +43,13 @@ __all__ = [
     "Layout",
     "LearnCurve",
     "LearnSpec",
+    "NetworkFactory",
     "PPOConfig",
     "PPOWorker",
     "ParamServer",
     "RlBenchConfig",
     "Rollout",
+    "RuntimeNetwork",
     "RuntimeRun",
     "RuntimeSpec",
     "Sampler",

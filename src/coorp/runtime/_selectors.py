@@ -12,7 +12,12 @@ Presets for ROS 2:
 * ``dds``: every RTPS port of a DDS domain, per the DDSI-RTPS port mapping
   (PB 7400, DG 250): UDP destination ports ``7400 + 250·domain_id`` through
   ``7400 + 250·domain_id + 249`` — discovery (multicast d0 = 0, unicast d1 = 10) and
-  user traffic (multicast d2 = 1, unicast d3 = 11, + 2 per participant).
+  user traffic (multicast d2 = 1, unicast d3 = 11, + 2 per participant) — and, unless
+  ``any_port = false``, every UDP datagram that carries an RTPS message (its payload
+  starts with ``RTPS``) to any other port: Cyclone DDS by default
+  (``Discovery/ParticipantIndex`` ``none``/``default``) receives unicast on ephemeral
+  ports, so a ROS 2 loop's samples go to ports outside the mapping, and an RTPS message
+  does not name its domain.
 * ``zenoh``: Zenoh's TCP locator port (7447 unless ``ports`` says otherwise), in both
   directions (rmw_zenoh and Zenoh peers carry every topic over TCP): such a flow is
   marked and observed, never intercepted as bulk.
@@ -33,6 +38,7 @@ __all__ = [
     "DDS_DOMAIN_GAIN",
     "DDS_PORT_BASE",
     "DSCP_NAMES",
+    "RTPS_MAGIC",
     "BulkSelector",
     "LsSelector",
     "Match",
@@ -48,6 +54,8 @@ DDS_PORT_BASE = 7400
 DDS_DOMAIN_GAIN = 250
 #: Zenoh's default TCP locator port.
 ZENOH_PORT = 7447
+#: The protocol id every RTPS message starts with (DDSI-RTPS 2.x, 8.3.3.1).
+RTPS_MAGIC = b"RTPS"
 
 #: DSCP code points by name (RFC 2474, 2597, 3246, 5865).
 DSCP_NAMES: dict[str, int] = {
@@ -119,6 +127,10 @@ class Match:
     uid: int | None = None
     gid: int | None = None
     cgroup: str | None = None
+    rtps: bool = False
+    """The UDP payload starts with the RTPS protocol id (``RTPS``): a DDS datagram on
+    whatever port (the first fragment's header as the kernel sees the datagram before
+    it fragments it, so every fragment is marked)."""
 
     def render(self) -> str:
         """The match in ``nft`` syntax (what ``nft list table`` would show)."""
@@ -142,6 +154,8 @@ class Match:
             parts.append(f"{self.proto} dport {_range_text(self.dport)}")
         if self.sport is not None:
             parts.append(f"{self.proto} sport {_range_text(self.sport)}")
+        if self.rtps:
+            parts.append(f"@th,64,32 0x{RTPS_MAGIC.hex()}")  # "RTPS" after the UDP header
         return " ".join(parts)
 
 
@@ -208,6 +222,12 @@ class LsSelector(_Model):
         None, description="'dds': the RTPS ports of domain_id; 'zenoh': its TCP locator port"
     )
     domain_id: int | None = Field(None, ge=0, le=232, description="DDS domain (preset 'dds')")
+    any_port: bool | None = Field(
+        None,
+        description="preset 'dds': also RTPS datagrams to ports outside the domain's "
+        "mapping (default true: Cyclone DDS's unicast ports are ephemeral by default); "
+        "false: the domain's mapped ports only (ParticipantIndex auto or a number)",
+    )
     proto: Literal["udp", "tcp"] | None = Field(
         None,
         description="udp or tcp (with ports: udp unless set; without: any); TCP LS is "
@@ -231,6 +251,8 @@ class LsSelector(_Model):
     def _consistent(self) -> LsSelector:
         if self.domain_id is not None and self.preset != "dds":
             raise ValueError("domain_id applies to preset = 'dds' only")
+        if self.any_port is not None and self.preset != "dds":
+            raise ValueError("any_port applies to preset = 'dds' only")
         if self.preset == "dds" and (self.ports is not None or self.proto not in (None, "udp")):
             raise ValueError(
                 "preset 'dds' selects the RTPS UDP ports of domain_id; "
@@ -256,7 +278,10 @@ class LsSelector(_Model):
             "dscp": None if self.dscp is None else parse_dscp(self.dscp),
         }
         if self.preset == "dds":
-            return [Match(proto="udp", dport=dds_port_range(self.domain_id or 0), **common)]  # type: ignore[arg-type]
+            out = [Match(proto="udp", dport=dds_port_range(self.domain_id or 0), **common)]  # type: ignore[arg-type]
+            if self.any_port is not False:
+                out.append(Match(proto="udp", rtps=True, **common))  # type: ignore[arg-type]
+            return out
         ports = None if self.ports is None else parse_ports(self.ports)
         proto: Literal["udp", "tcp"] | None
         if self.preset == "zenoh":

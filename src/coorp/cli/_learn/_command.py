@@ -51,10 +51,11 @@ class Net(StrEnum):
 
 
 class Medium(StrEnum):
-    """``--medium``: how the namespaces' bottleneck is shaped."""
+    """``--medium``: how the namespaces' bottleneck is shaped, or the emulated channel."""
 
     SPLIT = "split"
     SHARED = "shared"
+    WIFI = "wifi"
 
 
 class Streams(StrEnum):
@@ -140,8 +141,9 @@ MediumOption = Annotated[
     Medium | None,
     typer.Option(
         case_sensitive=False,
-        help="--runtime --net netns: uplink and downlink shaped apart (split), or one queue "
-        "for every packet like one WiFi channel (shared) (default split).",
+        help="--runtime --net netns: uplink and downlink shaped apart (split), one queue "
+        "for every packet like one WiFi channel (shared), or the scenario's emulated WiFi "
+        "channel (wifi: coorp emulate's, real time; docs/emulate.md) (default split).",
     ),
 ]
 StreamsOption = Annotated[
@@ -295,7 +297,8 @@ def register(app: typer.Typer) -> None:
                 )
             learn_runtime(
                 seeds=_seeds(seeds or "1-3"), modes=modes, net=net, rate_mbit=rate_mbit,
-                max_versions=max_versions, medium=medium, streams=streams, **common,
+                max_versions=max_versions, medium=None if medium is None else medium.value,
+                streams=streams, **common,
             )  # fmt: skip
             return
         _refuse({"--modes": modes, "--net": net, "--rate-mbit": rate_mbit,

@@ -39,6 +39,29 @@ def _reuse_streams(streams: str | None) -> bool:
     return streams == "reuse"
 
 
+def _air_factory(sc: Any, scenario_path: str, *, net: str | None, rate_mbit: float | None) -> Any:
+    """``--medium wifi``: the scenario's emulated channel for every run, after the flags
+    that do not apply to it are refused."""
+    from coorp._errors import ConfigurationError
+    from coorp.cli._learn._air import air_network
+    from coorp.emulate import emulation_unavailable
+
+    if net is not None and str(net) != "netns":
+        raise UsageError(
+            f"--medium wifi runs every robot in a namespace of the emulated channel; "
+            f"--net {net} has no channel (drop --net, or use --medium split|shared)"
+        )
+    if rate_mbit is not None:
+        raise UsageError(
+            "--rate-mbit shapes the wired media (split, shared); with --medium wifi the "
+            f"rate is {sc.name}'s channel (its [phy] and [links]: change the scenario)"
+        )
+    why = emulation_unavailable()
+    if why is not None:
+        raise ConfigurationError(f"--medium wifi: {why}")
+    return air_network(sc, source=scenario_path)
+
+
 def learn_runtime(
     *,
     scenario_path: str,
@@ -77,6 +100,9 @@ def learn_runtime(
     wl = sc.workload
     if wl is not None and (spec.sync or wl.drlc.sync) is SyncMode.SSP:
         raise UsageError("--sync ssp is simulated only; --runtime supports bsp and asp")
+    network = None
+    if medium == "wifi":
+        network = _air_factory(sc, scenario_path, net=net, rate_mbit=rate_mbit)
     rt = RuntimeSpec(
         net=str(net or "netns"),
         rate_mbit=50.0 if rate_mbit is None else rate_mbit,
@@ -84,7 +110,7 @@ def learn_runtime(
         medium=str(medium or "split"),
         reuse_streams=_reuse_streams(streams),
     )
-    if rt.net == "netns":
+    if rt.net == "netns" and network is None:
         from coorp._errors import ConfigurationError
         from coorp.learn import netns_unavailable
 
@@ -110,7 +136,7 @@ def learn_runtime(
                 runs.append(
                     learn_on_runtime(
                         sc, m, seed, spec, rt, workdir=out_dir / "runs",
-                        on_progress=lambda msg: err.log(msg),
+                        on_progress=lambda msg: err.log(msg), network=network,
                     )
                 )  # fmt: skip
     finally:
@@ -142,11 +168,17 @@ def learn_runtime(
             "runs": [
                 {"seed": r.curve.seed, "wall_s": r.wall_s, "ls": r.ls, "transfers": r.transfers,
                  "syncs_intact": r.syncs_intact, "syncs_checked": r.syncs_checked,
-                 "final_changed": r.final_changed, "leader": r.leader}
+                 "final_changed": r.final_changed, "leader": r.leader,
+                 "network": r.network}
                 for r in mine
             ],
         }  # fmt: skip
-    where = f"netns, {rt.rate_mbit:g} Mbit/s {rt.medium}" if rt.net == "netns" else "loopback"
+    if rt.medium == "wifi":
+        where = f"emulated WiFi: {sc.name}'s channel"
+    elif rt.net == "netns":
+        where = f"netns, {rt.rate_mbit:g} Mbit/s {rt.medium}"
+    else:
+        where = "loopback"
     title = (
         f"learning over real sockets ({where}): {sc.name}, {c0.sync.upper()}, {c0.params} "
         f"params, {c0.air_bytes / 1e6:.3g} MB per sync, {dur:g} s"
@@ -171,6 +203,10 @@ def learn_runtime(
         f"target return {summary['target']:.2f}; ± are 95% CIs over {len(seeds)} run(s) per "
         f"mode; load {load0:.2f} -> {os.getloadavg()[0]:.2f}"
     )
+    if rt.medium == "wifi":
+        from coorp.cli._learn._air import describe_air
+
+        console.print(describe_air([r.network for r in runs]))
     (out_dir / "learn.json").write_text(json.dumps(json_safe(summary), indent=1) + "\n")
     for fig in plot_rewards(summary, out_dir / "reward", formats,
                      f"{sc.name}: reward vs wall time over real sockets ({where}, "

@@ -38,11 +38,13 @@ loopback (``net="loopback"``) or in network namespaces (``net="netns"``, root, s
 One concept per module: :mod:`.wire` (the typed sync messages and LS datagrams),
 :mod:`.config` (what a run and each role are asked to do), :mod:`.results` (what each
 role writes), :mod:`.tcp` (the plain-TCP baseline's framing), :mod:`.role`,
-:mod:`.server` and :mod:`.worker` (the processes), :mod:`.orchestrate` (a run on one
-host), :mod:`.scoring` (what a run measured), ``__main__`` (a role's command line).
+:mod:`.server` and :mod:`.worker` (the processes), :mod:`.network` (where they run:
+loopback, wired namespaces, or a network the caller passes), :mod:`.orchestrate` (a run
+on one host), :mod:`.scoring` (what a run measured), ``__main__`` (a role's command line).
 """
 
 from coorp.learn._runtime.config import (
+    MEDIA,
     MODES,
     NETS,
     RoleConfig,
@@ -50,6 +52,7 @@ from coorp.learn._runtime.config import (
     read_config,
     role_config,
 )
+from coorp.learn._runtime.network import NetworkFactory, RuntimeNetwork, wired
 from coorp.learn._runtime.orchestrate import RuntimeRun, learn_on_runtime
 from coorp.learn._runtime.results import ServerResult, WorkerResult
 from coorp.learn._runtime.scoring import check_syncs, ls_metrics, percentiles, score_versions
@@ -66,12 +69,15 @@ from coorp.learn._runtime.wire import (
 )
 
 __all__ = [
+    "MEDIA",
     "MODES",
     "NETS",
     "Frame",
     "Hello",
     "Model",
+    "NetworkFactory",
     "RoleConfig",
+    "RuntimeNetwork",
     "RuntimeRun",
     "RuntimeSpec",
     "ServerResult",
@@ -89,4 +95,5 @@ __all__ = [
     "read_config",
     "role_config",
     "score_versions",
+    "wired",
 ]

@@ -15,6 +15,7 @@ from coorp.scenario import Scenario, SyncMode
 
 __all__ = [
     "KEY_ENV",
+    "MEDIA",
     "MODES",
     "NETS",
     "Mode",
@@ -27,6 +28,10 @@ __all__ = [
 
 MODES = ("coorp", "tcp")
 NETS = ("netns", "loopback")
+#: ``split``/``shared``: a shaped wired queue (:mod:`coorp.learn._netns`); ``wifi``: a
+#: network the caller builds and passes (``coorp learn --medium wifi``: the emulated
+#: channel, :mod:`coorp.learn._runtime.network`).
+MEDIA = ("split", "shared", "wifi")
 #: The team key of a run on one host travels in this environment variable, never on a
 #: command line.
 KEY_ENV = "COORP_LEARN_KEY_HEX"
@@ -40,7 +45,8 @@ class RuntimeSpec:
     #: Shape the leader's downlink too (its own interface), not only the uplink to it.
     downlink: bool = True
     #: ``split`` (uplink and downlink shaped apart) or ``shared`` (one queue for both,
-    #: like one WiFi channel); see :mod:`coorp.learn._netns`.
+    #: like one WiFi channel), see :mod:`coorp.learn._netns`; or ``wifi``: the
+    #: emulated channel, which the caller passes as ``learn_on_runtime(network=...)``.
     medium: str = "split"
     #: Stop creating model versions after this many (None: only the duration bounds it).
     max_versions: int | None = None
@@ -62,8 +68,13 @@ class RuntimeSpec:
             raise UsageError(f"--net must be one of {', '.join(NETS)}, got {self.net!r}")
         if not self.rate_mbit > 0:
             raise UsageError(f"--rate-mbit must be positive, got {self.rate_mbit!r}")
-        if self.medium not in ("split", "shared"):
-            raise UsageError(f"--medium must be split or shared, got {self.medium!r}")
+        if self.medium not in MEDIA:
+            raise UsageError(f"--medium must be one of {', '.join(MEDIA)}, got {self.medium!r}")
+        if self.medium == "wifi" and self.net != "netns":
+            raise UsageError(
+                "--medium wifi runs every robot in a namespace of the emulated channel; "
+                f"it cannot run with --net {self.net}"
+            )
         if self.max_versions is not None and self.max_versions < 1:
             raise UsageError(f"--max-versions must be >= 1, got {self.max_versions!r}")
 

@@ -27,6 +27,7 @@ from coorp.learn._runtime.config import (
     role_config,
     runtime_workload,
 )
+from coorp.learn._runtime.network import NetworkFactory, RuntimeNetwork, wired
 from coorp.learn._runtime.results import ServerResult, WorkerResult, read_result
 from coorp.learn._runtime.scoring import check_syncs, ls_metrics, score_versions
 from coorp.scenario import Scenario
@@ -48,6 +49,9 @@ class RuntimeRun:
     syncs_checked: int
     leader: dict[str, Any]
     final_changed: bool
+    #: What the network reported about the run (the emulated channel's real-time
+    #: verdict, lag and frames per access category); None for a wired one.
+    network: dict[str, Any] | None = None
 
 
 def _ready(p: subprocess.Popen[bytes], timeout: float, log: Path) -> list[str]:
@@ -92,30 +96,32 @@ def learn_on_runtime(
     *,
     workdir: Path,
     on_progress: Callable[[str], None] | None = None,
+    network: NetworkFactory | None = None,
 ) -> RuntimeRun:
     """Run the scenario's team as processes on real sockets and learn for
-    ``spec.duration_s`` wall seconds; score every model version afterwards."""
-    from coorp.learn._netns import Topology, netns_unavailable
+    ``spec.duration_s`` wall seconds; score every model version afterwards.
 
+    ``network`` makes the run's network (:mod:`coorp.learn._runtime.network`); None:
+    loopback or the wired namespaces ``rt`` names (``medium`` ``wifi`` needs one)."""
     if mode not in MODES:
         raise UsageError(f"unknown mode {mode!r}; allowed: {', '.join(MODES)}")
     wl, sync = runtime_workload(scenario, spec)
-    if rt.net == "netns":
-        why = netns_unavailable()
-        if why is not None:
-            raise ConfigurationError(f"--net netns: {why}; use --net loopback instead")
+    if network is None:
+        if rt.medium == "wifi":
+            raise UsageError(
+                "--medium wifi: the emulated channel is built by the caller "
+                "(coorp learn --runtime --medium wifi) and passed as network="
+            )
+        if rt.net == "netns":
+            from coorp.learn._netns import netns_unavailable
+
+            why = netns_unavailable()
+            if why is not None:
+                raise ConfigurationError(f"--net netns: {why}; use --net loopback instead")
+        network = wired(net=rt.net, medium=rt.medium, rate_mbit=rt.rate_mbit,
+                        queue_ms=rt.queue_ms, downlink=rt.downlink)  # fmt: skip
     names = list(scenario.workers)
     duration = spec.duration_s if spec.duration_s is not None else scenario.duration_s
-    topo = Topology(len(names), medium=rt.medium)
-    hosts = {wl.leader: "ld", **{w: f"w{i + 1}" for i, w in enumerate(names)}}
-    netns = rt.net == "netns"
-
-    def host(robot: str) -> str | None:
-        return hosts[robot] if netns else None
-
-    def addr(robot: str) -> str:
-        return topo.addr(hosts[robot]) if netns else "127.0.0.1"
-
     run_dir = workdir / f"{mode}-seed{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, KEY_ENV: os.urandom(32).hex()}
@@ -123,19 +129,19 @@ def learn_on_runtime(
     cfg = role_config(scenario, mode, spec, rt)
     say = on_progress or (lambda _m: None)
     t_start = time.monotonic()
+    net: RuntimeNetwork | None = None
     try:
-        if netns:
-            topo.create(rate_mbit=rt.rate_mbit, queue_ms=rt.queue_ms, downlink=rt.downlink)
+        net = network(wl.leader, names, seed)
         permits = None
         if mode == "coorp":
             limit = opts.limit if opts is not None else 1
             timeslice = opts.timeslice_s if opts is not None else 5.0
             log = run_dir / "permits.log"
-            permits = topo.popen(host(wl.leader), [*_role_argv(), "permits", "--host",
-                                 addr(wl.leader), "--robots", ",".join([wl.leader, *names]),
-                                 "--limit", str(limit), "--timeslice-s", str(timeslice)],
-                                 env, log)  # fmt: skip
-            cfg.permits = f"{addr(wl.leader)}:{_ready(permits, rt.timeout_s, log)[0]}"
+            permits = net.popen(wl.leader, [*_role_argv(), "permits", "--host",
+                                net.addr(wl.leader), "--robots", ",".join([wl.leader, *names]),
+                                "--limit", str(limit), "--timeslice-s", str(timeslice)],
+                                env, log)  # fmt: skip
+            cfg.permits = f"{net.addr(wl.leader)}:{_ready(permits, rt.timeout_s, log)[0]}"
         cfg.grid_ns = time.monotonic_ns()
         procs: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
         for i, robot in enumerate([wl.leader, *names]):
@@ -143,19 +149,19 @@ def learn_on_runtime(
             conf = msgspec.structs.replace(cfg, seed=seed * 1000 + i)
             (run_dir / f"{robot}.json.in").write_bytes(conf.to_json())
             role = "server" if robot == wl.leader else "worker"
-            argv = [*_role_argv(), role, "--robot", robot, "--host", addr(robot),
+            argv = [*_role_argv(), role, "--robot", robot, "--host", net.addr(robot),
                     "--config", str(run_dir / f"{robot}.json.in"),
                     "--result", str(run_dir / f"{robot}.json")]  # fmt: skip
             if role == "worker":
                 assert cfg.server is not None and cfg.server_tcp is not None
                 argv += ["--server", cfg.server, "--server-tcp", cfg.server_tcp]
             log = run_dir / f"{robot}.log"
-            p = topo.popen(host(robot), argv, env, log)
+            p = net.popen(robot, argv, env, log)
             procs[robot] = (p, log)
             if role == "server":
                 inbox_port, tcp_port = _ready(p, rt.timeout_s, log)
-                cfg.server = f"{addr(robot)}:{inbox_port}"
-                cfg.server_tcp = f"{addr(robot)}:{tcp_port}"
+                cfg.server = f"{net.addr(robot)}:{inbox_port}"
+                cfg.server_tcp = f"{net.addr(robot)}:{tcp_port}"
         say(f"{mode}, seed {seed}: {len(names)} workers learning for {duration:g} s")
         bound = time.monotonic() + duration + 4 * rt.timeout_s
         for robot, (p, log) in procs.items():
@@ -168,11 +174,13 @@ def learn_on_runtime(
         if permits is not None:
             permits.terminate()
             permits.wait(timeout=10)
+        reported = net.finish()
         server = read_result(run_dir / f"{wl.leader}.json", ServerResult)
         versions = np.load(run_dir / f"{wl.leader}.json.npy")
         workers = {w: read_result(run_dir / f"{w}.json", WorkerResult) for w in names}
     finally:
-        topo.destroy()
+        if net is not None:
+            net.destroy()
     wall = time.monotonic() - t_start
     intact, checked = check_syncs(server, workers)
     ls = ls_metrics(server, workers, cfg)
@@ -201,4 +209,5 @@ def learn_on_runtime(
         syncs_checked=checked,
         leader=server.leader,
         final_changed=bool(len(versions) > 1 and not np.array_equal(versions[-1], versions[0])),
+        network=reported,
     )

@@ -59,7 +59,7 @@ from typing import Any, Literal
 
 from coorp._errors import ConfigurationError
 
-from .._selectors import Match
+from .._selectors import RTPS_MAGIC, Match
 from ._endings import REJECTS
 
 __all__ = [
@@ -311,6 +311,8 @@ def _match_exprs(m: Match, cgroup_root: Path | None) -> list[dict[str, Any]]:
         out += _ports(2, m.dport)
     if m.sport is not None:
         out += _ports(0, m.sport)
+    if m.rtps:  # the 4 bytes after the UDP header (the rule above checked l4proto udp)
+        out += [_payload(_BASE_TRANSPORT, 8, len(RTPS_MAGIC)), _cmp(RTPS_MAGIC)]
     return out
 
 
