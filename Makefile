@@ -13,7 +13,7 @@ CORE := $(VENV)/.installed-core
 FULL := $(VENV)/.installed
 UV := $(BIN)/uv
 # pytest workers, one per core, for every test but those that time real sockets (these run
-# alone afterwards: tests/conftest.py).
+# alone afterwards: tests/suite_split.py).
 JOBS ?= auto
 EXTRAS ?= dev,parquet,transport,ray,cosim,learn,team,transparent
 

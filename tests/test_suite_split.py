@@ -1,4 +1,4 @@
-"""`make test`'s two passes: which tests run alone (tests/conftest.py), and the Makefile."""
+"""`make test`'s two passes: which tests run alone (tests/suite_split.py), and the Makefile."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import pytest_collection_modifyitems, realtime
+from suite_split import pytest_collection_modifyitems, realtime
 
 TESTS = Path(__file__).parent
 

@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import TINY
+from tiny_world import TINY
 
 from cli_run import run_cli
 

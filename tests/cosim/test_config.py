@@ -3,7 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import tiny
+from tiny_world import tiny
 
 from coorp._errors import ScenarioError
 from coorp.cosim import RobotKind, load_cosim, parse_cosim

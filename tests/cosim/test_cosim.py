@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import tiny
+from tiny_world import tiny
 
 from coorp.cosim import Coupling, Radio, parse_cosim, run_cosim
 from coorp.cosim._config import RadioConfig

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from conftest import tiny
+from tiny_world import tiny
 
 from coorp.cosim import CosimRun, parse_cosim
 from coorp.cosim._world import World

@@ -14,7 +14,7 @@ from importlib import resources
 from typing import Any
 
 import pytest
-from conftest import tiny
+from tiny_world import tiny
 
 from coorp.cosim import parse_cosim, run_cosim
 
