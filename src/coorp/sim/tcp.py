@@ -155,6 +155,12 @@ class TcpConnection:
         self._mac: deque[list[int]] = deque()
         self._held: dict[int, tuple[int, int, int]] = {}
         self._pending = 0  # in-order segments not yet acknowledged
+        #: Quickack mode (Linux's icsk_ack.quick): ACKs still to send one per segment;
+        #: entered with min(quickacks, rwnd / 2 MSS, at least 2) (``tcp_incr_quickack``).
+        self._quick = 0
+        q = max(params.receive_window_bytes // (2 * self.mss), 2)
+        self._quick_max = min(q, params.quickacks)
+        self._lrcv = -1  # when in-order data last arrived (icsk_ack.lrcvtime)
         self._delack_deadline = -1
         self._delack_event: Event | None = None
         # -- counters --------------------------------------------------------------------------
@@ -395,7 +401,19 @@ class TcpConnection:
             # In order, no hole: the common case, one step.
             flow.delivered_packets += k
             flow.delivered_bytes += k * size
+            if self._quick_max:
+                self._data_recv(now)
             self._advance(seq + k, now)
+            q = self._quick
+            if q:
+                # Quickack mode (tcp_in_quickack_mode): each segment acknowledged at once.
+                j = q if q < k else k
+                self._pending = 0
+                self._send_acks(seq + 1, j, 1)
+                seq += j
+                k -= j
+                if not k:
+                    return
             total = self._pending + k
             m = total // ACK_STEP
             self._pending = total - m * ACK_STEP
@@ -407,6 +425,8 @@ class TcpConnection:
         for s in range(seq, seq + k):
             if s < self.rcv_nxt or s in ooo:
                 self.duplicate_segments += 1
+                if s < self.rcv_nxt and self._quick < self._quick_max:
+                    self._quick = self._quick_max  # tcp_enter_quickack_mode: old data
                 self._ack_now()
                 continue
             flow.delivered_packets += 1
@@ -420,8 +440,10 @@ class TcpConnection:
             while end in ooo:
                 ooo.discard(end)
                 end += 1
+            if self._quick_max:
+                self._data_recv(now)
             self._advance(end, now)
-            if filled:
+            if filled or self._quick:
                 self._ack_now()
             else:
                 self._pending += 1
@@ -429,6 +451,15 @@ class TcpConnection:
                     self._ack_now()
                 else:
                     self._arm_delack(now)
+
+    def _data_recv(self, now: int) -> None:
+        """``tcp_event_data_recv``: the connection's first in-order data, or data after a
+        gap longer than the receiver's RTO, puts the receiver in quickack mode
+        (``tcp_incr_quickack``)."""
+        last = self._lrcv
+        self._lrcv = now
+        if (last < 0 or now - last > self.params.min_rto_ns) and self._quick < self._quick_max:
+            self._quick = self._quick_max
 
     def _advance(self, end: int, now: int) -> None:
         """Segments up to ``end`` are in order: the application has their bytes."""
@@ -456,13 +487,26 @@ class TcpConnection:
         self._pending = 0
         self._send_acks(self.rcv_nxt, 1)
 
-    def _send_acks(self, first_ack: int, m: int) -> None:
-        """``m`` ACKs acknowledging ``first_ack``, ``first_ack + 2``, ...: one run."""
+    def _send_acks(self, first_ack: int, m: int, step: int = ACK_STEP) -> None:
+        """``m`` ACKs acknowledging ``first_ack``, ``first_ack + step``, ...: one run for
+        ``ACK_STEP``, one packet each for quickacks (``step`` 1). Each ACK sent counts against
+        quickack mode (``tcp_event_ack_sent``)."""
+        q = self._quick
+        if q:
+            self._quick = q - m if q > m else 0
         pid = self._alloc_pids(m)
-        ack = Packet(pid, self.ack_flow, TCP_ACK_BYTES, count=m)
-        ack.seq_base = first_ack - ACK_STEP * pid
         self.ack_flow.sent_packets += m
-        self.ack_flow.src.send_ls([ack])
+        if step == ACK_STEP:
+            ack = Packet(pid, self.ack_flow, TCP_ACK_BYTES, count=m)
+            ack.seq_base = first_ack - ACK_STEP * pid
+            self.ack_flow.src.send_ls([ack])
+            return
+        acks: list[Packet] = []
+        for i in range(m):
+            ack = Packet(pid + i, self.ack_flow, TCP_ACK_BYTES)
+            ack.seq_base = first_ack + step * i - ACK_STEP * (pid + i)
+            acks.append(ack)
+        self.ack_flow.src.send_ls(acks)
 
     def _arm_delack(self, now: int) -> None:
         if self._delack_deadline >= 0:
