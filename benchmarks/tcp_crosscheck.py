@@ -3,12 +3,14 @@
 The same channel as ``ns3_crosscheck.py`` (802.11ac, 80 MHz, 2 streams, VHT MCS 7, long
 GI, A-MPDU of up to 64 MPDUs, AC_BE, control frames at 24 Mb/s, stations on a 1 m circle
 around the AP, ns-3's BlockAckReq retry policy on both sides) carries N bulk TCP uploads
-to the AP, each a connection that starts with an initial window of 10 segments and always
-has data (ns-3: ``BulkSendApplication``; coorp: a saturating bulk flow), segments of 1448
-payload bytes in 1500-byte IP packets, 52-byte ACKs (timestamps), one ACK per two
-segments, a 40 ms delayed-ACK timeout, RTO bounds of 200 ms .. 120 s with a 1 ms clock
-granularity, no SACK, a fixed receive window (``--rwnd``). Congestion control: ns-3's
-``TcpLinuxReno`` against ``reno``, ``TcpCubic`` (HyStart on) against ``cubic``; both
+to the AP, each a connection that starts with an initial window of 10 segments and
+always has data (ns-3: ``BulkSendApplication``; coorp: a saturating bulk flow), segments
+of 1448 payload bytes in 1500-byte IP packets, 52-byte ACKs (timestamps), one ACK per
+two segments after the first, which is acknowledged at once (ns-3's receiver; coorp's
+``[tcp] quickacks = 1``), a 40 ms delayed-ACK timeout, RTO bounds of 200 ms .. 120 s
+with a 1 ms clock granularity, no SACK, a fixed receive window (``--rwnd``). Congestion
+control: ns-3's ``TcpLinuxReno`` against ``reno``, ``TcpCubic`` against ``cubic``
+(HyStart off on both sides unless ``--hystart on``: docs/validation.md says why); both
 recover with proportional rate reduction. ns-3 runs without a queue disc (its WiFi MAC
 queue holds 500 packets, more than the window: nothing is dropped there), with its
 neighbour caches filled (no ARP) and its Block Ack agreements set up by a few UDP
@@ -16,7 +18,10 @@ datagrams each way half a second before (coorp has them from the start). ns-3 se
 its segments without the timestamps option (1460 payload bytes in the same 1500-byte
 packets, 40-byte ACKs against coorp's 52): with it, ns-3 3.44 measures RTTs in whole
 milliseconds (a sub-millisecond RTT becomes 1 µs), which is not what Linux does.
-coorp's connections start when ns-3's sent their first segment (after the handshake).
+Both sides open every connection at the applications' start with a SYN and a SYN-ACK
+over the channel (44-byte IP packets), so the handshakes contend with each other and
+with the first connections' data as ns-3's do (``--starts ns3``: coorp's connections
+start instead at the instants ns-3's sent their first segment, without handshakes).
 
 Two things are compared per case:
 
@@ -31,7 +36,10 @@ Two things are compared per case:
   segment (averaged over connections and seeds: with several senders it depends on the
   order in which contention serves them), and of the *mean window per connection* from
   the applications' start, averaged over the seeds first (the expected window, which
-  that order does not decide); and when that mean reaches the receive window.
+  that order does not decide); and when that mean reaches the receive window. With
+  several senders the mean window over a few seeds is itself noisy (two sets of 10 of
+  ns-3's own seeds differ by about 5% with five senders): compare it over many seeds
+  (short runs: ``--seeds 40 --warmup 0.05 --duration 0.05``).
   ``--figure`` plots the mean windows.
 
 ``--json PATH`` writes exactly ``{"rows": [{"case", "coorp_mbps", "ns3_mbps"}]}``;
@@ -57,7 +65,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from coorp.scenario import Scenario, parse_scenario
+from coorp.scenario import AccessCategory, Scenario, parse_scenario
 from coorp.sim import Simulation
 from ns3_crosscheck import INSTALL_HINT, import_ns3, ns3_version, place_and_address
 
@@ -70,6 +78,11 @@ NS3_MSS = PACKET_BYTES - 40
 #: the throughput window.
 NS3_APP_START_S = 1.0
 SAMPLE_NS = 100_000
+BE = AccessCategory.BE
+#: ns-3's SYN and SYN-ACK without timestamps: IPv4 20 + TCP 20 + window scale 3 + 1 pad.
+SYN_IP_BYTES = 44
+#: Segments ns-3 3.44's receiver acknowledges at once at a connection's start.
+NS3_QUICKACKS = 1
 DEFAULT_CASES = "reno-1,cubic-1,reno-5,cubic-5,cubic-1-64k,cubic-5-64k"
 
 
@@ -101,8 +114,23 @@ class Case:
 
 
 def coorp_scenario(case: Case, starts_ns: list[int] | None = None) -> Scenario:
-    """The case as a coorp scenario; connection ``i`` starts at ``starts_ns[i]``."""
-    starts = starts_ns or [0] * case.n
+    """The case as a coorp scenario. With ``starts_ns`` connection ``i`` starts at
+    ``starts_ns[i]``; without, the scenario has no flows and :func:`run_coorp` opens
+    each connection with a handshake."""
+    flows = (
+        [
+            {
+                "kind": "bulk",
+                "name": f"up{i}",
+                "src": f"sta{i}",
+                "dst": "ap",
+                "start_us": starts_ns[i] / 1000,
+            }
+            for i in range(case.n)
+        ]
+        if starts_ns is not None
+        else []
+    )
     return parse_scenario(
         {
             "name": f"tcp-{case.name}",
@@ -111,35 +139,63 @@ def coorp_scenario(case: Case, starts_ns: list[int] | None = None) -> Scenario:
             "mac": {"retry_policy": "ns3"},
             "links": {"mode": "fixed", "mcs": 7},
             "stations": [{"name": "ap"}] + [{"name": f"sta{i}"} for i in range(case.n)],
-            "flows": [
-                {
-                    "kind": "bulk",
-                    "name": f"up{i}",
-                    "src": f"sta{i}",
-                    "dst": "ap",
-                    "start_us": starts[i] / 1000,
-                }
-                for i in range(case.n)
-            ],
+            "flows": flows,
             "tcp": {
                 "sender": case.cc,
                 "receive_window_bytes": case.rwnd_bytes,
                 "delayed_ack_us": 40_000,
                 "min_rto_us": 200_000,
+                # ns-3 3.44's receiver acknowledges the first data segment at once and
+                # then every second one (TcpSocketBase::ProcessSynRcvd sets
+                # m_delAckCount = m_delAckMaxCount), Linux's the first 16.
+                "quickacks": NS3_QUICKACKS,
             },
         }
     )
+
+
+def _handshakes(sim: Simulation, case: Case, starts: list[int]) -> None:
+    """Open each connection as ns-3's applications do, all at time 0: a SYN from the
+    station, a SYN-ACK from the AP when it arrives, the window's first segments when
+    that arrives (``starts[i]`` records when). ns-3's third handshake segment, a 40-byte
+    ACK that leaves in the A-MPDU of the first data, is left out."""
+
+    def open_(i: int) -> None:
+        syn = sim.flow(f"syn{i}", f"sta{i}", "ap", BE, bulk=False)
+        synack = sim.flow(f"synack{i}", "ap", f"sta{i}", BE, bulk=False)
+        up = sim.flow(f"up{i}", f"sta{i}", "ap", BE, bulk=True)
+
+        def established(_msg: Any) -> None:
+            starts[i] = sim.now_ns
+            sim.start_transfer(up, None)
+
+        def send_synack(_msg: Any) -> None:
+            sim.send_packet(synack, SYN_IP_BYTES, established, lambda _m: send_synack(_m))
+
+        # A segment the MAC gives up on is sent again at once: ns-3's MAC does not drop
+        # frames under a Block Ack agreement at its retry limit (docs/validation.md).
+        def send_syn(_msg: Any = None) -> None:
+            sim.send_packet(syn, SYN_IP_BYTES, send_synack, send_syn)
+
+        send_syn()
+
+    for i in range(case.n):
+        open_(i)
 
 
 def run_coorp(
     case: Case, warmup_s: float, duration_s: float, seed: int, starts_ns: list[int] | None,
     hystart: str = "on",
 ) -> dict[str, Any]:  # fmt: skip
-    """Throughput after the warm-up; each connection's (time, cwnd) from its start."""
-    starts = starts_ns or [0] * case.n
-    sc = coorp_scenario(case, starts)
+    """Throughput after the warm-up; each connection's (time, cwnd) from its start. With
+    ``starts_ns`` connection ``i`` starts at ``starts_ns[i]``; without, all open at time
+    0 with a handshake (:func:`_handshakes`)."""
+    sc = coorp_scenario(case, starts_ns)
     sc = sc.model_copy(update={"tcp": sc.tcp.model_copy(update={"hystart": hystart == "on"})})
     sim = Simulation(sc, seed=seed, trace=True)
+    starts = list(starts_ns) if starts_ns is not None else [-1] * case.n
+    if starts_ns is None:
+        _handshakes(sim, case, starts)
     flows = [sim.flows[f"up{i}"] for i in range(case.n)]
     at_warmup: list[int] = []
     warm_ns = round(warmup_s * 1e9)
@@ -439,6 +495,12 @@ def main(argv: list[str] | None = None) -> int:
         "--hystart", choices=("on", "off"), default="off",
         help="CUBIC's HyStart on both sides (off by default: see the module docstring)",
     )  # fmt: skip
+    ap.add_argument(
+        "--starts", choices=("handshake", "ns3"), default="handshake",
+        help="coorp's connections open with a SYN and SYN-ACK over the channel at the "
+        "applications' start, as ns-3's do (default), or start at the instants ns-3's "
+        "sent their first segment",
+    )  # fmt: skip
     ap.add_argument("--no-ns3", action="store_true", help="skip ns-3 even if importable")
     ap.add_argument("--json", type=Path, help='write {"rows": [{case, coorp_mbps, ns3_mbps}]}')
     ap.add_argument("--details", type=Path, help="write every number and trace here")
@@ -469,7 +531,7 @@ def main(argv: list[str] | None = None) -> int:
             if ns is not None:
                 theirs = run_ns3(ns, case, NS3_APP_START_S + args.warmup, args.duration,
                                  seed, args.hystart == "on")  # fmt: skip
-            starts = theirs["starts_ns"] if theirs is not None else None
+            starts = theirs["starts_ns"] if theirs is not None and args.starts == "ns3" else None
             ours = run_coorp(case, args.warmup, args.duration, seed, starts, args.hystart)
             cwnd = (
                 compare_traces(ours, theirs, case.rwnd_bytes, args.trace_ms)
@@ -534,6 +596,7 @@ def main(argv: list[str] | None = None) -> int:
             "warmup_s": args.warmup,
             "duration_s": args.duration,
             "trace_ms": args.trace_ms,
+            "starts": args.starts,
             "seeds": seeds,
             "results": results,
         }

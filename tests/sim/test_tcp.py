@@ -50,7 +50,7 @@ def _drop_one_queued_segment(sim: Simulation, conn: TcpConnection) -> int:
 
 # -- slow start --------------------------------------------------------------------------
 def test_slow_start_doubles_the_window_every_round_trip() -> None:
-    sim = Simulation(_scenario(), trace=True)
+    sim = Simulation(_scenario(tcp={"quickacks": 0}), trace=True)
     conn = _upload(sim)
     res = sim.run(10 * MS)
     trace = res.tcp["up"]["cwnd_trace"]
@@ -63,6 +63,60 @@ def test_slow_start_doubles_the_window_every_round_trip() -> None:
     assert conn.ssthresh > conn.cwnd
     assert conn.cwnd == 10 + conn.snd_una
     assert res.tcp["up"]["retransmits"] == 0 and res.tcp["up"]["timeouts"] == 0
+
+
+def test_quickack_mode_acknowledges_the_first_16_segments_one_by_one() -> None:
+    # Linux's receiver acks each of a connection's first 16 segments at once
+    # (tcp_incr_quickack, TCP_MAX_QUICKACKS), then every second: the window still
+    # doubles per round trip, from more ACKs.
+    sim = Simulation(_scenario(tcp={"quickacks": 16}), trace=True)
+    conn = _upload(sim)
+    res = sim.run(10 * MS)
+    trace = res.tcp["up"]["cwnd_trace"]
+    first, second = trace[0][0], trace[10][0]
+    assert [(t, w) for t, w, _ in trace[:10]] == [(first, w) for w in range(11, 21)]
+    # The second round: six more quickacks, then one ACK per two segments (their run
+    # absorbs the sixth, which acknowledges the segment before its first).
+    assert [(t, w) for t, w, _ in trace[10:16]] == [(second, w) for w in (21, 22, 23, 24, 25, 40)]
+    assert [w for _, w, _ in trace[16:18]] == [80, 160] and second > first
+    assert conn.cwnd == 10 + conn.snd_una
+    # ACKs of the first two rounds: 10 + 6 one per segment, 7 one per two.
+    ack_times = sorted({t for t, _, _ in trace if t <= second})
+    assert ack_times == [first, second]
+    assert res.flows["up:ack"].sent_packets >= 23
+
+
+def test_the_receiver_quickacks_again_after_an_idle_gap_longer_than_its_rto() -> None:
+    # tcp_event_data_recv: data after a gap longer than the receiver's RTO (200 ms here)
+    # re-enters quickack mode, a shorter gap does not.
+    def acks_for_the_second_transfer(gap_ms: int) -> int:
+        sim = Simulation(_scenario(tcp={"slow_start_after_idle": False, "quickacks": 16}))
+        flow = sim.flow("up", "sta", "ap", BE, bulk=True)
+        acks = sim.flows["up:ack"]
+        sim.start_transfer(flow, 20 * 1448)
+        sent: list[int] = []
+
+        def second() -> None:
+            sent.append(acks.sent_packets)
+            sim.start_transfer(flow, 20 * 1448)
+
+        sim.call_at(gap_ms * MS, second)
+        sim.run((gap_ms + 50) * MS)
+        return acks.sent_packets - sent[0]
+
+    counts = {gap_ms: acks_for_the_second_transfer(gap_ms) for gap_ms in (100, 300)}
+    # 20 segments: after the short gap one ACK per two (10); after the long one the
+    # first 16 one by one, then 2 for the last 4.
+    assert counts == {100: 10, 300: 18}
+
+
+def test_ns3s_receiver_acks_only_the_first_segment_at_once() -> None:
+    # quickacks = 1 is ns-3 3.44's receiver (docs/validation.md): ACKs for segments
+    # 1, 3, 5, ..., the last of each flight waits for the next: 2w - 1 per round trip.
+    sim = Simulation(_scenario(tcp={"quickacks": 1}), trace=True)
+    _upload(sim)
+    res = sim.run(10 * MS)
+    assert [w for _, w, _ in res.tcp["up"]["cwnd_trace"][:4]] == [19, 37, 73, 145]
 
 
 def test_window_and_receive_window_bound_what_enters_the_kernel_queue() -> None:

@@ -52,6 +52,16 @@ class TcpConfig(_Model):
         description="delayed-ACK timeout for a lone in-order segment (Linux's minimum ATO "
         "40 ms; ns-3's default is 200 ms)",
     )
+    quickacks: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description="the receiver acknowledges each of the first segments at once, up to "
+        "this many, at a connection's first data and after a gap longer than min_rto_us "
+        "(Linux's quickack mode: 16, TCP_MAX_QUICKACKS, capped at the receive window over "
+        "2 segments; ns-3 3.44's receiver: 1); 0 (the default, the model's behaviour "
+        "before this field): an ACK per two segments from the first",
+    )
     initial_rto_us: float = Field(
         1_000_000.0, gt=0, le=60_000_000, description="RTO before any RTT sample (RFC 6298: 1 s)"
     )

@@ -122,6 +122,7 @@ class Simulation:
                 max_rto_ns=round(tcp.max_rto_us * NS_PER_US),
                 granularity_ns=round(tcp.clock_granularity_us * NS_PER_US),
                 slow_start_after_idle=tcp.slow_start_after_idle,
+                quickacks=tcp.quickacks,
             )
         for f in scenario.flows:
             self._install(f)

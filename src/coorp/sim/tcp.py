@@ -1,46 +1,12 @@
-"""TCP connections for bulk flows: a sender whose window gates the kernel queue, a receiver
-whose delayed ACKs clock it (``[tcp] sender = "reno" | "cubic"``; off by default).
+"""TCP connections for bulk flows (``[tcp] sender = "reno" | "cubic"``; off by default).
 
-One :class:`TcpConnection` per bulk flow with TCP acks. Its unit is the segment: one IP
-packet of ``packet_bytes`` (``mss`` = ``packet_bytes - 52`` bytes of payload, IPv4 + TCP +
-timestamps), numbered from 0. The application's transfers on the flow are one byte
-stream, each transfer's last segment possibly short.
-
-* **Sender** (Linux's ``tcp_write_xmit``): new segments enter the station's kernel queue
-  while the segments in flight (``packets_out - sacked_out - lost_out + retrans_out``)
-  are fewer than ``cwnd`` and the receive window allows. The station sees the connection
-  as one :class:`~coorp.sim.station.BulkTransfer` (``sock``) whose bytes are those
-  segments; the driver, the policy's gate and the MAC handle them as any bulk data, and
-  each run the driver takes gets its sequence numbers (``Packet.seq_base``).
-* **Receiver**: its MAC passes segments up in the order they were sent (the Block Ack
-  reordering buffer: those delivered ahead of a retried one wait for it or its drop).
-  One ACK (52 bytes, a frame in AC_BE, the flow ``<name>:ack``) per two in-order
-  segments, a lone one after ``delayed_ack_us``; an out-of-order or duplicate segment,
-  or one that fills a hole, is acknowledged at once (a duplicate ACK). Segments are
-  counted delivered once, on first arrival; a transfer is complete when every byte of
-  it is in order.
-* **ACKs** (Linux's ``tcp_ack``): window growth (``coorp.sim.congestion``, only while the
-  window limits the sender: ``tcp_is_cwnd_limited``), RTT samples (Karn: none from
-  retransmitted segments) for RFC 6298's RTO; three duplicate ACKs start fast recovery
-  (NewReno, RFC 6582, as Linux does without SACK: the head segment retransmitted, one
-  more at each partial ACK) with proportional rate reduction (RFC 6937, Linux's
-  ``tcp_cwnd_reduction``), ending at ``cwnd = ssthresh``.
-* **RTO** (RFC 6298, bounds from the scenario; Linux's ``tcp_enter_loss``): ssthresh
-  reduced, cwnd 1, every outstanding segment marked lost and resent in order as the
-  window opens, the timer backed off (doubled) until a new RTT sample. A segment still
-  in the station's queues is not resent (Linux: ``skb_still_in_host_queue``), and an
-  ACK of an original segment afterwards undoes the reduction (F-RTO, RFC 5682): a gate
-  that holds a sender's data past its RTO costs the backoff, not the window.
-* **Idle** (``slow_start_after_idle``, Linux's ``tcp_cwnd_restart``): data written
-  after the connection was idle (nothing in flight) for more than an RTO restarts with
-  the window halved for every RTO of idleness, down to the initial window.
-
-Not modelled: SACK, RACK, tail-loss probes, pacing, TSQ, receive-window autotuning,
-ECN, AQM in the kernel queue (it never drops: without loss the window grows to the
-receive window). Losses come only from the MAC (retry-limit drops, packet errors).
-
-The one import circle kept on purpose (speed): this module, ``congestion``, ``packets``,
-``station``, ``mac``, ``_ungated`` and ``_txq`` name each other's classes for mypyc's native access.
+One :class:`TcpConnection` per bulk flow with TCP acks, in segments numbered from 0: a
+sender whose window gates the station's kernel queue (Linux's ``tcp_write_xmit``), a
+receiver whose delayed ACKs (and quickacks) clock it, ``tcp_ack``'s growth, fast
+recovery with PRR, the RTO with F-RTO undo and slow start after idle. The model and
+what it leaves out: docs/simulator.md, "TCP senders". The one import circle kept on
+purpose (speed): this module, ``congestion``, ``packets``, ``station``, ``mac``,
+``_ungated`` and ``_txq`` name each other's classes for mypyc's native access.
 """
 
 from __future__ import annotations
@@ -106,13 +72,11 @@ class TcpConnection:
         self.sock = BulkTransfer(flow, None, None, True)
         self.sock.remaining_bytes = 0
         self.sock.tcp = self
-        # -- application -----------------------------------------------------------------------
         #: Transfers with bytes not yet segmented (their ``remaining_bytes``).
         self._app: deque[BulkTransfer] = deque()
         #: [first seq, end seq (-1: open), bytes of its last segment, transfer] in order.
         self._spans: deque[tuple[int, int, int, BulkTransfer]] = deque()
         self._open_span_start = -1
-        # -- sender ----------------------------------------------------------------------------
         self.snd_una = 0
         self.snd_nxt = 0
         self.cwnd = params.initial_window
@@ -146,7 +110,6 @@ class TcpConnection:
         self.rto_count = 0
         self._rto_deadline = -1
         self._rto_event: Event | None = None
-        # -- receiver --------------------------------------------------------------------------
         self.rcv_nxt = 0
         self._ooo: set[int] = set()
         #: The receiver's MAC reordering (802.11-2016 10.24.4): [first, end) pid ranges
@@ -155,9 +118,13 @@ class TcpConnection:
         self._mac: deque[list[int]] = deque()
         self._held: dict[int, tuple[int, int, int]] = {}
         self._pending = 0  # in-order segments not yet acknowledged
+        # Quickack mode (icsk_ack.quick, tcp_incr_quickack): ACKs left to send one per segment.
+        self._quick = 0
+        q = max(params.receive_window_bytes // (2 * self.mss), 2)
+        self._quick_max = min(q, params.quickacks)
+        self._lrcv = -1  # when in-order data last arrived (icsk_ack.lrcvtime)
         self._delack_deadline = -1
         self._delack_event: Event | None = None
-        # -- counters --------------------------------------------------------------------------
         self.segments_sent = self.retransmits = self.fast_recoveries = self.timeouts = 0
         self.spurious_timeouts = self.idle_restarts = self.duplicate_segments = 0
         self.dupacks_received = self.delayed_acks = 0
@@ -395,7 +362,17 @@ class TcpConnection:
             # In order, no hole: the common case, one step.
             flow.delivered_packets += k
             flow.delivered_bytes += k * size
+            if self._quick_max:
+                self._data_recv(now)
             self._advance(seq + k, now)
+            q = self._quick
+            if q:  # quickack mode (tcp_in_quickack_mode): each segment acked at once
+                j = q if q < k else k
+                self._pending = 0
+                self._send_acks(seq + 1, j, 1)
+                seq, k = seq + j, k - j
+                if not k:
+                    return
             total = self._pending + k
             m = total // ACK_STEP
             self._pending = total - m * ACK_STEP
@@ -407,6 +384,8 @@ class TcpConnection:
         for s in range(seq, seq + k):
             if s < self.rcv_nxt or s in ooo:
                 self.duplicate_segments += 1
+                if s < self.rcv_nxt and self._quick < self._quick_max:
+                    self._quick = self._quick_max  # tcp_enter_quickack_mode: old data
                 self._ack_now()
                 continue
             flow.delivered_packets += 1
@@ -420,8 +399,10 @@ class TcpConnection:
             while end in ooo:
                 ooo.discard(end)
                 end += 1
+            if self._quick_max:
+                self._data_recv(now)
             self._advance(end, now)
-            if filled:
+            if filled or self._quick:
                 self._ack_now()
             else:
                 self._pending += 1
@@ -429,6 +410,13 @@ class TcpConnection:
                     self._ack_now()
                 else:
                     self._arm_delack(now)
+
+    def _data_recv(self, now: int) -> None:
+        """``tcp_event_data_recv``: first data, or data after a gap > RTO: quickack mode."""
+        last = self._lrcv
+        self._lrcv = now
+        if (last < 0 or now - last > self.params.min_rto_ns) and self._quick < self._quick_max:
+            self._quick = self._quick_max
 
     def _advance(self, end: int, now: int) -> None:
         """Segments up to ``end`` are in order: the application has their bytes."""
@@ -456,13 +444,25 @@ class TcpConnection:
         self._pending = 0
         self._send_acks(self.rcv_nxt, 1)
 
-    def _send_acks(self, first_ack: int, m: int) -> None:
-        """``m`` ACKs acknowledging ``first_ack``, ``first_ack + 2``, ...: one run."""
+    def _send_acks(self, first_ack: int, m: int, step: int = ACK_STEP) -> None:
+        """``m`` ACKs of ``first_ack``, ``first_ack + step``, ...: one run for ``ACK_STEP``,
+        a packet each for quickacks (``step`` 1); each counts against quickack mode."""
+        q = self._quick
+        if q:
+            self._quick = q - m if q > m else 0
         pid = self._alloc_pids(m)
-        ack = Packet(pid, self.ack_flow, TCP_ACK_BYTES, count=m)
-        ack.seq_base = first_ack - ACK_STEP * pid
         self.ack_flow.sent_packets += m
-        self.ack_flow.src.send_ls([ack])
+        if step == ACK_STEP:
+            ack = Packet(pid, self.ack_flow, TCP_ACK_BYTES, count=m)
+            ack.seq_base = first_ack - ACK_STEP * pid
+            self.ack_flow.src.send_ls([ack])
+            return
+        acks: list[Packet] = []
+        for i in range(m):
+            ack = Packet(pid + i, self.ack_flow, TCP_ACK_BYTES)
+            ack.seq_base = first_ack + step * i - ACK_STEP * (pid + i)
+            acks.append(ack)
+        self.ack_flow.src.send_ls(acks)
 
     def _arm_delack(self, now: int) -> None:
         if self._delack_deadline >= 0:
