@@ -2,8 +2,8 @@
 
 :func:`build_ruleset` turns the selectors' :class:`~._selectors.Match` objects into a
 :class:`Ruleset` (plain data: chains of rules, each rule a match, an action and a
-label), which renders in ``nft`` syntax and which :class:`NftTable` installs through
-netlink. The table (``ip coorp-<robot>``, IPv4) holds two chains:
+label), rendered in ``nft`` syntax and installed by :class:`NftTable` through netlink.
+The table (``ip coorp-<robot>``, IPv4) holds these chains:
 
 * ``ls_mark`` (``type route hook output priority mangle``): every LS packet gets
   ``meta priority`` 262 (cfg80211's "802.1d user priority 6", AC_VO, whatever DSCP) and
@@ -25,10 +25,9 @@ netlink. The table (``ip coorp-<robot>``, IPv4) holds two chains:
   not a local program's). Coorp's own ports, the inbound relay's port and TCP LS flows
   return first here.
 
-In the output chains, the relay's own connections carry ``relay_mark`` and return first, as do
-connections to this host itself (``fib daddr type local``: loopback, its addresses —
-the relay never relays to itself), Coorp's own ports and every LS match (a TCP LS flow
-such as Zenoh is marked and observed, never intercepted).
+In the output chains, the relay's own connections (``relay_mark``) return first, as do
+connections to this host itself (``fib daddr type local``: the relay never relays to
+itself), Coorp's ports and every LS match (a TCP LS flow is marked, never intercepted).
 
 **Lifetime.** The table is created with ``NFT_TABLE_F_OWNER`` where the kernel has it
 (5.12+): the kernel deletes it when the agent's netlink socket closes, so even
@@ -39,10 +38,9 @@ deletes it explicitly.
 **Why pyroute2.** Its netlink sockets, message encoding and nf_tables batches are what
 ``nft`` would do through libnftables; it is pure Python from PyPI (``pip install
 'coorp[transparent]'``), where libnftables needs a system package (Debian's
-``python3-nftables``) that a robot may not have. Its expression helpers cover few
-expressions, so :func:`_expr` builds the netlink form of each one here (the same bytecode
-``nft --debug=netlink`` prints), and one attribute missing from its ``socket``
-expression (the cgroup v2 level) is added at import.
+``python3-nftables``) that a robot may not have. :func:`_expr` builds each expression's
+netlink form (the bytecode ``nft --debug=netlink`` prints); the ``socket`` expression's
+cgroup v2 level attribute, missing from pyroute2, is added at import.
 """
 
 from __future__ import annotations
