@@ -12,8 +12,8 @@ BIN := $(VENV)/bin
 CORE := $(VENV)/.installed-core
 FULL := $(VENV)/.installed
 UV := $(BIN)/uv
-# pytest workers, one per core, for every test but those that time real sockets (these run
-# alone afterwards: tests/suite_split.py).
+# pytest workers, one per core; the tests that time real sockets run in a pass of their own,
+# after the rest (tests/suite_split.py).
 JOBS ?= auto
 EXTRAS ?= dev,parquet,transport,ray,cosim,learn,team,transparent
 
@@ -56,7 +56,7 @@ test: native
 	$(BIN)/ruff format --check src tests benchmarks examples
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -n $(JOBS) -m 'not realtime'
-	$(BIN)/python -m pytest -q -m realtime
+	$(BIN)/python -m pytest -q -n $(JOBS) -m realtime
 
 lint: $(FULL)
 	$(BIN)/ruff check src tests benchmarks examples

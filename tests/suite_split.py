@@ -1,12 +1,14 @@
-"""Suite-wide collection rules: which tests share a worker when the suite runs in parallel.
+"""Suite-wide collection rules: which tests `make test` runs in its second pass.
 
-`make test` runs the suite in two passes: every test not marked ``realtime`` with
-pytest-xdist (``-n`` workers: a 2-core machine runs the simulator's tests on both
-cores), then the ``realtime`` tests one at a time on a machine left to them. Those time
+`make test` runs the suite in two passes, each with pytest-xdist (``-n``: one worker per
+core): first every test not marked ``realtime``, then the ``realtime`` ones. Those time
 real programs on real sockets (loopback or network namespaces: a loop's deadline misses,
-who held the permit when); beside a busy worker they would see its CPU as load, which
-is not what they test. This module gives them the marker (tests/conftest.py installs
-its hook; a module of its own because every folder's conftest is named ``conftest``).
+who held the permit when); beside the first pass's CPU-bound simulator workers they
+would see that CPU as load, which is not what they test, while two of them at once
+mostly wait on their own sockets (the second pass took 3.3 min on 2 workers where the
+whole realtime set took 5.7 min on one, all passing, on a quiet 2-core machine). This
+module gives them the marker (tests/conftest.py installs its hook; a module of its own
+because every folder's conftest is named ``conftest``).
 """
 
 from __future__ import annotations
@@ -15,9 +17,19 @@ from pathlib import Path
 
 import pytest
 
-#: Folders (under tests/) and files whose tests all join the "real-time" group.
-_REALTIME_DIRS = ("runtime", "emulate", "transport", "teambench")
+#: Folders (under tests/) whose tests all join the ``realtime`` pass, and files elsewhere
+#: that time loopback sockets or real processes without the ``netns`` marker (which puts a
+#: test in that pass wherever it is). Unit tests of the runtime (wire, fuzz, selectors,
+#: rules) run in the parallel pass.
+_REALTIME_DIRS = ("transport",)
 _REALTIME_FILES = (
+    "runtime/test_runtime_loopback.py",
+    "runtime/test_runtime_members.py",
+    "runtime/test_runtime_member_bounds.py",
+    "runtime/test_runtime_lease.py",
+    "runtime/test_runtime_faults.py",
+    "runtime/test_runtime_cli.py",
+    "teambench/test_netns_run.py",
     "test_learn_team_netns.py",
     "test_examples.py",
     "learn/test_runtime_learn.py",
