@@ -190,7 +190,65 @@ class Proc:
         return ""
 
 
-class StarNetwork:
+class NamespacePrograms:
+    """Programs started in a set of namespaces and stopped together: what a star of
+    namespaces (:class:`StarNetwork`) and the emulated channel
+    (``coorp.emulate.Emulation``) share. A subclass provides :meth:`ns`, :meth:`popen`
+    (which appends to ``popens``) and the two lists."""
+
+    popens: list[subprocess.Popen[bytes]]
+    procs: list[Proc]
+
+    def ns(self, host: str) -> str:
+        raise NotImplementedError
+
+    def popen(
+        self,
+        host: str | None,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        stdin: bool = False,
+    ) -> subprocess.Popen[bytes]:
+        raise NotImplementedError
+
+    def start(
+        self,
+        host: str,
+        argv: Sequence[str],
+        name: str | None = None,
+        *,
+        env: Mapping[str, str] | None = None,
+        stdin: bool = False,
+    ) -> Proc:
+        """:meth:`popen` wrapped in a :class:`Proc` (stdout read line by line with
+        timeouts, stderr piped)."""
+        proc = Proc(name or host, self.popen(host, argv, env=env, stdin=stdin))
+        self.procs.append(proc)
+        return proc
+
+    def run(self, host: str, argv: Sequence[str], timeout: float = 30) -> str:
+        """Run ``argv`` to its end in ``host``'s namespace; its stdout."""
+        r = subprocess.run(["ip", "netns", "exec", self.ns(host), *argv], capture_output=True,
+                           text=True, timeout=timeout)  # fmt: skip
+        if r.returncode != 0:
+            raise RuntimeError(f"{argv}: exit {r.returncode}: {r.stderr[-2000:]}")
+        return r.stdout
+
+    def stop_procs(self) -> None:
+        for proc in self.procs:
+            with contextlib.suppress(Exception):
+                proc.kill()
+        for p in self.popens:
+            if p.poll() is None:
+                p.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=10)
+        self.procs.clear()
+        self.popens.clear()
+
+
+class StarNetwork(NamespacePrograms):
     """Hosts around one bridge in namespace ``sw`` (see the module docstring)."""
 
     def __init__(self, hosts: Sequence[str], *, tag: str, subnet: str) -> None:
@@ -306,40 +364,6 @@ class StarNetwork:
         )  # fmt: skip
         self.popens.append(p)
         return p
-
-    def start(
-        self,
-        host: str,
-        argv: Sequence[str],
-        name: str | None = None,
-        *,
-        env: Mapping[str, str] | None = None,
-        stdin: bool = False,
-    ) -> Proc:
-        """:meth:`popen` wrapped in a :class:`Proc` (stderr piped)."""
-        proc = Proc(name or host, self.popen(host, argv, env=env, stdin=stdin))
-        self.procs.append(proc)
-        return proc
-
-    def run(self, host: str, argv: Sequence[str], timeout: float = 30) -> str:
-        """Run ``argv`` to its end in ``host``'s namespace; its stdout."""
-        r = subprocess.run(["ip", "netns", "exec", self.ns(host), *argv], capture_output=True,
-                           text=True, timeout=timeout)  # fmt: skip
-        if r.returncode != 0:
-            raise RuntimeError(f"{argv}: exit {r.returncode}: {r.stderr[-2000:]}")
-        return r.stdout
-
-    def stop_procs(self) -> None:
-        for proc in self.procs:
-            with contextlib.suppress(Exception):
-                proc.kill()
-        for p in self.popens:
-            if p.poll() is None:
-                p.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.wait(timeout=10)
-        self.procs.clear()
-        self.popens.clear()
 
     def destroy(self) -> None:
         self.stop_procs()

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from coorp._errors import ConfigurationError, UsageError
-from coorp._netns import Proc
+from coorp._netns import NamespacePrograms, Proc
 from coorp.emulate._air import choose_ap, station_addresses
 from coorp.emulate._hosts import Hosts, remove_stale
 from coorp.scenario import Scenario
@@ -98,7 +98,7 @@ class EmulationReport:
         return float((b["rx_bytes"][i] - a["rx_bytes"][i]) * 8e3 / (b["t_ns"] - a["t_ns"]))
 
 
-class Emulation:
+class Emulation(NamespacePrograms):
     """Namespaces over one emulated channel (see the module docstring)."""
 
     def __init__(
@@ -249,41 +249,6 @@ class Emulation:
         )  # fmt: skip
         self.popens.append(p)
         return p
-
-    def start(
-        self,
-        host: str,
-        argv: Sequence[str],
-        name: str | None = None,
-        *,
-        env: Mapping[str, str] | None = None,
-        stdin: bool = False,
-    ) -> Proc:
-        """:meth:`popen` wrapped in a :class:`coorp._netns.Proc` (stdout read line by
-        line with timeouts)."""
-        proc = Proc(name or host, self.popen(host, argv, env=env, stdin=stdin))
-        self.procs.append(proc)
-        return proc
-
-    def run(self, host: str, argv: Sequence[str], timeout: float = 30) -> str:
-        """Run ``argv`` to its end in ``host``'s namespace; its stdout."""
-        r = subprocess.run(["ip", "netns", "exec", self.ns(host), *argv], capture_output=True,
-                           text=True, timeout=timeout)  # fmt: skip
-        if r.returncode != 0:
-            raise RuntimeError(f"{argv}: exit {r.returncode}: {r.stderr[-2000:]}")
-        return r.stdout
-
-    def stop_procs(self) -> None:
-        for proc in self.procs:
-            with contextlib.suppress(Exception):
-                proc.kill()
-        for p in self.popens:
-            if p.poll() is None:
-                p.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.wait(timeout=10)
-        self.procs.clear()
-        self.popens.clear()
 
     def destroy(self) -> None:
         """Stop everything and delete the namespaces (safe to call twice)."""
