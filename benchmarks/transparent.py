@@ -116,11 +116,13 @@ def team_file(
     *,
     bulk: bool = True,
     scheduling: str = "nice:-10",
+    inflight_budget_ms: float | None = None,
 ) -> Path:
     """The team file: Coorp on ports 7300/7301 (DDS domain 0 owns 7400-7649), LS by the
     middleware's preset, bulk = TCP to the upload port (client side: the robots'
     uploads) and connections accepted on the download port (server side: the leader's
-    replies); none with ``bulk=False`` (marking only)."""
+    replies); none with ``bulk=False`` (marking only). ``inflight_budget_ms``: the agents'
+    ``[agent] inflight_budget_ms`` (None: the default; 0: no bound)."""
     robots = ["leader", *net.hosts[1:]]
     hosts = ", ".join(f'{"leader" if h == "ld" else h} = "{net.addr(h)}"' for h in net.hosts)
     ls = '{ preset = "zenoh" }' if app == "zenoh" else '{ preset = "dds", domain_id = 0 }'
@@ -133,7 +135,8 @@ def team_file(
         f'[leader]\nlisten = "{ld}:7300"\ntimeslice_ms = {timeslice_ms}\n'
         f'[agent]\nleader = "{ld}:7300"\nlisten = "0.0.0.0:7301"\n'
         f'scheduling = "{scheduling}"\n'
-        f"[transparent]\nls = [{ls}]\n{bulk_line}"
+        + ("" if inflight_budget_ms is None else f"inflight_budget_ms = {inflight_budget_ms}\n")
+        + f"[transparent]\nls = [{ls}]\n{bulk_line}"
     )
     write_team_keys(load_team_config(path), path, force=True)
     return path
@@ -210,7 +213,8 @@ def measure(
     drops0 = _qdisc_drops(net)
     try:
         team = team_file(d, net, app, args.timeslice_ms, bulk=mode != "marking",
-                         scheduling=args.agent_scheduling)  # fmt: skip
+                         scheduling=args.agent_scheduling,
+                         inflight_budget_ms=getattr(args, "inflight_budget_ms", None))  # fmt: skip
         for host in net.hosts:  # busy processes on every host, started first
             for i in range(args.cpu_hog):
                 run.start(host, ["sh", "-c", "while :; do :; done"], f"hog-{host}-{i}")
@@ -580,6 +584,9 @@ def main() -> int:
                    help="--medium wifi: the NICs' ring model")  # fmt: skip
     p.add_argument("--cpu-hog", type=int, default=0, help="busy processes on every host")
     p.add_argument("--timeslice-ms", type=float, default=5000.0, help="the team's timeslice")
+    p.add_argument("--inflight-budget-ms", type=float, default=None,
+                   help="the agents' [agent] inflight_budget_ms (default: Coorp's; 0: no "
+                   "bound)")  # fmt: skip
     p.add_argument("--agent-scheduling", default="nice:-10",
                    help="the agents' agent.scheduling (none, nice:N, rr:P)")  # fmt: skip
     p.add_argument(

@@ -21,7 +21,7 @@ from coorp.runtime import (
 )
 from coorp.runtime.inbox._receiver import LsDecoder
 from coorp.runtime.robot._latency import LatencySensitiveChannel
-from coorp.runtime.robot._preempt import DrainTracker, within_budget
+from coorp.runtime.robot._preempt import DrainTracker, queueing_ns, within_budget
 from coorp.runtime.wire._marking import Marking
 
 KEY = TeamKey(b"u" * 32)
@@ -211,13 +211,50 @@ def test_the_in_flight_budget_bounds_queueing_not_the_paths_latency() -> None:
     wire = _table(2_600_000, 2_600_000)
     assert _deepest(wire, base_ns=2_600_000) == 1
     # WiFi: 0.3 ms of airtime per chunk, but 5.5 ms before any acknowledgement is back
-    # (channel access, the ack's way through the access point). Counted whole, the
-    # latency left room for a chunk or two in flight; what queues behind the holder's bytes
-    # waits only for their airtime: 19 chunks ahead keep that under 6 ms.
+    # (channel access, the ack's way through the access point). What queues behind the
+    # holder's bytes waits only for their airtime: 19 chunks ahead keep that under 6 ms,
+    # whatever the path's own latency (base_ns only prices unmeasured depths).
     air = _table(5_500_000, 300_000)
-    assert _deepest(air, base_ns=0) == 0  # the latency counted as if it were queueing
-    assert _deepest(air, base_ns=5_500_000) == 19
+    assert _deepest(air, base_ns=0) == _deepest(air, base_ns=5_500_000) == 19
     assert within_budget(air, 35, 0, None, 5_500_000)  # no budget: anything goes
+
+
+def _jittery(chunk_ns: int, depths: int) -> CompletionTimeTable:
+    """Completion times whose access time varies 1-6 ms alike at every depth (a WiFi
+    channel), plus ``chunk_ns`` per chunk ahead."""
+    ctt = CompletionTimeTable(default_ns=1_000_000)
+    for d in range(depths):
+        for i in range(40):
+            ctt.record(d, 1_000_000 + (i * 5_000_000) // 39 + d * chunk_ns)
+    return ctt
+
+
+def test_access_jitter_alike_at_every_depth_is_not_queueing() -> None:
+    air = _jittery(300_000, 40)
+    # The same percentile on both sides: the 5 ms spread cancels, n chunks cost n x 0.3 ms.
+    assert queueing_ns(air, 10, 0, 1_000_000) == 3_000_000
+    assert _deepest(air, base_ns=1_000_000) == 19
+    # The 95th percentile less the *shortest* depth-0 completion (the rule before) counts
+    # the spread as queueing: 4.75 ms with nothing queued at all, room for 4 chunks.
+    old = [d for d in range(40) if air.query(d + 1) - 1_000_000 <= 6_000_000]
+    assert max(old) == 3
+
+
+def test_unmeasured_depths_cost_a_full_chunk_each_beyond_the_deepest_measured() -> None:
+    air = _jittery(300_000, 3)  # depths 0, 1 and 2 measured
+    assert queueing_ns(air, 2, 0, 2_500_000) == 600_000
+    # Depth 5 is 3 chunks beyond the deepest measured one: each priced at base_ns, so
+    # the stream explores a chunk or two deeper, never a whole window at once.
+    assert queueing_ns(air, 5, 0, 2_500_000) == 600_000 + 3 * 2_500_000
+    assert _deepest(air, base_ns=2_500_000) == 3  # 0.6 ms + 2 x 2.5 ms at depth 4
+    only_zero = _jittery(300_000, 1)
+    assert queueing_ns(only_zero, 2, 0, 2_500_000) == 5_000_000
+    assert within_budget(only_zero, 1, 0, 6_000_000, 2_500_000)
+    assert not within_budget(only_zero, 2, 0, 6_000_000, 2_500_000)
+    # Nothing measured at depth 0 (aged out): the table's own answer less base_ns.
+    empty = CompletionTimeTable(default_ns=1_000_000)
+    empty.record(3, 9_000_000)
+    assert queueing_ns(empty, 3, 0, 2_000_000) == 7_000_000
 
 
 def test_the_paths_latency_is_the_fastest_chunk_with_nothing_ahead() -> None:

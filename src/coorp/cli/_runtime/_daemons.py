@@ -355,6 +355,9 @@ def agent(
                     await tmode.start()
                 except OSError as exc:
                     raise UsageError(str(exc)) from None
+                # Run after tmode.close (LIFO): every relayed connection's counters are
+                # in by then. Where the bulk's time went, as the leader prints its own.
+                stack.callback(_print_relay_counters, tmode)
                 stack.push_async_callback(tmode.close)
                 local["tmode"] = tmode
             local["server"] = await serve_control(control_path, send_file)
@@ -426,6 +429,13 @@ def agent(
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run())
+
+
+def _print_relay_counters(tmode: Any) -> None:
+    """The relays' pacing counters (time in ns) on stderr when the agent stops."""
+    for relay in tmode.relays:
+        line = " ".join(f"{k}={v}" for k, v in sorted(relay.pacing.items()))
+        print(f"coorp agent: relay {relay.port} pacing {line}", file=sys.stderr, flush=True)
 
 
 def _coorp_ports(cfg: TeamConfig, leader_addr: str | None, listen: str | None) -> tuple[int, ...]:

@@ -145,6 +145,9 @@ def new_counters() -> dict[str, int]:
         "gate_pause_ns": 0,
         "end_pause_ns": 0,
         "write_ns": 0,
+        # Transparent relay only: waiting for the application's next bytes while
+        # counted as an active bulk stream (the program, not the pacing, was slow).
+        "source_wait_ns": 0,
     }
 
 

@@ -28,7 +28,14 @@ from collections.abc import Callable
 
 from coorp.control import CompletionTimeTable, Gate, Interval, ProtectionPlanner
 
-__all__ = ["DrainTracker", "SharedPlanner", "TolerantWindows", "new_gate", "within_budget"]
+__all__ = [
+    "DrainTracker",
+    "SharedPlanner",
+    "TolerantWindows",
+    "new_gate",
+    "queueing_ns",
+    "within_budget",
+]
 
 
 class SharedPlanner:
@@ -160,25 +167,49 @@ def within_budget(
     """May a chunk be written at ``depth`` under an in-flight budget?
 
     Yes if nothing is in flight (``depth == 0``: a stream always makes progress, and
-    the table keeps learning depth 0) or if the bytes in flight once it is written
-    would keep a packet queued behind them waiting no longer than ``budget_ns``.
-
-    A completion time (write to acknowledgement) is the path's own latency (``base_ns``,
-    :attr:`DrainTracker.base_ns`: the chunk with nothing ahead of it, its own
-    transmission included) plus a chunk's time for each chunk ahead. The wait behind
-    ``depth + 1`` chunks is therefore ``CTT[depth + 1] − base``, from the same
-    predictions the gate uses (the ``p_prot`` percentile at that depth). On a wire the
-    path's latency is about one chunk's transmission and this is the completion time
-    itself; on WiFi a chunk with nothing ahead still waits for the channel and for its
-    acknowledgement to come back through the access point, which no packet queued
-    behind it waits for (a robot uploading alone on crl-5's emulated air: 16 KB chunks
-    completed in 3.5 ms at the median and 5-6 ms at p95 at every depth from 0 to 11,
-    for 0.3 ms of airtime each; counted whole, that held the upload to a few chunks in
-    flight). The bound stays in time and follows the drain rate: a few chunks on a slow
-    link, many on a fast one."""
+    the table keeps learning depth 0) or if a packet queued behind the bytes in flight
+    once it is written would wait, *because of them*, no longer than ``budget_ns``
+    (:func:`queueing_ns` at ``depth + 1``).
+    """
     if budget_ns is None or depth == 0:
         return True
-    return ctt.query(depth + 1, now_ns=now_ns) - base_ns <= budget_ns
+    return queueing_ns(ctt, depth + 1, now_ns, base_ns) <= budget_ns
+
+
+def queueing_ns(ctt: CompletionTimeTable, n: int, now_ns: int, base_ns: int = 0) -> int:
+    """How much longer than a chunk with nothing ahead a chunk behind ``n`` chunks
+    takes to complete: the wait those ``n`` chunks cause, from the same predictions
+    the gate uses (the ``p_prot`` percentile of each depth).
+
+    A completion time (write to acknowledgement) is the path's own time — the chunk's
+    transmission, waiting for the channel, the acknowledgement's way back — plus a
+    chunk's drain time for each chunk ahead. Only the second part is queueing caused
+    by our bytes, and only it delays a packet queued behind them. So at a measured
+    depth the wait is ``CTT[n] − CTT[0]``: the *same* percentile at both depths, so that
+    what varies at every depth alike (channel access on WiFi: several ms at the 95th
+    percentile for a chunk with nothing ahead, against 0.3 ms of airtime) cancels.
+    (Until issue 35's rework this subtracted the *shortest* depth-0 completion from a
+    95th percentile, so that jitter counted as queueing, and the unmeasured depths were
+    the table's own answer, which scales the whole completion time — latency and
+    jitter included — with depth: on crl-5's emulated air the holder then kept one or
+    two chunks in flight, 54 Mb/s at the default 6 ms.)
+
+    A depth without a sample extends the deepest measured one shallower than it by
+    ``base_ns`` per chunk (:attr:`DrainTracker.base_ns`, the shortest completion of a
+    chunk with nothing ahead: at least one chunk's drain time), so the stream explores
+    one chunk at a time beyond what it measured, each step a full chunk's time. Before
+    depth 0 has any sample (nothing measured, or it all aged out), the table's own
+    answer at ``n`` minus ``base_ns``, as before.
+    """
+    ctt.query(0, now_ns=now_ns)  # forget what aged out
+    if not ctt.sampled(0):
+        return ctt.query(n) - base_ns
+    ref = ctt.query(0)
+    m = n
+    while m > 0 and not ctt.sampled(m):
+        m -= 1
+    measured = max(ctt.query(m) - ref, 0) if m > 0 else 0
+    return measured + (n - m) * base_ns
 
 
 class DrainTracker:

@@ -387,8 +387,20 @@ class Relay:
         prog = Progress(last_progress_ns=self._clock())
         idle_s = self.idle_release_ns / 1e9
         while True:
-            timeout = idle_s if flow.active else None
-            if not await _wait_readable(app, timeout):
+            # Bytes already waiting: no trip through the event loop (two epoll_ctl
+            # calls and a wake-up per chunk otherwise).
+            pending = _inq(app) if flow.active else 0
+            if pending == 0:
+                timeout = idle_s if flow.active else None
+                t0 = self._clock()
+                readable = await _wait_readable(app, timeout)
+                if flow.active:
+                    flow.counters["source_wait_ns"] += self._clock() - t0
+                pending = _inq(app) if readable else 0
+            else:
+                readable = True
+                await asyncio.sleep(0)  # the other flows and the coordinator run too
+            if not readable:
                 # Nothing more to send for a while: stop counting towards the permit.
                 # What is in flight (within the in-flight budget) drains while the next
                 # holder starts, as a bulk stream hands over at its last byte.
@@ -399,7 +411,6 @@ class Relay:
                         made[0].settle()
                     self._deactivate(flow)
                 continue
-            pending = _inq(app)
             if pending == 0:
                 # Readable with nothing to read: end of stream (or an error, which
                 # recv raises), or a wake-up with nothing behind it.
