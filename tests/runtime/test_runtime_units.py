@@ -195,27 +195,27 @@ def _table(latency_ns: int, chunk_ns: int, depths: int = 40) -> CompletionTimeTa
     and one chunk's time more per chunk ahead."""
     ctt = CompletionTimeTable(default_ns=1_000_000)
     for d in range(depths):
-        for _ in range(8):
+        for _ in range(20):
             ctt.record(d, latency_ns + d * chunk_ns)
     return ctt
 
 
-def _deepest(ctt: CompletionTimeTable, base_ns: int, budget_ns: int = 6_000_000) -> int:
+def _deepest(ctt: CompletionTimeTable, chunk_ns: int, budget_ns: int = 6_000_000) -> int:
     """The deepest depth at which a chunk may still be written."""
-    return max(d for d in range(40) if within_budget(ctt, d, 0, budget_ns, base_ns))
+    return max(d for d in range(40) if within_budget(ctt, d, 0, budget_ns, 1_000_000, chunk_ns))
 
 
 def test_the_in_flight_budget_bounds_queueing_not_the_paths_latency() -> None:
     # A wire (50 Mbit/s, 16 KB chunks: 2.6 ms each, no latency of its own): a packet
     # arriving behind the holder's bytes waits (depth + 1) chunks; with 6 ms at most 2.
     wire = _table(2_600_000, 2_600_000)
-    assert _deepest(wire, base_ns=2_600_000) == 1
+    assert _deepest(wire, chunk_ns=2_600_000) == 1
     # WiFi: 0.3 ms of airtime per chunk, but 5.5 ms before any acknowledgement is back
     # (channel access, the ack's way through the access point). What queues behind the
     # holder's bytes waits only for their airtime: 19 chunks ahead keep that under 6 ms,
-    # whatever the path's own latency (base_ns only prices unmeasured depths).
+    # whatever the path's own latency (chunk_ns only prices unmeasured depths).
     air = _table(5_500_000, 300_000)
-    assert _deepest(air, base_ns=0) == _deepest(air, base_ns=5_500_000) == 19
+    assert _deepest(air, chunk_ns=300_000) == _deepest(air, chunk_ns=5_500_000) == 19
     assert within_budget(air, 35, 0, None, 5_500_000)  # no budget: anything goes
 
 
@@ -232,8 +232,8 @@ def _jittery(chunk_ns: int, depths: int) -> CompletionTimeTable:
 def test_access_jitter_alike_at_every_depth_is_not_queueing() -> None:
     air = _jittery(300_000, 40)
     # The same percentile on both sides: the 5 ms spread cancels, n chunks cost n x 0.3 ms.
-    assert queueing_ns(air, 10, 0, 1_000_000) == 3_000_000
-    assert _deepest(air, base_ns=1_000_000) == 19
+    assert queueing_ns(air, 10, 0, 1_000_000, 300_000) == 3_000_000
+    assert _deepest(air, chunk_ns=300_000) == 19
     # The 95th percentile less the *shortest* depth-0 completion (the rule before) counts
     # the spread as queueing: 4.75 ms with nothing queued at all, room for 4 chunks.
     old = [d for d in range(40) if air.query(d + 1) - 1_000_000 <= 6_000_000]
@@ -242,19 +242,37 @@ def test_access_jitter_alike_at_every_depth_is_not_queueing() -> None:
 
 def test_unmeasured_depths_cost_a_full_chunk_each_beyond_the_deepest_measured() -> None:
     air = _jittery(300_000, 3)  # depths 0, 1 and 2 measured
-    assert queueing_ns(air, 2, 0, 2_500_000) == 600_000
-    # Depth 5 is 3 chunks beyond the deepest measured one: each priced at base_ns, so
-    # the stream explores a chunk or two deeper, never a whole window at once.
-    assert queueing_ns(air, 5, 0, 2_500_000) == 600_000 + 3 * 2_500_000
-    assert _deepest(air, base_ns=2_500_000) == 3  # 0.6 ms + 2 x 2.5 ms at depth 4
+    assert queueing_ns(air, 2, 0, 1_000_000, 2_500_000) == 600_000
+    # Depth 5 is 3 chunks beyond the deepest measured one: each priced at the measured
+    # drain time of a chunk, so the stream explores a chunk or two deeper at a time.
+    assert queueing_ns(air, 5, 0, 1_000_000, 2_500_000) == 600_000 + 3 * 2_500_000
+    assert _deepest(air, chunk_ns=2_500_000) == 3  # 0.6 ms + 2 x 2.5 ms at depth 4
     only_zero = _jittery(300_000, 1)
-    assert queueing_ns(only_zero, 2, 0, 2_500_000) == 5_000_000
-    assert within_budget(only_zero, 1, 0, 6_000_000, 2_500_000)
-    assert not within_budget(only_zero, 2, 0, 6_000_000, 2_500_000)
+    assert queueing_ns(only_zero, 2, 0, 1_000_000, 2_500_000) == 5_000_000
+    assert within_budget(only_zero, 1, 0, 6_000_000, 1_000_000, 2_500_000)
+    assert not within_budget(only_zero, 2, 0, 6_000_000, 1_000_000, 2_500_000)
+    # No drain time measured yet: the rule before (the table's answer less base_ns),
+    # never base_ns per chunk (a token bucket's burst acknowledges a lone chunk at once).
+    assert queueing_ns(only_zero, 2, 0, 100_000, 0) == only_zero.query(2) - 100_000
+    assert not within_budget(only_zero, 1, 0, 6_000_000, 100_000, 0)
+    # A depth with a few samples is not measured yet: one chunk that met a stall (19 ms,
+    # a descheduled receiver) would otherwise be its 95th percentile and hold the stream
+    # at one chunk in flight until it aged out (2 s).
+    stalled = _jittery(300_000, 1)
+    for d in (1, 2, 3):
+        for _ in range(3):
+            stalled.record(d, 19_000_000)
+    assert queueing_ns(stalled, 3, 0, 1_000_000, 1_000_000) == 3_000_000
+    assert _deepest(stalled, chunk_ns=1_000_000) == 5
+    for _ in range(17):  # measured: 20 samples, and they say 19 ms at depth 2
+        stalled.record(2, 19_000_000)
+    expected = 19_000_000 - stalled.query(0) + 1_000_000
+    assert queueing_ns(stalled, 3, 0, 1_000_000, 1_000_000) == expected
+    assert _deepest(stalled, chunk_ns=1_000_000) == 0
     # Nothing measured at depth 0 (aged out): the table's own answer less base_ns.
     empty = CompletionTimeTable(default_ns=1_000_000)
     empty.record(3, 9_000_000)
-    assert queueing_ns(empty, 3, 0, 2_000_000) == 7_000_000
+    assert queueing_ns(empty, 3, 0, 2_000_000, 300_000) == 7_000_000
 
 
 def test_the_paths_latency_is_the_fastest_chunk_with_nothing_ahead() -> None:
@@ -271,6 +289,37 @@ def test_the_paths_latency_is_the_fastest_chunk_with_nothing_ahead() -> None:
         tr.on_write(1000, start, 0)
         tr.poll(done)
     assert tr.base_ns == 3000  # the shortest of the recent ones
+
+
+def test_the_drain_rate_prices_a_chunk_at_its_share_of_the_bottleneck() -> None:
+    outq = [0]
+    gate = Gate(Window(), CompletionTimeTable(default_ns=1_000_000))
+    tr = DrainTracker(gate, lambda: outq[0], bucket_bytes=1000)
+    assert tr.chunk_ns == 0
+    tr.on_write(1000, 0, 0)  # a chunk alone: 3 ms before its acknowledgement
+    outq[0] = 1000
+    tr.poll(0)
+    outq[0] = 0
+    tr.poll(3_000_000)
+    assert tr.base_ns == 3_000_000 and tr.chunk_ns == 0  # a window is 16 chunks
+    # 40 chunks in flight, acknowledged 4 at a time every 1 ms: 0.25 ms a chunk, though
+    # each took milliseconds from write to acknowledgement.
+    for i in range(40):
+        tr.on_write(1000, 10_000_000, i)
+    outq[0] = 40_000
+    tr.poll(10_000_000)
+    for k in range(1, 11):
+        outq[0] = 40_000 - 4000 * k
+        tr.poll(10_000_000 + k * 1_000_000)
+    assert tr.chunk_ns == 250_000
+    # Nothing in flight is no drain: an idle second does not slow the estimate.
+    tr.poll(1_000_000_000)
+    tr.on_write(16_000, 1_000_000_000, 0)
+    outq[0] = 16_000
+    tr.poll(1_000_000_000)
+    outq[0] = 0
+    tr.poll(1_008_000_000)
+    assert tr.chunk_ns == 250_000
 
 
 def test_marking_in_effect_is_read_back() -> None:

@@ -215,12 +215,12 @@ class CompletionTimeTable:
         size = self._size
         return tuple(cast(int, ring.buf[(ring.head + i) % size]) for i in range(ring.n))
 
-    def sampled(self, depth: int) -> bool:
-        """Whether ``CTT[depth]`` (after clamping) holds a sample: its answer is measured,
-        not derived from its neighbours. Samples expire only when a ``query`` with
+    def count(self, depth: int) -> int:
+        """How many samples ``CTT[depth]`` (after clamping) holds (0: its answer is
+        derived from its neighbours). Samples expire only when a ``query`` with
         ``now_ns`` drops them."""
         ring = self._rings[self._clamp(depth)]
-        return ring is not None and ring.n > 0
+        return ring.n if ring is not None else 0
 
     def record(
         self,

@@ -255,7 +255,14 @@ class Pacer:
             tracker.poll(now)
             depth = self._depth()
             n = min(s.chunk_bytes, remaining)
-            if not within_budget(gate.ctt, depth, now, s.inflight_budget_ns, tracker.base_ns):
+            if not within_budget(
+                tracker.queueing,
+                depth,
+                now,
+                s.inflight_budget_ns,
+                tracker.base_ns,
+                tracker.chunk_ns,
+            ):
                 # Too much in flight: whatever is written now would make every flow
                 # through the bottleneck wait longer than the budget.
                 self.counters["inflight_waits"] += 1

@@ -116,6 +116,12 @@ class SharedPlanner:
 CTT_MAX_AGE_NS = 2_000_000_000
 #: Depth-0 completions :attr:`DrainTracker.base_ns` is the shortest of.
 BASE_SAMPLES = 32
+#: :attr:`DrainTracker.chunk_ns` is measured over windows in which this many chunks'
+#: bytes were acknowledged, and is the shortest of the last :data:`DRAIN_WINDOWS`.
+DRAIN_WINDOW_CHUNKS = 16
+DRAIN_WINDOWS = 8
+#: The percentile :attr:`DrainTracker.queueing` answers with: the median.
+QUEUEING_PERCENTILE = 50.0
 
 
 class TolerantWindows:
@@ -163,6 +169,7 @@ def within_budget(
     now_ns: int,
     budget_ns: int | None,
     base_ns: int = 0,
+    chunk_ns: int = 0,
 ) -> bool:
     """May a chunk be written at ``depth`` under an in-flight budget?
 
@@ -173,43 +180,55 @@ def within_budget(
     """
     if budget_ns is None or depth == 0:
         return True
-    return queueing_ns(ctt, depth + 1, now_ns, base_ns) <= budget_ns
+    return queueing_ns(ctt, depth + 1, now_ns, base_ns, chunk_ns) <= budget_ns
 
 
-def queueing_ns(ctt: CompletionTimeTable, n: int, now_ns: int, base_ns: int = 0) -> int:
+#: Samples a depth needs before :func:`queueing_ns` takes its answer for measured: a
+#: few samples are a few chunks' luck (with the gate's 95th percentile, below 20 the
+#: largest sample: one chunk that met a stall would stand for the depth and hold the
+#: stream back there until it aged out).
+MEASURED_SAMPLES = 20
+
+
+def queueing_ns(
+    ctt: CompletionTimeTable, n: int, now_ns: int, base_ns: int = 0, chunk_ns: int = 0
+) -> int:
     """How much longer than a chunk with nothing ahead a chunk behind ``n`` chunks
-    takes to complete: the wait those ``n`` chunks cause, from the same predictions
-    the gate uses (the ``p_prot`` percentile of each depth).
+    takes to complete: the wait those ``n`` chunks cause, from ``ctt``'s answers
+    (:attr:`DrainTracker.queueing`: the median of each depth).
 
     A completion time (write to acknowledgement) is the path's own time — the chunk's
     transmission, waiting for the channel, the acknowledgement's way back — plus a
     chunk's drain time for each chunk ahead. Only the second part is queueing caused
     by our bytes, and only it delays a packet queued behind them. So at a measured
-    depth the wait is ``CTT[n] − CTT[0]``: the *same* percentile at both depths, so that
+    depth the wait is ``CTT[n] − CTT[0]``: the *same* statistic at both depths, so that
     what varies at every depth alike (channel access on WiFi: several ms at the 95th
     percentile for a chunk with nothing ahead, against 0.3 ms of airtime) cancels.
-    (Until issue 35's rework this subtracted the *shortest* depth-0 completion from a
-    95th percentile, so that jitter counted as queueing, and the unmeasured depths were
-    the table's own answer, which scales the whole completion time — latency and
-    jitter included — with depth: on crl-5's emulated air the holder then kept one or
-    two chunks in flight, 54 Mb/s at the default 6 ms.)
+    (Until issue 35's rework this subtracted the *shortest* depth-0 completion from the
+    gate's 95th percentile, so that jitter counted as queueing, and the unmeasured
+    depths were the table's own answer, which scales the whole completion time —
+    latency and jitter included — with depth: on crl-5's emulated air the holder then
+    kept one or two chunks in flight, 54 Mb/s at the default 6 ms.)
 
-    A depth without a sample extends the deepest measured one shallower than it by
-    ``base_ns`` per chunk (:attr:`DrainTracker.base_ns`, the shortest completion of a
-    chunk with nothing ahead: at least one chunk's drain time), so the stream explores
-    one chunk at a time beyond what it measured, each step a full chunk's time. Before
-    depth 0 has any sample (nothing measured, or it all aged out), the table's own
-    answer at ``n`` minus ``base_ns``, as before.
+    A depth is measured once it holds :data:`MEASURED_SAMPLES` samples. One that is not
+    extends the deepest measured one shallower than it by ``chunk_ns`` per chunk
+    (:attr:`DrainTracker.chunk_ns`, the measured drain time of a chunk: at least its
+    time at the bottleneck, so an upper bound on what each chunk adds), so the stream
+    explores step by step beyond what it measured. Before both are known (the stream's
+    first chunks, or everything aged out), the table's own answer at ``n`` minus
+    ``base_ns`` (:attr:`DrainTracker.base_ns`), the rule before: never the shortest
+    depth-0 completion per chunk, which a token bucket's burst makes far shorter than a
+    chunk's time at the bottleneck.
     """
     ctt.query(0, now_ns=now_ns)  # forget what aged out
-    if not ctt.sampled(0):
+    if chunk_ns <= 0 or ctt.count(0) < MEASURED_SAMPLES:
         return ctt.query(n) - base_ns
     ref = ctt.query(0)
     m = n
-    while m > 0 and not ctt.sampled(m):
+    while m > 0 and ctt.count(m) < MEASURED_SAMPLES:
         m -= 1
     measured = max(ctt.query(m) - ref, 0) if m > 0 else 0
-    return measured + (n - m) * base_ns
+    return measured + (n - m) * chunk_ns
 
 
 class DrainTracker:
@@ -239,6 +258,32 @@ class DrainTracker:
         # Completion times of the last chunks written with nothing in flight.
         self._base: deque[int] = deque(maxlen=BASE_SAMPLES)
         self._base_ns = 0
+        # The drain rate while chunks are in flight: the current window's time and
+        # bytes acknowledged, where the last poll left off, recent windows' chunk times.
+        self._drain_at: int | None = None
+        self._drain_acked = 0
+        self._drain_ns = 0
+        self._drained = 0
+        self._chunk_times: deque[int] = deque(maxlen=DRAIN_WINDOWS)
+        self._chunk_ns = 0
+        self.queueing = self._queueing_table()
+
+    def _queueing_table(self) -> CompletionTimeTable:
+        """The same completion times as the gate's table, answered at their median
+        (:func:`within_budget`'s table). Bytes queued ahead delay every chunk behind
+        them, the fastest included, so they move the whole distribution; what moves
+        only its tail at one depth and not at another — a chunk that met the other
+        robots' LS burst, a stall of the receiver — is not queueing behind our bytes,
+        and the 95th percentile of a few dozen samples is made of exactly those (on the
+        emulated air under load: chunks at depths 1-3 at 19 ms in 5-10% of cases, at
+        depth 0 never, so a 95th percentile held the holder at one chunk in flight)."""
+        ctt = self.gate.ctt
+        return CompletionTimeTable(
+            max_depth=ctt.max_depth,
+            percentile=QUEUEING_PERCENTILE,
+            default_ns=ctt.default_ns,
+            max_age_ns=ctt.max_age_ns,
+        )
 
     @property
     def base_ns(self) -> int:
@@ -246,6 +291,17 @@ class DrainTracker:
         :data:`BASE_SAMPLES` chunks written with nothing in flight (0 before one was
         measured). See :func:`within_budget`."""
         return self._base_ns
+
+    @property
+    def chunk_ns(self) -> int:
+        """One chunk's drain time: the time chunks were in flight over the bytes
+        acknowledged meanwhile, per chunk, in windows of :data:`DRAIN_WINDOW_CHUNKS`
+        chunks; the shortest of the last :data:`DRAIN_WINDOWS` (0 before one). What was
+        acknowledged is at most what the bottleneck drained, so this is at least the
+        chunk's time there: on a wire its transmission, on WiFi its share of the
+        air's rate (0.2-0.35 ms for 16 KB on crl-5's emulated air, where chunks with
+        nothing ahead took 0.5-1.2 ms at the fastest and 2-4 ms at the median)."""
+        return self._chunk_ns
 
     def depth(self) -> int:
         """Bulk "packets" (buckets) ahead of one written now."""
@@ -263,11 +319,21 @@ class DrainTracker:
     def poll(self, now_ns: int) -> None:
         """Report completions of every chunk whose last byte has been acknowledged."""
         if not self._pending:
+            self._drain_at = None  # nothing in flight: the drain rate pauses
             return
         acked = self._written - self._outstanding()
+        if self._drain_at is not None:
+            self._drain_ns += now_ns - self._drain_at
+            self._drained += acked - self._drain_acked
+            if self._drained >= DRAIN_WINDOW_CHUNKS * self.bucket_bytes:
+                self._chunk_times.append(self._drain_ns * self.bucket_bytes // self._drained)
+                self._chunk_ns = min(self._chunk_times)
+                self._drain_ns = self._drained = 0
+        self._drain_at, self._drain_acked = now_ns, acked
         while self._pending and self._pending[0][1] <= acked:
             pid, _, enqueued_ns, depth = self._pending.popleft()
             self.gate.on_complete(pid, now_ns)
+            self.queueing.record(depth, now_ns - enqueued_ns, at_ns=now_ns)
             if depth == 0:
                 self._base.append(now_ns - enqueued_ns)
                 self._base_ns = min(self._base)
@@ -287,6 +353,8 @@ class DrainTracker:
         (they were written under the old regime)."""
         self.gate = gate
         self._pending.clear()
+        self._drain_at = None
+        self.queueing = self._queueing_table()
 
     @property
     def tracking(self) -> int:
@@ -298,3 +366,4 @@ class DrainTracker:
             self.gate.on_discard(pid)
         self._pending.clear()
         self._written = 0
+        self._drain_at = None
