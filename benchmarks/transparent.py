@@ -244,7 +244,9 @@ def measure(
         bulk_tcp = [*PY, str(APPS / "bulk_tcp.py")]
         sink = server = None
         if up:
-            sink = run.start("ld", [*bulk_tcp, "sink", "--listen", f"0.0.0.0:{bulk_port}"],
+            sink_rt = int(getattr(args, "sink_rt_priority", 0) or 0)
+            chrt = ["chrt", "-f", str(sink_rt)] if sink_rt > 0 else []
+            sink = run.start("ld", [*chrt, *bulk_tcp, "sink", "--listen", f"0.0.0.0:{bulk_port}"],
                              "sink", stdin=True)  # fmt: skip
             sink.expect("READY", START_S)
         if down:
@@ -592,6 +594,9 @@ def main() -> int:
     p.add_argument("--inflight-budget-ms", type=float, default=None,
                    help="the agents' [agent] inflight_budget_ms (default: Coorp's; 0: no "
                    "bound)")  # fmt: skip
+    p.add_argument("--sink-rt-priority", type=int, default=0,
+                   help="SCHED_FIFO priority of the upload sink (0: ordinary scheduling; on "
+                   "a loaded host a descheduled receiver stalls the acks)")  # fmt: skip
     p.add_argument("--agent-scheduling", default="nice:-10",
                    help="the agents' agent.scheduling (none, nice:N, rr:P)")  # fmt: skip
     p.add_argument(
