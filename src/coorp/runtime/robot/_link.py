@@ -132,7 +132,9 @@ class ControlLink:
             "refusals": 0,
             "failed_attempts": 0,
             "stalls": 0,
+            "moves": 0,
         }
+        self._moved = False
 
     # -- public ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -179,6 +181,21 @@ class ControlLink:
         finally:
             self._round_trips.pop(token, None)
 
+    def move_to(self, leader: Address) -> None:
+        """The robot is in another cell now (:mod:`._roam`): leave this leader (closing
+        the connection tells it: the robot's request and permit are gone there) and join
+        ``leader`` at once. Bulk waits meanwhile, as on any reconnection; LS, marking
+        and local preemption do not depend on the leader and carry on."""
+        if leader == self.leader:
+            return
+        log.info("%s: moving from leader %s to %s", self.robot, format_address(self.leader),
+                 format_address(leader))  # fmt: skip
+        self.leader = leader
+        self.counters["moves"] += 1
+        self._moved = True
+        if self._conn is not None:
+            self._conn.close()  # the connection loop notices and connects to ``leader``
+
     def lease_ends_ns(self) -> int | None:
         """Until when (this robot's monotonic clock) the leader cannot have dropped
         this robot for silence: see the module docstring. None while not joined."""
@@ -220,11 +237,15 @@ class ControlLink:
     # -- the connection loop ---------------------------------------------------------------
     async def _run(self) -> None:
         backoff = 0.05
-        peer = format_address(self.leader)
         while True:
             joined = False
+            target = self.leader
+            peer = format_address(target)
+            self._moved = False
             try:
                 conn, welcome = await self._connect()
+                if self.leader != target:  # moved while connecting: not this one
+                    raise PeerClosed(f"moved away from {peer}")
                 backoff = 0.05
                 joined = True
                 await self._serve(conn, welcome)
@@ -238,6 +259,8 @@ class ControlLink:
                 log.debug("link to %s: %s", peer, exc)
             finally:
                 self._lost()
+            if self._moved:
+                continue  # the robot changed cells: join the new leader now
             if not joined:
                 self._failed_attempts += 1
                 self.counters["failed_attempts"] += 1
