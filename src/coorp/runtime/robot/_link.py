@@ -40,7 +40,8 @@ import enum
 import logging
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from coorp._errors import PeerError
 
@@ -135,6 +136,7 @@ class ControlLink:
             "moves": 0,
         }
         self._moved = False
+        self._move = asyncio.Event()
 
     # -- public ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -193,8 +195,10 @@ class ControlLink:
         self.leader = leader
         self.counters["moves"] += 1
         self._moved = True
-        if self._conn is not None:
-            self._conn.close()  # the connection loop notices and connects to ``leader``
+        # Stop sending bulk before the old leader can hand the permit on (it does as
+        # soon as it sees the connection close), then end the connection.
+        self._lost()
+        self._move.set()  # the connection loop connects to ``leader`` at once
 
     def lease_ends_ns(self) -> int | None:
         """Until when (this robot's monotonic clock) the leader cannot have dropped
@@ -242,8 +246,9 @@ class ControlLink:
             target = self.leader
             peer = format_address(target)
             self._moved = False
+            self._move.clear()
             try:
-                conn, welcome = await self._connect()
+                conn, welcome = await self._unless_moved(self._connect())
                 if self.leader != target:  # moved while connecting: not this one
                     raise PeerClosed(f"moved away from {peer}")
                 backoff = 0.05
@@ -268,6 +273,23 @@ class ControlLink:
                     self._fall_back()
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, self._max_backoff_s)
+
+    async def _unless_moved(
+        self, coro: Coroutine[Any, Any, tuple[FramedConnection, Welcome]]
+    ) -> tuple[FramedConnection, Welcome]:
+        """``coro``'s result, or :class:`PeerClosed` as soon as the robot changed cells."""
+        task = asyncio.ensure_future(coro)
+        moved = asyncio.ensure_future(self._move.wait())
+        try:
+            await asyncio.wait({task, moved}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            moved.cancel()
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        if task.cancelled():
+            raise PeerClosed(f"moved away from {format_address(self.leader)}")
+        return task.result()
 
     async def _connect(self) -> tuple[FramedConnection, Welcome]:
         loop = asyncio.get_running_loop()
@@ -305,6 +327,7 @@ class ControlLink:
             asyncio.create_task(self._read_loop(conn)),
             asyncio.create_task(self._heartbeat(conn, period_s)),
             asyncio.create_task(self._watchdog(welcome.heartbeat_ns)),
+            asyncio.create_task(self._move.wait()),  # the robot changed cells: end
         ]
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
