@@ -280,20 +280,16 @@ class TeamReply(_Msg, tag="team"):
     """Robots in the team (query again with ``offset`` for the rest)."""
 
 
-PeerKindName = Literal[
-    "heartbeat", "request", "release", "leave", "state", "grant", "adopted", "revoke"
-]
-#: A cell's robots named in one STATE report, at most (a frame stays under
-#: MAX_CONTROL_FRAME_BYTES with 64-character names): holders, and those waiting.
-MAX_CELL_HOLDERS: Final = 64
-MAX_CELL_WAITING: Final = 128
+PeerKindName = Literal["heartbeat", "request", "release", "leave", "state", "grant",
+                       "adopted", "revoke"]  # fmt: skip
+#: Robots in one STATE report, at most (under MAX_CONTROL_FRAME_BYTES with long names).
+MAX_CELL_HOLDERS, MAX_CELL_WAITING = 64, 128
 
 
 class PeerFrame(_Msg, tag="peer"):
-    """Cell leader -> cell leader of the same channel (role ``leader``): one
-    :class:`~coorp.control.PeerMessage` of the channel's coordination. ``hears``: the
-    sender heard from the receiver recently (a link that carries only one way counts
-    as down on both ends)."""
+    """Cell leader -> cell leader of its channel (role ``leader``): a
+    :class:`~coorp.control.PeerMessage`. ``hears``: the sender heard the receiver
+    lately (a link that carries one way only is down on both ends)."""
 
     kind: PeerKindName
     src: Name
