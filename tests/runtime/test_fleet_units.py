@@ -31,6 +31,7 @@ def cell(name: str, channel: int, net: int) -> str:
 
 
 CELL_A, CELL_B = cell("cell-a", 36, 1), cell("cell-b", 36, 2)
+MANY = "[" + ", ".join(f'"r{i}"' for i in range(70)) + "]"
 
 
 def team(tmp_path: Path, fleet: str, robots: str = '["r1", "r2"]') -> Path:
@@ -72,6 +73,7 @@ def test_a_fleet_team_file_gives_each_cell_its_peers_and_agents_their_cells(tmp_
         (CELL_A.replace("channel = 36", "channel = 0"), '["r1"]', "fleet.cells[0].channel = 0"),
         ("[fleet]\npeer_heartbeat_ms = 300\n" + CELL_A, '["r1"]', "at least twice"),
         ('[fleet]\nlocate = "bssid"\n' + CELL_A, '["r1"]', "fleet.locate = 'bssid'"),
+        ("[leader]\nlimit = 65\n" + CELL_A, MANY, "at most 64 BH senders"),
     ],
 )
 def test_bad_fleet_sections_are_named(
@@ -134,3 +136,13 @@ def test_peer_frames_are_bounded_and_strictly_typed() -> None:
     raw = msgspec.msgpack.encode(["peer", "vote", "cell-a", "cell-b"])  # no such kind
     with pytest.raises(PeerError, match=r"vote|kind|Invalid"):
         decode_message(raw)
+
+
+def test_transparent_rules_spare_every_cells_leader(tmp_path: Path) -> None:
+    """A robot that roams keeps its kernel rules: they never intercept a connection to
+    any cell's leader, whichever it is in."""
+    from coorp.cli._runtime._daemons import _coorp_ports
+
+    other = cell("cell-c", 52, 3).replace(":7400", ":7411")
+    cfg = load_team_config(team(tmp_path, CELL_A + other))
+    assert {7400, 7411} <= set(_coorp_ports(cfg, None, None))

@@ -235,6 +235,11 @@ class TeamConfig(_Model):
                     f"fleet.cells: {', '.join(clash)} also named in team.robots: a cell's "
                     "leader authenticates under its cell's name, which no robot may share"
                 )
+            if self.leader.limit > 64:
+                raise ValueError(
+                    f"leader.limit={self.leader.limit}: a fleet's channels allow at most 64 "
+                    "BH senders at once (a new coordinator learns a cell's holders in one frame)"
+                )
         t = self.transparent
         if t is not None:
             self._ports_clear_of_dds(t)

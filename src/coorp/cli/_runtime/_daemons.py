@@ -467,12 +467,15 @@ def agent(
 
 
 def _coorp_ports(cfg: TeamConfig, leader_addr: str | None, listen: str | None) -> tuple[int, ...]:
-    """Ports of Coorp's own connections (never intercepted): the leader's, the inbox's."""
+    """Ports of Coorp's own connections (never intercepted): the leader's, the inbox's,
+    and in a fleet every cell's leader (a robot that roams keeps its rules as they are)."""
     from coorp.runtime import parse_address
 
     ports = [parse_address(listen or cfg.agent.listen)[1], parse_address(cfg.leader.listen)[1]]
     if leader_addr or cfg.agent.leader:
         ports.append(parse_address(leader_addr or cfg.agent.leader or "")[1])
+    if cfg.fleet is not None:
+        ports += [parse_address(c.leader)[1] for c in cfg.fleet.cells]
     return tuple(sorted(set(ports)))
 
 

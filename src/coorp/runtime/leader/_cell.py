@@ -37,7 +37,15 @@ from collections import deque
 from collections.abc import Callable, Iterable
 
 from coorp._errors import PeerError
-from coorp.control import CellActions, CellLeader, Grant, PeerKind, PeerMessage, PermitUpdate
+from coorp.control import (
+    CellActions,
+    CellLeader,
+    Grant,
+    PeerKind,
+    PeerMessage,
+    PermitUpdate,
+    UnknownRobotError,
+)
 
 from .._errors import MalformedFrameError, RefusedError
 from ..wire import (
@@ -146,7 +154,10 @@ class CellService(PermitService):
         return self._split(self.cell_leader.leave(robot, now))
 
     def _permit_request(self, robot: str, flows: int, now: int) -> PermitUpdate:
-        return self._split(self.cell_leader.request(robot, now))
+        try:
+            return self._split(self.cell_leader.request(robot, now))
+        except UnknownRobotError:  # cannot happen for a joined robot; never fatal
+            return PermitUpdate()
 
     def _permit_release(self, robot: str, grant_id: int, now: int) -> PermitUpdate:
         return self._split(self.cell_leader.release(robot, grant_id, now))
