@@ -146,3 +146,34 @@ def test_transparent_rules_spare_every_cells_leader(tmp_path: Path) -> None:
     other = cell("cell-c", 52, 3).replace(":7400", ":7411")
     cfg = load_team_config(team(tmp_path, CELL_A + other))
     assert {7400, 7411} <= set(_coorp_ports(cfg, None, None))
+
+
+def test_leader_cell_flag_errors_exit_2_naming_the_cell(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import logging
+
+    from coorp.cli import main
+
+    key = tmp_path / "team.key"
+    key.write_text("5e" * 32 + "\n")
+    key.chmod(0o600)
+    with_fleet = (
+        team(tmp_path, CELL_A).read_text().replace("[team]\n", '[team]\nkey_file = "team.key"\n')
+    )
+    (tmp_path / "fleet.toml").write_text(with_fleet)
+    (tmp_path / "plain.toml").write_text('[team]\nkey_file = "team.key"\nrobots = ["r1"]\n')
+    for cfg, cell_name, why in (
+        ("fleet.toml", "cell-z", "--cell 'cell-z' is not in fleet.cells"),
+        ("plain.toml", "cell-a", "has no [fleet] section"),
+    ):
+        logger = logging.getLogger("coorp")
+        before = list(logger.handlers)
+        try:
+            with pytest.raises(SystemExit) as exit_:
+                main(["leader", "--config", str(tmp_path / cfg), "--cell", cell_name])
+        finally:
+            for h in logger.handlers[len(before) :]:
+                logger.removeHandler(h)
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and why in err and "Traceback" not in err, err
