@@ -271,7 +271,8 @@ class ControlLink:
                 self.counters["failed_attempts"] += 1
                 if self._fallback_due and self._failed_attempts >= self.min_failed_attempts:
                     self._fall_back()
-            await asyncio.sleep(backoff)
+            with contextlib.suppress(TimeoutError):  # a move ends the back-off
+                await asyncio.wait_for(self._move.wait(), backoff)
             backoff = min(backoff * 2, self._max_backoff_s)
 
     async def _unless_moved(
