@@ -61,7 +61,7 @@ def fleet_file(topo: Topology, tmp_path: Path, *, channel_b: int = 36) -> Path:
         f"robots = {json.dumps(['ld', *ROBOTS])}\n"
         f'[leader]\nlisten = "0.0.0.0:{LEADER_PORT}"\nlimit = 1\n'
         "timeslice_ms = 5000\nheartbeat_ms = 200\n"
-        "[fleet]\npeer_heartbeat_ms = 100\npeer_timeout_ms = 400\nlocate_every_ms = 20\n" + cells
+        "[fleet]\npeer_heartbeat_ms = 100\npeer_timeout_ms = 1000\nlocate_every_ms = 20\n" + cells
     )
     return path
 

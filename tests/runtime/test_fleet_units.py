@@ -71,7 +71,7 @@ def test_a_fleet_team_file_gives_each_cell_its_peers_and_agents_their_cells(tmp_
         (CELL_A.replace('gateway = "10.0.1.1"\n', ""), '["r1"]', "no gateway, but fleet.locate"),
         (CELL_A.replace("10.0.1.2:7400", "nowhere"), '["r1"]', "fleet.cells[0].leader = 'nowhere'"),
         (CELL_A.replace("channel = 36", "channel = 0"), '["r1"]', "fleet.cells[0].channel = 0"),
-        ("[fleet]\npeer_heartbeat_ms = 300\n" + CELL_A, '["r1"]', "at least twice"),
+        ("[fleet]\npeer_heartbeat_ms = 600\n" + CELL_A, '["r1"]', "at least twice"),
         ('[fleet]\nlocate = "bssid"\n' + CELL_A, '["r1"]', "fleet.locate = 'bssid'"),
         ("[leader]\nlimit = 65\n" + CELL_A, MANY, "at most 64 BH senders"),
     ],

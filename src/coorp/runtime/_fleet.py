@@ -6,7 +6,7 @@ Example (two cells on channel 36, one on 52)::
     [fleet]
     locate = "gateway"          # the robot's cell: its default route's gateway
     peer_heartbeat_ms = 100
-    peer_timeout_ms = 400
+    peer_timeout_ms = 1000
 
     [[fleet.cells]]
     name = "cell-a"
@@ -90,7 +90,7 @@ class FleetSection(_Model):
     )
     peer_heartbeat_ms: float = Field(100.0, ge=10, le=10_000)
     peer_timeout_ms: float = Field(
-        400.0, ge=20, le=60_000, description="a peer leader silent this long is down"
+        1000.0, ge=20, le=60_000, description="a peer leader silent this long is down"
     )
 
     @model_validator(mode="after")

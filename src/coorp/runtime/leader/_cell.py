@@ -87,7 +87,7 @@ class CellService(PermitService):
         cell: str,
         peers: dict[str, Address],
         peer_heartbeat_ns: int = 100_000_000,
-        peer_timeout_ns: int = 400_000_000,
+        peer_timeout_ns: int = 1_000_000_000,
         clock: Callable[[], int] = time.monotonic_ns,
     ) -> None:
         super().__init__(robots, key, settings, clock=clock)
