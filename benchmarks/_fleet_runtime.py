@@ -13,7 +13,8 @@ gateway), run ``runs`` times, each run:
   baseline; the air is still shared).
 * **move**: a3 sends 9 MB in cell-a while a4 sends 3 MB in cell-b; once a3 holds its
   permit its default route moves to cell-b's gateway (the roam). LS messages a3 sent
-  within 2 s of the move, lost or later than 33.3 ms at the sink, over all it sent then.
+  within 2 s of the move, lost or later than 33.3 ms at the sink, over all it sent then;
+  beside them (console only) those of a4, which did not move, in the same window.
 
 ``overlapping_bh_senders``: overlapping pairs of write stretches of the peered runs, in
 total (target 0). ``ls_miss_rate_across_move``: misses over sends pooled across runs
@@ -96,7 +97,10 @@ def _move_run(topo: Topology, d: Path) -> dict[str, Any]:
     if len(moves) != 1:
         raise RuntimeError(f"a3 moved {len(moves)} times, expected once: {moves}")
     move_ns = moves[0][0]
-    misses, sends = ls_misses(received, "a3", 0, move_ns - 2_000_000_000, move_ns + 2_000_000_000)
+    lo, hi = move_ns - 2_000_000_000, move_ns + 2_000_000_000
+    misses, sends = ls_misses(received, "a3", 0, lo, hi)
+    # The control: the robot that did not move, same window, same air and CPU load.
+    still_misses, still_sends = ls_misses(received, "a4", 0, lo, hi)
     joined = cell_stats(topo, LB)["counters"]["joins"]
     for p in [*procs, sink, mover, other]:
         p.kill()
@@ -105,6 +109,8 @@ def _move_run(topo: Topology, d: Path) -> dict[str, Any]:
         "sends": sends,
         "follow_ms": (move_ns - changed_ns) / 1e6,
         "overlaps": len(overlaps([res, res_other])),
+        "still_misses": still_misses,
+        "still_sends": still_sends,
         "joins_b": joined,
     }
 
