@@ -42,6 +42,7 @@ from test_fleet_netns import (  # noqa: E402
     ROBOTS,
     cell_stats,
     fleet_file,
+    ls_late_lost,
     ls_misses,
     overlaps,
     route_via,
@@ -99,6 +100,7 @@ def _move_run(topo: Topology, d: Path) -> dict[str, Any]:
     move_ns = moves[0][0]
     lo, hi = move_ns - 2_000_000_000, move_ns + 2_000_000_000
     misses, sends = ls_misses(received, "a3", 0, lo, hi)
+    late, lost, _ = ls_late_lost(received, "a3", lo, hi)
     # The control: the robot that did not move, same window, same air and CPU load.
     still_misses, still_sends = ls_misses(received, "a4", 0, lo, hi)
     joined = cell_stats(topo, LB)["counters"]["joins"]
@@ -106,6 +108,8 @@ def _move_run(topo: Topology, d: Path) -> dict[str, Any]:
         p.kill()
     return {
         "misses": misses,
+        "late": late,
+        "lost": lost,
         "sends": sends,
         "follow_ms": (move_ns - changed_ns) / 1e6,
         "overlaps": len(overlaps([res, res_other])),
