@@ -20,9 +20,16 @@ Three parts, each from a command anyone can re-run:
   simulated seconds per CPU second of the whole run (setup, simulation, results), the
   wall-clock factor beside it on the console, and the process's peak resident memory.
 
-The JSON has exactly the keys of issue 37's deliverable 5; ``runtime`` (two leaders on
-one emulated channel, a robot moved between cells in namespaces) belongs to the runtime
-side and is written as nulls here (docs/compare.md, "A fleet").
+The JSON has exactly the keys of issue 37's deliverable 5. ``runtime`` needs root and
+network namespaces and is measured with ``--runtime`` (nulls without it):
+
+* **runtime** (benchmarks/_fleet_runtime.py): two cells' leaders peering over sockets
+  with their robots on one shared ``tbf`` queue, ``--runtime-runs`` times: BH write
+  stretches of two robots that overlapped (``overlapping_bh_senders``, beside the
+  per-team baseline's on the console) and a robot moved between the cells mid-transfer
+  (``ls_miss_rate_across_move``: its LS messages lost or late within 2 s of the move).
+
+    sudo .venv/bin/python benchmarks/fleet.py --only-runtime --json /tmp/fleet-rt.json
 """
 
 from __future__ import annotations
@@ -152,7 +159,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--cache", type=Path, default=Path("results/fleet-cache"))
     ap.add_argument("--no-speed", action="store_true", help="skip the speed part")
+    ap.add_argument("--runtime", action="store_true",
+                    help="also run the runtime part (namespaces; needs root)")  # fmt: skip
+    ap.add_argument("--only-runtime", action="store_true",
+                    help="the runtime part alone (cells and speed empty, roam null)")  # fmt: skip
+    ap.add_argument("--runtime-runs", type=int, default=5)
     args = ap.parse_args(argv)
+    if args.only_runtime:
+        return _only_runtime(args)
     console = Console(width=150) if not Console().is_terminal else Console()
     scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
@@ -183,14 +197,63 @@ def main(argv: list[str] | None = None) -> int:
         "speed": [
             {k: s[k] for k in ("scenario", "policy", "realtime_factor", "rss_mb")} for s in speed
         ],
-        # The runtime side of issue 37 (leaders peering over sockets, a robot moved between
-        # cells in namespaces) fills these; the simulator's benchmark leaves them null.
-        "runtime": {"overlapping_bh_senders": None, "ls_miss_rate_across_move": None},
+        "runtime": _runtime(args, console),
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(doc, indent=2) + "\n")
     _print(console, table, _targets(table), roam_full, speed, args, seeds, wall, load0, load1,
            result.executed, result.cached)  # fmt: skip
+    console.print(f"wrote {args.json}")
+    return 0
+
+
+def _runtime(args: Any, console: Console) -> dict[str, Any]:
+    """The runtime part's two numbers (nulls without ``--runtime``), its table printed."""
+    if not (args.runtime or args.only_runtime):
+        return {"overlapping_bh_senders": None, "ls_miss_rate_across_move": None}
+    from _fleet_runtime import netns_unavailable, run_runtime
+
+    reason = netns_unavailable()
+    if reason is not None:
+        raise SystemExit(f"--runtime: {reason}")
+    load0 = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    rt = run_runtime(args.runtime_runs)
+    wall = time.perf_counter() - t0
+    t = Table(title=f"runtime in namespaces: {args.runtime_runs} rounds (two leaders, one tbf "
+                    "queue; a robot moved between cells)")  # fmt: skip
+    for c in ("round", "peered overlaps", "per-team overlaps", "per-team overlap ms",
+              "move: LS misses (late+lost)", "LS sends", "unmoved a4: misses / sends",
+              "followed ms"):  # fmt: skip
+        t.add_column(c, justify="right")
+    for i, r in enumerate(rt["rounds"], 1):
+        t.add_row(str(i), str(r["peered"]["overlaps"] + r["move"]["overlaps"]),
+                  str(r["per-team"]["overlaps"]), f"{r['per-team']['overlap_ms']:.0f}",
+                  f"{r['move']['misses']} ({r['move']['late']}+{r['move']['lost']})",
+                  str(r["move"]["sends"]),
+                  f"{r['move']['still_misses']} / {r['move']['still_sends']}",
+                  f"{r['move']['follow_ms']:.0f}")  # fmt: skip
+    console.print(t)
+    rate = rt["ls_miss_rate_across_move"]
+    console.print(
+        f"overlapping_bh_senders {rt['overlapping_bh_senders']} (target 0), "
+        f"ls_miss_rate_across_move {rate if rate is None else f'{100 * rate:.2f}%'} "
+        f"(target <= 1%); {wall:.0f} s wall, 1-min load {load0:.1f} -> "
+        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    )
+    return {k: rt[k] for k in ("overlapping_bh_senders", "ls_miss_rate_across_move")}
+
+
+def _only_runtime(args: Any) -> int:
+    console = Console(width=150) if not Console().is_terminal else Console()
+    doc = {
+        "cells": [],
+        "roam": {"protection_gap_ms_max": None, "association_gap_ms": None},
+        "speed": [],
+        "runtime": _runtime(args, console),
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(doc, indent=2) + "\n")
     console.print(f"wrote {args.json}")
     return 0
 

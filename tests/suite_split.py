@@ -29,6 +29,7 @@ _REALTIME_FILES = (
     "runtime/test_runtime_lease.py",
     "runtime/test_runtime_faults.py",
     "runtime/test_runtime_cli.py",
+    "runtime/test_fleet_loopback.py",
     "teambench/test_netns_run.py",
     "test_learn_team_netns.py",
     "test_examples.py",

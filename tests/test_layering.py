@@ -122,7 +122,7 @@ WINGS: dict[str, tuple[tuple[str, ...], ...]] = {
         ("robot",),
         ("leader", "inbox"),
         ("_config",),  # the team file
-        ("_selectors",),  # its [transparent] section
+        ("_selectors", "_fleet"),  # its [transparent] and [fleet] sections
         ("wire",),
         ("_errors", "_counters", "_priority"),
     ),

@@ -100,6 +100,11 @@ def worker(args: argparse.Namespace) -> None:
         fallback_ns=900_000_000,
         bulk=BulkSettings(inflight_budget_ns=budget),
     )
+    if args.fleet:  # no fixed leader: the leader of the cell this robot is in
+        from coorp.runtime import load_team_config, team_settings
+
+        roaming = team_settings(load_team_config(args.fleet)).roaming
+        settings = dataclasses.replace(settings, roaming=roaming)
     team = join(args.leader, args.robot, TeamKey.from_hex(args.key_hex), settings=settings)
     print(f"READY mode={team.mode}", flush=True)
     ls = None
@@ -152,7 +157,7 @@ def worker(args: argparse.Namespace) -> None:
     stop.set()
     if ls is not None:
         lt.join(timeout=5)
-    if args.leader:
+    if args.leader or args.fleet:
         # The permit's release goes out after the receipt: once the leader has handled
         # it, its counters (read after RESULT) include it.
         team.sync_leader(timeout_s=10)
@@ -172,6 +177,8 @@ def worker(args: argparse.Namespace) -> None:
         "permits": team.stats()["permits"],
         "intervals": team.asyncio_team.coordinator.intervals,
         "reconnects": receipt.reconnects,
+        "cell": team.stats().get("cell"),
+        "moves": team.stats().get("moves", []),
     }
     if args.trace_outq:
         result["outq"] = trace
@@ -581,6 +588,7 @@ def main() -> None:
     w.add_argument("--robot", required=True)
     w.add_argument("--dest", required=True)
     w.add_argument("--leader")
+    w.add_argument("--fleet", help="a team file with [fleet]: follow the robot's cell")
     w.add_argument("--no-local", action="store_true")
     w.add_argument("--ls-period-ms", type=float, default=33.3)
     w.add_argument("--no-ls", action="store_true", help="no LS channel: a bulk-only robot")

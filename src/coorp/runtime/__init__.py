@@ -48,10 +48,12 @@ from coorp.runtime._errors import (
     TransferError,
     UnsupportedVersionError,
 )
+from coorp.runtime._fleet import CellSection, FleetSection
 from coorp.runtime._priority import Scheduling, apply_scheduling, parse_scheduling
 from coorp.runtime._selectors import BulkSelector, LsSelector, TransparentSection
 from coorp.runtime.inbox import AsyncInbox, Inbox, Message, ReceiverLimits
 from coorp.runtime.leader import (
+    CellService,
     LeaderSettings,
     PermitService,
     TeamStatus,
@@ -67,9 +69,12 @@ from coorp.runtime.robot import (
     BulkStream,
     ChannelStats,
     LatencySensitiveChannel,
+    Roaming,
+    RoamingCell,
     Team,
     TeamSettings,
     ajoin,
+    default_gateway,
     join,
     join_config,
     team_settings,
@@ -104,8 +109,11 @@ __all__ = [
     "BulkSelector",
     "BulkSettings",
     "BulkStream",
+    "CellSection",
+    "CellService",
     "ChannelStats",
     "Finding",
+    "FleetSection",
     "FrameTooLargeError",
     "Inbox",
     "Keyring",
@@ -123,6 +131,8 @@ __all__ = [
     "ReceiverLimits",
     "RefusedError",
     "ReplayError",
+    "Roaming",
+    "RoamingCell",
     "RobotKey",
     "Ruleset",
     "RuntimeUsageError",
@@ -143,6 +153,7 @@ __all__ = [
     "ajoin",
     "apply_scheduling",
     "aquery_team",
+    "default_gateway",
     "diagnose",
     "format_address",
     "join",

@@ -36,6 +36,7 @@ from coorp._errors import ScenarioError, ScenarioProblem
 from coorp.scenario import load_scenario
 
 from ._errors import RuntimeUsageError
+from ._fleet import FleetSection
 from ._priority import parse_scheduling
 from ._selectors import TransparentSection, dds_binds, dds_port_range
 from .wire import (
@@ -213,6 +214,8 @@ class TeamConfig(_Model):
     agent: AgentSection = AgentSection()
     transparent: TransparentSection | None = None
     """Protect programs that know nothing of Coorp (``coorp agent --transparent``)."""
+    fleet: FleetSection | None = None
+    """Several cells, a leader each (docs/runtime.md, "A fleet")."""
 
     @model_validator(mode="after")
     def _limit_fits(self) -> TeamConfig:
@@ -224,6 +227,19 @@ class TeamConfig(_Model):
         unknown = sorted(set(self.team.hosts) - set(self.team.robots))
         if unknown:
             raise ValueError(f"team.hosts names robots not in team.robots: {', '.join(unknown)}")
+        if self.fleet is not None:
+            robots = set(self.team.robots)
+            clash = sorted(c.name for c in self.fleet.cells if c.name in robots)
+            if clash:
+                raise ValueError(
+                    f"fleet.cells: {', '.join(clash)} also named in team.robots: a cell's "
+                    "leader authenticates under its cell's name, which no robot may share"
+                )
+            if self.leader.limit > 64:
+                raise ValueError(
+                    f"leader.limit={self.leader.limit}: a fleet's channels allow at most 64 "
+                    "BH senders at once (a new coordinator learns a cell's holders in one frame)"
+                )
         t = self.transparent
         if t is not None:
             self._ports_clear_of_dds(t)

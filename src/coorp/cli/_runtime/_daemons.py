@@ -113,10 +113,19 @@ def leader(
     status: Annotated[
         bool, typer.Option("--status", help="Ask a running leader for its counters; exit.")
     ] = False,
+    cell: Annotated[
+        str | None,
+        typer.Option(
+            metavar="NAME",
+            help="In a fleet (the team file's [fleet]): lead this cell, peering with the "
+            "leaders of the other cells on its channel.",
+        ),
+    ] = None,
     log_level: LogLevelOption = LogLevel.INFO,
 ) -> None:
     """Run the team's permit service (the global controller)."""
     from coorp.runtime import (
+        CellService,
         PermitService,
         TeamKey,
         format_address,
@@ -132,7 +141,17 @@ def leader(
     key = resolve_team_key(cfg, config)
     if not isinstance(key, TeamKey):
         raise UsageError(f"{config}: the leader needs the team key (team.key_file)")
-    address = listen or cfg.leader.listen
+    cell_cfg = None
+    if cell is not None:
+        if cfg.fleet is None:
+            raise UsageError(f"--cell {cell!r}: {config} has no [fleet] section listing cells")
+        names = [c.name for c in cfg.fleet.cells]
+        if cell not in names:
+            raise UsageError(
+                f"--cell {cell!r} is not in fleet.cells of {config} ({', '.join(names)})"
+            )
+        cell_cfg = cfg.fleet.cell(cell)
+    address = listen or (cell_cfg.listen if cell_cfg is not None else None) or cfg.leader.listen
     host, port = parse_address(address, what="--listen")
     if status:
         target = _status_target(listen, cfg.leader.listen, cfg.agent.leader)
@@ -151,10 +170,29 @@ def leader(
     settings = leader_settings(cfg)
 
     async def run() -> dict[str, int]:
-        service = PermitService(cfg.team.robots, key, settings)
+        service: PermitService
+        if cfg.fleet is not None and cell is not None:
+            f = cfg.fleet
+            peers = {
+                c.name: parse_address(c.leader, what=f"fleet cell {c.name}")
+                for c in f.peers_of(cell)
+            }
+            service = CellService(
+                cfg.team.robots,
+                key,
+                settings,
+                cell=cell,
+                peers=peers,
+                peer_heartbeat_ns=round(f.peer_heartbeat_ms * 1e6),
+                peer_timeout_ns=round(f.peer_timeout_ms * 1e6),
+            )
+        else:
+            service = PermitService(cfg.team.robots, key, settings)
         bound = await service.start((host, port))
+        where = f" cell {cell!r}" if cell is not None else ""
         print(
-            f"coorp leader: serving team {cfg.team.name!r} on {format_address(bound)}", flush=True
+            f"coorp leader: serving team {cfg.team.name!r}{where} on {format_address(bound)}",
+            flush=True,
         )
         try:
             await _until_signalled()
@@ -439,12 +477,15 @@ def _print_relay_counters(tmode: Any) -> None:
 
 
 def _coorp_ports(cfg: TeamConfig, leader_addr: str | None, listen: str | None) -> tuple[int, ...]:
-    """Ports of Coorp's own connections (never intercepted): the leader's, the inbox's."""
+    """Ports of Coorp's own connections (never intercepted): the leader's, the inbox's,
+    and in a fleet every cell's leader (a robot that roams keeps its rules as they are)."""
     from coorp.runtime import parse_address
 
     ports = [parse_address(listen or cfg.agent.listen)[1], parse_address(cfg.leader.listen)[1]]
     if leader_addr or cfg.agent.leader:
         ports.append(parse_address(leader_addr or cfg.agent.leader or "")[1])
+    if cfg.fleet is not None:
+        ports += [parse_address(c.leader)[1] for c in cfg.fleet.cells]
     return tuple(sorted(set(ports)))
 
 

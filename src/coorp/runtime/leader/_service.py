@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from coorp._errors import PeerError
-from coorp.control import GlobalController, PermitUpdate, UnknownRobotError
+from coorp.control import GlobalController, Grant, PermitUpdate, UnknownRobotError
 
 from .._config import TeamConfig
 from .._counters import DropLog
@@ -264,6 +264,9 @@ class PermitService:
             if join.role == "observer":
                 await self._observer_loop(conn, join.robot, slot)
                 return
+            if join.role == "leader":
+                await self._peer_loop(conn, join.robot, slot)
+                return
             if join.role != "agent" or join.robot not in self.team:
                 why = (
                     f"robot {join.robot!r} is not in the team"
@@ -303,6 +306,7 @@ class PermitService:
             old.close()
         self._agents[robot] = conn
         self._counts["joins"] += 1
+        self._permit_join(robot)
         self._log.log("join", logging.INFO, "%s joined from %s", robot, conn.peer)
 
     def _detach(self, robot: str, conn: FramedConnection) -> None:
@@ -315,12 +319,50 @@ class PermitService:
     def _forget_robot(self, robot: str) -> None:
         """Drop the robot's request and permit (it re-requests when it comes back)."""
         now = self._clock()
-        held = any(g.robot == robot for g in self.controller.holders)
-        update = self.controller.remove_robot(robot, now)
-        self.controller.add_robot(robot)
+        held = any(g.robot == robot for g in self._holder_grants())
+        update = self._permit_forget(robot, now)
         if held:
             self._counts["disconnect_revocations"] += 1
         self._apply(update, reason="holder disconnected")
+
+    # -- the permit authority (a subclass coordinates a fleet's cell: ._cell) ---------------
+    def _permit_join(self, robot: str) -> None:
+        """``robot``'s agent connected (a team's leader knows its robots already)."""
+
+    def _permit_forget(self, robot: str, now: int) -> PermitUpdate:
+        update = self.controller.remove_robot(robot, now)
+        self.controller.add_robot(robot)
+        return update
+
+    def _permit_request(self, robot: str, flows: int, now: int) -> PermitUpdate:
+        weight = min(flows, self.settings.max_weight)
+        ctl = self.controller
+        changed = weight != ctl.weight(robot)
+        ctl.set_weight(robot, weight)
+        queued = robot in ctl.waiting or any(g.robot == robot for g in ctl.holders)
+        if changed and queued:
+            return PermitUpdate()  # only its weight changed
+        return self._controller_call(ctl.request, robot, now)
+
+    def _permit_release(self, robot: str, grant_id: int, now: int) -> PermitUpdate:
+        return self._controller_call(self.controller.release, robot, grant_id, now)
+
+    def _permit_tick(self, now: int) -> PermitUpdate:
+        return self.controller.tick(now)
+
+    def _permit_deadline(self) -> int | None:
+        return self.controller.next_deadline_ns()
+
+    def _holder_grants(self) -> tuple[Grant, ...]:
+        return self.controller.holders
+
+    def _waiting_robots(self) -> list[str]:
+        return list(self.controller.waiting)
+
+    async def _peer_loop(self, conn: FramedConnection, name: str, slot: AcceptLoop) -> None:
+        why = f"{name!r} joined as a leader, but this leader is not in a fleet"
+        await conn.send(Refused(why))
+        raise RefusedError(why)
 
     async def _agent_loop(self, robot: str, conn: FramedConnection, slot: AcceptLoop) -> None:
         while True:
@@ -331,17 +373,9 @@ class PermitService:
             if isinstance(msg, Ping):
                 await conn.send(Pong(msg.token))
             elif isinstance(msg, Request):
-                weight = min(msg.flows, self.settings.max_weight)
-                ctl = self.controller
-                changed = weight != ctl.weight(robot)
-                ctl.set_weight(robot, weight)
-                queued = robot in ctl.waiting or any(g.robot == robot for g in ctl.holders)
-                if not (changed and queued):  # (else: only its weight changed)
-                    self._apply(self._controller_call(ctl.request, robot, now))
+                self._apply(self._permit_request(robot, msg.flows, now))
             elif isinstance(msg, Release):
-                self._apply(
-                    self._controller_call(self.controller.release, robot, msg.grant_id, now)
-                )
+                self._apply(self._permit_release(robot, msg.grant_id, now))
             elif isinstance(msg, StatsQuery):
                 await conn.send(self._stats_reply())
             elif isinstance(msg, AgentReport):
@@ -381,15 +415,15 @@ class PermitService:
             offset,
             self._clock(),
             set(self._agents),
-            [g.robot for g in self.controller.holders],
-            list(self.controller.waiting),
+            [g.robot for g in self._holder_grants()],
+            self._waiting_robots(),
         )
 
     def _stats_reply(self) -> StatsReply:
         return StatsReply(
             self.stats(),
-            [g.robot for g in self.controller.holders],
-            list(self.controller.waiting),
+            [g.robot for g in self._holder_grants()],
+            self._waiting_robots(),
         )
 
     # -- permits ---------------------------------------------------------------------------------
@@ -400,7 +434,7 @@ class PermitService:
         for g in update.granted:
             log.debug("granted %d to %s", g.grant_id, g.robot)
             self._send_to(g.robot, Granted(g.grant_id, g.granted_ns, g.expires_ns))
-        holders = len(self.controller.holders)
+        holders = len(self._holder_grants())
         self._counts["max_holders"] = max(self._counts["max_holders"], holders)
         self._tell_holders()
         self._reschedule()
@@ -408,9 +442,9 @@ class PermitService:
     def _tell_holders(self) -> None:
         """Tell each holder how many robots wait whenever that changed (a fresh grant
         starts at none): one with nothing left to send then releases at once."""
-        waiting = len(self.controller.waiting)
+        waiting = len(self._waiting_robots())
         told: dict[str, tuple[int, int]] = {}
-        for g in self.controller.holders:
+        for g in self._holder_grants():
             gid, last = self._told.get(g.robot, (g.grant_id, 0))
             if gid != g.grant_id:
                 last = 0
@@ -437,7 +471,7 @@ class PermitService:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        deadline = self.controller.next_deadline_ns()
+        deadline = self._permit_deadline()
         if deadline is None:
             return
         delay_s = max(deadline - self._clock(), 0) / 1e9
@@ -445,7 +479,7 @@ class PermitService:
 
     def _on_timer(self) -> None:
         self._timer = None
-        self._apply(self.controller.tick(self._clock()))
+        self._apply(self._permit_tick(self._clock()))
 
 
 def leader_settings(config: TeamConfig) -> LeaderSettings:

@@ -16,6 +16,7 @@ from ._latency import ChannelStats, LatencySensitiveChannel
 from ._pacing import BulkSettings, Pacer, Progress, new_counters
 from ._preempt import SharedPlanner
 from ._report import ReportPart
+from ._roam import CellFollower, Roaming, RoamingCell, default_gateway
 from ._settings import TeamSettings, team_settings
 from ._team import AsyncTeam, ajoin
 from ._threaded import (
@@ -31,16 +32,20 @@ __all__ = [
     "BulkReceipt",
     "BulkSettings",
     "BulkStream",
+    "CellFollower",
     "ChannelStats",
     "Coordinator",
     "LatencySensitiveChannel",
     "Pacer",
     "Progress",
     "ReportPart",
+    "Roaming",
+    "RoamingCell",
     "SharedPlanner",
     "Team",
     "TeamSettings",
     "ajoin",
+    "default_gateway",
     "join",
     "join_config",
     "new_counters",

@@ -40,7 +40,8 @@ import enum
 import logging
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from coorp._errors import PeerError
 
@@ -132,7 +133,10 @@ class ControlLink:
             "refusals": 0,
             "failed_attempts": 0,
             "stalls": 0,
+            "moves": 0,
         }
+        self._moved = False
+        self._move = asyncio.Event()
 
     # -- public ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -179,6 +183,23 @@ class ControlLink:
         finally:
             self._round_trips.pop(token, None)
 
+    def move_to(self, leader: Address) -> None:
+        """The robot is in another cell now (:mod:`._roam`): leave this leader (closing
+        the connection tells it: the robot's request and permit are gone there) and join
+        ``leader`` at once. Bulk waits meanwhile, as on any reconnection; LS, marking
+        and local preemption do not depend on the leader and carry on."""
+        if leader == self.leader:
+            return
+        log.info("%s: moving from leader %s to %s", self.robot, format_address(self.leader),
+                 format_address(leader))  # fmt: skip
+        self.leader = leader
+        self.counters["moves"] += 1
+        self._moved = True
+        # Stop sending bulk before the old leader can hand the permit on (it does as
+        # soon as it sees the connection close), then end the connection.
+        self._lost()
+        self._move.set()  # the connection loop connects to ``leader`` at once
+
     def lease_ends_ns(self) -> int | None:
         """Until when (this robot's monotonic clock) the leader cannot have dropped
         this robot for silence: see the module docstring. None while not joined."""
@@ -220,11 +241,16 @@ class ControlLink:
     # -- the connection loop ---------------------------------------------------------------
     async def _run(self) -> None:
         backoff = 0.05
-        peer = format_address(self.leader)
         while True:
             joined = False
+            target = self.leader
+            peer = format_address(target)
+            self._moved = False
+            self._move.clear()
             try:
-                conn, welcome = await self._connect()
+                conn, welcome = await self._unless_moved(self._connect())
+                if self.leader != target:  # moved while connecting: not this one
+                    raise PeerClosed(f"moved away from {peer}")
                 backoff = 0.05
                 joined = True
                 await self._serve(conn, welcome)
@@ -238,13 +264,33 @@ class ControlLink:
                 log.debug("link to %s: %s", peer, exc)
             finally:
                 self._lost()
+            if self._moved:
+                continue  # the robot changed cells: join the new leader now
             if not joined:
                 self._failed_attempts += 1
                 self.counters["failed_attempts"] += 1
                 if self._fallback_due and self._failed_attempts >= self.min_failed_attempts:
                     self._fall_back()
-            await asyncio.sleep(backoff)
+            with contextlib.suppress(TimeoutError):  # a move ends the back-off
+                await asyncio.wait_for(self._move.wait(), backoff)
             backoff = min(backoff * 2, self._max_backoff_s)
+
+    async def _unless_moved(
+        self, coro: Coroutine[Any, Any, tuple[FramedConnection, Welcome]]
+    ) -> tuple[FramedConnection, Welcome]:
+        """``coro``'s result, or :class:`PeerClosed` as soon as the robot changed cells."""
+        task = asyncio.ensure_future(coro)
+        moved = asyncio.ensure_future(self._move.wait())
+        try:
+            await asyncio.wait({task, moved}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            moved.cancel()
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        if task.cancelled():
+            raise PeerClosed(f"moved away from {format_address(self.leader)}")
+        return task.result()
 
     async def _connect(self) -> tuple[FramedConnection, Welcome]:
         loop = asyncio.get_running_loop()
@@ -282,6 +328,7 @@ class ControlLink:
             asyncio.create_task(self._read_loop(conn)),
             asyncio.create_task(self._heartbeat(conn, period_s)),
             asyncio.create_task(self._watchdog(welcome.heartbeat_ns)),
+            asyncio.create_task(self._move.wait()),  # the robot changed cells: end
         ]
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)

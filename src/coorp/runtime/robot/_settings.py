@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 
 from .._config import TeamConfig
 from ..inbox import ReceiverLimits
+from ..wire import parse_address
 from ._pacing import BulkSettings
+from ._roam import Roaming, RoamingCell
 
 __all__ = ["TeamSettings", "team_settings"]
 
@@ -40,6 +42,9 @@ class TeamSettings:
     the channel's session (sends before that are parked, keep-last)."""
     bulk: BulkSettings = field(default_factory=BulkSettings)
     receiver: ReceiverLimits = field(default_factory=ReceiverLimits)
+    roaming: Roaming | None = None
+    """A fleet's cells: with no fixed leader, the robot joins the leader of the cell it
+    is in and follows it from cell to cell (:mod:`._roam`)."""
 
 
 def team_settings(config: TeamConfig) -> TeamSettings:
@@ -57,6 +62,7 @@ def team_settings(config: TeamConfig) -> TeamSettings:
             inflight_budget_ns=round(budget * 1e6) if budget > 0 else None,
             one_message_at_a_time=a.bulk_one_message_at_a_time,
         ),
+        roaming=_roaming(config),
         receiver=ReceiverLimits(
             connections_per_member=a.inbox_connections_per_member,
             ls_sessions_per_member=a.inbox_ls_sessions_per_member,
@@ -64,3 +70,15 @@ def team_settings(config: TeamConfig) -> TeamSettings:
             preauth_budget=a.inbox_preauth_budget,
         ),
     )
+
+
+def _roaming(config: TeamConfig) -> Roaming | None:
+    fleet = config.fleet
+    if fleet is None:
+        return None
+    cells = tuple(
+        RoamingCell(c.name, c.gateway, parse_address(c.leader, what=f"fleet cell {c.name}"))
+        for c in fleet.cells
+        if c.gateway is not None
+    )
+    return Roaming(cells, every_s=fleet.locate_every_ms / 1e3)

@@ -50,6 +50,7 @@ from ._latency import LatencySensitiveChannel
 from ._link import ControlLink, LinkState
 from ._preempt import SharedPlanner
 from ._report import Reporter, ReportPart
+from ._roam import CellFollower
 from ._settings import TeamSettings
 
 __all__ = ["AsyncTeam", "TeamSettings", "ajoin"]
@@ -84,9 +85,11 @@ class AsyncTeam:
             ProtectionPlanner(margin_ns=settings.protection_margin_ns), clock
         )
         self.coordinator = Coordinator(robot, clock, release_linger_ns=settings.release_linger_ns)
-        if leader is not None:
+        if leader is not None or settings.roaming is not None:
             self.coordinator.state = LinkState.PENDING  # nothing permitted before the join
         self.link: ControlLink | None = None
+        #: Follows the robot from cell to cell (a fleet, ``settings.roaming``).
+        self.follower: CellFollower | None = None
         self._ls: dict[str, LatencySensitiveChannel] = {}
         self._bulk: dict[str, AsyncBulkStream] = {}
         self._inboxes: list[AsyncInbox] = []
@@ -101,6 +104,16 @@ class AsyncTeam:
     async def _start(self) -> None:
         for m in self.marking.values():
             (log.info if m.uses_priority else log.warning)("%s: %s", self.robot, m.describe())
+        roaming = self.settings.roaming
+        cell = None
+        if self.leader is None and roaming is not None:
+            gateway = roaming.locate()
+            cell = roaming.cell_at(gateway)
+            if cell is None:
+                cell = roaming.cells[0]
+                log.warning("%s: gateway %s is no cell of the fleet; joining cell %s first",
+                            self.robot, gateway, cell.name)  # fmt: skip
+            self.leader = cell.leader
         if self.leader is None:
             log.info(
                 "%s: no leader configured: BH is not coordinated (marking%s only)",
@@ -121,6 +134,9 @@ class AsyncTeam:
         self.link = link
         self.coordinator.attach(link)
         link.start()
+        if roaming is not None and cell is not None:
+            self.follower = CellFollower(link, roaming, cell, clock=self._clock)
+            self.follower.start()
         self.reporter = Reporter(
             mode=lambda: self.mode,
             ls_flows=lambda: len(self.planner.planner.flows),
@@ -165,6 +181,9 @@ class AsyncTeam:
         }
         if self.link is not None:
             out["link"] = dict(self.link.counters)
+        if self.follower is not None:
+            out["cell"] = self.follower.cell.name
+            out["moves"] = [list(m) for m in self.follower.moves]
         out["ls"] = {name: ch.stats for name, ch in self._ls.items()}
         out["bulk"] = {name: dict(b.counters) for name, b in self._bulk.items()}
         return out
@@ -342,6 +361,8 @@ class AsyncTeam:
     async def close(self) -> None:
         if self.reporter is not None:
             await self.reporter.close()
+        if self.follower is not None:
+            await self.follower.close()
         for task in self._ls_tasks.values():
             task.cancel()
         await asyncio.gather(*self._ls_tasks.values(), return_exceptions=True)

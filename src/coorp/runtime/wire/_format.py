@@ -53,6 +53,7 @@ __all__ = [
     "LsOpen",
     "LsStatus",
     "Message",
+    "PeerFrame",
     "Ping",
     "Pong",
     "Refused",
@@ -79,8 +80,9 @@ __all__ = [
 
 #: 4: LS session keep-alives carry the sender's counts and are answered with the
 #: receiver's (``LsKeepAlive``/``LsStatus``: liveness and loss reports). 5: the leader
-#: tells permit holders how many robots wait (``Queued``).
-WIRE_VERSION: Final = 5
+#: tells permit holders how many robots wait (``Queued``). 6: cell leaders of one
+#: channel peer (role ``leader``, ``PeerFrame``: a fleet, docs/runtime.md "A fleet").
+WIRE_VERSION: Final = 6
 NONCE_BYTES: Final = 16
 MAC_BYTES: Final = 32
 LENGTH_PREFIX: Final = struct.Struct(">I")
@@ -137,7 +139,7 @@ class Join(_Msg, tag="join"):
 
     robot: Name
     nonce: Nonce
-    role: Literal["agent", "observer", "sender", "ls"]
+    role: Literal["agent", "observer", "sender", "ls", "leader"]
 
 
 class Welcome(_Msg, tag="welcome"):
@@ -278,6 +280,28 @@ class TeamReply(_Msg, tag="team"):
     """Robots in the team (query again with ``offset`` for the rest)."""
 
 
+PeerKindName = Literal["heartbeat", "request", "release", "leave", "state", "grant",
+                       "adopted", "revoke"]  # fmt: skip
+#: Robots in one STATE report, at most (under MAX_CONTROL_FRAME_BYTES with long names).
+MAX_CELL_HOLDERS, MAX_CELL_WAITING = 64, 128
+
+
+class PeerFrame(_Msg, tag="peer"):
+    """Cell leader -> cell leader of its channel (role ``leader``): a
+    :class:`~coorp.control.PeerMessage`. ``hears``: the sender heard the receiver
+    lately (a link that carries one way only is down on both ends)."""
+
+    kind: PeerKindName
+    src: Name
+    dst: Name
+    robot: Annotated[str, Meta(max_length=64, pattern=r"^[A-Za-z0-9_.:-]*\Z")] = ""
+    grant_id: U64 = 0
+    remaining_ns: U64 = 0
+    holders: Annotated[list[tuple[Name, U64]], Meta(max_length=MAX_CELL_HOLDERS)] = []
+    waiting: Annotated[list[Name], Meta(max_length=MAX_CELL_WAITING)] = []
+    hears: bool = True
+
+
 class Refused(_Msg, tag="refused"):
     """Server -> client before closing: why (unknown robot, wrong role)."""
 
@@ -385,6 +409,7 @@ Message = (
     | LsAccept
     | LsKeepAlive
     | LsStatus
+    | PeerFrame
 )
 
 

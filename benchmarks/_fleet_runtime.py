@@ -1,0 +1,146 @@
+"""The runtime side of benchmarks/fleet.py (``--runtime``): a fleet in namespaces.
+
+The topology and roles of tests/runtime/test_fleet_netns.py (every host on one bridge,
+the port towards the sink shaped with tbf: one queue for every robot, like one channel;
+cell-a's leader on ``a1``, cell-b's on ``a2``; a robot's cell is its default route's
+gateway), run ``runs`` times, each run:
+
+* **overlap**: robots a3 (cell-a), a4 and a5 (cell-b) send 2 MB each at once, LS at 30
+  Hz; the BH write stretches the agents recorded themselves are compared pairwise.
+  Two contenders side by side: ``peered`` (both cells on channel 36: the leaders peer,
+  one coordinator for the channel) and ``per-team`` (the same team file with cell-b on
+  channel 52: each leader grants its own cell only, issue 37's ``coorp-team``
+  baseline; the air is still shared).
+* **move**: a3 sends 9 MB in cell-a while a4 sends 3 MB in cell-b; once a3 holds its
+  permit its default route moves to cell-b's gateway (the roam). LS messages a3 sent
+  within 2 s of the move, lost or later than 33.3 ms at the sink, over all it sent then;
+  beside them (console only) those of a4, which did not move, in the same window.
+
+``overlapping_bh_senders``: overlapping pairs of write stretches of the peered runs, in
+total (target 0). ``ls_miss_rate_across_move``: misses over sends pooled across runs
+(target <= 1%).
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+TESTS = HERE.parent / "tests" / "runtime"
+sys.path[:0] = [str(TESTS)]
+
+from rt_netns import Topology, netns_unavailable  # noqa: E402
+from test_fleet_netns import (  # noqa: E402
+    LA,
+    LB,
+    QUEUE_MS,
+    RATE_MBIT,
+    ROBOTS,
+    cell_stats,
+    fleet_file,
+    ls_late_lost,
+    ls_misses,
+    overlaps,
+    route_via,
+    start_cell,
+    start_robot,
+    wait_cell,
+)
+from test_runtime_netns import result_of, start_sink  # noqa: E402
+
+__all__ = ["netns_unavailable", "run_runtime"]
+
+
+def _overlap_run(topo: Topology, d: Path, *, peered: bool) -> dict[str, Any]:
+    config = fleet_file(topo, d, channel_b=36 if peered else 52)
+    procs = [start_cell(topo, config, LA, "cell-a"), start_cell(topo, config, LB, "cell-b")]
+    for robot, host in zip(ROBOTS, (LA, LB, LB), strict=True):
+        route_via(topo, robot, host)
+    if peered:
+        wait_cell(topo, LB, "hears cell-a", lambda c: c["alive_peers"] == 1)
+    sink = start_sink(topo, expect_bulk=3)
+    grid = time.monotonic_ns()
+    robots = [start_robot(topo, r, config, bh_bytes=2_000_000, grid_ns=grid) for r in ROBOTS]
+    results = [result_of(w, 120) for w in robots]
+    result_of(sink, 60)
+    pairs = overlaps(results)
+    for p in [*procs, sink, *robots]:
+        p.kill()
+    return {
+        "overlaps": len(pairs),
+        "overlap_ms": sum(min(x[1], y[1]) - max(x[0], y[0]) for _, _, x, y in pairs) / 1e6,
+    }
+
+
+def _move_run(topo: Topology, d: Path) -> dict[str, Any]:
+    config = fleet_file(topo, d)
+    procs = [start_cell(topo, config, LA, "cell-a"), start_cell(topo, config, LB, "cell-b")]
+    route_via(topo, "a3", LA)
+    route_via(topo, "a4", LB)
+    wait_cell(topo, LB, "hears cell-a", lambda c: c["alive_peers"] == 1)
+    sink = start_sink(topo, expect_bulk=2)
+    grid = time.monotonic_ns()
+    mover = start_robot(topo, "a3", config, bh_bytes=9_000_000, grid_ns=grid, go_stdin=True)
+    other = start_robot(topo, "a4", config, bh_bytes=3_000_000, grid_ns=grid)
+    mover.expect("WARM", 30)
+    mover.send("go")
+    mover.expect("BULK-START", 10)
+    wait_cell(topo, LA, "grants a3 a permit", lambda c: c["cell_grants"] >= 1)
+    changed_ns = time.monotonic_ns()
+    route_via(topo, "a3", LB)
+    res, res_other = result_of(mover, 120), result_of(other, 120)
+    received = result_of(sink, 60)
+    moves = res["moves"]
+    if len(moves) != 1:
+        raise RuntimeError(f"a3 moved {len(moves)} times, expected once: {moves}")
+    move_ns = moves[0][0]
+    lo, hi = move_ns - 2_000_000_000, move_ns + 2_000_000_000
+    misses, sends = ls_misses(received, "a3", 0, lo, hi)
+    late, lost, _ = ls_late_lost(received, "a3", lo, hi)
+    # The control: the robot that did not move, same window, same air and CPU load.
+    still_misses, still_sends = ls_misses(received, "a4", 0, lo, hi)
+    joined = cell_stats(topo, LB)["counters"]["joins"]
+    for p in [*procs, sink, mover, other]:
+        p.kill()
+    return {
+        "misses": misses,
+        "late": late,
+        "lost": lost,
+        "sends": sends,
+        "follow_ms": (move_ns - changed_ns) / 1e6,
+        "overlaps": len(overlaps([res, res_other])),
+        "still_misses": still_misses,
+        "still_sends": still_sends,
+        "joins_b": joined,
+    }
+
+
+def run_runtime(runs: int) -> dict[str, Any]:
+    """``runs`` rounds of the three runs above, each on a fresh topology."""
+    rounds: list[dict[str, Any]] = []
+    for _ in range(runs):
+        row: dict[str, Any] = {}
+        for what in ("peered", "per-team", "move"):
+            topo = Topology(agents=5, tag="coorpfb")
+            try:
+                topo.create(rate_mbit=RATE_MBIT, queue_ms=QUEUE_MS)
+                with tempfile.TemporaryDirectory() as tmp:
+                    if what == "move":
+                        row[what] = _move_run(topo, Path(tmp))
+                    else:
+                        row[what] = _overlap_run(topo, Path(tmp), peered=what == "peered")
+            finally:
+                topo.destroy()
+        rounds.append(row)
+    sends = sum(r["move"]["sends"] for r in rounds)
+    misses = sum(r["move"]["misses"] for r in rounds)
+    return {
+        "overlapping_bh_senders": sum(r["peered"]["overlaps"] for r in rounds)
+        + sum(r["move"]["overlaps"] for r in rounds),
+        "ls_miss_rate_across_move": misses / sends if sends else None,
+        "rounds": rounds,
+    }
