@@ -30,6 +30,15 @@ link has rejoined by then if the leader had dropped it). :meth:`permit_ends_ns` 
 the earlier of the permit's end and the lease's, so a stream also stops writing early
 enough for its bytes to drain before the lease runs out.
 
+**The kernel's half** (:class:`~coorp.runtime.wire.KernelLease`, optional:
+``guard``): a check and the ``sendmsg`` after it are two steps, and a process frozen
+between them writes when it runs again. With a guard, the kernel drops this robot's
+bulk packets sent after the deadline it was last given: the permit's end or the
+lease's, set at every grant and renewal; lifted once the robot stops holding a permit
+while its deadline still runs (every write so far was then in time), kept when it
+finds the deadline already past (what a frozen holder wrote waits, queued by TCP, for
+its next permit). :meth:`permitted` also waits until the kernel has the deadline.
+
 For tests and chaos runs, :attr:`Coordinator.intervals` records when this robot
 wrote BH data: ``[first_ns, last_ns, grant_id]`` per stretch (grant -1: without a
 permit, uncoordinated or no leader).
@@ -48,6 +57,7 @@ from coorp.control import BulkClient, ForeignGrantError, Grant
 
 from ..wire import (
     Granted,
+    KernelLease,
     Message,
     Queued,
     Release,
@@ -106,6 +116,15 @@ class Coordinator:
         self.intervals: list[list[int]] = []
         #: The robot's paced BH sockets: their bytes in flight share one budget.
         self._bh_sockets: set[socket.socket] = set()
+        #: The kernel's half of the lease (None: user space only).
+        self.guard: KernelLease | None = None
+
+    def attach_guard(self, guard: KernelLease) -> None:
+        """Enforce permits in the kernel too: ``guard`` drops this robot's bulk packets
+        (its sockets carry ``guard.mark``) sent after the deadline."""
+        self.guard = guard
+        guard.on_applied = self._changed.set
+        self._sync_guard()
 
     def attach(self, link: ControlLink) -> None:
         self.link = link
@@ -243,6 +262,8 @@ class Coordinator:
         lease = self.link.lease_ends_ns() if self.link is not None else None
         if lease is not None and now_ns >= lease:
             return False
+        if self.guard is not None and not self.guard.allows(now_ns):
+            return False  # the kernel's deadline is not moved yet (a fresh grant)
         return self._client.may_send(now_ns)
 
     def permit_ends_ns(self) -> int | None:
@@ -305,6 +326,7 @@ class Coordinator:
         if gid is not None and self.state is LinkState.JOINED:
             self.counters["releases"] += 1
             self._send(Release(gid))
+        self._sync_guard()
 
     async def wait_permitted(self, max_wait_s: float) -> bool:
         """Wait (at most ``max_wait_s``) until BH may be sent; re-requests as needed."""
@@ -366,7 +388,33 @@ class Coordinator:
 
     # -- internals -------------------------------------------------------------------------
     def _notify(self) -> None:
+        self._sync_guard()
         self._changed.set()
+
+    def _sync_guard(self) -> None:
+        """Give the kernel the deadline that goes with the permit now (see the module
+        docstring)."""
+        guard = self.guard
+        if guard is None:
+            return
+        now = self._clock()
+        if self.state is None or self.state is LinkState.UNCOORDINATED:
+            guard.request(None)
+            return
+        lease = self.link.lease_ends_ns() if self.link is not None else None
+        holding = (
+            self.state is LinkState.JOINED
+            and self._client.grant is not None
+            and (lease is None or now < lease)
+        )
+        if holding:
+            ends = self.permit_ends_ns()
+            if ends is not None:
+                guard.request(ends)
+            return
+        applied = guard.applied
+        if applied is None or now < applied:
+            guard.request(None)  # stopped holding in time: every write was in time
 
     def _request(self) -> None:
         if self._client.want(self._clock()):
