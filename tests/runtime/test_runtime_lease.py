@@ -219,3 +219,35 @@ def test_the_kernel_gets_the_permits_deadline_keeps_it_after_a_freeze_and_lifts_
             await service.close()
 
     asyncio.run(main())
+
+
+def test_a_downlink_of_its_own_holds_a_second_permit_beside_the_teams() -> None:
+    """``LeaderSettings.downlink``: a leader host whose bulk leaves through a queue of
+    its own (split queues) holds its permit while a robot holds the team's; the robots
+    still take turns among themselves."""
+
+    async def main() -> None:
+        robots = ["ld", "r1", "r2"]
+        service = PermitService(robots, KEY, LeaderSettings(downlink=("ld",)))
+        host, port = await service.start(("127.0.0.1", 0))
+        teams = [await ajoin(f"{host}:{port}", r, KEY) for r in robots]
+        ld, r1, r2 = (t.coordinator for t in teams)
+        try:
+            r1.begin()
+            assert await r1.wait_permitted(2.0)
+            ld.begin()
+            assert await ld.wait_permitted(2.0)  # at once: another queue
+            r2.begin()
+            assert not await r2.wait_permitted(0.3)  # the team's permit is r1's
+            assert service.stats()["holders"] == 2
+            assert service.stats()["max_holders"] == 1  # per queue
+            r1.end()
+            assert await r2.wait_permitted(2.0)
+            ld.end()
+            r2.end()
+        finally:
+            for t in teams:
+                await t.close()
+            await service.close()
+
+    asyncio.run(main())

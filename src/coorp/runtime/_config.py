@@ -135,6 +135,11 @@ class LeaderSection(_Model):
         le=64,
         description="timeslices per grant at most for a robot sending for several flows",
     )
+    downlink: list[str] = Field(
+        default_factory=list,
+        description="robots whose bulk leaves through a queue of its own (a wired leader's "
+        "downlink): a second permit, held among them alongside the team's",
+    )
 
     _listen = field_validator("listen")(_check_address)
 
@@ -224,6 +229,11 @@ class TeamConfig(_Model):
         unknown = sorted(set(self.team.hosts) - set(self.team.robots))
         if unknown:
             raise ValueError(f"team.hosts names robots not in team.robots: {', '.join(unknown)}")
+        unknown = sorted(set(self.leader.downlink) - set(self.team.robots))
+        if unknown:
+            raise ValueError(
+                f"leader.downlink names robots not in team.robots: {', '.join(unknown)}"
+            )
         t = self.transparent
         if t is not None:
             self._ports_clear_of_dds(t)

@@ -91,6 +91,11 @@ class LeaderSettings:
     """Frames (and handshakes) one robot may have handled per second; beyond, its
     frames are read later (an agent sends about 5 per second)."""
     frame_burst_per_member: int = 400
+    downlink: tuple[str, ...] = ()
+    """Robots whose bulk leaves through a queue no other robot's bulk enters (a
+    leader host's downlink on a wired or split link; never robots on one WiFi channel):
+    they take turns among themselves under a permit of their own, at the same time as
+    the others'. Empty: one permit for the whole team (one shared medium)."""
     max_weight: int = 8
     """A robot sending for several flows at once gets up to this many timeslices per
     grant (one per flow): a server answering four clients holds the air about as long
@@ -125,9 +130,20 @@ class PermitService:
         self.team = frozenset(robots)
         #: The robots' latest reports (``coorp top``), in team-file order.
         self.board = TeamBoard(list(dict.fromkeys(robots)))
+        down = sorted(self.team & set(settings.downlink))
+        up = sorted(self.team - set(down)) or down
         self.controller = GlobalController(
-            sorted(self.team), limit=settings.limit, timeslice_ns=settings.timeslice_ns
+            up, limit=settings.limit, timeslice_ns=settings.timeslice_ns
         )
+        #: One permit per queue: the team's, and the downlink's (``downlink``).
+        self.controllers = [self.controller]
+        self._queue_of = dict.fromkeys(up, self.controller)
+        if down and down != up:
+            downlink = GlobalController(
+                down, limit=settings.limit, timeslice_ns=settings.timeslice_ns
+            )
+            self.controllers.append(downlink)
+            self._queue_of.update(dict.fromkeys(down, downlink))
         #: Identifies this run of the leader: agents see a restart as a new epoch.
         self.epoch = int.from_bytes(os.urandom(8), "big") >> 1
         self.drops = DropLog(log, clock)
@@ -208,17 +224,17 @@ class PermitService:
 
     # -- observability ----------------------------------------------------------------------
     def stats(self) -> dict[str, int]:
-        c = self.controller.stats
+        cs = [c.stats for c in self.controllers]
         out = dict(self._counts)
         out.update(
-            requests=c.requests,
-            grants=c.grants,
-            releases=c.releases,
-            revocations=c.revocations,
-            stale_releases=c.stale_releases,
-            duplicate_requests=c.duplicate_requests,
-            holders=len(self.controller.holders),
-            waiting=len(self.controller.waiting),
+            requests=sum(c.requests for c in cs),
+            grants=sum(c.grants for c in cs),
+            releases=sum(c.releases for c in cs),
+            revocations=sum(c.revocations for c in cs),
+            stale_releases=sum(c.stale_releases for c in cs),
+            duplicate_requests=sum(c.duplicate_requests for c in cs),
+            holders=len(self._holders()),
+            waiting=len(self._waiting()),
             agents=len(self._agents),
         )
         for kind, n in self.drops.counts.items():
@@ -315,9 +331,10 @@ class PermitService:
     def _forget_robot(self, robot: str) -> None:
         """Drop the robot's request and permit (it re-requests when it comes back)."""
         now = self._clock()
-        held = any(g.robot == robot for g in self.controller.holders)
-        update = self.controller.remove_robot(robot, now)
-        self.controller.add_robot(robot)
+        ctl = self._queue_of[robot]
+        held = any(g.robot == robot for g in ctl.holders)
+        update = ctl.remove_robot(robot, now)
+        ctl.add_robot(robot)
         if held:
             self._counts["disconnect_revocations"] += 1
         self._apply(update, reason="holder disconnected")
@@ -332,7 +349,7 @@ class PermitService:
                 await conn.send(Pong(msg.token))
             elif isinstance(msg, Request):
                 weight = min(msg.flows, self.settings.max_weight)
-                ctl = self.controller
+                ctl = self._queue_of[robot]
                 changed = weight != ctl.weight(robot)
                 ctl.set_weight(robot, weight)
                 queued = robot in ctl.waiting or any(g.robot == robot for g in ctl.holders)
@@ -340,7 +357,7 @@ class PermitService:
                     self._apply(self._controller_call(ctl.request, robot, now))
             elif isinstance(msg, Release):
                 self._apply(
-                    self._controller_call(self.controller.release, robot, msg.grant_id, now)
+                    self._controller_call(self._queue_of[robot].release, robot, msg.grant_id, now)
                 )
             elif isinstance(msg, StatsQuery):
                 await conn.send(self._stats_reply())
@@ -381,16 +398,18 @@ class PermitService:
             offset,
             self._clock(),
             set(self._agents),
-            [g.robot for g in self.controller.holders],
-            list(self.controller.waiting),
+            self._holders(),
+            self._waiting(),
         )
 
     def _stats_reply(self) -> StatsReply:
-        return StatsReply(
-            self.stats(),
-            [g.robot for g in self.controller.holders],
-            list(self.controller.waiting),
-        )
+        return StatsReply(self.stats(), self._holders(), self._waiting())
+
+    def _holders(self) -> list[str]:
+        return [g.robot for c in self.controllers for g in c.holders]
+
+    def _waiting(self) -> list[str]:
+        return [r for c in self.controllers for r in c.waiting]
 
     # -- permits ---------------------------------------------------------------------------------
     def _apply(self, update: PermitUpdate, *, reason: str = "timeslice over") -> None:
@@ -400,7 +419,8 @@ class PermitService:
         for g in update.granted:
             log.debug("granted %d to %s", g.grant_id, g.robot)
             self._send_to(g.robot, Granted(g.grant_id, g.granted_ns, g.expires_ns))
-        holders = len(self.controller.holders)
+        # Holders at once on one queue (each queue has its own permit).
+        holders = max(len(c.holders) for c in self.controllers)
         self._counts["max_holders"] = max(self._counts["max_holders"], holders)
         self._tell_holders()
         self._reschedule()
@@ -408,9 +428,9 @@ class PermitService:
     def _tell_holders(self) -> None:
         """Tell each holder how many robots wait whenever that changed (a fresh grant
         starts at none): one with nothing left to send then releases at once."""
-        waiting = len(self.controller.waiting)
         told: dict[str, tuple[int, int]] = {}
-        for g in self.controller.holders:
+        for ctl, g in [(c, g) for c in self.controllers for g in c.holders]:
+            waiting = len(ctl.waiting)
             gid, last = self._told.get(g.robot, (g.grant_id, 0))
             if gid != g.grant_id:
                 last = 0
@@ -437,15 +457,18 @@ class PermitService:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        deadline = self.controller.next_deadline_ns()
-        if deadline is None:
+        deadlines = [d for c in self.controllers if (d := c.next_deadline_ns()) is not None]
+        if not deadlines:
             return
+        deadline = min(deadlines)
         delay_s = max(deadline - self._clock(), 0) / 1e9
         self._timer = asyncio.get_running_loop().call_later(delay_s, self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer = None
-        self._apply(self.controller.tick(self._clock()))
+        now = self._clock()
+        for c in self.controllers:
+            self._apply(c.tick(now))
 
 
 def leader_settings(config: TeamConfig) -> LeaderSettings:
@@ -460,4 +483,5 @@ def leader_settings(config: TeamConfig) -> LeaderSettings:
         connections_per_member=ld.connections_per_member,
         frames_per_s_per_member=ld.frames_per_s_per_member,
         max_weight=ld.max_weight,
+        downlink=tuple(ld.downlink),
     )
