@@ -35,9 +35,10 @@ enough for its bytes to drain before the lease runs out.
 between them writes when it runs again. With a guard, the kernel drops this robot's
 bulk packets sent after the deadline it was last given: the permit's end or the
 lease's, set at every grant and renewal; lifted once the robot stops holding a permit
-while its deadline still runs (every write so far was then in time), kept when it
-finds the deadline already past (what a frozen holder wrote waits, queued by TCP, for
-its next permit). :meth:`permitted` also waits until the kernel has the deadline.
+while its lease still runs (released, revoked: the leader cannot have passed the permit
+on for silence), kept when the lease ran out while it held (a freeze: what it wrote
+after the deadline waits, queued by TCP, for its next grant, or a timeslice at most).
+:meth:`permitted` also waits until the kernel has the deadline.
 
 For tests and chaos runs, :attr:`Coordinator.intervals` records when this robot
 wrote BH data: ``[first_ns, last_ns, grant_id]`` per stretch (grant -1: without a
@@ -118,6 +119,9 @@ class Coordinator:
         self._bh_sockets: set[socket.socket] = set()
         #: The kernel's half of the lease (None: user space only).
         self.guard: KernelLease | None = None
+        self._guard_held = False
+        self._guard_keep_ns = 5_000_000_000
+        self._guard_timer: asyncio.TimerHandle | None = None
 
     def attach_guard(self, guard: KernelLease) -> None:
         """Enforce permits in the kernel too: ``guard`` drops this robot's bulk packets
@@ -182,6 +186,9 @@ class Coordinator:
             self._notify()
 
     def close(self) -> None:
+        if self._guard_timer is not None:
+            self._guard_timer.cancel()
+            self._guard_timer = None
         if self._linger is not None:
             self._linger.cancel()
             self._linger = None
@@ -408,13 +415,36 @@ class Coordinator:
             and (lease is None or now < lease)
         )
         if holding:
+            self._guard_held = True
+            grant = self._client.grant
+            if grant is not None:
+                self._guard_keep_ns = max(grant.expires_ns - grant.granted_ns, self.stall_ns)
             ends = self.permit_ends_ns()
             if ends is not None:
                 guard.request(ends)
             return
-        applied = guard.applied
-        if applied is None or now < applied:
-            guard.request(None)  # stopped holding in time: every write was in time
+        if not self._guard_held:
+            return
+        self._guard_held = False
+        if lease is None or now < lease:
+            # Stopped holding (released, revoked, the link lost) while the leader could
+            # not yet have passed the permit on for silence: lift. What drains after
+            # is the in-flight budget, as without the guard.
+            guard.request(None)
+            return
+        # The lease ran out while holding (a freeze): what was written after the
+        # deadline waits for the next grant, at most a timeslice (then it goes: a
+        # connection must not hang on bytes no permit will ever let out).
+        if self._guard_timer is not None:
+            self._guard_timer.cancel()
+        self._guard_timer = asyncio.get_running_loop().call_later(
+            self._guard_keep_ns / 1e9, self._lift_guard
+        )
+
+    def _lift_guard(self) -> None:
+        self._guard_timer = None
+        if self.guard is not None and not self._guard_held:
+            self.guard.request(None)
 
     def _request(self) -> None:
         if self._client.want(self._clock()):

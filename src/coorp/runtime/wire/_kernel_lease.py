@@ -21,10 +21,11 @@ can. :class:`KernelLease` keeps one nf_tables table of this robot
 A dropped segment is TCP's to send again: it stays queued on the socket and goes out
 once the robot holds a permit again (the deadline moves then). The deadline is given
 by :class:`~coorp.runtime.robot.Coordinator` (``guard``): set at each grant and
-renewed lease, lifted (no deadline) once the robot released or lost a permit *while
-its deadline still ran* (every byte so far was then written in time; what drains
-after is the usual in-flight budget), and kept when the robot finds its deadline
-already past (bytes a frozen holder wrote stay queued until its next permit).
+renewed lease, lifted (no deadline) once the robot released or lost a permit while
+its lease still ran (the leader cannot have passed it on for silence; what drains
+after is the usual in-flight budget), and kept when the lease ran out while it held
+(a freeze: what it wrote after the deadline stays queued until its next permit, or a
+timeslice at most).
 
 The table is created with ``NFT_TABLE_F_OWNER`` (kernel 5.12+): it disappears with the
 netlink socket, so a killed process leaves no rule. Needs CAP_NET_ADMIN and pyroute2
