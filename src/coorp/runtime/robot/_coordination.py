@@ -419,7 +419,15 @@ class Coordinator:
             grant = self._client.grant
             if grant is not None:
                 self._guard_keep_ns = max(grant.expires_ns - grant.granted_ns, self.stall_ns)
-            ends = self.permit_ends_ns()
+            # The kernel's deadline: the permit's end, or half a heartbeat after the
+            # lease's (three heartbeats after the last answered Ping: the earliest the
+            # leader can drop this robot for silence). User space stops at the lease;
+            # the margin lets its last bytes drain when a renewal is merely late
+            # instead of dropping them into a retransmission timeout.
+            ends = self._client.local_expires_ns
+            if lease is not None:
+                late = lease + self.stall_ns // 2
+                ends = late if ends is None else min(ends, late)
             if ends is not None:
                 guard.request(ends)
             return
