@@ -14,8 +14,9 @@ can. :class:`KernelLease` keeps one nf_tables table of this robot
 * it carries TCP payload (pure ACKs and window updates pass: a robot acknowledges the
   leader's downloads whoever holds the permit), and
 * the kernel's wall clock (``meta time``, read when the packet is sent) is past the
-  deadline: the permit's end or the lease's, whichever is first, converted from the
-  monotonic clock at each update. The deadline is an absolute time, so an update that
+  deadline the coordinator gave (the permit's end, or the earliest instant the leader
+  could drop the robot for silence), converted from the monotonic clock at each
+  update. The deadline is an absolute time, so an update that
   is itself delayed cannot stretch it.
 
 A dropped segment is TCP's to send again: it stays queued on the socket and goes out
