@@ -6,7 +6,7 @@ additions above it; the last rung is ``coorp`` itself::
 
     RUNGS=coorp-paper,ladder-recheck,ladder-lead,ladder-realized,ladder-hints,ladder-floor,\\
 ladder-budget,ladder-team-budget,ladder-foreign,ladder-acks,ladder-serial,\\
-ladder-outsiders,ladder-conformal,ladder-lead-hints,coorp
+ladder-outsiders,ladder-conformal,ladder-lead-hints,ladder-in-window,coorp
     coorp sweep --policy-module benchmarks/coorp_ladder.py --policies $RUNGS \\
         --scenarios crl-10,one-low --seeds 1-5 --duration 20 --out results/ladder
 
@@ -24,8 +24,10 @@ acks wait behind them; ``ladder-conformal`` takes its protection
 windows from the conformal residual ranks around a Theil–Sen line
 (``SendTimeModel(window="conformal")``); ``ladder-lead-hints`` takes the MPC leader's
 full word on its controls (a moving bound while perceptions are missing, exact instants
-once controls are due); ``coorp`` also prices a packet only against sends in or after
-the window it was enqueued ahead of (``Gate(realized_in_window=True)``). The rungs and
+once controls are due); ``ladder-in-window`` also prices a packet only against sends in
+or after the window it was enqueued ahead of (``Gate(realized_in_window=True)``): the
+``coorp`` of issue 36; ``coorp`` protects only each window's core and leaves its tail of
+late sends to the ring budget (``SendTimeModel(protect_tail=False)``). The rungs and
 variants measured before issue 36 are built on ``_Before36`` so that they stay what
 they were.
 """
@@ -45,6 +47,7 @@ class _Before36(CoorpPolicy):
 
     name = "_before-36"
     time_model_window = "gaussian"
+    protect_tail = True
     lead_hints = False
     realized_in_window = False
     ring_budget_skips_outside_acks = False
@@ -144,6 +147,7 @@ class LadderOutsiders(CoorpPolicy):
     time_model_window = "gaussian"
     lead_hints = False
     realized_in_window = False
+    protect_tail = True
 
 
 @register_policy
@@ -152,6 +156,7 @@ class LadderConformal(CoorpPolicy):
     summary = "… + conformal windows (Theil–Sen line, residual ranks, sends in their slots)"
     lead_hints = False
     realized_in_window = False
+    protect_tail = True
 
 
 @register_policy
@@ -159,6 +164,14 @@ class LadderLeadHints(CoorpPolicy):
     name = "ladder-lead-hints"
     summary = "… + the MPC leader's full word on its controls (a moving bound, exact instants)"
     realized_in_window = False
+    protect_tail = True
+
+
+@register_policy
+class LadderInWindow(CoorpPolicy):
+    name = "ladder-in-window"
+    summary = "… + a packet priced only against sends in or after its window (coorp of issue 36)"
+    protect_tail = True
 
 
 @register_policy

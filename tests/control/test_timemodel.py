@@ -481,6 +481,26 @@ def test_conformal_windows_make_every_send_pay_for_the_core_only() -> None:
     assert conformal.sigma_ns is not None and conformal.sigma_ns < 1_000_000
 
 
+def test_without_the_tail_the_intervals_stop_at_the_core_and_misses_are_scored_alike() -> None:
+    # protect_tail=False: the same fit and residual ranks (the same sends are misses and
+    # phase jumps), but each predicted interval ends at the core, ±miss_sigmas·σ: the
+    # late sends of the tail are left to the ring budget, and the time a gate pauses
+    # before each send shrinks to the core's.
+    period = 33_333_333
+    sends = _tail_sends(5, 500, period=period, scale=10e6)
+    full = SendTimeModel(window="conformal")
+    core = SendTimeModel(window="conformal", protect_tail=False)
+    f_cov, f_pause = _replay(full, sends, 100)
+    c_cov, c_pause = _replay(core, sends, 100)
+    assert full.window_bounds_ns == core.window_bounds_ns and full.misses == core.misses
+    assert core.sigma_ns is not None
+    reach = round(2.0 * core.sigma_ns)  # miss_sigmas = 2
+    iv = core.predict(sends[-1] + 1)
+    assert iv is not None and iv.end_ns - iv.start_ns <= 2 * reach
+    assert 0.7 <= c_cov < f_cov  # the punctual majority stays covered, the tail not
+    assert c_pause < 0.5 * f_pause
+
+
 def test_a_send_later_than_half_a_period_is_its_own_slots() -> None:
     # Rounding to the nearest slot took a send 25 ms late (of 33 ms) for an early one of
     # the next slot: that slot's window was consumed before its own send came, and the

@@ -119,6 +119,22 @@ def test_ns3s_receiver_acks_only_the_first_segment_at_once() -> None:
     assert [w for _, w, _ in res.tcp["up"]["cwnd_trace"][:4]] == [19, 37, 73, 145]
 
 
+def test_an_ack_sent_clears_the_delayed_ack_timer() -> None:
+    # Segments 1-2 at 0 ms: the first arms the 40 ms timer, the second's ACK goes at once
+    # and clears it (Linux's tcp_event_ack_sent, ns-3's SendEmptyPacket). Segment 3 at
+    # 20 ms arms a fresh timer: its ACK leaves at 20 + 40 ms, not at the stale 40 ms.
+    sim = Simulation(_scenario(tcp={"quickacks": 0}))
+    flow = sim.flow("up", "sta", "ap", BE, bulk=True)
+    acks = sim.flows["up:ack"]
+    sim.start_transfer(flow, 2 * 1448)
+    sim.call_at(20 * MS, lambda: sim.start_transfer(flow, 1448))
+    sent: list[int] = []
+    for t in (19, 41, 60, 61):
+        sim.call_at(t * MS, lambda: sent.append(acks.sent_packets))
+    res = sim.run(100 * MS)
+    assert sent == [1, 1, 1, 2] and res.tcp["up"]["delayed_acks"] == 1
+
+
 def test_window_and_receive_window_bound_what_enters_the_kernel_queue() -> None:
     # 10 segments at time 0: the initial window, nothing more until an ACK arrives.
     sim = Simulation(_scenario())

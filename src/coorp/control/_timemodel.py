@@ -76,11 +76,10 @@ class SendTimeModel:
         window: str = "gaussian",
         residual_history: int = 64,
         fit: str = "least-squares",
+        protect_tail: bool = True,
     ) -> None:
         if min_samples < 3:
-            raise UsageError(
-                f"min_samples={min_samples}: must be >= 3 (two to fit p and q, one for σ)"
-            )
+            raise UsageError(f"min_samples={min_samples}: must be >= 3 (p, q and σ)")
         if history < min_samples:
             raise UsageError(f"history={history}: must be >= min_samples ({min_samples})")
         if not 0.0 < confidence < 1.0:
@@ -100,9 +99,7 @@ class SendTimeModel:
         if window not in ("gaussian", "empirical", "conformal"):
             raise UsageError(f"window={window!r}: allowed: 'gaussian', 'empirical' or 'conformal'")
         if residual_history < _MIN_RESIDUALS:
-            raise UsageError(
-                f"residual_history={residual_history}: must be >= {_MIN_RESIDUALS} sends"
-            )
+            raise UsageError(f"residual_history={residual_history}: must be >= {_MIN_RESIDUALS}")
         # (send_ns, segment) pairs, oldest first.
         self._history: deque[tuple[int, int]] = deque(maxlen=history)
         self._segment = 0
@@ -136,6 +133,9 @@ class SendTimeModel:
         self._robust = fit == "robust"
         self._residuals: deque[int] = deque(maxlen=residual_history)
         self._bounds: tuple[int, int] | None = None
+        # protect_tail=False: predicted intervals stop at the core (±miss_sigmas·σ); the
+        # window's tail still scores sends (misses, jumps) but is left to the ring budget.
+        self._protect_tail = protect_tail
 
     # -- read-only views ---------------------------------------------------------------------
     @property
@@ -248,6 +248,9 @@ class SendTimeModel:
         if p is None or q is None or bounds is None:
             return None
         lo, hi = bounds
+        if not self._protect_tail and self._sigma_ns is not None:
+            core = round(self._miss_sigmas * self._sigma_ns)
+            lo, hi = max(lo, -core), min(hi, core)
         # Smallest k with q + p·k + hi >= after_ns, and never an index already sent.
         k = max(-((q + hi - after_ns) // p), self._last_index + 1)
         if k - self._last_index > self._idle_periods:

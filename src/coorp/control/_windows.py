@@ -118,7 +118,7 @@ class ProtectionPlanner:
             raise UsageError(
                 f"model_kwargs={sorted(model_kwargs)}: {exc}; allowed: history, confidence, "
                 "refit_interval_ns, min_samples, miss_sigmas, min_sigma_ns, jump_after, "
-                "idle_periods, window, residual_history, fit"
+                "idle_periods, window, residual_history, fit, protect_tail"
             ) from None
         self._margin_ns = margin_ns
         self._model_kwargs = dict(model_kwargs)

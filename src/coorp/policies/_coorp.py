@@ -116,6 +116,14 @@ class CoorpPolicy(Policy):
     #: The time model's fit: "least-squares" (the paper's) or "robust" (medians,
     #: SendTimeModel(fit="robust")).
     time_model_fit: ClassVar[str] = "least-squares"
+    #: The gate protects each window's core only, ±miss_sigmas·σ of the robust fit
+    #: (SendTimeModel(protect_tail=False)); the tail of late sends is scored as before
+    #: (misses, phase jumps) but left to the ring budget, the defence of every send the
+    #: gate cannot foresee. Protecting the tail paused a worker's upload until each late
+    #: send came: with 20 % of sends 10–30 ms late its windows spanned 31 of 33 ms, and
+    #: the late sends missed as often either way (docs/control.md, "Windows for real
+    #: timing"). True: the whole window (``coorp`` of issue 36, ``ladder-in-window``).
+    protect_tail: ClassVar[bool] = False
     #: The MPC leader's full word on its controls (Policy.lead_hints, MpcLoop.lead_hints):
     #: a moving bound while perceptions are missing, exact instants once controls are due.
     lead_hints: ClassVar[bool] = True
@@ -171,6 +179,8 @@ class CoorpPolicy(Policy):
                     extra["window"] = self.time_model_window
                 if self.time_model_fit != "least-squares":
                     extra["fit"] = self.time_model_fit
+                if not self.protect_tail:
+                    extra["protect_tail"] = False
                 planner = ProtectionPlanner(
                     margin_ns=us(opts.margin_us), confidence=opts.confidence, **extra
                 )

@@ -226,6 +226,7 @@ class CoorpRtwtPolicy(CoorpPolicy):
     #: (issue 26): interleaved; and its gate as it was then (issue 36's additions off).
     serial_transfers = False
     time_model_window = "gaussian"
+    protect_tail = True
     lead_hints = False
     realized_in_window = False
     ring_budget_skips_outside_acks = False

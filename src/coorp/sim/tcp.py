@@ -1,12 +1,12 @@
 """TCP connections for bulk flows (``[tcp] sender = "reno" | "cubic"``; off by default).
 
-One :class:`TcpConnection` per bulk flow with TCP acks, in segments numbered from 0: a
-sender whose window gates the station's kernel queue (Linux's ``tcp_write_xmit``), a
-receiver whose delayed ACKs (and quickacks) clock it, ``tcp_ack``'s growth, fast
-recovery with PRR, the RTO with F-RTO undo and slow start after idle. The model and
-what it leaves out: docs/simulator.md, "TCP senders". The one import circle kept on
-purpose (speed): this module, ``congestion``, ``packets``, ``station``, ``mac``,
-``_ungated`` and ``_txq`` name each other's classes for mypyc's native access.
+One :class:`TcpConnection` per bulk flow with TCP acks, in segments numbered from 0: a sender
+whose window gates the station's kernel queue (Linux's ``tcp_write_xmit``), a receiver whose
+delayed ACKs (and quickacks) clock it, ``tcp_ack``'s growth, fast recovery with PRR, the RTO
+with F-RTO undo and slow start after idle. The model and what it leaves out: docs/simulator.md,
+"TCP senders". The one import circle kept on purpose (speed): this module, ``congestion``,
+``packets``, ``station``, ``mac``, ``_ungated`` and ``_txq`` name each other's classes for
+mypyc's native access.
 """
 
 from __future__ import annotations
@@ -450,6 +450,7 @@ class TcpConnection:
         q = self._quick
         if q:
             self._quick = q - m if q > m else 0
+        self._delack_deadline = -1  # any ACK sent clears it (tcp_event_ack_sent; ns-3 too)
         pid = self._alloc_pids(m)
         self.ack_flow.sent_packets += m
         if step == ACK_STEP:
