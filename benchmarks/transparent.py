@@ -118,22 +118,27 @@ def team_file(
     bulk: bool = True,
     scheduling: str = "nice:-10",
     inflight_budget_ms: float | None = None,
+    medium: str = "shared",
 ) -> Path:
     """The team file: Coorp on ports 7300/7301 (DDS domain 0 owns 7400-7649), LS by the
     middleware's preset, bulk = TCP to the upload port (client side: the robots'
     uploads) and connections accepted on the download port (server side: the leader's
     replies); none with ``bulk=False`` (marking only). ``inflight_budget_ms``: the agents'
-    ``[agent] inflight_budget_ms`` (None: the default; 0: no bound)."""
+    ``[agent] inflight_budget_ms`` (None: the default; 0: no bound). On split queues the
+    leader's replies leave through a queue of their own: ``leader.downlink`` gives the
+    leader host a permit of its own (one sender at a time per queue)."""
     robots = ["leader", *net.hosts[1:]]
     hosts = ", ".join(f'{"leader" if h == "ld" else h} = "{net.addr(h)}"' for h in net.hosts)
     ls = '{ preset = "zenoh" }' if app == "zenoh" else '{ preset = "dds", domain_id = 0 }'
     ld = net.addr("ld")
     path = d / f"team-{app}{'' if bulk else '-marking'}.toml"
     bulk_line = f"bulk = [{{ ports = {BULK_PORT} }}, {{ listen = {DOWN_PORT} }}]\n" if bulk else ""
+    downlink = 'downlink = ["leader"]\n' if medium == "split" else ""
     path.write_text(
         f'[team]\nname = "tbench"\nkey_file = "team.key"\nrobots = {json.dumps(robots)}\n'
         f"hosts = {{ {hosts} }}\n"
         f'[leader]\nlisten = "{ld}:7300"\ntimeslice_ms = {timeslice_ms}\n'
+        f"{downlink}"
         f'[agent]\nleader = "{ld}:7300"\nlisten = "0.0.0.0:7301"\n'
         f'scheduling = "{scheduling}"\n'
         + ("" if inflight_budget_ms is None else f"inflight_budget_ms = {inflight_budget_ms}\n")
@@ -214,7 +219,7 @@ def measure(
     drops0 = _qdisc_drops(net)
     try:
         team = team_file(d, net, app, args.timeslice_ms, bulk=mode != "marking",
-                         scheduling=args.agent_scheduling,
+                         scheduling=args.agent_scheduling, medium=medium,
                          inflight_budget_ms=getattr(args, "inflight_budget_ms", None))  # fmt: skip
         for host in net.hosts:  # busy processes on every host, started first
             for i in range(args.cpu_hog):

@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 
+from coorp._errors import PeerError
 from coorp.runtime import BulkSettings, TeamKey, TeamSettings, join, query_leader_stats
 
 
@@ -99,6 +100,7 @@ def worker(args: argparse.Namespace) -> None:
         local_preemption=not args.no_local,
         fallback_ns=900_000_000,
         bulk=BulkSettings(inflight_budget_ns=budget),
+        kernel_lease_mark=args.kernel_lease_mark,
     )
     if args.fleet:  # no fixed leader: the leader of the cell this robot is in
         from coorp.runtime import load_team_config, team_settings
@@ -154,6 +156,7 @@ def worker(args: argparse.Namespace) -> None:
     if args.trace_outq:
         threading.Thread(target=_trace_outq, args=(bh, trace, stop), daemon=True).start()
     receipt = bh.send(data, timeout_s=args.timeout)
+    guard = team.asyncio_team.coordinator.guard
     stop.set()
     if ls is not None:
         lt.join(timeout=5)
@@ -179,6 +182,7 @@ def worker(args: argparse.Namespace) -> None:
         "reconnects": receipt.reconnects,
         "cell": team.stats().get("cell"),
         "moves": team.stats().get("moves", []),
+        "kernel_lease_updates": guard.updates if guard is not None else None,
     }
     if args.trace_outq:
         result["outq"] = trace
@@ -283,13 +287,148 @@ def replay(args: argparse.Namespace) -> None:
 
 def stats(args: argparse.Namespace) -> None:
     """The leader's counters; with ``--each-line``, once per line on stdin (one process
-    for many queries: starting Python takes seconds on a saturated machine)."""
+    for many queries: starting Python takes seconds on a saturated machine). A query
+    that times out (a starved leader or observer) is asked again, up to 5 times, and
+    then answered ``STATS-FAILED`` (the caller asks again, bounded)."""
     for _ in range(100_000 if args.each_line else 1):
         if args.each_line and not sys.stdin.readline():
             return
-        st = query_leader_stats(args.leader, TeamKey.from_hex(args.key_hex), timeout_s=3)
+        st = None
+        for attempt in range(5 if args.each_line else 1):
+            try:
+                st = query_leader_stats(args.leader, TeamKey.from_hex(args.key_hex), timeout_s=5)
+                break
+            except (TimeoutError, OSError, PeerError) as exc:
+                if not args.each_line:
+                    raise
+                print(f"stats attempt {attempt}: {exc!r}", file=sys.stderr, flush=True)
+        if st is None:
+            print("STATS-FAILED", flush=True)
+            continue
         out = {"counters": st.counters, "holders": list(st.holders), "waiting": list(st.waiting)}
         print(("STATS " if args.each_line else "") + json.dumps(out), flush=True)
+
+
+def lease_server(args: argparse.Namespace) -> None:
+    """Accept one connection, send it ``--download`` bytes while reading everything it
+    sends; print when each distinct byte value first arrived (monotonic ns)."""
+    host, port = args.listen.rsplit(":", 1)
+    srv = socket.create_server((host, int(port)))
+    srv.settimeout(args.timeout)
+    print("READY", flush=True)
+    conn, _ = srv.accept()
+    conn.settimeout(args.timeout)
+    sender = threading.Thread(target=conn.sendall, args=(b"d" * args.download,), daemon=True)
+    sender.start()
+    got = bytearray()
+    first: dict[str, int] = {}
+    while chunk := conn.recv(1 << 16):
+        now = time.monotonic_ns()
+        for v in set(chunk):
+            first.setdefault(chr(v), now)
+        got += chunk
+    sender.join(args.timeout)
+    print("GOT " + json.dumps({"data": got.decode(), "first": first}), flush=True)
+
+
+def lease_probe(args: argparse.Namespace) -> None:
+    """A robot's bulk socket under a :class:`KernelLease`: bytes before the deadline,
+    bytes written after it (a holder that woke too late), a download acknowledged
+    meanwhile, then the deadline lifted (its next permit)."""
+    import asyncio
+
+    from coorp.runtime.wire import KernelLease
+
+    async def main() -> dict[str, int]:
+        lease = KernelLease("a1", 4242)
+        await lease.install()
+        host, port = args.dest.rsplit(":", 1)
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, lease.mark)
+        sock.connect((host, int(port)))
+        sock.sendall(b"a" * 1000)
+        lease.request(time.monotonic_ns() - 1)  # the deadline is past
+        for _ in range(1000):
+            if lease.applied is not None:
+                break
+            await asyncio.sleep(0.01)
+        sock.sendall(b"b" * 1000)  # written too late: must not leave before the lift
+        sock.settimeout(args.timeout)
+        down = 0
+        while down < args.download:  # acknowledging a download is not bulk of ours
+            down += len(await asyncio.to_thread(sock.recv, 1 << 16))
+        dropped = 0
+        for _ in range(1000):  # the kernel tried to send the late bytes, and dropped them
+            dropped = await lease.dropped()
+            if dropped:
+                break
+            await asyncio.sleep(0.01)
+        lifted = time.monotonic_ns()
+        lease.request(None)
+        for _ in range(1000):
+            if lease.applied is None:
+                break
+            await asyncio.sleep(0.01)
+        sock.sendall(b"c" * 10)
+        sock.shutdown(socket.SHUT_WR)
+        await asyncio.to_thread(sock.recv, 1)
+        lease.close()
+        return {"lifted_ns": lifted, "dropped": dropped, "download": down}
+
+    print("PROBED " + json.dumps(asyncio.run(main())), flush=True)
+
+
+def watch(args: argparse.Namespace) -> None:
+    """What went onto the medium: TCP segments with payload to ``--port`` leaving
+    ``--ifname`` (a packet socket, kernel timestamps), per source address as stretches
+    ``[first_ns, last_ns, payload bytes]`` (packets closer than 1 ms merged), until a
+    line on stdin or ``--timeout``. Prints ``WATCHED`` + JSON, with the socket's drops."""
+    import select
+    import struct
+
+    raw = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.ntohs(0x0003))
+    raw.setsockopt(socket.SOL_SOCKET, 33, 64 << 20)  # SO_RCVBUFFORCE
+    raw.setsockopt(socket.SOL_SOCKET, 35, 1)  # SO_TIMESTAMPNS
+    raw.bind((args.ifname, 0))
+    got: dict[str, list[list[int]]] = {}
+    print("WATCHING", flush=True)
+    deadline = time.monotonic() + args.timeout
+    done = False
+    while not done and time.monotonic() < deadline:
+        ready, _, _ = select.select([raw, sys.stdin], [], [], 0.2)
+        if sys.stdin in ready:
+            sys.stdin.readline()
+            done = True  # what is queued on the socket is still read below
+        if raw not in ready:
+            continue
+        for _ in range(100_000):
+            try:
+                frame, anc, _, addr = raw.recvmsg(128, 64, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                break
+            if addr[2] != socket.PACKET_OUTGOING or len(frame) < 54 or frame[12:14] != b"\x08\x00":
+                continue
+            ip = frame[14:]
+            ihl = (ip[0] & 0x0F) * 4
+            if ip[9] != 6 or int.from_bytes(ip[ihl + 2 : ihl + 4], "big") != args.port:
+                continue
+            payload = int.from_bytes(ip[2:4], "big") - ihl - (ip[ihl + 12] >> 4) * 4
+            if payload <= 0:
+                continue
+            ts = next(
+                (s * 1_000_000_000 + ns for lvl, typ, d in anc
+                 if lvl == socket.SOL_SOCKET and typ == 35  # SCM_TIMESTAMPNS
+                 for s, ns in [struct.unpack("qq", d[:16])]),
+                time.time_ns(),
+            )  # fmt: skip
+            runs = got.setdefault(socket.inet_ntoa(ip[12:16]), [])
+            if runs and ts - runs[-1][1] <= 1_000_000:
+                runs[-1][1] = max(runs[-1][1], ts)
+                runs[-1][2] += payload
+            elif len(runs) < 20_000:
+                runs.append([ts, ts, payload])
+    _packets, drops = struct.unpack("II", raw.getsockopt(263, 6, 8))  # PACKET_STATISTICS
+    print("WATCHED " + json.dumps({"stretches": got, "drops": drops}), flush=True)
 
 
 def forge(args: argparse.Namespace) -> None:
@@ -577,6 +716,15 @@ def main() -> None:
     s.add_argument("--robot", default="ld")
     s.add_argument("--stall-ticker", action="store_true")
     s.add_argument("--until-stdin", action="store_true", help="run until a line on stdin")
+    ls_ = sub.add_parser("leaseserver")
+    ls_.add_argument("--listen", required=True)
+    ls_.add_argument("--download", type=int, default=200_000)
+    lp = sub.add_parser("leaseprobe")
+    lp.add_argument("--dest", required=True)
+    lp.add_argument("--download", type=int, default=200_000)
+    wa = sub.add_parser("watch")
+    wa.add_argument("--ifname", required=True)
+    wa.add_argument("--port", type=int, required=True)
     sn = sub.add_parser("sniff")
     sn.add_argument("--ifname", required=True)
     sn.add_argument("--port", type=int, required=True)
@@ -601,6 +749,7 @@ def main() -> None:
     w.add_argument("--go-stdin", action="store_true", help="send the bulk on a stdin line")
     w.add_argument("--announce-bulk", action="store_true")
     w.add_argument("--trace-outq", action="store_true")
+    w.add_argument("--kernel-lease-mark", type=int, help="TeamSettings.kernel_lease_mark")
     w.add_argument(
         "--inflight-budget-ms", type=float, help="BulkSettings.inflight_budget_ns; 0: none"
     )
@@ -646,12 +795,13 @@ def main() -> None:
     im.add_argument("--seed", type=int, default=1)
     for q in (mb, ev, rf, lf):
         q.add_argument("--peers", default="ld,a1,a2,a3", help="the robot key's peers")
-    for q in (s, w, st, f, fl, jp, sn, rp, mb, df, ev, rf, lf, im):
+    for q in (s, w, st, f, fl, jp, sn, rp, mb, df, ev, rf, lf, im, wa, ls_, lp):
         q.add_argument("--key-hex", default="")
         q.add_argument("--timeout", type=float, default=60)
     args = p.parse_args()
     roles = {"sink": sink, "worker": worker, "stats": stats, "forge": forge}
     roles |= {"flood": flood, "joinprobe": joinprobe, "sniff": sniff, "replay": replay}
+    roles |= {"watch": watch, "leaseserver": lease_server, "leaseprobe": lease_probe}
     roles |= {"member": member, "dflood": dflood, "evict": evict, "reqflood": reqflood}
     roles |= {"lsflow": lsflow, "impair": impair}
     roles[args.role](args)

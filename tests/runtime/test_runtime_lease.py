@@ -150,3 +150,106 @@ def test_write_progress_is_recorded_per_write_with_its_grant() -> None:
     coord.note_write(100_000_000, 100_000_100)
     assert coord.intervals == [[1_000, 3_000, -1], [100_000_000, 100_000_100, -1]]
     assert Progress().permit_wait_ns == 0
+
+
+class _FakeKernel:
+    """A :class:`~coorp.runtime.wire.KernelLease` without the kernel: it records the
+    deadlines asked and applies them when the test says."""
+
+    mark = 7
+
+    def __init__(self) -> None:
+        self.applied: int | None = None
+        self.asked: list[int | None] = []
+        self.on_applied: object = None
+        self.hold = False
+
+    def allows(self, now_ns: int) -> bool:
+        return self.applied is None or now_ns < self.applied
+
+    def request(self, deadline_ns: int | None) -> None:
+        self.asked.append(deadline_ns)
+        if not self.hold:
+            self.applied = deadline_ns
+
+    def close(self) -> None:
+        self.hold = True
+
+
+def test_the_kernel_gets_the_permits_deadline_keeps_it_after_a_freeze_and_lifts_it_on_release() -> (
+    None
+):
+    async def main() -> None:
+        service = PermitService(ROBOTS, KEY, LeaderSettings(heartbeat_ns=100_000_000))
+        host, port = await service.start(("127.0.0.1", 0))
+        clock = JumpClock()
+        team = await ajoin(f"{host}:{port}", "r1", KEY, settings=TeamSettings(), clock=clock)
+        kernel = _FakeKernel()
+        try:
+            coord = team.coordinator
+            coord.stall_ns = 10**12
+            coord.attach_guard(kernel)  # type: ignore[arg-type]
+            assert kernel.applied is None  # no permit yet: nothing to enforce
+            coord.begin()
+            assert await coord.wait_permitted(2.0)
+            first = kernel.applied
+            ends = coord.permit_ends_ns()
+            assert first is not None and ends is not None and first >= ends  # a deadline
+            # Frozen past the lease: whatever the process notices, the kernel keeps the
+            # deadline it had (what was written after it waits for the next permit).
+            clock.offset += 1_000_000_000
+            coord.on_stall(1_000_000_000)
+            coord._notify()
+            assert kernel.applied == first  # kept, not lifted
+            # A renewed lease moves the deadline; while the kernel still has a past
+            # one, no write.
+            kernel.hold = True
+            kernel.applied = clock() - 1
+            assert not await coord.wait_permitted(0.5)
+            lease = team.link.lease_ends_ns() if team.link is not None else None
+            assert lease is not None and lease > clock()  # renewed: the kernel held it
+            kernel.hold = False
+            coord._notify()
+            assert await coord.wait_permitted(2.0)
+            assert kernel.applied is not None and kernel.applied > clock()
+            # Released while the deadline still runs: every write was in time; lifted.
+            coord.end()
+            coord.release_now()
+            assert kernel.applied is None
+        finally:
+            await team.close()
+            await service.close()
+
+    asyncio.run(main())
+
+
+def test_a_downlink_of_its_own_holds_a_second_permit_beside_the_teams() -> None:
+    """``LeaderSettings.downlink``: a leader host whose bulk leaves through a queue of
+    its own (split queues) holds its permit while a robot holds the team's; the robots
+    still take turns among themselves."""
+
+    async def main() -> None:
+        robots = ["ld", "r1", "r2"]
+        service = PermitService(robots, KEY, LeaderSettings(downlink=("ld",)))
+        host, port = await service.start(("127.0.0.1", 0))
+        teams = [await ajoin(f"{host}:{port}", r, KEY) for r in robots]
+        ld, r1, r2 = (t.coordinator for t in teams)
+        try:
+            r1.begin()
+            assert await r1.wait_permitted(2.0)
+            ld.begin()
+            assert await ld.wait_permitted(2.0)  # at once: another queue
+            r2.begin()
+            assert not await r2.wait_permitted(0.3)  # the team's permit is r1's
+            assert service.stats()["holders"] == 2
+            assert service.stats()["max_holders"] == 1  # per queue
+            r1.end()
+            assert await r2.wait_permitted(2.0)
+            ld.end()
+            r2.end()
+        finally:
+            for t in teams:
+                await t.close()
+            await service.close()
+
+    asyncio.run(main())

@@ -95,7 +95,12 @@ def wait_leader(
             stats = leader_stats(topo)
         else:
             observer.send("?")
-            stats = json.loads(observer.expect("STATS ", 30).removeprefix("STATS "))
+            # Each query is retried inside the observer (bounded); a query that still
+            # failed (a starved leader) is answered STATS-FAILED and asked again here.
+            line = observer.expect("STATS", 60)
+            if not line.startswith("STATS "):
+                continue
+            stats = json.loads(line.removeprefix("STATS "))
         if predicate(stats):
             return stats
     raise AssertionError(f"leader never reached: {what}; last stats {stats}")

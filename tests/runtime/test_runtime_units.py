@@ -366,6 +366,7 @@ def test_team_file_loads_and_key_resolves(tmp_path: Path) -> None:
         ('[team]\nrobots = ["a"]\n[leader]\ntimeslice = 5\n', "leader"),
         ('[team]\nrobots = ["a"]\n[agent]\nfallback_ms = 5\n', "agent.fallback_ms"),
         ('[team]\nrobots = ["a"]\n[agent]\ninflight_budget_ms = -1\n', "agent.inflight_budget_ms"),
+        ('[team]\nrobots = ["a"]\n[leader]\ndownlink = ["b"]\n', "leader.downlink"),
     ],
 )
 def test_bad_team_files_name_the_field(tmp_path: Path, body: str, field: str) -> None:

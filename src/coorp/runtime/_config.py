@@ -136,6 +136,11 @@ class LeaderSection(_Model):
         le=64,
         description="timeslices per grant at most for a robot sending for several flows",
     )
+    downlink: list[str] = Field(
+        default_factory=list,
+        description="robots whose bulk leaves through a queue of its own (a wired leader's "
+        "downlink): a second permit, held among them alongside the team's",
+    )
 
     _listen = field_validator("listen")(_check_address)
 
@@ -227,6 +232,11 @@ class TeamConfig(_Model):
         unknown = sorted(set(self.team.hosts) - set(self.team.robots))
         if unknown:
             raise ValueError(f"team.hosts names robots not in team.robots: {', '.join(unknown)}")
+        unknown = sorted(set(self.leader.downlink) - set(self.team.robots))
+        if unknown:
+            raise ValueError(
+                f"leader.downlink names robots not in team.robots: {', '.join(unknown)}"
+            )
         if self.fleet is not None:
             robots = set(self.team.robots)
             clash = sorted(c.name for c in self.fleet.cells if c.name in robots)
@@ -239,6 +249,12 @@ class TeamConfig(_Model):
                 raise ValueError(
                     f"leader.limit={self.leader.limit}: a fleet's channels allow at most 64 "
                     "BH senders at once (a new coordinator learns a cell's holders in one frame)"
+                )
+            if self.leader.downlink:
+                raise ValueError(
+                    "leader.downlink: a fleet's cells share one permit per channel; a "
+                    "downlink queue of its own is for a single team (remove leader.downlink "
+                    "or the [fleet] section)"
                 )
         t = self.transparent
         if t is not None:

@@ -22,7 +22,11 @@ def _permits(args: argparse.Namespace) -> None:
     from coorp.runtime import LeaderSettings, PermitService, TeamKey
 
     key = TeamKey.from_hex(os.environ[KEY_ENV])
-    settings = LeaderSettings(limit=args.limit, timeslice_ns=round(args.timeslice_s * 1e9))
+    settings = LeaderSettings(
+        limit=args.limit,
+        timeslice_ns=round(args.timeslice_s * 1e9),
+        downlink=tuple(r for r in args.downlink.split(",") if r),
+    )
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -48,6 +52,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     pm.add_argument("--limit", type=int, default=1)
     pm.add_argument("--timeslice-s", type=float, default=5.0)
     pm.add_argument("--timeout", type=float, default=3600)
+    pm.add_argument("--downlink", default="", help="robots with a queue of their own")
     for name in ("server", "worker"):
         q = sub.add_parser(name)
         q.add_argument("--robot", required=True)

@@ -137,10 +137,13 @@ def learn_on_runtime(
             limit = opts.limit if opts is not None else 1
             timeslice = opts.timeslice_s if opts is not None else 5.0
             log = run_dir / "permits.log"
+            # On split queues the leader's broadcasts leave through a queue no upload
+            # enters: a permit of its own (one sender at a time per queue).
+            downlink = wl.leader if rt.medium == "split" else ""
             permits = net.popen(wl.leader, [*_role_argv(), "permits", "--host",
                                 net.addr(wl.leader), "--robots", ",".join([wl.leader, *names]),
-                                "--limit", str(limit), "--timeslice-s", str(timeslice)],
-                                env, log)  # fmt: skip
+                                "--limit", str(limit), "--timeslice-s", str(timeslice),
+                                "--downlink", downlink], env, log)  # fmt: skip
             cfg.permits = f"{net.addr(wl.leader)}:{_ready(permits, rt.timeout_s, log)[0]}"
         cfg.grid_ns = time.monotonic_ns()
         procs: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}

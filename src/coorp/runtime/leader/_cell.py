@@ -174,6 +174,9 @@ class CellService(PermitService):
     def _waiting_robots(self) -> list[str]:
         return list(self.cell_leader.waiting)
 
+    def _queue_key(self, robot: str) -> object:
+        return None  # one permit for the channel, whichever cell a robot is in
+
     def _split(self, actions: CellActions) -> PermitUpdate:
         """Send the messages for peers; the grants and revocations go to the caller."""
         for msg in actions.to_peers:

@@ -19,6 +19,7 @@ import logging
 import os
 import socket
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -91,6 +92,11 @@ class LeaderSettings:
     """Frames (and handshakes) one robot may have handled per second; beyond, its
     frames are read later (an agent sends about 5 per second)."""
     frame_burst_per_member: int = 400
+    downlink: tuple[str, ...] = ()
+    """Robots whose bulk leaves through a queue no other robot's bulk enters (a
+    leader host's downlink on a wired or split link; never robots on one WiFi channel):
+    they take turns among themselves under a permit of their own, at the same time as
+    the others'. Empty: one permit for the whole team (one shared medium)."""
     max_weight: int = 8
     """A robot sending for several flows at once gets up to this many timeslices per
     grant (one per flow): a server answering four clients holds the air about as long
@@ -125,9 +131,20 @@ class PermitService:
         self.team = frozenset(robots)
         #: The robots' latest reports (``coorp top``), in team-file order.
         self.board = TeamBoard(list(dict.fromkeys(robots)))
+        down = sorted(self.team & set(settings.downlink))
+        up = sorted(self.team - set(down)) or down
         self.controller = GlobalController(
-            sorted(self.team), limit=settings.limit, timeslice_ns=settings.timeslice_ns
+            up, limit=settings.limit, timeslice_ns=settings.timeslice_ns
         )
+        #: One permit per queue: the team's, and the downlink's (``downlink``).
+        self.controllers = [self.controller]
+        self._queue_of = dict.fromkeys(up, self.controller)
+        if down and down != up:
+            downlink = GlobalController(
+                down, limit=settings.limit, timeslice_ns=settings.timeslice_ns
+            )
+            self.controllers.append(downlink)
+            self._queue_of.update(dict.fromkeys(down, downlink))
         #: Identifies this run of the leader: agents see a restart as a new epoch.
         self.epoch = int.from_bytes(os.urandom(8), "big") >> 1
         self.drops = DropLog(log, clock)
@@ -208,17 +225,17 @@ class PermitService:
 
     # -- observability ----------------------------------------------------------------------
     def stats(self) -> dict[str, int]:
-        c = self.controller.stats
+        cs = [c.stats for c in self.controllers]
         out = dict(self._counts)
         out.update(
-            requests=c.requests,
-            grants=c.grants,
-            releases=c.releases,
-            revocations=c.revocations,
-            stale_releases=c.stale_releases,
-            duplicate_requests=c.duplicate_requests,
-            holders=len(self.controller.holders),
-            waiting=len(self.controller.waiting),
+            requests=sum(c.requests for c in cs),
+            grants=sum(c.grants for c in cs),
+            releases=sum(c.releases for c in cs),
+            revocations=sum(c.revocations for c in cs),
+            stale_releases=sum(c.stale_releases for c in cs),
+            duplicate_requests=sum(c.duplicate_requests for c in cs),
+            holders=len(self._holder_grants()),
+            waiting=len(self._waiting_robots()),
             agents=len(self._agents),
         )
         for kind, n in self.drops.counts.items():
@@ -330,13 +347,14 @@ class PermitService:
         """``robot``'s agent connected (a team's leader knows its robots already)."""
 
     def _permit_forget(self, robot: str, now: int) -> PermitUpdate:
-        update = self.controller.remove_robot(robot, now)
-        self.controller.add_robot(robot)
+        ctl = self._queue_of[robot]
+        update = ctl.remove_robot(robot, now)
+        ctl.add_robot(robot)
         return update
 
     def _permit_request(self, robot: str, flows: int, now: int) -> PermitUpdate:
         weight = min(flows, self.settings.max_weight)
-        ctl = self.controller
+        ctl = self._queue_of[robot]
         changed = weight != ctl.weight(robot)
         ctl.set_weight(robot, weight)
         queued = robot in ctl.waiting or any(g.robot == robot for g in ctl.holders)
@@ -345,19 +363,29 @@ class PermitService:
         return self._controller_call(ctl.request, robot, now)
 
     def _permit_release(self, robot: str, grant_id: int, now: int) -> PermitUpdate:
-        return self._controller_call(self.controller.release, robot, grant_id, now)
+        return self._controller_call(self._queue_of[robot].release, robot, grant_id, now)
 
     def _permit_tick(self, now: int) -> PermitUpdate:
-        return self.controller.tick(now)
+        updates = [c.tick(now) for c in self.controllers]
+        return PermitUpdate(
+            tuple(g for u in updates for g in u.granted),
+            tuple(g for u in updates for g in u.revoked),
+        )
 
     def _permit_deadline(self) -> int | None:
-        return self.controller.next_deadline_ns()
+        deadlines = [d for c in self.controllers if (d := c.next_deadline_ns()) is not None]
+        return min(deadlines, default=None)
 
     def _holder_grants(self) -> tuple[Grant, ...]:
-        return self.controller.holders
+        return tuple(g for c in self.controllers for g in c.holders)
 
     def _waiting_robots(self) -> list[str]:
-        return list(self.controller.waiting)
+        return [r for c in self.controllers for r in c.waiting]
+
+    def _queue_key(self, robot: str) -> object:
+        """Which permit ``robot`` takes turns under: the team's, or the downlink's
+        (``downlink``). Holders and waiters are counted per queue."""
+        return self._queue_of.get(robot)
 
     async def _peer_loop(self, conn: FramedConnection, name: str, slot: AcceptLoop) -> None:
         why = f"{name!r} joined as a leader, but this leader is not in a fleet"
@@ -434,7 +462,9 @@ class PermitService:
         for g in update.granted:
             log.debug("granted %d to %s", g.grant_id, g.robot)
             self._send_to(g.robot, Granted(g.grant_id, g.granted_ns, g.expires_ns))
-        holders = len(self._holder_grants())
+        # Holders at once on one queue (each queue has its own permit).
+        per_queue = Counter(self._queue_key(g.robot) for g in self._holder_grants())
+        holders = max(per_queue.values(), default=0)
         self._counts["max_holders"] = max(self._counts["max_holders"], holders)
         self._tell_holders()
         self._reschedule()
@@ -442,9 +472,10 @@ class PermitService:
     def _tell_holders(self) -> None:
         """Tell each holder how many robots wait whenever that changed (a fresh grant
         starts at none): one with nothing left to send then releases at once."""
-        waiting = len(self._waiting_robots())
+        waiting_in = Counter(self._queue_key(r) for r in self._waiting_robots())
         told: dict[str, tuple[int, int]] = {}
         for g in self._holder_grants():
+            waiting = waiting_in[self._queue_key(g.robot)]
             gid, last = self._told.get(g.robot, (g.grant_id, 0))
             if gid != g.grant_id:
                 last = 0
@@ -494,4 +525,5 @@ def leader_settings(config: TeamConfig) -> LeaderSettings:
         connections_per_member=ld.connections_per_member,
         frames_per_s_per_member=ld.frames_per_s_per_member,
         max_weight=ld.max_weight,
+        downlink=tuple(ld.downlink),
     )

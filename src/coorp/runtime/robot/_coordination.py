@@ -30,6 +30,16 @@ link has rejoined by then if the leader had dropped it). :meth:`permit_ends_ns` 
 the earlier of the permit's end and the lease's, so a stream also stops writing early
 enough for its bytes to drain before the lease runs out.
 
+**The kernel's half** (:class:`~coorp.runtime.wire.KernelLease`, optional:
+``guard``): a check and the ``sendmsg`` after it are two steps, and a process frozen
+between them writes when it runs again. With a guard, the kernel drops this robot's
+bulk packets sent after the deadline it was last given: the permit's end or the
+lease's, set at every grant and renewal; lifted once the robot stops holding a permit
+while its lease still runs (released, revoked: the leader cannot have passed the permit
+on for silence), kept when the lease ran out while it held (a freeze: what it wrote
+after the deadline waits, queued by TCP, for its next grant, or a timeslice at most).
+:meth:`permitted` also waits until the kernel has the deadline.
+
 For tests and chaos runs, :attr:`Coordinator.intervals` records when this robot
 wrote BH data: ``[first_ns, last_ns, grant_id]`` per stretch (grant -1: without a
 permit, uncoordinated or no leader).
@@ -48,6 +58,7 @@ from coorp.control import BulkClient, ForeignGrantError, Grant
 
 from ..wire import (
     Granted,
+    KernelLease,
     Message,
     Queued,
     Release,
@@ -106,6 +117,18 @@ class Coordinator:
         self.intervals: list[list[int]] = []
         #: The robot's paced BH sockets: their bytes in flight share one budget.
         self._bh_sockets: set[socket.socket] = set()
+        #: The kernel's half of the lease (None: user space only).
+        self.guard: KernelLease | None = None
+        self._guard_held = False
+        self._guard_keep_ns = 5_000_000_000
+        self._guard_timer: asyncio.TimerHandle | None = None
+
+    def attach_guard(self, guard: KernelLease) -> None:
+        """Enforce permits in the kernel too: ``guard`` drops this robot's bulk packets
+        (its sockets carry ``guard.mark``) sent after the deadline."""
+        self.guard = guard
+        guard.on_applied = self._changed.set
+        self._sync_guard()
 
     def attach(self, link: ControlLink) -> None:
         self.link = link
@@ -163,6 +186,9 @@ class Coordinator:
             self._notify()
 
     def close(self) -> None:
+        if self._guard_timer is not None:
+            self._guard_timer.cancel()
+            self._guard_timer = None
         if self._linger is not None:
             self._linger.cancel()
             self._linger = None
@@ -243,6 +269,8 @@ class Coordinator:
         lease = self.link.lease_ends_ns() if self.link is not None else None
         if lease is not None and now_ns >= lease:
             return False
+        if self.guard is not None and not self.guard.allows(now_ns):
+            return False  # the kernel's deadline is not moved yet (a fresh grant)
         return self._client.may_send(now_ns)
 
     def permit_ends_ns(self) -> int | None:
@@ -305,6 +333,7 @@ class Coordinator:
         if gid is not None and self.state is LinkState.JOINED:
             self.counters["releases"] += 1
             self._send(Release(gid))
+        self._sync_guard()
 
     async def wait_permitted(self, max_wait_s: float) -> bool:
         """Wait (at most ``max_wait_s``) until BH may be sent; re-requests as needed."""
@@ -366,7 +395,64 @@ class Coordinator:
 
     # -- internals -------------------------------------------------------------------------
     def _notify(self) -> None:
+        self._sync_guard()
         self._changed.set()
+
+    def _sync_guard(self) -> None:
+        """Give the kernel the deadline that goes with the permit now (see the module
+        docstring)."""
+        guard = self.guard
+        if guard is None:
+            return
+        now = self._clock()
+        if self.state is None or self.state is LinkState.UNCOORDINATED:
+            guard.request(None)
+            return
+        lease = self.link.lease_ends_ns() if self.link is not None else None
+        holding = (
+            self.state is LinkState.JOINED
+            and self._client.grant is not None
+            and (lease is None or now < lease)
+        )
+        if holding:
+            self._guard_held = True
+            grant = self._client.grant
+            if grant is not None:
+                self._guard_keep_ns = max(grant.expires_ns - grant.granted_ns, self.stall_ns)
+            # The kernel's deadline: the permit's end, or half a heartbeat after the
+            # lease's (three heartbeats after the last answered Ping: the earliest the
+            # leader can drop this robot for silence). User space stops at the lease;
+            # the margin lets its last bytes drain when a renewal is merely late
+            # instead of dropping them into a retransmission timeout.
+            ends = self._client.local_expires_ns
+            if lease is not None:
+                late = lease + self.stall_ns // 2
+                ends = late if ends is None else min(ends, late)
+            if ends is not None:
+                guard.request(ends)
+            return
+        if not self._guard_held:
+            return
+        self._guard_held = False
+        if lease is None or now < lease:
+            # Stopped holding (released, revoked, the link lost) while the leader could
+            # not yet have passed the permit on for silence: lift. What drains after
+            # is the in-flight budget, as without the guard.
+            guard.request(None)
+            return
+        # The lease ran out while holding (a freeze): what was written after the
+        # deadline waits for the next grant, at most a timeslice (then it goes: a
+        # connection must not hang on bytes no permit will ever let out).
+        if self._guard_timer is not None:
+            self._guard_timer.cancel()
+        self._guard_timer = asyncio.get_running_loop().call_later(
+            self._guard_keep_ns / 1e9, self._lift_guard
+        )
+
+    def _lift_guard(self) -> None:
+        self._guard_timer = None
+        if self.guard is not None and not self._guard_held:
+            self.guard.request(None)
 
     def _request(self) -> None:
         if self._client.want(self._clock()):

@@ -186,6 +186,10 @@ class Pacer:
         """Pace ``sock`` from now on (a fresh connection)."""
         self.detach()
         self._sock = sock
+        guard = self._coord.guard
+        if guard is not None:
+            # The kernel drops this robot's bulk past its permit (KernelLease).
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, guard.mark)
         self._coord.track(sock)
         self._paced = None
         self._paused_since = self._budget_since = self._bypass_until = None

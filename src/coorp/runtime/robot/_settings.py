@@ -40,6 +40,10 @@ class TeamSettings:
     ls_session_wait_s: float = 1.0
     """How long the threaded ``Team.latency_sensitive`` waits for the receiver to open
     the channel's session (sends before that are parked, keep-last)."""
+    kernel_lease_mark: int | None = None
+    """Enforce permits in the kernel too (:meth:`AsyncTeam.enable_kernel_lease`): the
+    fwmark of this robot's bulk sockets; None: the lease is kept in user space only
+    (a process frozen between its check and its write may still send once)."""
     bulk: BulkSettings = field(default_factory=BulkSettings)
     receiver: ReceiverLimits = field(default_factory=ReceiverLimits)
     roaming: Roaming | None = None

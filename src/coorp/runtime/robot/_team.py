@@ -28,6 +28,7 @@ from ..inbox import AsyncInbox, LatencyBook
 from ..wire import (
     Address,
     FramedConnection,
+    KernelLease,
     Keyring,
     LsAccept,
     LsKeepAlive,
@@ -101,7 +102,21 @@ class AsyncTeam:
         self.reporter: Reporter | None = None
         self.marking = {"ls": probe_marking("ls"), "bh": probe_marking("bh")}
 
+    async def enable_kernel_lease(self, mark: int) -> KernelLease:
+        """Enforce this robot's permits in the kernel too (:class:`KernelLease`; needs
+        CAP_NET_ADMIN and pyroute2): its paced bulk sockets carry ``mark`` and the
+        kernel drops their packets sent after the permit's deadline, closing the window
+        between the pacer's last check and its syscall (a frozen holder). Raises
+        :class:`~coorp.runtime.wire.KernelLeaseUnavailableError`."""
+        guard = KernelLease(self.robot, mark, clock=self._clock)
+        await guard.install()
+        self.coordinator.attach_guard(guard)
+        log.info("%s: permits enforced in the kernel too (table ip %s)", self.robot, guard.table)
+        return guard
+
     async def _start(self) -> None:
+        if self.settings.kernel_lease_mark is not None and self.coordinator.guard is None:
+            await self.enable_kernel_lease(self.settings.kernel_lease_mark)
         for m in self.marking.values():
             (log.info if m.uses_priority else log.warning)("%s: %s", self.robot, m.describe())
         roaming = self.settings.roaming
@@ -379,6 +394,8 @@ class AsyncTeam:
             await self.coordinator.flush(1.0)
             await self.link.close()
         self.coordinator.close()
+        if self.coordinator.guard is not None:
+            self.coordinator.guard.close()
 
     async def __aenter__(self) -> Self:
         return self

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from .._counters import LogLimiter
 from .._selectors import TransparentSection
 from ..robot import ReportPart
-from ..wire import FlowSummary, mark_socket, tune_tcp
+from ..wire import FlowSummary, KernelLeaseUnavailableError, mark_socket, tune_tcp
 from ._admission import Gatekeeper, LocalServer
 from ._budget import BufferPool, FdPlan, fd_plan
 from ._identity import IdentityFactory, socket_owner
@@ -210,6 +210,12 @@ class TransparentAgent:
                 except OSError as exc:
                     raise _queue_unavailable(exc, self.ruleset.queue_num) from None
             await self.table.install()
+            if self.relays and self.team.coordinator.guard is None:
+                try:
+                    await self.team.enable_kernel_lease(self.section.relay_mark)
+                except KernelLeaseUnavailableError as exc:
+                    log.warning("%s: %s; permits enforced in user space only",
+                                self.team.robot, exc)  # fmt: skip
         except BaseException:
             await self.close()
             raise

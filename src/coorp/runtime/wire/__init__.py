@@ -4,7 +4,8 @@ Owns the message format (:mod:`._format`: control frames, bulk frames, LS datagr
 the only code that parses them), authentication (:mod:`._auth`: team and robot keys,
 frame and datagram MACs), framed time-limited TCP connections and the handshake
 (:mod:`._framing`), Linux socket helpers (:mod:`._sockets`), socket marking for WiFi
-access categories (:mod:`._marking`), and accept loops with per-member quotas that a
+access categories (:mod:`._marking`), the kernel's half of a robot's lease
+(:mod:`._kernel_lease`), and accept loops with per-member quotas that a
 flood cannot kill (:mod:`._accept`, :mod:`._quota`).
 
 The lowest wing of :mod:`coorp.runtime`: it imports only the runtime's errors and
@@ -68,6 +69,7 @@ from ._framing import (
     recv_first_reply,
     server_handshake,
 )
+from ._kernel_lease import KernelLease, KernelLeaseUnavailableError, lease_table_name
 from ._marking import Marking, mark_socket, probe_marking
 from ._quota import QuotaSettings
 from ._sockets import (
@@ -98,6 +100,8 @@ __all__ = [
     "FlowSummary",
     "FramedConnection",
     "Granted",
+    "KernelLease",
+    "KernelLeaseUnavailableError",
     "Keyring",
     "LatencySummary",
     "LsAccept",
@@ -132,6 +136,7 @@ __all__ = [
     "connect_framed",
     "format_address",
     "greeting",
+    "lease_table_name",
     "load_key_file",
     "ls_datagram_head",
     "ls_header_prefix",
