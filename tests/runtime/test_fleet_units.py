@@ -74,6 +74,7 @@ def test_a_fleet_team_file_gives_each_cell_its_peers_and_agents_their_cells(tmp_
         ("[fleet]\npeer_heartbeat_ms = 600\n" + CELL_A, '["r1"]', "at least twice"),
         ('[fleet]\nlocate = "bssid"\n' + CELL_A, '["r1"]', "fleet.locate = 'bssid'"),
         ("[leader]\nlimit = 65\n" + CELL_A, MANY, "at most 64 BH senders"),
+        ('[leader]\ndownlink = ["r1"]\n' + CELL_A, '["r1"]', "leader.downlink: a fleet's cells"),
     ],
 )
 def test_bad_fleet_sections_are_named(
