@@ -37,6 +37,7 @@ from coorp.scenario import load_scenario
 
 from ._errors import RuntimeUsageError
 from ._fleet import FleetSection
+from ._fleet import check_address as _check_address
 from ._priority import parse_scheduling
 from ._selectors import TransparentSection, dds_binds, dds_port_range
 from .wire import (
@@ -64,15 +65,6 @@ RobotName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-def _check_address(value: str | None) -> str | None:
-    if value is not None:
-        try:
-            parse_address(value)
-        except RuntimeUsageError as exc:
-            raise ValueError(str(exc)) from None
-    return value
 
 
 class TeamSection(_Model):

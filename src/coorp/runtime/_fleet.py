@@ -40,6 +40,16 @@ __all__ = ["CellSection", "FleetSection"]
 CellName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")]
 
 
+def check_address(value: str | None) -> str | None:
+    """A team file's ``host:port`` (pydantic validator): ``ValueError`` naming it."""
+    if value is not None:
+        try:
+            parse_address(value)
+        except RuntimeUsageError as exc:
+            raise ValueError(str(exc)) from None
+    return value
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -57,15 +67,7 @@ class CellSection(_Model):
         "(fleet.locate = 'gateway')",
     )
 
-    @field_validator("leader", "listen")
-    @classmethod
-    def _address(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                parse_address(value)
-            except RuntimeUsageError as exc:
-                raise ValueError(str(exc)) from None
-        return value
+    _address = field_validator("leader", "listen")(check_address)
 
     @field_validator("gateway")
     @classmethod
