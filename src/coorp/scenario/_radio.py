@@ -287,3 +287,11 @@ class MacConfig(_Model):
 class HwQueueConfig(_Model):
     mode: HwQueueMode = HwQueueMode.PER_AC
     capacity_packets: int = Field(128, ge=1, le=65536, description="packets per ring")
+    kernel_queue_packets: int | None = Field(
+        None,
+        ge=1,
+        le=1_000_000,
+        description="packets a station's kernel queue holds per access category in front "
+        "of its ring (TCP segments, LS datagrams and TCP acks together), tail drop: a "
+        "dropped segment is a loss to TCP (coorp emulate's --queue-packets); none: no bound",
+    )

@@ -231,6 +231,15 @@ class Station:
         self.tx_failed = 0
         self.dropped_packets = 0
         self.ls_depths: list[int] = []
+        #: ``hw_queue.kernel_queue_packets`` (0: no bound): per category, the packets the
+        #: kernel queue may hold in front of the ring, TCP segments (``coorp.sim.tcp``)
+        #: and the priority queue's packets together; one arriving at a full queue is
+        #: dropped there (a tail drop, as Linux's qdisc or ``coorp emulate``'s queue).
+        self.kernel_limit = 0
+        #: Packets in the kernel queue per category (kept while ``kernel_limit`` is set).
+        self.kernel_n: dict[AccessCategory, int] = dict.fromkeys(AccessCategory, 0)
+        #: Packets dropped at a full kernel queue.
+        self.kernel_drops = 0
 
     @property
     def hooks(self) -> DriverHooks:
@@ -341,11 +350,37 @@ class Station:
     def send_ls(self, packets: list[Packet]) -> None:
         """Hand LS packets (or TCP acks) to the stack: priority queue, then the NIC."""
         queues = self.ls_queues
+        limit = self.kernel_limit
         for p in packets:
+            if limit:
+                n = self.kernel_n[p.ac]
+                if n + p.count > limit:
+                    if n >= limit:
+                        self._kernel_drop(p)
+                        continue
+                    self._kernel_drop(p.split(limit - n))
+                self.kernel_n[p.ac] = n + p.count
             queues[p.ac].append(p)
             if self.group_ls:
                 self._ls_left[p.ac][p.dst] = self._ls_left[p.ac].get(p.dst, 0) + p.count
         self.refill()
+
+    def _kernel_drop(self, p: Packet) -> None:
+        """``p`` arrived at a full kernel queue: a message's packet is lost (as after the
+        MAC's last retry), an ack is never sent (the next one acknowledges as much)."""
+        self.kernel_drops += p.count
+        self.dropped_packets += p.count
+        p.flow.dropped_packets += p.count
+        if p.message is not None:
+            assert self.channel is not None
+            self.channel.on_dropped(p, self.loop.now_ns)
+
+    def kernel_queued(self, ac: AccessCategory) -> int:
+        """Packets in the kernel queue of ``ac``: the priority queue's, and with a bound
+        (``kernel_limit``) the TCP segments' too."""
+        if self.kernel_limit:
+            return self.kernel_n[ac]
+        return sum(p.count for p in self.ls_queues[ac])
 
     def add_transfer(self, transfer: BulkTransfer) -> None:
         self._queue_of(transfer).append(transfer)
@@ -445,6 +480,8 @@ class Station:
     def _enqueue_ls(self, p: Packet, now: int) -> None:
         if self.group_ls:  # (packets left in the priority queue, by receiver)
             self._ls_left[p.ac][p.dst] -= p.count
+        if self.kernel_limit:
+            self.kernel_n[p.ac] -= p.count
         self._enqueue_hw(p, now)
 
     def _deny(self, resume: int, now: int) -> None:

@@ -230,6 +230,22 @@ class TcpConnection:
         self.lsndtime = now
 
     def _enqueue(self, seq: int, n: int, size: int) -> None:
+        st = self.flow.src
+        limit = st.kernel_limit
+        if limit:
+            # A bounded kernel queue (hw_queue.kernel_queue_packets): what does not fit
+            # is dropped after TCP sent it, a loss the ACKs reveal.
+            ac = self.flow.ac
+            room = limit - st.kernel_n[ac]
+            if n > room:
+                lost = n - room if room > 0 else n
+                st.kernel_drops += lost
+                st.dropped_packets += lost
+                self.flow.dropped_packets += lost
+                n -= lost
+                if n == 0:
+                    return
+            st.kernel_n[ac] += n
         queue = self._queue
         if queue:
             last = queue[-1]
@@ -291,6 +307,9 @@ class TcpConnection:
         """The driver took ``pkt`` (a run of ``head_run``) from the kernel queue."""
         head = self._queue[0]
         pkt.seq_base = head[0] - pkt.pid
+        st = self.flow.src
+        if st.kernel_limit:
+            st.kernel_n[self.flow.ac] -= pkt.count
         head[0] += pkt.count
         head[1] -= pkt.count
         if head[1] == 0:

@@ -1,0 +1,80 @@
+"""A bounded kernel queue (``hw_queue.kernel_queue_packets``): a station holds at most
+that many packets per access category in front of its NIC ring — TCP segments, LS
+datagrams and TCP acks together — and drops what arrives at a full queue (a tail drop,
+as ``coorp emulate``'s queue and Linux's qdisc). Tiny scenarios, behaviour asserted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from coorp.scenario import AccessCategory, Scenario, parse_scenario
+from coorp.sim import Simulation
+from coorp.sim.events import PRIO_CONTROL
+
+MS = 1_000_000
+BE = AccessCategory.BE
+
+
+def _scenario(limit: int | None, **kw: Any) -> Scenario:
+    return parse_scenario({
+        "name": "kq", "stations": [{"name": "ap"}, {"name": "sta"}],
+        "tcp": {"sender": "cubic", "receive_window_bytes": 4_194_304},
+        "hw_queue": {"mode": "shared", "capacity_packets": 32, "kernel_queue_packets": limit},
+        **kw,
+    })  # fmt: skip
+
+
+def _upload(limit: int | None, total: int, until_ms: int) -> tuple[Simulation, list[int]]:
+    """One cubic upload sta -> ap; the kernel queue's depth sampled every ms."""
+    sim = Simulation(_scenario(limit), seed=1)
+    flow = sim.flow("up", "sta", "ap", BE, bulk=True)
+    sim.start_transfer(flow, total)
+    st = sim.station("sta")
+    conn = sim.tcp["up"]
+    depths: list[int] = []
+
+    def sample() -> None:  # TCP's segments in the kernel queue (sta sends no LS)
+        depths.append((conn.sock.remaining_bytes or 0) // sim.scenario.packet_bytes)
+        if limit is not None:
+            assert st.kernel_queued(BE) == depths[-1]  # the station's count agrees
+        sim.call_at(sim.now_ns + MS, sample)
+
+    sim.loop.call_at(0, PRIO_CONTROL, sample)
+    sim.run(until_ms * MS)
+    return sim, depths
+
+
+def test_a_bounded_queue_drops_segments_tcp_repairs_them_and_bounds_the_window() -> None:
+    total = 8_000_000
+    free, free_depths = _upload(None, total, 600)
+    bound, depths = _upload(40, total, 600)
+    st = bound.station("sta")
+    assert max(depths) <= 40 < max(free_depths)  # the bound holds; unbounded, it grows
+    assert st.kernel_drops > 0 and free.station("sta").kernel_drops == 0
+    assert bound.tcp["up"].retransmits > 0  # the drops were losses to TCP
+    assert bound.tcp["up"].max_cwnd < free.tcp["up"].max_cwnd
+    # every byte arrives anyway (retransmitted), exactly once
+    assert bound.flows["up"].delivered_bytes == free.flows["up"].delivered_bytes
+    assert bound.tcp["up"].snd_una == free.tcp["up"].snd_una
+
+
+def test_an_ls_message_arriving_at_a_full_queue_is_lost_and_counted() -> None:
+    sim = Simulation(_scenario(3), seed=1)
+    flow = sim.flow("ls", "sta", "ap", BE, bulk=False)
+    # 4 single-packet messages at one instant: the fourth finds the queue full (one may
+    # already be in the ring: the ring takes what has room first, so fill it up front).
+    st = sim.station("sta")
+    st.capacity = 0  # the ring accepts nothing: everything waits in the kernel queue
+    msgs = [sim.send_message(flow, 500) for _ in range(4)]
+    assert st.kernel_queued(BE) == 3 and st.kernel_drops == 1
+    assert [m.lost for m in msgs] == [False, False, False, True]
+    st.capacity = 32
+    st.refill()
+    sim.run(50 * MS)
+    assert [m.delivered_ns > 0 for m in msgs] == [True, True, True, False]
+    assert st.kernel_queued(BE) == 0
+
+
+def test_without_a_bound_nothing_is_dropped_at_the_queue() -> None:
+    sim, depths = _upload(None, 2_000_000, 200)
+    assert sim.station("sta").kernel_drops == 0 and max(depths) > 100
