@@ -64,7 +64,7 @@ def sim_seed(seed: int, overrides: list[str], warmup_s: float, window_s: float) 
     if overrides:
         pairs = [(k, v[0]) for k, v in map(parse_override, overrides)]
         sc = apply_overrides(sc, pairs, source="--set")
-    sim = Simulation(sc, seed=seed)
+    sim = Simulation(sc, seed=seed, trace=True)
     ap = sim.station("leader")
     robots = [sim.station(n) for n in ("r1", "r2", "r3", "r4")]
     conns = [sim.tcp[f"upload-{r.name}"] for r in robots]
@@ -94,6 +94,11 @@ def sim_seed(seed: int, overrides: list[str], warmup_s: float, window_s: float) 
     ret0 = [c.stats()["retransmits"] for c in conns]
     drops0 = [r.kernel_drops for r in [ap, *robots]]
     res = _run_window(sim, conns, a, b)
+    res.update(
+        _ap_exchanges(
+            [(e[0], e[2], e[3], e[5]) for e in sim.channel.stats.trace or []], "leader", a, b
+        )
+    )
     x = np.array(rows)
     robot_q = x[:, 3::4].mean(axis=0)
     return {
@@ -110,6 +115,17 @@ def sim_seed(seed: int, overrides: list[str], warmup_s: float, window_s: float) 
         "retransmits": sum(c.stats()["retransmits"] for c in conns) - sum(ret0),
         "kernel_drops_ap": ap.kernel_drops - drops0[0],
         "kernel_drops_robots": sum(r.kernel_drops for r in robots) - sum(drops0[1:]),
+    }
+
+
+def _ap_exchanges(ex: list[Any], ap: str, a: int, b: int) -> dict[str, float]:
+    """The AP's share of the successful exchanges in [a, b) and its MPDUs per exchange
+    (an A-MPDU of acks and commands): how fast its queue drains."""
+    mine = [(st, m) for t, col, st, m in ex if a <= t < b and not col and len(st) == 1]
+    ap_m = [m[0] for st, m in mine if st[0] == ap]
+    return {
+        "ap_exchange_share": len(ap_m) / max(len(mine), 1),
+        "ap_mpdus_per_exchange": float(np.mean(ap_m)) if ap_m else float("nan"),
     }
 
 
@@ -134,7 +150,24 @@ def _run_window(sim: Any, conns: list[Any], a: int, b: int) -> dict[str, Any]:
     return out
 
 
+def _ack_step(k: int) -> None:
+    """What-if: the simulator's receivers ack every ``k``-th segment (``ACK_STEP``, patched
+    in this process only; needs ``COORP_PURE=1``), as ``_edca_ack_whatif.py``."""
+    import coorp.sim.engine as engine
+    import coorp.sim.tcp as tcp
+
+    if not tcp.__file__ or not tcp.__file__.endswith(".py"):
+        raise SystemExit("--ack-step needs COORP_PURE=1 (compiled constants cannot be patched)")
+    tcp.ACK_STEP = k  # type: ignore[misc]
+    engine.ACK_STEP = k  # type: ignore[misc]
+    defaults = list(tcp.TcpConnection._send_acks.__defaults__ or ())
+    defaults[-1] = k
+    tcp.TcpConnection._send_acks.__defaults__ = tuple(defaults)
+
+
 def sim_main(args: argparse.Namespace) -> dict[str, Any]:
+    if args.ack_step != 2:
+        _ack_step(args.ack_step)
     t0 = time.time()
     load0 = _load()
     seeds = [sim_seed(s, args.set, args.warmup, args.window) for s in range(1, args.seeds + 1)]
@@ -145,7 +178,8 @@ def sim_main(args: argparse.Namespace) -> dict[str, Any]:
             flush=True,
         )
     print(
-        f"simulator, shared rings, everything best effort, --set {args.set or '-'}; "
+        f"simulator, shared rings, everything best effort, --set {args.set or '-'}, "
+        f"ack every {args.ack_step}; "
         f"{args.seeds} seeds, {time.time() - t0:.0f} s wall, load {load0:.1f} -> {_load():.1f}"
     )
     for k in seeds[0]:
@@ -311,7 +345,7 @@ def emu_main(args: argparse.Namespace) -> dict[str, Any]:
                 spans.append((t0, t1))
                 rows.append(row | {"repetition": rep})
                 print(f"emu rep {rep}: {tb._line(rep, row)} (load {_load():.1f})", flush=True)
-            net.stop()
+            report = net.stop().data
         if args.json is not None:  # the runs, kept before the trace is read
             args.json.with_suffix(".runs.json").write_text(
                 json.dumps(
@@ -341,6 +375,17 @@ def emu_main(args: argparse.Namespace) -> dict[str, Any]:
         ]
         del t_start
         queues = trace_queues(targs.emu_trace, windows, ap_idx)
+        import pyarrow.parquet as pq
+
+        x = pq.read_table(targs.emu_trace / "exchanges.parquet").to_pydict()
+        ex = [
+            (t, col, tuple(st.split(",")), tuple(int(v) for v in m.split(",")))
+            for t, col, st, m in zip(
+                x["start_ns"], x["collided"], x["stations"], x["mpdus"], strict=True
+            )
+        ]
+        for q, (a, b) in zip(queues, windows, strict=True):
+            q.update(_ap_exchanges(ex, "leader", a, b))
     per_rep = []
     for row, q, (t0, t1) in zip(rows, queues, spans, strict=False):
         mine = [s for s in samples if t0 <= s["t"] <= t1 and s["cwnd"] > 0]
@@ -371,8 +416,11 @@ def emu_main(args: argparse.Namespace) -> dict[str, Any]:
         if vals:
             print(f"  {k:22s} {_ci(vals)}")
     print("qdisc (leader, r1):", json.dumps(qdisc), "\nr1 link:", txq.strip())
+    print("emulator:", report.get("verdict"), "frame lag", json.dumps(report.get("frame_lag")))
     return {
         "repetitions": per_rep,
+        "frame_lag": report.get("frame_lag"),
+        "verdict": report.get("verdict"),
         "qdisc": qdisc,
         "link": txq,
         "load": [load0, _load()],
@@ -386,6 +434,7 @@ def main() -> int:
     s = sub.add_parser("sim")
     s.add_argument("--seeds", type=int, default=5)
     s.add_argument("--set", action="append", default=[], help="scenario override KEY=VALUE")
+    s.add_argument("--ack-step", type=int, default=2, help="what-if: ack every K-th segment")
     e = sub.add_parser("emu")
     e.add_argument("--repetitions", type=int, default=5)
     e.add_argument("--app", default="dds", choices=("dds", "zenoh"))

@@ -78,3 +78,29 @@ def test_an_ls_message_arriving_at_a_full_queue_is_lost_and_counted() -> None:
 def test_without_a_bound_nothing_is_dropped_at_the_queue() -> None:
     sim, depths = _upload(None, 2_000_000, 200)
     assert sim.station("sta").kernel_drops == 0 and max(depths) > 100
+
+
+def test_a_fifo_queue_holds_an_ls_packet_behind_the_segments_queued_before_it() -> None:
+    """With ``kernel_queue_fifo`` a datagram sent while the station's upload has segments
+    in the kernel queue reaches the ring only after them; without, it goes ahead."""
+    waits = {}
+    for fifo in (False, True):
+        sc = _scenario(None)
+        hw = sc.hw_queue.model_copy(update={"kernel_queue_fifo": fifo})
+        sim = Simulation(sc.model_copy(update={"hw_queue": hw}), seed=1)
+        sim.start_transfer(sim.flow("up", "sta", "ap", BE, bulk=True), None)
+        ls = sim.flow("ls", "sta", "ap", BE, bulk=False)
+        conn, st = sim.tcp["up"], sim.station("sta")
+        sim.run(300 * MS)  # the window has grown: segments wait in the kernel queue
+        assert (conn.sock.remaining_bytes or 0) // sc.packet_bytes > 50
+        msg = sim.send_message(ls, 200)
+        waiting = [p for p in st.ls_queues[BE] if p.message is msg]
+        if fifo:  # it waits for every segment queued so far
+            assert [p.ticket for p in waiting] == [st.tcp_in[BE]] and st.tcp_out[BE] < st.tcp_in[BE]
+        else:  # first in line for the ring (no ticket)
+            assert [p.ticket for p in waiting] in ([], [-1])
+        sim.run(600 * MS)
+        assert msg.delivered_ns > 0
+        waits[fifo] = msg.delivered_ns - msg.created_ns
+    # behind the queued segments (several A-MPDUs) it waits far longer than ahead of them
+    assert waits[True] > 3 * waits[False]

@@ -295,3 +295,10 @@ class HwQueueConfig(_Model):
         "of its ring (TCP segments, LS datagrams and TCP acks together), tail drop: a "
         "dropped segment is a loss to TCP (coorp emulate's --queue-packets); none: no bound",
     )
+    kernel_queue_fifo: bool = Field(
+        False,
+        description="LS datagrams and TCP acks wait behind the TCP segments of their "
+        "category already in the station's kernel queue (one FIFO per category, as a pfifo "
+        "qdisc and coorp emulate's queue); false: they go ahead of them (fq_codel's "
+        "sparse-flow priority)",
+    )

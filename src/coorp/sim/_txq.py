@@ -52,6 +52,8 @@ def ls_burst(st: Station, ls: deque[Packet], head: Packet, now: int) -> None:
             continue
         if gated and p.flow.gate_acks:
             return
+        if p.ticket > st.tcp_out[p.ac] and st.fifo:
+            return  # a FIFO kernel queue: TCP segments queued before it go first
         room = st.capacity - ring.n
         if room <= 0:
             return

@@ -112,7 +112,7 @@ class Packet:
 
     __slots__ = (
         "ac", "bulk", "count", "dst", "flow", "hw_depth", "hw_enq_ns", "ip_bytes", "message",
-        "mpdu", "pid", "retries", "sealed", "seq_base", "src", "transfer",
+        "mpdu", "pid", "retries", "sealed", "seq_base", "src", "ticket", "transfer",
     )  # fmt: skip
 
     def __init__(
@@ -146,6 +146,10 @@ class Packet:
         #: ``seq_base + 2 * pid`` (a run of acks). Kept by every split, since ids are; 0
         #: for every packet without the TCP model.
         self.seq_base = 0
+        #: A FIFO kernel queue (``hw_queue.kernel_queue_fifo``): the station's count of
+        #: TCP segments of the category queued when this LS packet arrived, which must
+        #: reach the ring before it; -1 otherwise.
+        self.ticket = -1
 
     def split(self, k: int) -> Packet:
         """Detach the run's last ``count - k`` packets as a new run; keep the first ``k``."""
@@ -158,6 +162,7 @@ class Packet:
         rest = Packet(pid, self.flow, self.ip_bytes, self.message, self.transfer, count)
         rest.retries = self.retries
         rest.seq_base = self.seq_base
+        rest.ticket = self.ticket
         rest.hw_enq_ns = self.hw_enq_ns
         rest.hw_depth = self.hw_depth + (pid - self.pid) if self.hw_depth >= 0 else -1
         return rest

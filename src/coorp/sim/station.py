@@ -240,6 +240,12 @@ class Station:
         self.kernel_n: dict[AccessCategory, int] = dict.fromkeys(AccessCategory, 0)
         #: Packets dropped at a full kernel queue.
         self.kernel_drops = 0
+        #: ``hw_queue.kernel_queue_fifo``: LS packets wait behind the TCP segments queued
+        #: before them (``Packet.ticket``); TCP segments per category that entered the
+        #: kernel queue and that left it for the ring (kept while ``fifo`` is set).
+        self.fifo = False
+        self.tcp_in: dict[AccessCategory, int] = dict.fromkeys(AccessCategory, 0)
+        self.tcp_out: dict[AccessCategory, int] = dict.fromkeys(AccessCategory, 0)
 
     @property
     def hooks(self) -> DriverHooks:
@@ -360,6 +366,8 @@ class Station:
                         continue
                     self._kernel_drop(p.split(limit - n))
                 self.kernel_n[p.ac] = n + p.count
+            if self.fifo:
+                p.ticket = self.tcp_in[p.ac]
             queues[p.ac].append(p)
             if self.group_ls:
                 self._ls_left[p.ac][p.dst] = self._ls_left[p.ac].get(p.dst, 0) + p.count
@@ -402,6 +410,35 @@ class Station:
         return self.free_transfers
 
     def refill(self) -> None:
+        """Move packets to the hardware rings while they have room: LS first, then bulk
+        (:meth:`_refill_once`). With a FIFO kernel queue the bulk stops at the oldest
+        waiting LS packet's place, and the LS go on once the segments ahead have left."""
+        self._refill_once()
+        if self.fifo:
+            while self._fifo_ls_ready():
+                self._refill_once()
+
+    def _fifo_ls_ready(self) -> bool:
+        """Whether some category's oldest LS packet may move now: the TCP segments queued
+        before it have left, and its ring has room."""
+        for ac, ls in self.ls_queues.items():
+            if ls and ls[0].ticket <= self.tcp_out[ac] and self.rings[ac].n < self.capacity:
+                return True
+        return False
+
+    def _fifo_room(self, transfer: BulkTransfer) -> int:
+        """How many of ``transfer``'s segments may move before an LS packet of their
+        category that waits behind them (a FIFO kernel queue); -1: no limit."""
+        if not self.fifo or transfer.tcp is None:
+            return -1
+        ac = transfer.flow.ac
+        ls = self.ls_queues[ac]
+        if not ls:
+            return -1
+        room = ls[0].ticket - self.tcp_out[ac]
+        return room if room > 0 else 0
+
+    def _refill_once(self) -> None:
         """Move packets to the hardware rings while they have room: LS first, then bulk.
 
         Without per-packet hooks, bulk packets move in runs (as many as the ring, the
@@ -418,6 +455,8 @@ class Station:
                 room = cap - rings[head.ac].n
                 if room <= 0:
                     break
+                if head.ticket > self.tcp_out[head.ac] and self.fifo:
+                    break  # TCP segments queued before it go first
                 if self.ack_hooks is not None and head.flow.gate_acks:
                     want = head.count if head.count <= room else room
                     n, until = self.ack_hooks.admit_acks(self, now, want, rings[head.ac].n)
@@ -448,7 +487,13 @@ class Station:
                 depth = rings[ac].n
                 if depth >= cap:
                     break
-                k = self._bulk_run_length(cap - depth)
+                room = cap - depth
+                fifo = self._fifo_room(transfers[0])
+                if fifo >= 0:
+                    if fifo == 0:
+                        break
+                    room = min(room, fifo)
+                k = self._bulk_run_length(room)
                 n, until = run_hooks.admit_bulk_run(self, now, self._alloc_pids(0), k, ac, depth)
                 if n:
                     self._enqueue_hw(self._next_bulk_run(n), now, announce=False)
@@ -460,6 +505,8 @@ class Station:
             # The ring the next bulk packet would join: its own category's (a bulk flow
             # may use any category; checking the BE ring only would never stop for VI).
             while transfers and not self._paused and rings[transfers[0].flow.ac].n < cap:
+                if self._fifo_room(transfers[0]) == 0:
+                    break
                 resume = self._hooks.admit_bulk(self, now)
                 if resume is not None:
                     self._deny(resume, now)
@@ -470,6 +517,12 @@ class Station:
             room = cap - rings[transfers[0].flow.ac].n
             if room <= 0:
                 break
+            if self.fifo:
+                fifo = self._fifo_room(transfers[0])
+                if fifo == 0:
+                    break
+                if fifo > 0:
+                    room = min(room, fifo)
             if not self._admit_all:
                 resume = self._hooks.admit_bulk(self, now)
                 if resume is not None:

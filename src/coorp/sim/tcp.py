@@ -246,6 +246,8 @@ class TcpConnection:
                 if n == 0:
                     return
             st.kernel_n[ac] += n
+        if st.fifo:
+            st.tcp_in[self.flow.ac] += n
         queue = self._queue
         if queue:
             last = queue[-1]
@@ -310,6 +312,8 @@ class TcpConnection:
         st = self.flow.src
         if st.kernel_limit:
             st.kernel_n[self.flow.ac] -= pkt.count
+        if st.fifo:
+            st.tcp_out[self.flow.ac] += pkt.count
         head[0] += pkt.count
         head[1] -= pkt.count
         if head[1] == 0:
