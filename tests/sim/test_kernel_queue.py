@@ -104,3 +104,50 @@ def test_a_fifo_queue_holds_an_ls_packet_behind_the_segments_queued_before_it() 
         waits[fifo] = msg.delivered_ns - msg.created_ns
     # behind the queued segments (several A-MPDUs) it waits far longer than ahead of them
     assert waits[True] > 3 * waits[False]
+
+
+class _HoldAcks:
+    """Driver hooks that hold the station's TCP acks until ``release_ns``."""
+
+    gates_acks = True
+
+    def __init__(self, release_ns: int) -> None:
+        self.release_ns = release_ns
+        self.asked = 0
+
+    def admit_acks(self, station: Any, now_ns: int, count: int, depth: int) -> tuple[int, int]:
+        self.asked += 1
+        return (0, self.release_ns) if now_ns < self.release_ns else (count, 0)
+
+    def on_acks_enqueued(self, *args: Any) -> None:
+        pass
+
+    def admit_bulk(self, station: Any, now_ns: int) -> int | None:
+        return None
+
+    def on_ls_send(self, *args: Any) -> None:
+        pass
+
+    def on_hw_enqueue(self, *args: Any) -> None:
+        pass
+
+    def on_hw_complete(self, *args: Any) -> None:
+        pass
+
+
+def test_a_fifo_queue_whose_hooks_hold_the_head_ack_does_not_spin() -> None:
+    """The head ack may move as far as the FIFO goes, but the hooks hold it: the refill
+    stops (it used to ask again for ever) and the ack goes at the release."""
+    sc = _scenario(None)
+    hw = sc.hw_queue.model_copy(update={"kernel_queue_fifo": True})
+    sim = Simulation(sc.model_copy(update={"hw_queue": hw}), seed=1)
+    hooks = _HoldAcks(10 * MS)
+    sim.set_hooks("sta", hooks)
+    down = sim.flow("down", "ap", "sta", BE, bulk=True, tcp_acks=True)
+    sim.start_transfer(down, 3_000_000)
+    sim.run(9 * MS)
+    held = sim.flows["down:ack"]
+    assert held.sent_packets > 0 and held.delivered_packets == 0  # all held so far
+    assert hooks.asked < 1000  # asked at refills, not in a loop
+    sim.run(200 * MS)
+    assert sim.flows["down:ack"].delivered_packets > 0

@@ -24,12 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 from coorp._errors import InvariantError
 from coorp.scenario import AccessCategory, HwQueueMode
-from coorp.sim._compat import mypyc_attr
-from coorp.sim._txq import ls_burst
+from coorp.sim._txq import fifo_refill, fifo_room, hold_acks, kernel_admit, kernel_out, ls_burst
 from coorp.sim._ungated import refill_mixed, ungated_in
 from coorp.sim.driver import FOREVER, AckGateHooks, AdmitAll, DriverHooks, RunHooks
 from coorp.sim.events import PRIO_CONTROL, Event, EventLoop
-from coorp.sim.packets import FlowState, Packet
+from coorp.sim.packets import FlowState, Packet, Ring, mergeable
 from coorp.sim.timing import EdcaParams, aifs_ns
 
 if TYPE_CHECKING:
@@ -121,32 +120,6 @@ class BulkTransfer:
         self.tcp: TcpConnection | None = None
 
 
-@mypyc_attr(native_class=False)  # a deque subclass stays a Python class when compiled
-class Ring(deque[Packet]):
-    """A hardware ring: a FIFO of runs (:class:`Packet`), with ``n`` packets in all."""
-
-    __slots__ = ("n",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.n = 0
-
-
-def _mergeable(tail: Packet, run: Packet) -> bool:
-    """Whether ``run`` may extend ``tail``: the same packets, numbered consecutively."""
-    return (
-        tail.flow is run.flow
-        and tail.pid + tail.count == run.pid
-        and tail.ip_bytes == run.ip_bytes
-        and tail.transfer is run.transfer
-        and tail.retries == run.retries
-        and tail.seq_base == run.seq_base
-        and tail.message is None
-        and run.message is None
-        and not tail.sealed
-    )
-
-
 class Station:
     """A node on the channel: queues, driver, EDCAFs. Implements the driver view."""
 
@@ -231,18 +204,11 @@ class Station:
         self.tx_failed = 0
         self.dropped_packets = 0
         self.ls_depths: list[int] = []
-        #: ``hw_queue.kernel_queue_packets`` (0: no bound): per category, the packets the
-        #: kernel queue may hold in front of the ring, TCP segments (``coorp.sim.tcp``)
-        #: and the priority queue's packets together; one arriving at a full queue is
-        #: dropped there (a tail drop, as Linux's qdisc or ``coorp emulate``'s queue).
+        #: The kernel queue's bound and order (``coorp.sim._txq``): ``kernel_limit``
+        #: (0: none), its packets and drops; ``fifo``, TCP segments in and out per category.
         self.kernel_limit = 0
-        #: Packets in the kernel queue per category (kept while ``kernel_limit`` is set).
         self.kernel_n: dict[AccessCategory, int] = dict.fromkeys(AccessCategory, 0)
-        #: Packets dropped at a full kernel queue.
         self.kernel_drops = 0
-        #: ``hw_queue.kernel_queue_fifo``: LS packets wait behind the TCP segments queued
-        #: before them (``Packet.ticket``); TCP segments per category that entered the
-        #: kernel queue and that left it for the ring (kept while ``fifo`` is set).
         self.fifo = False
         self.tcp_in: dict[AccessCategory, int] = dict.fromkeys(AccessCategory, 0)
         self.tcp_out: dict[AccessCategory, int] = dict.fromkeys(AccessCategory, 0)
@@ -305,22 +271,7 @@ class Station:
         return self._paused
 
     def _hold_acks(self, until: int, now: int) -> None:
-        """The hooks held acks back: ask again by ``until`` (``FOREVER``: at the next
-        refill only)."""
-        if until <= now:
-            raise InvariantError(
-                f"{type(self._hooks).__name__}.admit_acks held acks at {now} ns with "
-                f"a time to ask again, {until} ns, that is not in the future"
-            )
-        self.ack_holds += 1
-        event = self._ack_event
-        if event is not None and not event.cancelled and event.time_ns <= until:
-            return  # already asked again no later than that
-        if event is not None:
-            event.cancel()
-            self._ack_event = None
-        if until < FOREVER:
-            self._ack_event = self.loop.call_at(until, PRIO_CONTROL, self._ack_timer)
+        hold_acks(self, until, now)  # (coorp.sim._txq)
 
     def _ack_timer(self) -> None:
         self._ack_event = None
@@ -358,14 +309,8 @@ class Station:
         queues = self.ls_queues
         limit = self.kernel_limit
         for p in packets:
-            if limit:
-                n = self.kernel_n[p.ac]
-                if n + p.count > limit:
-                    if n >= limit:
-                        self._kernel_drop(p)
-                        continue
-                    self._kernel_drop(p.split(limit - n))
-                self.kernel_n[p.ac] = n + p.count
+            if limit and not kernel_admit(self, p, limit):
+                continue
             if self.fifo:
                 p.ticket = self.tcp_in[p.ac]
             queues[p.ac].append(p)
@@ -373,22 +318,10 @@ class Station:
                 self._ls_left[p.ac][p.dst] = self._ls_left[p.ac].get(p.dst, 0) + p.count
         self.refill()
 
-    def _kernel_drop(self, p: Packet) -> None:
-        """``p`` arrived at a full kernel queue: a message's packet is lost (as after the
-        MAC's last retry), an ack is never sent (the next one acknowledges as much)."""
-        self.kernel_drops += p.count
-        self.dropped_packets += p.count
-        p.flow.dropped_packets += p.count
-        if p.message is not None:
-            assert self.channel is not None
-            self.channel.on_dropped(p, self.loop.now_ns)
-
     def kernel_queued(self, ac: AccessCategory) -> int:
         """Packets in the kernel queue of ``ac``: the priority queue's, and with a bound
         (``kernel_limit``) the TCP segments' too."""
-        if self.kernel_limit:
-            return self.kernel_n[ac]
-        return sum(p.count for p in self.ls_queues[ac])
+        return self.kernel_n[ac] if self.kernel_limit else sum(p.count for p in self.ls_queues[ac])
 
     def add_transfer(self, transfer: BulkTransfer) -> None:
         self._queue_of(transfer).append(transfer)
@@ -410,33 +343,10 @@ class Station:
         return self.free_transfers
 
     def refill(self) -> None:
-        """Move packets to the hardware rings while they have room: LS first, then bulk
-        (:meth:`_refill_once`). With a FIFO kernel queue the bulk stops at the oldest
-        waiting LS packet's place, and the LS go on once the segments ahead have left."""
+        """:meth:`_refill_once`, and again for a FIFO kernel queue's LS (``_txq``)."""
         self._refill_once()
         if self.fifo:
-            while self._fifo_ls_ready():
-                self._refill_once()
-
-    def _fifo_ls_ready(self) -> bool:
-        """Whether some category's oldest LS packet may move now: the TCP segments queued
-        before it have left, and its ring has room."""
-        for ac, ls in self.ls_queues.items():
-            if ls and ls[0].ticket <= self.tcp_out[ac] and self.rings[ac].n < self.capacity:
-                return True
-        return False
-
-    def _fifo_room(self, transfer: BulkTransfer) -> int:
-        """How many of ``transfer``'s segments may move before an LS packet of their
-        category that waits behind them (a FIFO kernel queue); -1: no limit."""
-        if not self.fifo or transfer.tcp is None:
-            return -1
-        ac = transfer.flow.ac
-        ls = self.ls_queues[ac]
-        if not ls:
-            return -1
-        room = ls[0].ticket - self.tcp_out[ac]
-        return room if room > 0 else 0
+            fifo_refill(self)
 
     def _refill_once(self) -> None:
         """Move packets to the hardware rings while they have room: LS first, then bulk.
@@ -487,13 +397,10 @@ class Station:
                 depth = rings[ac].n
                 if depth >= cap:
                     break
-                room = cap - depth
-                fifo = self._fifo_room(transfers[0])
-                if fifo >= 0:
-                    if fifo == 0:
-                        break
-                    room = min(room, fifo)
-                k = self._bulk_run_length(room)
+                fifo = fifo_room(self, transfers[0]) if self.fifo else -1
+                if fifo == 0:
+                    break
+                k = self._bulk_run_length(cap - depth if fifo < 0 else min(cap - depth, fifo))
                 n, until = run_hooks.admit_bulk_run(self, now, self._alloc_pids(0), k, ac, depth)
                 if n:
                     self._enqueue_hw(self._next_bulk_run(n), now, announce=False)
@@ -505,7 +412,7 @@ class Station:
             # The ring the next bulk packet would join: its own category's (a bulk flow
             # may use any category; checking the BE ring only would never stop for VI).
             while transfers and not self._paused and rings[transfers[0].flow.ac].n < cap:
-                if self._fifo_room(transfers[0]) == 0:
+                if self.fifo and fifo_room(self, transfers[0]) == 0:
                     break
                 resume = self._hooks.admit_bulk(self, now)
                 if resume is not None:
@@ -518,7 +425,7 @@ class Station:
             if room <= 0:
                 break
             if self.fifo:
-                fifo = self._fifo_room(transfers[0])
+                fifo = fifo_room(self, transfers[0])
                 if fifo == 0:
                     break
                 if fifo > 0:
@@ -599,6 +506,8 @@ class Station:
         pkt = Packet(self._alloc_pids(k), transfer.flow, size, transfer=transfer, count=k)
         if tcp is not None:
             tcp.dequeued(pkt)
+            if self.kernel_limit or self.fifo:
+                kernel_out(self, pkt)
         return pkt
 
     def next_bulk_packet(self) -> Packet | None:
@@ -631,7 +540,7 @@ class Station:
                 if pkt.message.first_depth < 0:
                     pkt.message.first_depth = depth
             ring.n = depth + pkt.count
-            if ring and _mergeable(ring[-1], pkt):
+            if ring and mergeable(ring[-1], pkt):
                 ring[-1].count += pkt.count
             else:
                 ring.append(pkt)
@@ -662,7 +571,7 @@ class Station:
         ring.n = depth + pkt.count
         # With per-packet hooks every packet stays its own run, so the ring's tail is the
         # packet just announced to the hooks.
-        if not self.per_packet and ring and _mergeable(ring[-1], pkt):
+        if not self.per_packet and ring and mergeable(ring[-1], pkt):
             ring[-1].count += pkt.count
         else:
             ring.append(pkt)

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 from coorp._errors import InvariantError
 from coorp.scenario import AccessCategory, HwQueueMode
-from coorp.sim.packets import FlowState, Packet
-from coorp.sim.station import Ring, Station
+from coorp.sim.packets import FlowState, Packet, Ring
+from coorp.sim.station import Station
 
 __all__ = ["lay_out_rings", "purge"]
 
