@@ -1,0 +1,135 @@
+"""Where a BSP round's time goes in a ``coorp learn --runtime`` run, from its results.
+
+Every role's receipts carry host-monotonic instants (``start_ns``, ``first_write_ns``,
+``last_write_ns``, ``end_ns``; the roles of a run share the clock), so the sync messages
+of all robots line up on one timeline. Per run directory (``OUT/runs/<mode>-seed<n>``)
+this prints, averaged over the rounds that completed (one model version each):
+
+* ``round``: the time between two model versions at the leader;
+* ``broadcast``: the leader's first model byte written -> its last model confirmed;
+* ``train``: a model confirmed -> that worker hands its update to the transport (the
+  worker's PPO and the leader's merge are not on the air);
+* ``uploads``: the first update byte written -> the last update confirmed;
+* per message (coorp streams only): ``write`` first -> last byte written, ``drain``
+  last byte -> the receiver's confirmation, ``gap``: the previous message's last byte
+  written -> this message's first (the hand-over: release, grant, the next stream's
+  first chunk; negative when the next starts while the previous drains);
+* ``air``: the payload bytes of the round at the rate the shaped queue leaves for bulk
+  (``--rate-mbit`` less the perceptions and controls), the floor no sender can beat.
+
+Usage: ``python benchmarks/learn_sync_timeline.py OUT [--rate-mbit 50]``; ``--json``
+prints the numbers as JSON. Read-only; run it after ``coorp learn --runtime --out OUT``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _load(run: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    leader = json.loads((run / "leader.json").read_text())
+    workers = {
+        p.stem: json.loads(p.read_text())
+        for p in sorted(run.glob("*.json"))
+        if p.stem != "leader" and not p.name.endswith(".in")
+    }
+    return leader, workers
+
+
+def analyse(run: Path, rate_mbit: float) -> dict[str, Any]:
+    leader, workers = _load(run)
+    msgs: list[dict[str, Any]] = []
+    for who, res in [("leader", leader), *workers.items()]:
+        for r in res["receipts"]:
+            if r["kind"] in ("model", "update") and r.get("end_ns"):
+                msgs.append({**r, "robot": who})
+    if not msgs:
+        raise SystemExit(f"{run}: no timestamped sync receipts (a run before they were kept?)")
+    coordinated = all(m.get("first_write_ns") for m in msgs)
+    t0 = leader["t0_ns"]
+    versions = [t0 + round(t * 1e9) for t in leader["times_s"]]
+    cfg = json.loads((run / "leader.json.in").read_text())
+    ls_mbit = (
+        len(workers)
+        * (cfg["perception_bytes"] + cfg["control_bytes"])
+        * 8
+        / (cfg["period_ns"] / 1e9)
+        / 1e6
+    )
+    rounds: list[dict[str, float]] = []
+    for a, b in itertools.pairwise(versions):
+        row: dict[str, float] = {"round_s": (b - a) / 1e9}
+        if coordinated:
+            on_air = sorted(
+                (m for m in msgs if a <= m["first_write_ns"] < b), key=lambda m: m["first_write_ns"]
+            )
+            if not on_air:
+                continue
+            # The round as one line of messages on the air: from the version before to
+            # the first byte, each message's writing, the hand-overs, the last bytes'
+            # confirmation and the merge to the version.
+            row["start_s"] = (on_air[0]["first_write_ns"] - a) / 1e9
+            row["writing_s"] = sum(m["last_write_ns"] - m["first_write_ns"] for m in on_air) / 1e9
+            row["paused_s"] = sum(m["preempted_ns"] for m in on_air) / 1e9
+            row["handover_s"] = (
+                sum(n["first_write_ns"] - p["last_write_ns"] for p, n in itertools.pairwise(on_air))
+                / 1e9
+            )
+            row["end_s"] = (b - on_air[-1]["last_write_ns"]) / 1e9
+        else:
+            inside = [m for m in msgs if a <= m["start_ns"] < b]
+            if not inside:
+                continue
+        nbytes = sum(m["nbytes"] for m in msgs if a <= m["start_ns"] < b)
+        row["messages"] = float(sum(1 for m in msgs if a <= m["start_ns"] < b))
+        # The payload at the rate the queue leaves to bulk, TCP/IP and Ethernet headers
+        # (66 bytes per 1448) counted: no sender finishes a round's bytes sooner.
+        row["line_s"] = nbytes * 8 * (1514 / 1448) / ((rate_mbit - ls_mbit) * 1e6)
+        rounds.append(row)
+    out: dict[str, Any] = {
+        "run": run.name,
+        "versions_30s": sum(1 for t in leader["times_s"][1:] if t <= cfg["duration_s"]),
+        "rounds": len(rounds),
+    }
+    for k in rounds[0] if rounds else []:
+        out[k] = statistics.mean(r[k] for r in rounds)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", type=Path, help="coorp learn --runtime's --out directory")
+    ap.add_argument("--rate-mbit", type=float, default=50.0)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    runs = sorted(p for p in (args.out / "runs").iterdir() if (p / "leader.json").exists())
+    if not runs:
+        print(f"{args.out}/runs: no runs", file=sys.stderr)
+        return 2
+    rows = [analyse(r, args.rate_mbit) for r in runs]
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    keys = [k for k in rows[0] if k != "run"]
+    for r in rows:
+        for k in r:
+            if k not in keys and k != "run":
+                keys.append(k)
+    print("run".ljust(14) + "".join(k[:10].rjust(11) for k in keys))
+    for r in rows:
+        cells = []
+        for k in keys:
+            v = r.get(k, "")
+            cells.append((f"{v:.3f}" if isinstance(v, float) else str(v)).rjust(11))
+        print(r["run"].ljust(14) + "".join(cells))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
