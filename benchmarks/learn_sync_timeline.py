@@ -3,27 +3,34 @@
 Every role's receipts carry host-monotonic instants (``start_ns``, ``first_write_ns``,
 ``last_write_ns``, ``end_ns``; the roles of a run share the clock), so the sync messages
 of all robots line up on one timeline. Per run directory (``OUT/runs/<mode>-seed<n>``)
-this prints, averaged over the rounds that completed (one model version each):
+this prints the means over the rounds (one model version each):
 
-* ``round``: the time between two model versions at the leader;
-* ``broadcast``: the leader's first model byte written -> its last model confirmed;
-* ``train``: a model confirmed -> that worker hands its update to the transport (the
-  worker's PPO and the leader's merge are not on the air);
-* ``uploads``: the first update byte written -> the last update confirmed;
-* per message (coorp streams only): ``write`` first -> last byte written, ``drain``
-  last byte -> the receiver's confirmation, ``gap``: the previous message's last byte
-  written -> this message's first (the hand-over: release, grant, the next stream's
-  first chunk; negative when the next starts while the previous drains);
-* ``air``: the payload bytes of the round at the rate the shaped queue leaves for bulk
-  (``--rate-mbit`` less the perceptions and controls), the floor no sender can beat.
+* ``versions_30s``: model versions within the run's duration (the table's count);
+* ``round_s``: the time between two model versions at the leader; on coordinated
+  streams it is, exactly, ``start_s`` (the version -> the first byte of the next
+  round's first message: the merge, the hand-off to the transport) + ``writing_s``
+  (each message's first -> last byte written, summed) + ``handover_s`` (each
+  message's last byte written -> the next message's first, summed: the release, the
+  grant and the next stream's first chunk) + ``end_s`` (the round's last byte -> the
+  version: its drain, the confirmation, the merge);
+* ``paused_s``: of the writing, the time the streams were paused by the gate (before
+  their robot's own LS sends) and the permit's end, summed;
+* ``line_s``: the round's payload at the rate the shaped queue leaves to bulk
+  (``--rate-mbit`` less the perceptions and controls), TCP/IP and Ethernet headers
+  counted: the floor no sender beats;
+* ``queue_busy`` (with ``--queue``, the readings of
+  ``benchmarks/shared_queue_sampler.py`` taken during the runs): the share of the round
+  the shared queue was sending, every packet counted (bulk, LS, acks, headers).
 
-Usage: ``python benchmarks/learn_sync_timeline.py OUT [--rate-mbit 50]``; ``--json``
-prints the numbers as JSON. Read-only; run it after ``coorp learn --runtime --out OUT``.
+Usage: ``python benchmarks/learn_sync_timeline.py OUT [--rate-mbit 50] [--queue FILE]``;
+``--json`` prints the numbers as JSON. Read-only; run it after
+``coorp learn --runtime --out OUT``.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import itertools
 import json
 import statistics
@@ -42,7 +49,17 @@ def _load(run: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     return leader, workers
 
 
-def analyse(run: Path, rate_mbit: float) -> dict[str, Any]:
+def _queue_bytes(samples: list[list[Any]], t_ns: int) -> float | None:
+    """Bytes the shared queue had sent by ``t_ns`` (linear between readings)."""
+    times = [s[1] for s in samples]
+    i = bisect.bisect_left(times, t_ns)
+    if i == 0 or i == len(times):
+        return None
+    (_, t0, b0, *_r0), (_, t1, b1, *_r1) = samples[i - 1], samples[i]
+    return float(b0 + (b1 - b0) * (t_ns - t0) / (t1 - t0))
+
+
+def analyse(run: Path, rate_mbit: float, queue: list[list[Any]] | None = None) -> dict[str, Any]:
     leader, workers = _load(run)
     msgs: list[dict[str, Any]] = []
     for who, res in [("leader", leader), *workers.items()]:
@@ -91,6 +108,12 @@ def analyse(run: Path, rate_mbit: float) -> dict[str, Any]:
         # The payload at the rate the queue leaves to bulk, TCP/IP and Ethernet headers
         # (66 bytes per 1448) counted: no sender finishes a round's bytes sooner.
         row["line_s"] = nbytes * 8 * (1514 / 1448) / ((rate_mbit - ls_mbit) * 1e6)
+        if queue:
+            # The readings of this run's hub (the one whose readings span the round).
+            mine = [q for q in queue if q[0] == _hub_of(queue, a, b)]
+            sent = [_queue_bytes(mine, t) for t in (a, b)]
+            if sent[0] is not None and sent[1] is not None:
+                row["queue_busy"] = (sent[1] - sent[0]) * 8 / (rate_mbit * 1e6 * (b - a) / 1e9)
         rounds.append(row)
     out: dict[str, Any] = {
         "run": run.name,
@@ -102,17 +125,34 @@ def analyse(run: Path, rate_mbit: float) -> dict[str, Any]:
     return out
 
 
+def _hub_of(queue: list[list[Any]], a: int, b: int) -> str | None:
+    for name, t, *_ in queue:
+        if t >= a:
+            return str(name) if t <= b else None
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path, help="coorp learn --runtime's --out directory")
     ap.add_argument("--rate-mbit", type=float, default=50.0)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--queue",
+        type=Path,
+        help="readings of benchmarks/shared_queue_sampler.py taken during the runs: adds "
+        "queue_busy, the share of each round the shared queue was sending",
+    )
     args = ap.parse_args(argv)
+    queue = None
+    if args.queue is not None:
+        queue = [json.loads(line) for line in args.queue.read_text().splitlines() if line]
+        queue.sort(key=lambda q: q[1])
     runs = sorted(p for p in (args.out / "runs").iterdir() if (p / "leader.json").exists())
     if not runs:
         print(f"{args.out}/runs: no runs", file=sys.stderr)
         return 2
-    rows = [analyse(r, args.rate_mbit) for r in runs]
+    rows = [analyse(r, args.rate_mbit, queue) for r in runs]
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
