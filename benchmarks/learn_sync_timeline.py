@@ -12,7 +12,9 @@ this prints the means over the rounds (one model version each):
   (each message's first -> last byte written, summed) + ``handover_s`` (each
   message's last byte written -> the next message's first, summed: the release, the
   grant and the next stream's first chunk) + ``end_s`` (the round's last byte -> the
-  version: its drain, the confirmation, the merge);
+  version: its drain, the confirmation, the merge). The parts describe one permit
+  queue (``--medium shared``); on split queues the leader's broadcasts overlap the
+  uploads under a permit of their own, so hand-overs come out negative there;
 * ``paused_s``: of the writing, the time the streams were paused by the gate (before
   their robot's own LS sends) and the permit's end, summed;
 * ``line_s``: the round's payload at the rate the shaped queue leaves to bulk
