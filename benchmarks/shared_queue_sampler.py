@@ -37,7 +37,8 @@ def _sample(ns: Any, idx: int) -> tuple[int, int, int] | None:
         if m.get_attr("TCA_KIND") == "tbf":
             st = m.get_attr("TCA_STATS2")
             q = st.get_attr("TCA_STATS_QUEUE")
-            return st.get_attr("TCA_STATS_BASIC")["bytes"], q["backlog"], q["drops"]
+            basic = st.get_attr("TCA_STATS_BASIC")
+            return basic.get("bytes"), q.get("backlog"), q.get("drops")
     return None
 
 
@@ -77,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
                         break
                     out.write(json.dumps([name, t, *got]) + "\n")
                     time.sleep(args.every_ms / 1e3)
-            except Exception:  # the run ended and its namespace went with it
-                pass
+            except Exception as exc:  # the run ended and its namespace went with it
+                print(f"{name}: {type(exc).__name__}: {exc}", file=sys.stderr)
             finally:
                 ns.close()
             out.flush()
