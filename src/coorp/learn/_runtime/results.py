@@ -47,7 +47,8 @@ class Receipt(msgspec.Struct, kw_only=True):
     #: Host monotonic instants (every role of a ``--runtime`` run shares the clock):
     #: handed to the transport, first and last payload byte written (coordinated
     #: streams; None otherwise), confirmed. They place the message on one timeline
-    #: with the other robots' (docs/learn.md, "Where a sync's time goes").
+    #: with the other robots' (docs/learn.md, "Where a shared-queue round's time
+    #: goes"; ``benchmarks/learn_sync_timeline.py``).
     start_ns: int = 0
     first_write_ns: int | None = None
     last_write_ns: int | None = None
