@@ -62,18 +62,22 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(0.1)
                 continue
             name = hubs[0]
-            seen.add(name)
             try:
                 ns = NetNS(name)
-                idx = ns.link_lookup(ifname="air0")[0]
-            except Exception:  # gone already, or not set up yet: the next one
-                seen.discard(name)
-                time.sleep(0.1)
+            except Exception:  # gone already
+                seen.add(name)
                 continue
             try:
-                while time.monotonic() < end:
+                idx = ns.link_lookup(ifname="air0")
+                if not idx or _sample(ns, idx[0]) is None:
+                    time.sleep(0.05)  # the run is still building its network
+                    continue
+                seen.add(name)
+                # A namespace this process holds open outlives its name: stop once
+                # the run removed it.
+                while time.monotonic() < end and os.path.exists(f"/run/netns/{name}"):
                     t = time.monotonic_ns()
-                    got = _sample(ns, idx)
+                    got = _sample(ns, idx[0])
                     if got is None:
                         break
                     out.write(json.dumps([name, t, *got]) + "\n")
