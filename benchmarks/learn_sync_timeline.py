@@ -20,9 +20,11 @@ this prints the means over the rounds (one model version each):
 * ``line_s``: the round's payload at the rate the shaped queue leaves to bulk
   (``--rate-mbit`` less the perceptions and controls), TCP/IP and Ethernet headers
   counted: the floor no sender beats;
-* ``queue_busy`` (with ``--queue``, the readings of
-  ``benchmarks/shared_queue_sampler.py`` taken during the runs): the share of the round
-  the shared queue was sending, every packet counted (bulk, LS, acks, headers).
+* with ``--queue`` (the readings of ``benchmarks/shared_queue_sampler.py`` taken
+  during the runs; rounds the readings do not cover are left out): ``queue_mb``, what
+  the shared queue sent during the round, every packet counted (bulk, LS, acks,
+  headers, handshakes); ``queue_s``, those bytes at the queue's rate (the round's
+  traffic on the air, back to back); ``queue_busy``, their share of the round.
 
 Usage: ``python benchmarks/learn_sync_timeline.py OUT [--rate-mbit 50] [--queue FILE]``;
 ``--json`` prints the numbers as JSON. Read-only; run it after
@@ -81,6 +83,9 @@ def analyse(run: Path, rate_mbit: float, queue: list[list[Any]] | None = None) -
         / (cfg["period_ns"] / 1e9)
         / 1e6
     )
+    # This run's hub: the one whose readings cover most of the run (runs of other
+    # commands may have been sampled at the same time).
+    mine = _hub_readings(queue, versions[0], versions[-1]) if queue else []
     rounds: list[dict[str, float]] = []
     for a, b in itertools.pairwise(versions):
         row: dict[str, float] = {"round_s": (b - a) / 1e9}
@@ -110,28 +115,30 @@ def analyse(run: Path, rate_mbit: float, queue: list[list[Any]] | None = None) -
         # The payload at the rate the queue leaves to bulk, TCP/IP and Ethernet headers
         # (66 bytes per 1448) counted: no sender finishes a round's bytes sooner.
         row["line_s"] = nbytes * 8 * (1514 / 1448) / ((rate_mbit - ls_mbit) * 1e6)
-        if queue:
-            # The readings of this run's hub (the one whose readings span the round).
-            mine = [q for q in queue if q[0] == _hub_of(queue, a, b)]
+        if mine:
             sent = [_queue_bytes(mine, t) for t in (a, b)]
             if sent[0] is not None and sent[1] is not None:
-                row["queue_busy"] = (sent[1] - sent[0]) * 8 / (rate_mbit * 1e6 * (b - a) / 1e9)
+                row["queue_mb"] = (sent[1] - sent[0]) / 1e6
+                row["queue_s"] = (sent[1] - sent[0]) * 8 / (rate_mbit * 1e6)
+                row["queue_busy"] = row["queue_s"] / ((b - a) / 1e9)
         rounds.append(row)
     out: dict[str, Any] = {
         "run": run.name,
         "versions_30s": sum(1 for t in leader["times_s"][1:] if t <= cfg["duration_s"]),
         "rounds": len(rounds),
     }
-    for k in rounds[0] if rounds else []:
-        out[k] = statistics.mean(r[k] for r in rounds)
+    for k in dict.fromkeys(k for r in rounds for k in r):
+        out[k] = statistics.mean(r[k] for r in rounds if k in r)
     return out
 
 
-def _hub_of(queue: list[list[Any]], a: int, b: int) -> str | None:
+def _hub_readings(queue: list[list[Any]], a: int, b: int) -> list[list[Any]]:
+    spans: dict[str, list[int]] = {}
     for name, t, *_ in queue:
-        if t >= a:
-            return str(name) if t <= b else None
-    return None
+        span = spans.setdefault(name, [t, t])
+        span[0], span[1] = min(span[0], t), max(span[1], t)
+    best = max(spans, key=lambda n: min(spans[n][1], b) - max(spans[n][0], a), default=None)
+    return [q for q in queue if q[0] == best]
 
 
 def main(argv: list[str] | None = None) -> int:
