@@ -44,12 +44,13 @@ import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 from coorp._errors import InvariantError
 from coorp.phy import MAX_PPDU_NS, SIFS_NS, SLOT_NS
 from coorp.scenario import AccessCategory, AmpduGrouping, MacConfig, RetryPolicy
 from coorp.sim.driver import RunHooks
-from coorp.sim.events import PRIO_ACCESS, PRIO_CONTROL, PRIO_MEDIUM, Event, EventLoop
+from coorp.sim.events import PRIO_ACCESS, PRIO_CONTROL, PRIO_MEDIUM, EventLoop, SlotOwner
 from coorp.sim.links import LinkTable
 from coorp.sim.packets import Packet
 from coorp.sim.station import BulkTransfer, Edcaf, Ring, Station
@@ -127,12 +128,19 @@ class Transmission:
         self.data_ns, self.success_ns, self.failure_ns, self.block_ack, self.rts = timing
 
 
-class Channel:
+#: What a channel's slot event is (``Channel.on_slot``).
+_ACCESS = 0
+_END = 1
+_END_COLLIDED = 2
+_CONTINUE = 3
+
+
+class Channel(SlotOwner):
     """One collision domain: every station hears every other (no hidden nodes).
 
-    Several channels may share one event loop (a fleet's contention domains,
-    ``coorp.sim.cells``): the loop's one slot serves the first; the others
-    (``heap_slot = True``) keep their pending event in the heap, ordered the same way.
+    Its one pending event (the next access, or the end of the exchange on the air) lives
+    in a slot of the event loop (``EventLoop.new_slot``); several channels may share one
+    loop (a fleet's contention domains, ``coorp.sim.cells``), each with its slot.
     """
 
     def __init__(
@@ -194,47 +202,20 @@ class Channel:
         self._quantum = timing.ppdu_quantum_ns
         if self.rts_threshold < self.max_ampdu_bytes:
             self._ampdu_overhead += timing.rts_ns + timing.cts_ns + 2 * SIFS_NS
-        #: The pending event (next access, end of the exchange) in the heap, not in the
-        #: loop's slot: set on every channel but the first that shares the loop.
-        self.heap_slot = False
-        self._slot_event: Event | None = None
-        self._slot_at = -1
+        #: The pending event (next access, end of the exchange): this channel's slot.
+        self._slot = loop.new_slot(self)
 
-    # -- the pending event: the loop's slot, or the heap ------------------------------------
-    def _set_slot(self, time_ns: int, priority: int, callback: Callable[..., None], arg: object,
-                  arg2: object = None) -> None:  # fmt: skip
-        """``EventLoop.set_slot`` for this channel: ``callback(arg)`` (or ``callback(arg,
-        arg2)`` for the end of an exchange) at ``time_ns``, replacing the pending one."""
-        if not self.heap_slot:
-            if arg2 is None:
-                self.loop.set_slot(time_ns, priority, callback, arg)
-            else:
-                self.loop.set_slot(time_ns, priority, callback, arg, arg2)
-            return
-        if self._slot_event is not None:
-            self._slot_event.cancel()
-        self._slot_at = time_ns
-        self._slot_event = self.loop.call_at(time_ns, priority, self._fire, callback, arg, arg2)
-
-    def _fire(self, callback: Callable[..., None], arg: object, arg2: object) -> None:
-        self._slot_event = None
-        self._slot_at = -1
-        if arg2 is None:
-            callback(arg)
+    # -- the pending event: this channel's slot of the loop ---------------------------------
+    def on_slot(self, kind: int, arg: object) -> None:
+        """The slot's event is due (``EventLoop.run``)."""
+        if kind == _ACCESS:
+            self._on_access()
+        elif kind == _END:
+            self._end(cast(list[Transmission], arg), False)
+        elif kind == _END_COLLIDED:
+            self._end(cast(list[Transmission], arg), True)
         else:
-            callback(arg, arg2)
-
-    def _slot_time(self) -> int:
-        return self._slot_at if self.heap_slot else self.loop.slot_time
-
-    def _clear_slot(self) -> None:
-        if not self.heap_slot:
-            self.loop.clear_slot()
-            return
-        if self._slot_event is not None:
-            self._slot_event.cancel()
-            self._slot_event = None
-        self._slot_at = -1
+            self._continue_txop(cast(Transmission, arg))
 
     # -- stations joining and leaving this medium (coorp.sim.cells) -------------------------
     def detach(self, st: Station) -> None:
@@ -342,15 +323,12 @@ class Channel:
                     winners.append(e)
         self._winners = winners
         if self._access_pending:
-            if self._slot_time() == best:
+            if self._slot.time_ns == best:
                 return
-            self._clear_slot()
+            self.loop.clear_slot(self._slot)
             self._access_pending = False
         if best >= 0:
-            if self.heap_slot:
-                self._set_slot(best, PRIO_ACCESS, self._on_access_at, best)
-            else:
-                self.loop.set_slot(best, PRIO_ACCESS, self._on_access)
+            self.loop.set_slot(self._slot, best, PRIO_ACCESS, _ACCESS, None)
             self._access_pending = True
 
     def _winners_now(self, now: int) -> list[Edcaf]:
@@ -368,9 +346,6 @@ class Channel:
                 if t == now:
                     winners.append(e)
         return winners
-
-    def _on_access_at(self, _time: object) -> None:
-        self._on_access()
 
     def _on_access(self) -> None:
         self._access_pending = False
@@ -663,10 +638,7 @@ class Channel:
             self._on_air_start = now
             self._on_air_collided = False
             self._counted_until = now + dur
-            if self.heap_slot:
-                self._set_slot(now + dur, PRIO_MEDIUM, self._end, txs, False)
-            else:
-                self.loop.set_slot(now + dur, PRIO_MEDIUM, self._end, txs, False)
+            self.loop.set_slot(self._slot, now + dur, PRIO_MEDIUM, _END, txs)
             return
         collided = len(txs) > 1
         for tx in txs:
@@ -692,10 +664,8 @@ class Channel:
         self._on_air_start = now
         self._on_air_collided = collided
         self._counted_until = now + dur
-        if self.heap_slot:
-            self._set_slot(now + dur, PRIO_MEDIUM, self._end, txs, collided)
-        else:
-            self.loop.set_slot(now + dur, PRIO_MEDIUM, self._end, txs, collided)
+        kind = _END_COLLIDED if collided else _END
+        self.loop.set_slot(self._slot, now + dur, PRIO_MEDIUM, kind, txs)
 
     def _end(self, txs: list[Transmission], collided: bool) -> None:
         now = self.loop.now_ns
@@ -726,7 +696,7 @@ class Channel:
                 self._on_air = []
                 self._on_air_collided = False
                 self._counted_until = now + SIFS_NS
-                self._set_slot(now + SIFS_NS, PRIO_MEDIUM, self._continue_txop, nxt)
+                self.loop.set_slot(self._slot, now + SIFS_NS, PRIO_MEDIUM, _CONTINUE, nxt)
                 return
         e.backoff = _draw(e.station.rng, e.cw + 1)
         self._go_idle(now, txs)
@@ -741,7 +711,7 @@ class Channel:
             self._on_air = []
             self._on_air_collided = False
             self._counted_until = now + SIFS_NS
-            self._set_slot(now + SIFS_NS, PRIO_MEDIUM, self._continue_txop, nxt)
+            self.loop.set_slot(self._slot, now + SIFS_NS, PRIO_MEDIUM, _CONTINUE, nxt)
             return
         self._go_idle(now, [tx, *changed])
 
