@@ -178,6 +178,8 @@ class Channel(SlotOwner):
         #: end of the exchange on the air): see ``EventLoop.set_slot``.
         self._access_pending = False
         self._winners: list[Edcaf] = []
+        #: ``_schedule_access`` calls so far (see ``Station.scan_mark``).
+        self._scans = 0
         #: The current busy period (or the last one): its number, idle and busy start.
         self._epoch = 0
         self._dec_idle = 0
@@ -301,6 +303,10 @@ class Channel(SlotOwner):
         winners: list[Edcaf] = []
         idle = self.idle_since
         epoch = self._epoch
+        # A shared ring's head category is looked up once per station and scan (the
+        # station's ``scan_mark``): its EDCAFs all read the same ring.
+        self._scans += 1
+        scan = self._scans
         for e in self.edcafs:
             if e.epoch != epoch:  # inlined _catch_up
                 e.epoch = epoch
@@ -311,8 +317,19 @@ class Channel(SlotOwner):
                     if self._dec_now >= b0:
                         k = (self._dec_now - b0) // SLOT_NS + 1
                         e.backoff = b - k if b > k else 0
-            ring = e.ring
-            if ring and (not e.shared or ring[0].ac is e.ac) and not e.held:
+            if e.held:
+                continue
+            if e.shared:
+                st = e.station
+                if st.scan_mark != scan or st.scan_channel is not self:
+                    st.scan_mark = scan
+                    st.scan_channel = self
+                    ring = e.ring
+                    st.scan_head = ring[0].ac if ring else None
+                has_frame = st.scan_head is e.ac
+            else:
+                has_frame = bool(e.ring)
+            if has_frame:
                 t = idle + e.aifs + e.backoff * SLOT_NS
                 if t < e.not_before:
                     t = e.not_before
