@@ -192,9 +192,11 @@ class Channel(SlotOwner):
         self._on_air_start = 0
         self._on_air_collided = False
         self._counted_until = 0
-        self._durations: dict[tuple[int, int, bool], tuple[int, int, int, bool, bool]] = {}
+        #: Exchange durations by ``_exchange_key(psdu, mcs, block_ack)`` (an int: no tuple
+        #: to build and hash per lookup), and the largest PSDU by ``_psdu_key``.
+        self._durations: dict[int, tuple[int, int, int, bool, bool]] = {}
         self._mcs = links.mcs_table
-        self._max_psdu: dict[tuple[int, int], int] = {}
+        self._max_psdu: dict[int, int] = {}
         #: What an A-MPDU's exchange adds to its PPDU: SIFS + BlockAck, and RTS/CTS with
         #: their SIFS when an A-MPDU may be long enough to use RTS.
         self._ampdu_overhead = SIFS_NS + timing.block_ack_ns
@@ -300,7 +302,8 @@ class Channel(SlotOwner):
         until then without calling this again (frames only arrive through
         ``frame_arrived``, and every exchange ends in ``_go_idle``)."""
         best = -1
-        winners: list[Edcaf] = []
+        first: Edcaf | None = None
+        ties: list[Edcaf] | None = None
         idle = self.idle_since
         epoch = self._epoch
         # A shared ring's head category is looked up once per station and scan (the
@@ -333,12 +336,23 @@ class Channel(SlotOwner):
                 t = idle + e.aifs + e.backoff * SLOT_NS
                 if t < e.not_before:
                     t = e.not_before
+                # (The first winner alone, a list only for a tie: no list per new best.)
                 if best < 0 or t < best:
                     best = t
-                    winners = [e]
+                    first = e
+                    ties = None
                 elif t == best:
-                    winners.append(e)
-        self._winners = winners
+                    if ties is None:
+                        assert first is not None
+                        ties = [first, e]
+                    else:
+                        ties.append(e)
+        if ties is not None:
+            self._winners = ties
+        elif first is not None:
+            self._winners = [first]
+        else:
+            self._winners = []
         if self._access_pending:
             if self._slot.time_ns == best:
                 return
@@ -444,11 +458,7 @@ class Channel(SlotOwner):
         """The exchange of the head MPDU alone (PPDU + SIFS + Ack, RTS/CTS if used)."""
         first = e.ring[0]
         mcs = self._mcs[e.station.idx][first.dst.idx]
-        key = (4 + first.mpdu, mcs, False)
-        durations = self._durations.get(key)
-        if durations is None:
-            durations = self._exchange(key)
-        return durations[1]
+        return self._exchange(4 + first.mpdu, mcs, False)[1]
 
     def _hold_end(self, e: Edcaf, now: int, until: int) -> int:
         """When a hold ends: the first instant after the budget, or later if the hooks'
@@ -518,10 +528,13 @@ class Channel(SlotOwner):
         return d
 
     # -- building PPDUs ------------------------------------------------------------------
-    def _exchange(self, key: tuple[int, int, bool]) -> tuple[int, int, int, bool, bool]:
+    def _exchange(self, psdu: int, mcs: int, block_ack: bool) -> tuple[int, int, int, bool, bool]:
         """Durations of the exchange of a PSDU ``(psdu, mcs, block_ack)``: PPDU, success,
         failure, BlockAck, RTS (cached)."""
-        psdu, mcs, block_ack = key
+        key = _exchange_key(psdu, mcs, block_ack)
+        cached = self._durations.get(key)
+        if cached is not None:
+            return cached
         timing = self.timing
         rts = psdu > self.rts_threshold
         data_ns = timing.data_ns(psdu, mcs)
@@ -537,10 +550,11 @@ class Channel(SlotOwner):
 
     def _max_psdu_for(self, mcs: int, max_data: int) -> int:
         """The largest A-MPDU for a PPDU of at most ``max_data`` ns (cached)."""
-        max_psdu = self._max_psdu.get((mcs, max_data), -1)
+        key = _psdu_key(mcs, max_data)
+        max_psdu = self._max_psdu.get(key, -1)
         if max_psdu < 0:
             max_psdu = min(self.max_ampdu_bytes, self.timing.max_psdu_bytes(mcs, max_data))
-            self._max_psdu[mcs, max_data] = max_psdu
+            self._max_psdu[key] = max_psdu
         return max_psdu
 
     def _build(self, e: Edcaf, now: int, txop_start: int) -> Transmission | None:
@@ -571,7 +585,7 @@ class Channel(SlotOwner):
                 budget = budget - budget % self._quantum if budget > 0 else 0
                 if budget < max_data:
                     max_data = budget
-            max_psdu = self._max_psdu.get((mcs, max_data), -1)
+            max_psdu = self._max_psdu.get(_psdu_key(mcs, max_data), -1)
             if max_psdu < 0:
                 max_psdu = self._max_psdu_for(mcs, max_data)
             limit = self.max_mpdus
@@ -623,10 +637,9 @@ class Channel(SlotOwner):
         for p in packets:
             p.sealed = True
         block_ack = n > 1
-        key = (psdu, mcs, block_ack)
-        durations = self._durations.get(key)
+        durations = self._durations.get(_exchange_key(psdu, mcs, block_ack))
         if durations is None:
-            durations = self._exchange(key)
+            durations = self._exchange(psdu, mcs, block_ack)
         if txop_left is not None and durations[1] > txop_left and now != txop_start:
             return None  # a continuation that does not fit ends the TXOP
         if deadline >= 0 and now + durations[1] > deadline:
@@ -979,6 +992,18 @@ class Channel(SlotOwner):
         return True
 
 
+def _exchange_key(psdu: int, mcs: int, block_ack: bool) -> int:
+    """``Channel._durations``' key for ``(psdu, mcs, block_ack)`` (one to one: MCS
+    indices are far below 2**20)."""
+    return (psdu << 21) | (mcs << 1) | (1 if block_ack else 0)
+
+
+def _psdu_key(mcs: int, max_data: int) -> int:
+    """``Channel._max_psdu``' key for ``(mcs, max_data)`` (one to one, for any ``max_data``
+    and MCS indices below 2**20)."""
+    return (max_data << 20) | mcs
+
+
 def _remove_runs(ring: Ring, runs: list[Packet]) -> None:
     """Take ``runs`` (in ring order, the first at the head) out of ``ring``, keeping the
     order of the runs between them."""
@@ -1059,11 +1084,7 @@ class RingDrain:
         return self._frame_ns(self._psdu, self._mcs, self._n)
 
     def _frame_ns(self, psdu: int, mcs: int, n: int) -> int:
-        key = (psdu, mcs, n > 1)
-        durations = self._ch._durations.get(key)
-        if durations is None:
-            durations = self._ch._exchange(key)
-        return durations[1]
+        return self._ch._exchange(psdu, mcs, n > 1)[1]
 
     def close(self) -> None:
         """End the open frames: nothing appended later joins them."""
