@@ -322,6 +322,11 @@ class Channel(SlotOwner):
                         e.backoff = b - k if b > k else 0
             if e.held:
                 continue
+            t = idle + e.aifs + e.backoff * SLOT_NS
+            if t < e.not_before:
+                t = e.not_before
+            if best >= 0 and t > best:
+                continue  # too late to win, frame or not: its ring need not be read
             if e.shared:
                 st = e.station
                 if st.scan_mark != scan or st.scan_channel is not self:
@@ -333,9 +338,6 @@ class Channel(SlotOwner):
             else:
                 has_frame = bool(e.ring)
             if has_frame:
-                t = idle + e.aifs + e.backoff * SLOT_NS
-                if t < e.not_before:
-                    t = e.not_before
                 # (The first winner alone, a list only for a tie: no list per new best.)
                 if best < 0 or t < best:
                     best = t
