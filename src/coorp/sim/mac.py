@@ -178,8 +178,6 @@ class Channel(SlotOwner):
         #: end of the exchange on the air): see ``EventLoop.set_slot``.
         self._access_pending = False
         self._winners: list[Edcaf] = []
-        #: ``_schedule_access`` calls so far (see ``Station.scan_mark``).
-        self._scans = 0
         #: The current busy period (or the last one): its number, idle and busy start.
         self._epoch = 0
         self._dec_idle = 0
@@ -306,10 +304,6 @@ class Channel(SlotOwner):
         ties: list[Edcaf] | None = None
         idle = self.idle_since
         epoch = self._epoch
-        # A shared ring's head category is looked up once per station and scan (the
-        # station's ``scan_mark``): its EDCAFs all read the same ring.
-        self._scans += 1
-        scan = self._scans
         for e in self.edcafs:
             if e.epoch != epoch:  # inlined _catch_up
                 e.epoch = epoch
@@ -327,17 +321,8 @@ class Channel(SlotOwner):
                 t = e.not_before
             if best >= 0 and t > best:
                 continue  # too late to win, frame or not: its ring need not be read
-            if e.shared:
-                st = e.station
-                if st.scan_mark != scan or st.scan_channel is not self:
-                    st.scan_mark = scan
-                    st.scan_channel = self
-                    ring = e.ring
-                    st.scan_head = ring[0].ac if ring else None
-                has_frame = st.scan_head is e.ac
-            else:
-                has_frame = bool(e.ring)
-            if has_frame:
+            ring = e.ring
+            if ring and (not e.shared or ring[0].ac is e.ac):
                 # (The first winner alone, a list only for a tie: no list per new best.)
                 if best < 0 or t < best:
                     best = t

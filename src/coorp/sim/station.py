@@ -181,8 +181,7 @@ class Station:
         #: TCP ack waiting for room in a full BE ring must not hold back a VO message
         #: (fq_codel schedules flows independently; one FIFO would block the head).
         self.ls_queues: dict[AccessCategory, deque[Packet]] = {ac: deque() for ac in _AC_ORDER}
-        #: The same queues in service order, as a list (what ``refill`` walks).
-        self._ls_list: list[deque[Packet]] = list(self.ls_queues.values())
+        self._ls_list = list(self.ls_queues.values())  # (what ``refill`` walks)
         self.transfers: deque[BulkTransfer] = deque()
         #: Ungated transfers (``BulkTransfer.gated = False``) of a station whose hooks
         #: decide: served beside ``transfers`` in turns of one burst, never asking the
@@ -222,11 +221,6 @@ class Station:
         #: Refills at which the hooks held acks back.
         self.ack_holds = 0
         self.channel: Channel | None = None
-        #: The head category of the shared ring (None: empty) as of the channel's scan
-        #: ``scan_mark`` (``Channel._schedule_access``'s cache; nothing else reads it).
-        self.scan_mark = 0
-        self.scan_channel: Channel | None = None
-        self.scan_head: AccessCategory | None = None
         self._paused = False
         self._resume_event: Event | None = None
         #: Allocates ``k`` consecutive packet ids and returns the first.
