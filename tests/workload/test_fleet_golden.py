@@ -28,8 +28,8 @@ from golden_digest import _CHANNEL_COUNTERS, _canon, digest
 GOLDEN = Path(__file__).with_name("fleet_golden_digests.json")
 REGEN = os.environ.get("COORP_REGEN_GOLDEN") == "1"
 CASES = [
-    ("fleet-50", "edca"), ("fleet-50", "coorp"), ("fleet-50", "coorp-team"), ("fleet-50", "schedwifi"),
-    ("fleet-200", "edca"), ("fleet-200", "coorp"),
+    ("fleet-50", "edca"), ("fleet-50", "coorp"), ("fleet-50", "coorp-team"),
+    ("fleet-50", "schedwifi"), ("fleet-200", "edca"), ("fleet-200", "coorp"),
 ]  # fmt: skip
 DURATION_NS = 1_000_000_000
 
