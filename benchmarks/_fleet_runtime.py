@@ -37,9 +37,11 @@ from rt_netns import Topology, netns_unavailable  # noqa: E402
 from test_fleet_netns import (  # noqa: E402
     LA,
     LB,
+    LS_DEADLINE_NS,
     QUEUE_MS,
     RATE_MBIT,
     ROBOTS,
+    SINK_SHARE,
     cell_stats,
     fleet_file,
     ls_late_lost,
@@ -62,7 +64,7 @@ def _overlap_run(topo: Topology, d: Path, *, peered: bool) -> dict[str, Any]:
         route_via(topo, robot, host)
     if peered:
         wait_cell(topo, LB, "hears cell-a", lambda c: c["alive_peers"] == 1)
-    sink = start_sink(topo, expect_bulk=3)
+    sink = start_sink(topo, expect_bulk=3, extra=SINK_SHARE)
     grid = time.monotonic_ns()
     robots = [start_robot(topo, r, config, bh_bytes=2_000_000, grid_ns=grid) for r in ROBOTS]
     results = [result_of(w, 120) for w in robots]
@@ -82,7 +84,7 @@ def _move_run(topo: Topology, d: Path) -> dict[str, Any]:
     route_via(topo, "a3", LA)
     route_via(topo, "a4", LB)
     wait_cell(topo, LB, "hears cell-a", lambda c: c["alive_peers"] == 1)
-    sink = start_sink(topo, expect_bulk=2)
+    sink = start_sink(topo, expect_bulk=2, extra=(*SINK_SHARE, "--stall-ticker"))
     grid = time.monotonic_ns()
     mover = start_robot(topo, "a3", config, bh_bytes=9_000_000, grid_ns=grid, go_stdin=True)
     other = start_robot(topo, "a4", config, bh_bytes=3_000_000, grid_ns=grid)
@@ -101,6 +103,7 @@ def _move_run(topo: Topology, d: Path) -> dict[str, Any]:
     lo, hi = move_ns - 2_000_000_000, move_ns + 2_000_000_000
     misses, sends = ls_misses(received, "a3", 0, lo, hi)
     late, lost, _ = ls_late_lost(received, "a3", lo, hi)
+    starved = _late_in_sink_stalls(received, "a3", lo, hi)
     # The control: the robot that did not move, same window, same air and CPU load.
     still_misses, still_sends = ls_misses(received, "a4", 0, lo, hi)
     joined = cell_stats(topo, LB)["counters"]["joins"]
@@ -110,6 +113,7 @@ def _move_run(topo: Topology, d: Path) -> dict[str, Any]:
         "misses": misses,
         "late": late,
         "lost": lost,
+        "late_sink_starved": starved,
         "sends": sends,
         "follow_ms": (move_ns - changed_ns) / 1e6,
         "overlaps": len(overlaps([res, res_other])),
@@ -117,6 +121,19 @@ def _move_run(topo: Topology, d: Path) -> dict[str, Any]:
         "still_sends": still_sends,
         "joins_b": joined,
     }
+
+
+def _late_in_sink_stalls(received: dict[str, Any], robot: str, lo_ns: int, hi_ns: int) -> int:
+    """``robot``'s LS messages sent in [lo, hi) that arrived late while the sink's own
+    process had not run for more than 4 ms (its stall ticker, ``--stall-ticker``): late
+    at the receiver's CPU, not on the network. Diagnostics for the console only."""
+    stalls = received.get("stalls", [])
+    n = 0
+    for who, _seq, sent, got in received["ls"]:
+        if who != robot or not lo_ns <= sent < hi_ns or got - sent <= LS_DEADLINE_NS:
+            continue
+        n += any(a <= got and b >= sent for a, b in stalls)
+    return n
 
 
 def run_runtime(runs: int) -> dict[str, Any]:

@@ -223,14 +223,15 @@ def _runtime(args: Any, console: Console) -> dict[str, Any]:
     t = Table(title=f"runtime in namespaces: {args.runtime_runs} rounds (two leaders, one tbf "
                     "queue; a robot moved between cells)")  # fmt: skip
     for c in ("round", "peered overlaps", "per-team overlaps", "per-team overlap ms",
-              "move: LS misses (late+lost)", "LS sends", "unmoved a4: misses / sends",
+              "move: LS misses (late+lost)", "late in sink stalls", "LS sends",
+              "unmoved a4: misses / sends",
               "followed ms"):  # fmt: skip
         t.add_column(c, justify="right")
     for i, r in enumerate(rt["rounds"], 1):
         t.add_row(str(i), str(r["peered"]["overlaps"] + r["move"]["overlaps"]),
                   str(r["per-team"]["overlaps"]), f"{r['per-team']['overlap_ms']:.0f}",
                   f"{r['move']['misses']} ({r['move']['late']}+{r['move']['lost']})",
-                  str(r["move"]["sends"]),
+                  str(r["move"]["late_sink_starved"]), str(r["move"]["sends"]),
                   f"{r['move']['still_misses']} / {r['move']['still_sends']}",
                   f"{r['move']['follow_ms']:.0f}")  # fmt: skip
     console.print(t)
