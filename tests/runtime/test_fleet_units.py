@@ -4,6 +4,8 @@ peer frame's bounds."""
 
 from __future__ import annotations
 
+import asyncio
+import socket
 from pathlib import Path
 
 import msgspec
@@ -14,8 +16,10 @@ from coorp.runtime import (
     Roaming,
     RoamingCell,
     TeamFileError,
+    bssid_reader,
     default_gateway,
     load_team_config,
+    route_changes,
     team_settings,
 )
 from coorp.runtime.robot._roam import CellFollower
@@ -74,6 +78,25 @@ def test_a_fleet_team_file_gives_each_cell_its_peers_and_agents_their_cells(tmp_
         ("[fleet]\npeer_heartbeat_ms = 600\n" + CELL_A, '["r1"]', "at least twice"),
         ('[fleet]\nlocate = "bssid"\n' + CELL_A, '["r1"]', "fleet.locate = 'bssid'"),
         ("[leader]\nlimit = 65\n" + CELL_A, MANY, "at most 64 BH senders"),
+        (
+            '[fleet]\nlocate = "bssid"\n' + CELL_A + 'bssids = ["02:00:00:00:01:01"]\n',
+            '["r1"]',
+            "fleet.locate = 'bssid' needs fleet.bssid_file",
+        ),
+        (
+            '[fleet]\nlocate = "bssid"\nbssid_file = "bssid"\n' + CELL_A,
+            '["r1"]',
+            "'bssid': give an absolute path",
+        ),
+        (CELL_A + 'bssids = ["02:00:00:00:01"]\n', '["r1"]', "expected a BSSID, six hex bytes"),
+        (
+            CELL_A
+            + 'bssids = ["02:00:00:00:01:01"]\n'
+            + CELL_B
+            + 'bssids = ["02:00:00:00:01:01"]\n',
+            '["r1"]',
+            "BSSID 02:00:00:00:01:01 listed in two cells",
+        ),
         ('[leader]\ndownlink = ["r1"]\n' + CELL_A, '["r1"]', "leader.downlink: a fleet's cells"),
     ],
 )
@@ -178,3 +201,75 @@ def test_leader_cell_flag_errors_exit_2_naming_the_cell(
                 logger.removeHandler(h)
         err = capsys.readouterr().err
         assert exit_.value.code == 2 and why in err and "Traceback" not in err, err
+
+
+def test_a_robot_roaming_inside_one_subnet_follows_its_bssid(tmp_path: Path) -> None:
+    # Two APs of one subnet (one gateway): the associated BSSID tells the cells apart.
+    # No WiFi stack here: the file stands for what a wpa_supplicant action script
+    # (or an `iw event` hook) writes on each association.
+    where = tmp_path / "bssid"
+    fleet = (
+        f'[fleet]\nlocate = "bssid"\nbssid_file = "{where}"\n'
+        + CELL_A.replace('gateway = "10.0.1.1"\n', "")
+        + 'bssids = ["02:00:00:00:01:01", "02:00:00:00:01:02"]\n'
+        + CELL_B.replace('gateway = "10.0.2.1"\n', "")
+        + 'bssids = ["02:00:00:00:02:01"]\n'
+    )
+    roaming = team_settings(load_team_config(team(tmp_path, fleet))).roaming
+    assert roaming is not None and roaming.by == "bssid" and roaming.watch is None
+    a, b = roaming.cells
+    assert roaming.locate() is None  # no file yet: not associated
+    where.write_text("02:00:00:00:01:02\n")
+    assert roaming.cell_at(roaming.locate()) == a
+    link = FakeLink()
+    follower = CellFollower(link, roaming, a, clock=lambda: 3)  # type: ignore[arg-type]
+    where.write_text("02:00:00:00:02:01\n")  # the roam
+    assert follower.check() == b and link.moved_to == [b.leader]
+    for junk in ("", "not-a-bssid\n", "02:00:00:00:09:09\n"):  # none of a cell: stay
+        where.write_text(junk)
+        assert follower.check() == b
+    assert bssid_reader(str(tmp_path / "missing"))() is None
+    where.write_text("02:00:00:00:01:01")
+    assert bssid_reader(str(where))() == "02:00:00:00:01:01"
+    assert follower.check() == a and follower.moves == [
+        (3, "cell-a", "cell-b"),
+        (3, "cell-b", "cell-a"),
+    ]
+
+
+def test_the_follower_looks_at_once_when_its_watch_turns_readable() -> None:
+    # The kernel's route-change notification (route_changes) wakes the follower
+    # without waiting for its next periodic look (here an hour away).
+    a = RoamingCell("cell-a", "10.0.1.1", ("10.0.1.2", 7400))
+    b = RoamingCell("cell-b", "10.0.2.1", ("10.0.2.2", 7400))
+    where = ["10.0.1.1"]
+    ours, kernel = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    ours.setblocking(False)
+    roaming = Roaming((a, b), every_s=3600, locate=lambda: where[0], watch=lambda: ours)
+    moved = asyncio.Event()
+
+    class Link(FakeLink):
+        def move_to(self, leader: tuple[str, int]) -> None:
+            super().move_to(leader)
+            moved.set()
+
+    async def go() -> list[tuple[str, int]]:
+        link = Link()
+        follower = CellFollower(link, roaming, a)  # type: ignore[arg-type]
+        follower.start()
+        try:
+            where[0] = "10.0.2.1"
+            kernel.send(b"route changed")
+            async with asyncio.timeout(10):
+                await moved.wait()
+        finally:
+            await follower.close()
+        return link.moved_to
+
+    assert asyncio.run(go()) == [b.leader]
+    assert ours.fileno() == -1  # closed with the follower
+    kernel.close()
+    watch = route_changes()  # a netlink socket here (None where netlink is closed)
+    if watch is not None:
+        assert watch.family == socket.AF_NETLINK
+        watch.close()
