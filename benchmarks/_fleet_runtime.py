@@ -97,6 +97,10 @@ def _move_run(topo: Topology, d: Path) -> dict[str, Any]:
     res, res_other = result_of(mover, 120), result_of(other, 120)
     received = result_of(sink, 60)
     moves = res["moves"]
+    if not moves:
+        for p in [*procs, sink, mover, other]:
+            p.kill()
+        raise _NoMove("a3's transfer ended before its route changed")
     if len(moves) != 1:
         raise RuntimeError(f"a3 moved {len(moves)} times, expected once: {moves}")
     move_ns = moves[0][0]
@@ -136,22 +140,37 @@ def _late_in_sink_stalls(received: dict[str, Any], robot: str, lo_ns: int, hi_ns
     return n
 
 
+class _NoMove(RuntimeError):
+    """The robot never moved: its transfer ended before the route change (a driver
+    slower than the robots, on a loaded machine); not a measurement of a move."""
+
+
+#: A move run whose robot never moved is run again (fresh namespaces), this often.
+MOVE_ATTEMPTS = 3
+
+
 def run_runtime(runs: int) -> dict[str, Any]:
     """``runs`` rounds of the three runs above, each on a fresh topology."""
     rounds: list[dict[str, Any]] = []
     for _ in range(runs):
         row: dict[str, Any] = {}
         for what in ("peered", "per-team", "move"):
-            topo = Topology(agents=5, tag="coorpfb")
-            try:
-                topo.create(rate_mbit=RATE_MBIT, queue_ms=QUEUE_MS)
-                with tempfile.TemporaryDirectory() as tmp:
-                    if what == "move":
-                        row[what] = _move_run(topo, Path(tmp))
-                    else:
-                        row[what] = _overlap_run(topo, Path(tmp), peered=what == "peered")
-            finally:
-                topo.destroy()
+            for attempt in range(MOVE_ATTEMPTS if what == "move" else 1):
+                topo = Topology(agents=5, tag="coorpfb")
+                try:
+                    topo.create(rate_mbit=RATE_MBIT, queue_ms=QUEUE_MS)
+                    with tempfile.TemporaryDirectory() as tmp:
+                        if what == "move":
+                            row[what] = _move_run(topo, Path(tmp))
+                            row[what]["reruns"] = attempt
+                        else:
+                            row[what] = _overlap_run(topo, Path(tmp), peered=what == "peered")
+                    break
+                except _NoMove:
+                    if attempt == MOVE_ATTEMPTS - 1:
+                        raise
+                finally:
+                    topo.destroy()
         rounds.append(row)
     sends = sum(r["move"]["sends"] for r in rounds)
     misses = sum(r["move"]["misses"] for r in rounds)

@@ -233,7 +233,7 @@ def _runtime(args: Any, console: Console) -> dict[str, Any]:
                   f"{r['move']['misses']} ({r['move']['late']}+{r['move']['lost']})",
                   str(r["move"]["late_sink_starved"]), str(r["move"]["sends"]),
                   f"{r['move']['still_misses']} / {r['move']['still_sends']}",
-                  f"{r['move']['follow_ms']:.0f}")  # fmt: skip
+                  f"{r['move']['follow_ms']:.0f}" + _reruns(r["move"]))  # fmt: skip
     console.print(t)
     rate = rt["ls_miss_rate_across_move"]
     console.print(
@@ -243,6 +243,11 @@ def _runtime(args: Any, console: Console) -> dict[str, Any]:
         f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
     )
     return {k: rt[k] for k in ("overlapping_bh_senders", "ls_miss_rate_across_move")}
+
+
+def _reruns(move: dict[str, Any]) -> str:
+    n = move.get("reruns", 0)
+    return f" (run {n + 1}: the robot had not moved)" if n else ""
 
 
 def _only_runtime(args: Any) -> int:
