@@ -7,8 +7,8 @@ TCP upload (examples/unmodified/bulk_tcp.py, which imports nothing of Coorp) goe
 edge host ``ld``. While the upload runs under cell-a's permit, a3's default route moves to
 cell-b's gateway (the roam). Checked: the relay's permit was cell-a's, then cell-b's,
 never both at once (the channel's coordinator never counted two holders); cell-a holds
-nothing of a3 after the move; the agent followed once, its kernel rules stayed in place
-through the move; every byte arrived once, in order (SHA-256).
+nothing of a3 after the move; the agent followed once, its kernel rules are still in
+place after the move; every byte arrived once, in order (SHA-256).
 """
 
 from __future__ import annotations
@@ -65,8 +65,6 @@ def test_a_transparent_agent_that_roams_moves_its_relayed_upload_to_the_new_cell
     for p in leaders:
         p.expect("coorp leader: serving", 30)
     agent.expect("coorp agent: transparent mode on", 30)
-    rules = tables(fleet, "a3")
-    assert "coorp-a3" in rules
     sink(fleet, 9000)
     until = time.monotonic_ns() + round(UPLOAD_S * 1e9)
     argv = [*PY, str(APPS / "bulk_tcp.py"), "send", "--to", f"{fleet.addr('ld')}:9000",
@@ -84,7 +82,8 @@ def test_a_transparent_agent_that_roams_moves_its_relayed_upload_to_the_new_cell
     # cell-a's leader), and never while cell-a's was still held for it.
     assert b["cell_grants"] >= 1 and b["relayed"] >= 1, (b, logs(fleet))
     assert a["is_coordinator"] == 1 and a["max_channel_holders"] == 1, a
-    assert tables(fleet, "a3") == rules  # the kernel rules did not move
+    # The kernel rules it installed at start are still there (and its kernel lease).
+    assert sorted(tables(fleet, "a3")) == ["coorp-a3", "coorp-lease-a3"]
     agent.popen.kill()
     agent.popen.wait(timeout=10)
     log = (fleet.logs / "agent-a3.log").read_text(errors="replace")  # type: ignore[attr-defined]

@@ -4,8 +4,6 @@ peer frame's bounds."""
 
 from __future__ import annotations
 
-import asyncio
-import socket
 from pathlib import Path
 
 import msgspec
@@ -19,7 +17,6 @@ from coorp.runtime import (
     bssid_reader,
     default_gateway,
     load_team_config,
-    route_changes,
     team_settings,
 )
 from coorp.runtime.robot._roam import CellFollower
@@ -235,41 +232,3 @@ def test_a_robot_roaming_inside_one_subnet_follows_its_bssid(tmp_path: Path) -> 
         (3, "cell-a", "cell-b"),
         (3, "cell-b", "cell-a"),
     ]
-
-
-def test_the_follower_looks_at_once_when_its_watch_turns_readable() -> None:
-    # The kernel's route-change notification (route_changes) wakes the follower
-    # without waiting for its next periodic look (here an hour away).
-    a = RoamingCell("cell-a", "10.0.1.1", ("10.0.1.2", 7400))
-    b = RoamingCell("cell-b", "10.0.2.1", ("10.0.2.2", 7400))
-    where = ["10.0.1.1"]
-    ours, kernel = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
-    ours.setblocking(False)
-    roaming = Roaming((a, b), every_s=3600, locate=lambda: where[0], watch=lambda: ours)
-    moved = asyncio.Event()
-
-    class Link(FakeLink):
-        def move_to(self, leader: tuple[str, int]) -> None:
-            super().move_to(leader)
-            moved.set()
-
-    async def go() -> list[tuple[str, int]]:
-        link = Link()
-        follower = CellFollower(link, roaming, a)  # type: ignore[arg-type]
-        follower.start()
-        try:
-            where[0] = "10.0.2.1"
-            kernel.send(b"route changed")
-            async with asyncio.timeout(10):
-                await moved.wait()
-        finally:
-            await follower.close()
-        return link.moved_to
-
-    assert asyncio.run(go()) == [b.leader]
-    assert ours.fileno() == -1  # closed with the follower
-    kernel.close()
-    watch = route_changes()  # a netlink socket here (None where netlink is closed)
-    if watch is not None:
-        assert watch.family == socket.AF_NETLINK
-        watch.close()
