@@ -30,6 +30,7 @@ import socket
 import sys
 import threading
 import time
+from typing import Any
 
 from coorp._errors import PeerError
 from coorp.runtime import BulkSettings, TeamKey, TeamSettings, join, query_leader_stats
@@ -166,6 +167,11 @@ def worker(args: argparse.Namespace) -> None:
         _stdin_line().wait(args.timeout)
     if args.announce_bulk:
         print("BULK-START", flush=True)
+    if args.announce_permit:
+        threading.Thread(
+            target=_announce_permit, args=(team.asyncio_team.coordinator, stop, args.timeout),
+            daemon=True,
+        ).start()  # fmt: skip
     bh = team.bulk("params", args.dest)
     trace: list[tuple[int, int]] = []
     if args.trace_outq:
@@ -203,6 +209,17 @@ def worker(args: argparse.Namespace) -> None:
         result["outq"] = trace
     print("RESULT " + json.dumps(result), flush=True)
     team.close()
+
+
+def _announce_permit(coordinator: Any, stop: threading.Event, timeout_s: float) -> None:
+    """Print ``PERMIT`` once the robot holds its first permit (its counter read every
+    2 ms from this thread: a driver waiting for the line needs no process of its own,
+    which a loaded machine starts slower than the robot sends its bulk)."""
+    deadline = time.monotonic() + timeout_s
+    while not stop.wait(0.002) and time.monotonic() < deadline:
+        if coordinator.counters["grants"] >= 1:
+            print("PERMIT", flush=True)
+            return
 
 
 def _ticker(stalls: list[tuple[int, int]], stop: threading.Event) -> None:
@@ -765,6 +782,7 @@ def main() -> None:
     w.add_argument("--start-msg", action="store_true")
     w.add_argument("--go-stdin", action="store_true", help="send the bulk on a stdin line")
     w.add_argument("--announce-bulk", action="store_true")
+    w.add_argument("--announce-permit", action="store_true", help="print PERMIT once granted")
     w.add_argument("--trace-outq", action="store_true")
     w.add_argument("--kernel-lease-mark", type=int, help="TeamSettings.kernel_lease_mark")
     w.add_argument(
