@@ -87,14 +87,15 @@ def _move_run(topo: Topology, d: Path) -> dict[str, Any]:
     sink = start_sink(topo, expect_bulk=2, extra=(*SINK_SHARE, "--stall-ticker"))
     grid = time.monotonic_ns()
     mover = start_robot(topo, "a3", config, bh_bytes=9_000_000, grid_ns=grid, go_stdin=True,
-                        announce_permit=True)  # fmt: skip
+                        announce_writing=True)  # fmt: skip
     other = start_robot(topo, "a4", config, bh_bytes=3_000_000, grid_ns=grid)
     mover.expect("WARM", 30)
     mover.send("go")
     mover.expect("BULK-START", 10)
-    # Its own word that it holds cell-a's permit (a leader's counters, read by a process
-    # started for it, came too late on a loaded machine: the transfer had ended).
-    mover.expect("PERMIT", 60)
+    # Its own word that its bulk is on the air under cell-a's permit (a leader's counters,
+    # read by a process started for it, came too late on a loaded machine: the transfer
+    # had ended).
+    mover.expect("WRITING", 60)
     changed_ns = time.monotonic_ns()
     route_via(topo, "a3", LB)
     res, res_other = result_of(mover, 120), result_of(other, 120)

@@ -167,9 +167,9 @@ def worker(args: argparse.Namespace) -> None:
         _stdin_line().wait(args.timeout)
     if args.announce_bulk:
         print("BULK-START", flush=True)
-    if args.announce_permit:
+    if args.announce_writing:
         threading.Thread(
-            target=_announce_permit, args=(team.asyncio_team.coordinator, stop, args.timeout),
+            target=_announce_writing, args=(team.asyncio_team.coordinator, stop, args.timeout),
             daemon=True,
         ).start()  # fmt: skip
     bh = team.bulk("params", args.dest)
@@ -211,14 +211,14 @@ def worker(args: argparse.Namespace) -> None:
     team.close()
 
 
-def _announce_permit(coordinator: Any, stop: threading.Event, timeout_s: float) -> None:
-    """Print ``PERMIT`` once the robot holds its first permit (its counter read every
-    2 ms from this thread: a driver waiting for the line needs no process of its own,
-    which a loaded machine starts slower than the robot sends its bulk)."""
+def _announce_writing(coordinator: Any, stop: threading.Event, timeout_s: float) -> None:
+    """Print ``WRITING`` once the robot has written bulk under its first permit (its
+    counters read every 2 ms from this thread: a driver waiting for the line needs no
+    process of its own, which a loaded machine starts slower than the robot sends)."""
     deadline = time.monotonic() + timeout_s
     while not stop.wait(0.002) and time.monotonic() < deadline:
-        if coordinator.counters["grants"] >= 1:
-            print("PERMIT", flush=True)
+        if coordinator.counters["grants"] >= 1 and coordinator.intervals:
+            print("WRITING", flush=True)
             return
 
 
@@ -782,7 +782,9 @@ def main() -> None:
     w.add_argument("--start-msg", action="store_true")
     w.add_argument("--go-stdin", action="store_true", help="send the bulk on a stdin line")
     w.add_argument("--announce-bulk", action="store_true")
-    w.add_argument("--announce-permit", action="store_true", help="print PERMIT once granted")
+    w.add_argument(
+        "--announce-writing", action="store_true", help="print WRITING once bulk is on the air"
+    )
     w.add_argument("--trace-outq", action="store_true")
     w.add_argument("--kernel-lease-mark", type=int, help="TeamSettings.kernel_lease_mark")
     w.add_argument(

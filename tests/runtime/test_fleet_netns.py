@@ -119,15 +119,15 @@ def start_robot(
     bh_bytes: int,
     grid_ns: int,
     go_stdin: bool = False,
-    announce_permit: bool = False,
+    announce_writing: bool = False,
 ) -> Proc:
     argv = [*ROLES, "worker", "--robot", robot, "--dest", f"{topo.addr('ld')}:{SINK_PORT}",
             "--bh-bytes", str(bh_bytes), "--seed", robot[1:], "--grid-ns", str(grid_ns),
             "--key-hex", KEY_HEX, "--timeout", "90", "--fleet", str(config)]  # fmt: skip
     if go_stdin:
         argv += ["--go-stdin", "--announce-bulk"]
-    if announce_permit:
-        argv += ["--announce-permit"]
+    if announce_writing:
+        argv += ["--announce-writing"]
     return topo.start(robot, argv, name=robot, stdin=go_stdin)
 
 
@@ -212,13 +212,13 @@ def test_a_robot_moved_between_cells_keeps_its_ls_deadlines(
     sink = start_sink(fleet, expect_bulk=2, extra=SINK_SHARE)
     grid = time.monotonic_ns()
     mover = start_robot(fleet, "a3", config, bh_bytes=9_000_000, grid_ns=grid, go_stdin=True,
-                        announce_permit=True)  # fmt: skip
+                        announce_writing=True)  # fmt: skip
     other = start_robot(fleet, "a4", config, bh_bytes=3_000_000, grid_ns=grid)
     assert mover.expect("READY", 20) == "READY mode=coordinated"
     mover.expect("WARM", 30)
     mover.send("go")
     mover.expect("BULK-START", 10)
-    mover.expect("PERMIT", 60)  # it holds cell-a's permit: its bulk is on the air
+    mover.expect("WRITING", 60)  # its bulk is on the air under cell-a's permit
     moved_ns = time.monotonic_ns()
     route_via(fleet, "a3", LB)  # the roam
     res, res_other = result_of(mover, 120), result_of(other, 120)
