@@ -234,9 +234,13 @@ def test_a_robot_moved_between_cells_keeps_its_ls_deadlines(
     assert overlaps([res, res_other]) == []
     move_ns = res["moves"][0][0]
     assert moved_ns <= move_ns
-    # Its bulk was on the air in cell-a before the move and resumed under cell-b's.
-    assert any(iv[1] <= move_ns for iv in res["intervals"])
-    assert any(iv[0] >= move_ns for iv in res["intervals"])
+    # Its bulk was on the air in cell-a before the move (a stretch that began then) and
+    # went on after it under a second permit: the one cell-b's leader relayed (a link
+    # that joins starts with no permit). Stretches are told apart by grant id and a
+    # 50 ms gap, so an early move may show one stretch across it.
+    assert any(iv[0] < move_ns for iv in res["intervals"])
+    assert any(iv[1] > move_ns for iv in res["intervals"])
+    assert res["permits"]["grants"] >= 2 and b["cell_grants"] >= 1
     late, lost, n = ls_late_lost(received, "a3", move_ns - 2_000_000_000, move_ns + 2_000_000_000)
     # LS kept flowing through the move and (almost) nothing was lost; how late messages
     # were is timing, measured against the 1% target by benchmarks/fleet.py --runtime.
