@@ -11,10 +11,16 @@ gateway), run ``runs`` times, each run:
   one coordinator for the channel) and ``per-team`` (the same team file with cell-b on
   channel 52: each leader grants its own cell only, issue 37's ``coorp-team``
   baseline; the air is still shared).
-* **move**: a3 sends 9 MB in cell-a while a4 sends 3 MB in cell-b; once a3 holds its
-  permit its default route moves to cell-b's gateway (the roam). LS messages a3 sent
-  within 2 s of the move, lost or later than 33.3 ms at the sink, over all it sent then;
-  beside them (console only) those of a4, which did not move, in the same window.
+* **move**: a3 sends 9 MB in cell-a while a4 sends 3 MB in cell-b; once a3 says its
+  bulk is on the air under its permit (``WRITING``) its default route moves to cell-b's
+  gateway (the roam). LS messages a3 sent within 2 s of the move, lost or later than
+  33.3 ms at the sink, over all it sent then; beside them (console only) those of a4,
+  which did not move, in the same window, and how many of a3's late ones arrived while
+  the sink's own process had not run for over 4 ms (its stall ticker: late at the
+  receiver's CPU). A run whose robot never moved is run again (at most twice).
+
+The robots take the team file's ``agent.scheduling`` and the sink nice −10, as agents
+do (docs/runtime.md, "Busy CPUs"), whatever ``nice`` the benchmark itself runs at.
 
 ``overlapping_bh_senders``: overlapping pairs of write stretches of the peered runs, in
 total (target 0). ``ls_miss_rate_across_move``: misses over sends pooled across runs
