@@ -223,16 +223,17 @@ def _runtime(args: Any, console: Console) -> dict[str, Any]:
     t = Table(title=f"runtime in namespaces: {args.runtime_runs} rounds (two leaders, one tbf "
                     "queue; a robot moved between cells)")  # fmt: skip
     for c in ("round", "peered overlaps", "per-team overlaps", "per-team overlap ms",
-              "move: LS misses (late+lost)", "LS sends", "unmoved a4: misses / sends",
+              "move: LS misses (late+lost)", "late in sink stalls", "LS sends",
+              "unmoved a4: misses / sends",
               "followed ms"):  # fmt: skip
         t.add_column(c, justify="right")
     for i, r in enumerate(rt["rounds"], 1):
         t.add_row(str(i), str(r["peered"]["overlaps"] + r["move"]["overlaps"]),
                   str(r["per-team"]["overlaps"]), f"{r['per-team']['overlap_ms']:.0f}",
                   f"{r['move']['misses']} ({r['move']['late']}+{r['move']['lost']})",
-                  str(r["move"]["sends"]),
+                  str(r["move"]["late_sink_starved"]), str(r["move"]["sends"]),
                   f"{r['move']['still_misses']} / {r['move']['still_sends']}",
-                  f"{r['move']['follow_ms']:.0f}")  # fmt: skip
+                  f"{r['move']['follow_ms']:.0f}" + _reruns(r["move"]))  # fmt: skip
     console.print(t)
     rate = rt["ls_miss_rate_across_move"]
     console.print(
@@ -242,6 +243,11 @@ def _runtime(args: Any, console: Console) -> dict[str, Any]:
         f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
     )
     return {k: rt[k] for k in ("overlapping_bh_senders", "ls_miss_rate_across_move")}
+
+
+def _reruns(move: dict[str, Any]) -> str:
+    n = move.get("reruns", 0)
+    return f" (run {n + 1}: the robot had not moved)" if n else ""
 
 
 def _only_runtime(args: Any) -> int:

@@ -8,6 +8,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import fleet as fleet_bench
 
@@ -78,3 +80,22 @@ def test_fleet_benchmark_writes_exactly_the_issue_keys(tmp_path: Path) -> None:
     assert speed["scenario"] == "tiny-fleet-bench" and speed["policy"] == "coorp"
     assert speed["realtime_factor"] > 0 and speed["rss_mb"] > 0
     assert doc["runtime"] == {"overlapping_bh_senders": None, "ls_miss_rate_across_move": None}
+
+
+def test_the_roam_breakdown_lists_each_hand_over_with_its_gap_apart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import fleet_roam
+
+    scenario = tmp_path / "tiny.toml"
+    scenario.write_text(TINY)
+    run = fleet_roam.one_run(str(scenario), "coorp", 1, 1.0)
+    (row,) = run["rows"]  # robot m handed over from ap1 to ap2 once
+    assert (row["robot"], row["from"], row["to"], row["assoc_ms"]) == ("m", "ap1", "ap2", 30.0)
+    # Protected from the join on (ProtectionPlanner.resume): its first send, wherever
+    # in the period it came, was inside a window.
+    assert row["first_protected"] and row["protected_ms"] == row["first_send_ms"]
+    assert 0 <= row["first_send_ms"] <= run["period_ms"] + 2
+    assert fleet_roam.main(["--scenario", str(scenario), "--seeds", "1", "--duration", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "1 hand-overs" in out and "association gap: 30.00 ms" in out

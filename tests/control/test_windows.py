@@ -231,6 +231,37 @@ def test_an_exact_instant_replaces_the_interval_until_the_send_is_observed() -> 
     assert planner.next_window(at + 1) == plain.next_window(at + 1)
 
 
+def test_after_a_gap_protection_resumes_at_once_through_the_next_send() -> None:
+    # A robot back on the air after a hand-over: its sends 10 and 11 never left.
+    planner = fitted_planner()
+    model = planner.model("ctl")
+    joined = 11 * P + P // 3
+    nxt = model.predict(joined)
+    assert nxt is not None and nxt.start_ns > joined  # send 12's interval, ahead
+    plain = planner.next_window(joined)
+    assert plain == Interval(nxt.start_ns, nxt.end_ns + 2 * MS)
+    planner.resume("ctl", joined)
+    # From the join through send 12's interval (and the margin): a send anywhere there,
+    # however early against the model, is protected.
+    assert planner.next_window(joined) == Interval(joined, nxt.end_ns + 2 * MS)
+    assert planner.next_window(nxt.start_ns - 1 * MS) == Interval(joined, nxt.end_ns + 2 * MS)
+    # Past that interval (no send seen), the model's next ones, as without resume.
+    later = planner.next_window(nxt.end_ns + 3 * MS)
+    assert later is not None and later == fitted_planner().next_window(nxt.end_ns + 3 * MS)
+    # The send is seen: the model predicts as a planner that never resumed would.
+    planner.observe("ctl", nxt.start_ns - 1 * MS)
+    again = fitted_planner()
+    again.observe("ctl", nxt.start_ns - 1 * MS)
+    assert planner.next_window(nxt.start_ns) == again.next_window(nxt.start_ns)
+    # Nothing known of a flow, nothing resumed; a hint replaces a resume.
+    planner.resume("unknown", joined)
+    assert planner.flows == ("ctl",)
+    planner.resume("ctl", nxt.end_ns + 5 * MS)
+    planner.expect("ctl", nxt.end_ns + 40 * MS, exact=True)
+    at = nxt.end_ns + 40 * MS
+    assert planner.next_window(nxt.end_ns + 5 * MS) == Interval(at, at + 2 * MS)
+
+
 def test_a_moving_bound_keeps_the_window_min_lead_ahead_of_every_instant() -> None:
     # The MPC leader while perceptions are missing: its controls are never nearer than
     # the inference time. A plain bound stays where it was said; a moving one moves with

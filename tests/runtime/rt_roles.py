@@ -30,6 +30,7 @@ import socket
 import sys
 import threading
 import time
+from typing import Any
 
 from coorp._errors import PeerError
 from coorp.runtime import BulkSettings, TeamKey, TeamSettings, join, query_leader_stats
@@ -44,8 +45,18 @@ def _log_to_stderr() -> None:
     )
 
 
+def _take_cpu_share(text: str | None) -> None:
+    """``--scheduling``: this process's CPU share, as ``coorp agent`` takes
+    ``agent.scheduling`` at start (docs/runtime.md, "Busy CPUs")."""
+    if text:
+        from coorp.runtime import apply_scheduling, parse_scheduling
+
+        apply_scheduling(parse_scheduling(text))
+
+
 def sink(args: argparse.Namespace) -> None:
     _log_to_stderr()
+    _take_cpu_share(args.scheduling)
     team = join(None, args.robot, TeamKey.from_hex(args.key_hex))
     inbox = team.listen(args.listen)
     stalls: list[tuple[int, int]] = []
@@ -105,8 +116,13 @@ def worker(args: argparse.Namespace) -> None:
     if args.fleet:  # no fixed leader: the leader of the cell this robot is in
         from coorp.runtime import load_team_config, team_settings
 
-        roaming = team_settings(load_team_config(args.fleet)).roaming
+        cfg = load_team_config(args.fleet)
+        roaming = team_settings(cfg).roaming
         settings = dataclasses.replace(settings, roaming=roaming)
+        # The robot's CPU share, as `coorp agent` takes it from the same team file.
+        _take_cpu_share(args.scheduling or cfg.agent.scheduling)
+    else:
+        _take_cpu_share(args.scheduling)
     team = join(args.leader, args.robot, TeamKey.from_hex(args.key_hex), settings=settings)
     print(f"READY mode={team.mode}", flush=True)
     ls = None
@@ -151,6 +167,11 @@ def worker(args: argparse.Namespace) -> None:
         _stdin_line().wait(args.timeout)
     if args.announce_bulk:
         print("BULK-START", flush=True)
+    if args.announce_writing:
+        threading.Thread(
+            target=_announce_writing, args=(team.asyncio_team.coordinator, stop, args.timeout),
+            daemon=True,
+        ).start()  # fmt: skip
     bh = team.bulk("params", args.dest)
     trace: list[tuple[int, int]] = []
     if args.trace_outq:
@@ -188,6 +209,17 @@ def worker(args: argparse.Namespace) -> None:
         result["outq"] = trace
     print("RESULT " + json.dumps(result), flush=True)
     team.close()
+
+
+def _announce_writing(coordinator: Any, stop: threading.Event, timeout_s: float) -> None:
+    """Print ``WRITING`` once the robot has written bulk under its first permit (its
+    counters read every 2 ms from this thread: a driver waiting for the line needs no
+    process of its own, which a loaded machine starts slower than the robot sends)."""
+    deadline = time.monotonic() + timeout_s
+    while not stop.wait(0.002) and time.monotonic() < deadline:
+        if coordinator.counters["grants"] >= 1 and coordinator.intervals:
+            print("WRITING", flush=True)
+            return
 
 
 def _ticker(stalls: list[tuple[int, int]], stop: threading.Event) -> None:
@@ -715,6 +747,7 @@ def main() -> None:
     s.add_argument("--expect-drops", type=int, default=0)
     s.add_argument("--robot", default="ld")
     s.add_argument("--stall-ticker", action="store_true")
+    s.add_argument("--scheduling", help="this process's CPU share (agent.scheduling's forms)")
     s.add_argument("--until-stdin", action="store_true", help="run until a line on stdin")
     ls_ = sub.add_parser("leaseserver")
     ls_.add_argument("--listen", required=True)
@@ -737,6 +770,7 @@ def main() -> None:
     w.add_argument("--dest", required=True)
     w.add_argument("--leader")
     w.add_argument("--fleet", help="a team file with [fleet]: follow the robot's cell")
+    w.add_argument("--scheduling", help="CPU share (default: with --fleet, agent.scheduling)")
     w.add_argument("--no-local", action="store_true")
     w.add_argument("--ls-period-ms", type=float, default=33.3)
     w.add_argument("--no-ls", action="store_true", help="no LS channel: a bulk-only robot")
@@ -748,6 +782,9 @@ def main() -> None:
     w.add_argument("--start-msg", action="store_true")
     w.add_argument("--go-stdin", action="store_true", help="send the bulk on a stdin line")
     w.add_argument("--announce-bulk", action="store_true")
+    w.add_argument(
+        "--announce-writing", action="store_true", help="print WRITING once bulk is on the air"
+    )
     w.add_argument("--trace-outq", action="store_true")
     w.add_argument("--kernel-lease-mark", type=int, help="TeamSettings.kernel_lease_mark")
     w.add_argument(

@@ -1,7 +1,8 @@
 """A fleet's cell leaders on loopback: two `CellService`s of one channel peer over the
 authenticated wire; one permit for the channel in request order across cells; a dead
 peer leaves each cell coordinating its own robots (per-team, never none); bad peers are
-refused or dropped with clear errors.
+refused or dropped with clear errors. And an agent's cell follower woken by its watch
+socket (the kernel's route-change notification) without waiting for its next look.
 
 Every wait is bounded (``asyncio.timeout``); conditions are polled on the services'
 own state, never slept for.
@@ -17,7 +18,16 @@ from typing import Any
 import pytest
 from rt_helpers import KEY
 
-from coorp.runtime import CellService, LeaderSettings, RefusedError, TeamKey
+from coorp.runtime import (
+    CellService,
+    LeaderSettings,
+    RefusedError,
+    Roaming,
+    RoamingCell,
+    TeamKey,
+    route_changes,
+)
+from coorp.runtime.robot._roam import CellFollower
 from coorp.runtime.wire import (
     FramedConnection,
     Granted,
@@ -182,3 +192,46 @@ def test_bad_peers_are_refused_or_dropped_with_clear_errors() -> None:
         peer.close()
 
     run(scenario, ["cell-a", "cell-b"])
+
+
+def test_the_follower_looks_at_once_when_its_watch_turns_readable() -> None:
+    # The kernel's route-change notification (route_changes) wakes the follower
+    # without waiting for its next periodic look (here an hour away).
+    a = RoamingCell("cell-a", "10.0.1.1", ("10.0.1.2", 7400))
+    b = RoamingCell("cell-b", "10.0.2.1", ("10.0.2.2", 7400))
+    where = ["10.0.1.1"]
+    ours, kernel = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    ours.setblocking(False)
+    roaming = Roaming((a, b), every_s=3600, locate=lambda: where[0], watch=lambda: ours)
+    moved = asyncio.Event()
+
+    class Link:
+        robot = "r1"
+
+        def __init__(self) -> None:
+            self.moved_to: list[tuple[str, int]] = []
+
+        def move_to(self, leader: tuple[str, int]) -> None:
+            self.moved_to.append(leader)
+            moved.set()
+
+    async def go() -> list[tuple[str, int]]:
+        link = Link()
+        follower = CellFollower(link, roaming, a)  # type: ignore[arg-type]
+        follower.start()
+        try:
+            where[0] = "10.0.2.1"
+            kernel.send(b"route changed")
+            async with asyncio.timeout(10):
+                await moved.wait()
+        finally:
+            await follower.close()
+        return link.moved_to
+
+    assert asyncio.run(go()) == [b.leader]
+    assert ours.fileno() == -1  # closed with the follower
+    kernel.close()
+    watch = route_changes()  # a netlink socket here (None where netlink is closed)
+    if watch is not None:
+        assert watch.family == socket.AF_NETLINK
+        watch.close()

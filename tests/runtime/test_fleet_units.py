@@ -14,6 +14,7 @@ from coorp.runtime import (
     Roaming,
     RoamingCell,
     TeamFileError,
+    bssid_reader,
     default_gateway,
     load_team_config,
     team_settings,
@@ -74,6 +75,25 @@ def test_a_fleet_team_file_gives_each_cell_its_peers_and_agents_their_cells(tmp_
         ("[fleet]\npeer_heartbeat_ms = 600\n" + CELL_A, '["r1"]', "at least twice"),
         ('[fleet]\nlocate = "bssid"\n' + CELL_A, '["r1"]', "fleet.locate = 'bssid'"),
         ("[leader]\nlimit = 65\n" + CELL_A, MANY, "at most 64 BH senders"),
+        (
+            '[fleet]\nlocate = "bssid"\n' + CELL_A + 'bssids = ["02:00:00:00:01:01"]\n',
+            '["r1"]',
+            "fleet.locate = 'bssid' needs fleet.bssid_file",
+        ),
+        (
+            '[fleet]\nlocate = "bssid"\nbssid_file = "bssid"\n' + CELL_A,
+            '["r1"]',
+            "'bssid': give an absolute path",
+        ),
+        (CELL_A + 'bssids = ["02:00:00:00:01"]\n', '["r1"]', "expected a BSSID, six hex bytes"),
+        (
+            CELL_A
+            + 'bssids = ["02:00:00:00:01:01"]\n'
+            + CELL_B
+            + 'bssids = ["02:00:00:00:01:01"]\n',
+            '["r1"]',
+            "BSSID 02:00:00:00:01:01 listed in two cells",
+        ),
         ('[leader]\ndownlink = ["r1"]\n' + CELL_A, '["r1"]', "leader.downlink: a fleet's cells"),
     ],
 )
@@ -178,3 +198,37 @@ def test_leader_cell_flag_errors_exit_2_naming_the_cell(
                 logger.removeHandler(h)
         err = capsys.readouterr().err
         assert exit_.value.code == 2 and why in err and "Traceback" not in err, err
+
+
+def test_a_robot_roaming_inside_one_subnet_follows_its_bssid(tmp_path: Path) -> None:
+    # Two APs of one subnet (one gateway): the associated BSSID tells the cells apart.
+    # No WiFi stack here: the file stands for what a wpa_supplicant action script
+    # (or an `iw event` hook) writes on each association.
+    where = tmp_path / "bssid"
+    fleet = (
+        f'[fleet]\nlocate = "bssid"\nbssid_file = "{where}"\n'
+        + CELL_A.replace('gateway = "10.0.1.1"\n', "")
+        + 'bssids = ["02:00:00:00:01:01", "02:00:00:00:01:02"]\n'
+        + CELL_B.replace('gateway = "10.0.2.1"\n', "")
+        + 'bssids = ["02:00:00:00:02:01"]\n'
+    )
+    roaming = team_settings(load_team_config(team(tmp_path, fleet))).roaming
+    assert roaming is not None and roaming.by == "bssid" and roaming.watch is None
+    a, b = roaming.cells
+    assert roaming.locate() is None  # no file yet: not associated
+    where.write_text("02:00:00:00:01:02\n")
+    assert roaming.cell_at(roaming.locate()) == a
+    link = FakeLink()
+    follower = CellFollower(link, roaming, a, clock=lambda: 3)  # type: ignore[arg-type]
+    where.write_text("02:00:00:00:02:01\n")  # the roam
+    assert follower.check() == b and link.moved_to == [b.leader]
+    for junk in ("", "not-a-bssid\n", "02:00:00:00:09:09\n"):  # none of a cell: stay
+        where.write_text(junk)
+        assert follower.check() == b
+    assert bssid_reader(str(tmp_path / "missing"))() is None
+    where.write_text("02:00:00:00:01:01")
+    assert bssid_reader(str(where))() == "02:00:00:00:01:01"
+    assert follower.check() == a and follower.moves == [
+        (3, "cell-a", "cell-b"),
+        (3, "cell-b", "cell-a"),
+    ]

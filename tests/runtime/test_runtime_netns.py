@@ -122,7 +122,12 @@ def start_leader(topo: Topology, config: Path, *, ready_s: float = 20) -> Proc:
 
 
 def start_sink(
-    topo: Topology, expect_bulk: int, expect_drops: int = 0, *, ready_s: float = 20
+    topo: Topology,
+    expect_bulk: int,
+    expect_drops: int = 0,
+    *,
+    ready_s: float = 20,
+    extra: tuple[str, ...] = (),
 ) -> Proc:
     proc = topo.start(
         "ld",
@@ -139,6 +144,7 @@ def start_sink(
             KEY_HEX,
             "--timeout",
             "90",
+            *extra,
         ],
         name="sink",
     )

@@ -126,6 +126,8 @@ class ProtectionPlanner:
         # flow -> (its next send's instant at the earliest, whether exactly then, the
         # least time from any instant to it while the hint stands).
         self._hints: dict[str, tuple[int, bool, int]] = {}
+        # flow -> since when it is protected through its next send (see resume).
+        self._resumes: dict[str, int] = {}
         # The hinted sources with a moving bound (min_lead_ns > 0): see next_window.
         self._moving: list[_Hinted] = []
         # (models version, valid from, valid through, answer): see next_window.
@@ -153,6 +155,7 @@ class ProtectionPlanner:
             model = self._models[flow] = SendTimeModel(**self._model_kwargs)
         model.observe(send_ns)
         self._hints.pop(flow, None)
+        self._resumes.pop(flow, None)
         self._version += 1
 
     def expect(self, flow: str, at_ns: int, *, exact: bool = False, min_lead_ns: int = 0) -> None:
@@ -182,7 +185,22 @@ class ProtectionPlanner:
         if min_lead_ns < 0 or (exact and min_lead_ns):
             raise UsageError(f"min_lead_ns={min_lead_ns}: must be >= 0, and 0 with exact=True")
         self._hints[flow] = (at_ns, exact, min_lead_ns)
+        self._resumes.pop(flow, None)
         self._version += 1
+
+    def resume(self, flow: str, since_ns: int) -> None:
+        """After a gap in what this robot saw of ``flow`` that says nothing of its phase
+        (a hand-over: what it sampled off the air never left), protect from
+        ``since_ns`` through the model's interval of the flow's first send due then,
+        instead of trusting that interval's early edge alone: the first send after the
+        gap is protected wherever it lands before the interval's end. Valid until the
+        flow's next :meth:`observe` or :meth:`expect`; later sends get the model's
+        intervals. A flow with no fitted model yet is not protected (as before: nothing
+        is known of it), and neither is one the model gave up on (``idle_periods``)."""
+        if flow in self._models:
+            self._hints.pop(flow, None)
+            self._resumes[flow] = since_ns
+            self._version += 1
 
     def model(self, flow: str) -> SendTimeModel:
         try:
@@ -194,6 +212,7 @@ class ProtectionPlanner:
         """Stop protecting ``flow`` (unknown flows are ignored)."""
         self._models.pop(flow, None)
         self._hints.pop(flow, None)
+        self._resumes.pop(flow, None)
         self._version += 1
 
     def next_window(self, now_ns: int) -> Interval | None:
@@ -228,9 +247,11 @@ class ProtectionPlanner:
                 return inside  # inside.start_ns <= c[2] < now_ns
         if self._sources_version != self._version:
             # The sources change only with the models and hints (the version).
-            hints = self._hints
+            hints, resumes = self._hints, self._resumes
             sources: list[Callable[[int], Interval | None]] = [
-                m.predict if f not in hints else _Hinted(*hints[f], m)
+                _Resumed(resumes[f], m)
+                if f in resumes
+                else (m.predict if f not in hints else _Hinted(*hints[f], m))
                 for f, m in self._models.items()
             ]
             sources.extend(_Hinted(*hints[f], None) for f in hints if f not in self._models)
@@ -242,7 +263,7 @@ class ProtectionPlanner:
         window, cut = _first_window(self._sources, now_ns, self._margin_ns)
         through = window.start_ns if window is not None else _FOREVER_NS
         self._cached = (self._version, now_ns, max(through, now_ns), window)
-        self._inside_ok = not cut and not self._hints
+        self._inside_ok = not cut and not self._hints and not self._resumes
         return window
 
 
@@ -273,6 +294,22 @@ class _Hinted:
         if iv == model.predict(0):
             return model.predict(iv.end_ns + 1)
         return iv
+
+
+class _Resumed:
+    """A flow's intervals after :meth:`ProtectionPlanner.resume`: the first one due at
+    or after ``since`` reaches back to ``since``; the later ones are the model's."""
+
+    def __init__(self, since: int, model: SendTimeModel) -> None:
+        self.since = since
+        self.model = model
+
+    def __call__(self, after_ns: int) -> Interval | None:
+        model = self.model
+        first = model.predict(self.since)
+        if first is not None and after_ns <= first.end_ns:
+            return Interval(min(first.start_ns, self.since), first.end_ns)
+        return model.predict(after_ns)
 
 
 def _checked(interval: Interval) -> Interval:

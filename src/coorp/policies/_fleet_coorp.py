@@ -370,6 +370,16 @@ class FleetCoorpPolicy(FleetPolicy):
         self._act(ap, self.leaders[ap].join(robot, now_ns), now_ns)
         if not self.keep_planner:
             self._install_station(robot)  # local preemption starts afresh
+        else:
+            # Its models saw nothing of the sends it sampled off the air: until it sends
+            # again, protect from now rather than from the predicted window's early
+            # edge alone (a send 0.1 ms before that edge, one in ~50 anywhere, made a
+            # roam's protection gap one period longer). Costs at most one period of
+            # bulk, and only when a permit came that fast.
+            planner = self.planners.get(robot)
+            if planner is not None:
+                for flow in self.hooks[robot].ls_flows:
+                    planner.resume(flow, now_ns)
         self._refresh_channel(robot)
         self._update_flows(ap)
 

@@ -74,9 +74,11 @@ from coorp.runtime.robot import (
     Team,
     TeamSettings,
     ajoin,
+    bssid_reader,
     default_gateway,
     join,
     join_config,
+    route_changes,
     team_settings,
 )
 from coorp.runtime.transparent import (
@@ -153,6 +155,7 @@ __all__ = [
     "ajoin",
     "apply_scheduling",
     "aquery_team",
+    "bssid_reader",
     "default_gateway",
     "diagnose",
     "format_address",
@@ -166,6 +169,7 @@ __all__ = [
     "probe_marking",
     "query_leader_stats",
     "resolve_team_key",
+    "route_changes",
     "team_settings",
     "transparent_ruleset",
     "write_team_keys",

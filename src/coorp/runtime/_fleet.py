@@ -20,6 +20,12 @@ Example (two cells on channel 36, one on 52)::
     leader = "10.0.2.2:7400"
     gateway = "10.0.2.1"
 
+Robots roaming between access points of one subnet keep their gateway; their cell is
+the access point they are associated with: ``locate = "bssid"``, each cell lists its
+APs' BSSIDs (``bssids = ["02:00:00:00:01:01"]``) and ``bssid_file`` names the file that
+holds the robot's current BSSID (written by whatever watches the association: a
+wpa_supplicant action script, an ``iw event`` hook; docs/runtime.md "A fleet").
+
 Leaders of cells on one channel peer and keep one coordinator for the channel
 (:class:`coorp.control.CellLeader`, docs/runtime.md "A fleet"); an agent follows the
 cell it is in and joins that cell's leader. Validation errors name the cell and field.
@@ -28,6 +34,7 @@ cell it is in and joins that cell's leader. Validation errors name the cell and 
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -35,9 +42,19 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ._errors import RuntimeUsageError
 from .wire import parse_address
 
-__all__ = ["CellSection", "FleetSection"]
+__all__ = ["CellSection", "FleetSection", "normalize_bssid"]
 
 CellName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")]
+
+
+_MAC = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
+
+
+def normalize_bssid(value: str) -> str:
+    """A BSSID as the kernel prints it (lower case); ``ValueError`` naming the value."""
+    if not _MAC.match(value):
+        raise ValueError(f"{value!r}: expected a BSSID, six hex bytes like 02:00:00:00:01:01")
+    return value.lower()
 
 
 def check_address(value: str | None) -> str | None:
@@ -67,7 +84,19 @@ class CellSection(_Model):
         "(fleet.locate = 'gateway')",
     )
 
+    bssids: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="BSSIDs of this cell's access points (fleet.locate = 'bssid'), as "
+        "aa:bb:cc:dd:ee:ff",
+    )
+
     _address = field_validator("leader", "listen")(check_address)
+
+    @field_validator("bssids")
+    @classmethod
+    def _macs(cls, value: list[str]) -> list[str]:
+        return [normalize_bssid(v) for v in value]
 
     @field_validator("gateway")
     @classmethod
@@ -82,10 +111,16 @@ class CellSection(_Model):
 
 class FleetSection(_Model):
     cells: list[CellSection] = Field(min_length=1, max_length=256)
-    locate: Literal["gateway"] = Field(
+    locate: Literal["gateway", "bssid"] = Field(
         "gateway",
         description="how an agent knows its cell: 'gateway' (its default route's gateway; "
-        "in namespaces a route change is the roam)",
+        "in namespaces a route change is the roam) or 'bssid' (the access point it is "
+        "associated with, read from bssid_file)",
+    )
+    bssid_file: str | None = Field(
+        None,
+        description="with locate = 'bssid': the file holding the robot's current BSSID "
+        "(one line; empty or missing: not associated)",
     )
     locate_every_ms: float = Field(
         50.0, ge=5, le=10_000, description="how often an agent checks which cell it is in"
@@ -94,6 +129,13 @@ class FleetSection(_Model):
     peer_timeout_ms: float = Field(
         1000.0, ge=20, le=60_000, description="a peer leader silent this long is down"
     )
+
+    @field_validator("bssid_file")
+    @classmethod
+    def _absolute(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("/"):
+            raise ValueError(f"{value!r}: give an absolute path (agents start anywhere)")
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> FleetSection:
@@ -109,6 +151,23 @@ class FleetSection(_Model):
                     f"fleet.cells[{i}] ({c.name}): no gateway, but fleet.locate = 'gateway' "
                     "finds a robot's cell by it"
                 )
+            if self.locate == "bssid" and not c.bssids:
+                raise ValueError(
+                    f"fleet.cells[{i}] ({c.name}): no bssids, but fleet.locate = 'bssid' "
+                    "finds a robot's cell by them"
+                )
+        if self.locate == "bssid" and not self.bssid_file:
+            raise ValueError(
+                "fleet.locate = 'bssid' needs fleet.bssid_file: the file that holds the "
+                "robot's current BSSID"
+            )
+        macs = [m for c in self.cells for m in c.bssids]
+        shared = sorted({m for m in macs if macs.count(m) > 1})
+        if shared:
+            raise ValueError(
+                f"fleet.cells: BSSID {', '.join(shared)} listed in two cells: a robot could "
+                "not tell them apart"
+            )
         gws = [c.gateway for c in self.cells if c.gateway is not None]
         again = sorted({g for g in gws if gws.count(g) > 1})
         if again:

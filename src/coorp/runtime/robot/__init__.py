@@ -16,7 +16,14 @@ from ._latency import ChannelStats, LatencySensitiveChannel
 from ._pacing import BulkSettings, Pacer, Progress, new_counters
 from ._preempt import SharedPlanner
 from ._report import ReportPart
-from ._roam import CellFollower, Roaming, RoamingCell, default_gateway
+from ._roam import (
+    CellFollower,
+    Roaming,
+    RoamingCell,
+    bssid_reader,
+    default_gateway,
+    route_changes,
+)
 from ._settings import TeamSettings, team_settings
 from ._team import AsyncTeam, ajoin
 from ._threaded import (
@@ -45,9 +52,11 @@ __all__ = [
     "Team",
     "TeamSettings",
     "ajoin",
+    "bssid_reader",
     "default_gateway",
     "join",
     "join_config",
     "new_counters",
+    "route_changes",
     "team_settings",
 ]

@@ -12,7 +12,7 @@ from .._config import TeamConfig
 from ..inbox import ReceiverLimits
 from ..wire import parse_address
 from ._pacing import BulkSettings
-from ._roam import Roaming, RoamingCell
+from ._roam import Roaming, RoamingCell, bssid_reader, route_changes
 
 __all__ = ["TeamSettings", "team_settings"]
 
@@ -81,8 +81,16 @@ def _roaming(config: TeamConfig) -> Roaming | None:
     if fleet is None:
         return None
     cells = tuple(
-        RoamingCell(c.name, c.gateway, parse_address(c.leader, what=f"fleet cell {c.name}"))
+        RoamingCell(
+            c.name,
+            c.gateway,
+            parse_address(c.leader, what=f"fleet cell {c.name}"),
+            tuple(c.bssids),
+        )
         for c in fleet.cells
-        if c.gateway is not None
     )
-    return Roaming(cells, every_s=fleet.locate_every_ms / 1e3)
+    every_s = fleet.locate_every_ms / 1e3
+    if fleet.locate == "bssid":
+        assert fleet.bssid_file is not None  # validated with the team file
+        return Roaming(cells, every_s, locate=bssid_reader(fleet.bssid_file), by="bssid")
+    return Roaming(cells, every_s, watch=route_changes)

@@ -126,8 +126,8 @@ class AsyncTeam:
             cell = roaming.cell_at(gateway)
             if cell is None:
                 cell = roaming.cells[0]
-                log.warning("%s: gateway %s is no cell of the fleet; joining cell %s first",
-                            self.robot, gateway, cell.name)  # fmt: skip
+                log.warning("%s: %s %s is no cell of the fleet; joining cell %s first",
+                            self.robot, roaming.by, gateway, cell.name)  # fmt: skip
             self.leader = cell.leader
         if self.leader is None:
             log.info(
