@@ -136,6 +136,12 @@ class CoorpPolicy(Policy):
     #: and settings): a 52-byte ack completes unlike a bulk packet, and its samples in
     #: the bulk table made the gate deny bulk data it could have sent.
     ack_table: ClassVar[bool] = True
+    #: The acks' gate explores as the bulk gate does (GatedHooks(ack_probes=True)):
+    #: without probes an ack table whose estimate exceeded every gap held a robot's acks
+    #: for good; with TCP senders (crl-5-guest-leader, random phases, seed 5) a worker's
+    #: data download then timed out six times (RTO 12.8 s) and the team's bulk fell from
+    #: ~100 to 33 Mb/s. False: Algorithm 2 alone (``ladder-ack-hold``).
+    ack_probes: ClassVar[bool] = True
     #: A robot's own bulk transfers go one at a time, in the order they were started
     #: (the leader's model to one worker, then the next), not interleaved: each
     #: receiver sends TCP acks, so four transfers at once put four ack senders on the
@@ -200,7 +206,7 @@ class CoorpPolicy(Policy):
                 client=self.clients.get(robot), gate=gate, planner=planner,
                 ls_flows=team.ls_flows, drain_recheck=self.drain_recheck,
                 gate_acks=self.gate_acks and gate is not None,
-                ack_gate=self.ack_gates.get(robot),
+                ack_gate=self.ack_gates.get(robot), ack_probes=self.ack_probes,
                 outside_waiting=(
                     OutsideWaiting(sim, robot)
                     if outsiders and self.gate_acks and self.acks_yield_to_outside else None
