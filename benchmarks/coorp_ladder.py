@@ -52,7 +52,6 @@ class _Before36(CoorpPolicy):
     realized_in_window = False
     ring_budget_skips_outside_acks = False
     acks_yield_to_outside = False
-    ack_probes = False
 
 
 @register_policy
@@ -173,14 +172,13 @@ class LadderInWindow(CoorpPolicy):
     name = "ladder-in-window"
     summary = "… + a packet priced only against sends in or after its window (coorp of issue 36)"
     protect_tail = True
-    ack_probes = False
 
 
 @register_policy
-class LadderAckHold(CoorpPolicy):
-    name = "ladder-ack-hold"
-    summary = "coorp without probes in the acks' gate (coorp before they were added)"
-    ack_probes = False
+class LadderAckProbes(CoorpPolicy):
+    name = "ladder-ack-probes"
+    summary = "coorp whose acks' gate explores as the bulk gate does (a variant)"
+    ack_probes = True
 
 
 @register_policy

@@ -194,18 +194,14 @@ def test_a_slow_link_still_sends_between_its_windows(seed: int) -> None:
     assert oracle["allowed"] > 0 and oracle["denied_ahead"] > 0
 
 
-def test_on_crl5_it_moves_as_much_bulk_data_as_coorp_within_3_percent() -> None:
+def test_on_crl5_it_moves_at_least_as_much_bulk_data_as_coorp() -> None:
     # crl-5 with batches of 8 items instead of 64, so that bulk data (40 MB updates)
     # moves within 2 simulated seconds.
     base = load_scenario(ROOT / "scenarios" / "crl-5.toml").model_dump(mode="json")
     sc = parse_scenario(merge(base, {"workload": {"drlc": {"batch_items": 8}}}))
     oracle = run_crl(sc, "oracle", duration_ns=s(2.0))
     coorp = run_crl(sc, "coorp", duration_ns=s(2.0))
-    # Not an exact bound: which bulk run meets which window decides a percent either
-    # way in 2 s (seed 2: coorp 65.46 MB before its acks' gate probed, the oracle
-    # 64.98; seed 1 now: coorp 66.35, the oracle 65.72). Knowing every send exactly
-    # must not cost the oracle more than that.
-    assert oracle.bh_bytes >= 0.97 * coorp.bh_bytes > 0
+    assert oracle.bh_bytes >= coorp.bh_bytes > 0
     stats: dict[str, Any] = oracle.policy_stats
     assert set(stats["oracle"]) == {st.name for st in sc.stations}
     assert stats["permits"]["grants"] > 0
