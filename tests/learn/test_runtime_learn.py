@@ -8,6 +8,8 @@ in the orchestrator's ``finally``.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,12 @@ from coorp.learn._ppo import PPO, Layout
 from coorp.learn._runtime import Model, RuntimeSpec, encode, learn_on_runtime
 from coorp.learn._sync import merge_mean_delta
 from coorp.scenario import Scenario, load_scenario, resolve_scenario
+
+_BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "learn_sync_timeline.py"
+_spec = importlib.util.spec_from_file_location("learn_sync_timeline", _BENCH)
+assert _spec is not None and _spec.loader is not None
+_timeline = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_timeline)
 
 TINY = LearnSpec(
     ppo=PPOConfig(hidden=8, envs=2, epochs=1, minibatches=1),
@@ -76,6 +84,33 @@ def test_loopback_syncs_arrive_whole_and_learning_matches_the_replay(
         assert np.array_equal(a, b)
     if mode == "coorp":
         assert run.leader["max_holders"] == 1 and run.leader["grants"] >= 2 * VERSIONS
+        # The leader hands its models to the transport at once (one sender per peer),
+        # yet its bytes go out one message at a time (loopback is ``split``: the
+        # leader's downlink has a permit of its own, the workers' uploads share one).
+        _one_at_a_time_on_the_air(d, [["leader"], ["r1", "r2"]])
+        # The timeline benchmark takes the run apart: its parts add up to each round.
+        t = _timeline.analyse(d, 50.0)
+        assert t["rounds"] == VERSIONS and t["messages"] == 4
+        parts = t["start_s"] + t["writing_s"] + t["handover_s"] + t["end_s"]
+        assert parts == pytest.approx(t["round_s"], abs=1e-6)
+
+
+def _one_at_a_time_on_the_air(run_dir: Path, queues: list[list[str]]) -> None:
+    """Within each permit queue (robots sharing a permit), no message's first byte is
+    written before the previous message's last one: early hand-over (the turn and the
+    permit pass at the last byte written, the next message already connected) never
+    lets two messages write at once. Every role shares the host's monotonic clock."""
+    for robots in queues:
+        stretches = []
+        for robot in robots:
+            res = json.loads((run_dir / f"{robot}.json").read_text())
+            for r in res["receipts"]:
+                assert r["start_ns"] <= r["first_write_ns"] <= r["last_write_ns"] <= r["end_ns"]
+                stretches.append((r["first_write_ns"], r["last_write_ns"], robot, r["kind"]))
+        stretches.sort()
+        assert len(stretches) >= 4
+        for prev, nxt in itertools.pairwise(stretches):
+            assert nxt[0] >= prev[1], f"{nxt} began writing before {prev} ended"
 
 
 def test_the_mujoco_task_learns_over_sockets_as_in_one_process(tmp_path: Path) -> None:
@@ -106,6 +141,8 @@ def test_netns_run_is_intact_and_cleans_up(medium: str, tmp_path: Path) -> None:
     rt = RuntimeSpec(net="netns", medium=medium, max_versions=1, timeout_s=60)
     run = learn_on_runtime(_two_workers(), "coorp", 1, TINY, rt, workdir=tmp_path)
     assert run.syncs_intact and run.final_changed and run.curve.epochs == 1
+    if medium == "shared":  # one queue, one permit: the leader's models and the uploads
+        _one_at_a_time_on_the_air(tmp_path / "coorp-seed1", [["leader", "r1", "r2"]])
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert f"coorpl-{__import__('os').getpid()}-" not in left
 

@@ -36,7 +36,11 @@ TINY = LearnSpec(
     air_params=20_000,
     eval_episodes=2,
 )
-VERSIONS = 2
+#: Enough rounds that each worker's learning spans several MPC periods: its report counts
+#: the loops sent from its first model to a deadline before the stop, and two rounds of
+#: the tiny model on loopback could end within a period or two (0 loops, seen once under
+#: a loaded parallel suite).
+VERSIONS = 4
 ROBOTS = ["leader", "r1", "r2"]
 
 

@@ -10,7 +10,6 @@ policies run with the same seed see the same traffic.
 from __future__ import annotations
 
 import gc
-import math
 import random
 import time
 from collections.abc import Callable
@@ -60,6 +59,8 @@ class Simulation:
         trace: bool = False,
     ) -> None:
         self.scenario = scenario
+        #: ``scenario.packet_bytes``, read per message (a model's field: a dict lookup).
+        self._packet_bytes = scenario.packet_bytes
         self.seed = scenario.seed if seed is None else seed
         if self.seed < 0:
             raise UsageError(f"seed must be >= 0, got {self.seed}")
@@ -268,9 +269,9 @@ class Simulation:
         on_delivered: Callable[[Message], None] | None = None,
     ) -> Message:
         """Hand a datagram message to ``flow.src`` now: UDP/IP fragments, LS path."""
-        per_frag = self.scenario.packet_bytes - IP_HEADER_BYTES
+        per_frag = self._packet_bytes - IP_HEADER_BYTES
         total = size_bytes + _UDP_HEADER_BYTES
-        n = max(1, math.ceil(total / per_frag))
+        n = max(1, -(-total // per_frag))  # (math.ceil of the quotient, in integers)
         msg = Message(len(self.messages), flow, size_bytes, self.loop.now_ns, n, on_delivered)
         self.messages.append(msg)
         packets = []

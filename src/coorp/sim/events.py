@@ -3,6 +3,10 @@
 Ties are broken first by priority (lower runs first) and then by insertion order, so a
 run is a pure function of the scenario and the seed. Cancellation is lazy: a cancelled
 event stays in the heap and is skipped when popped.
+
+Beside the heap, *slots*: an owner (a channel) with at most one pending event at a time,
+replaced rather than cancelled, keeps it in a slot of its own, ordered exactly as if it
+were in the heap but without an :class:`Event`, a heap entry or a callback object.
 """
 
 from __future__ import annotations
@@ -13,7 +17,10 @@ from typing import Any
 
 from coorp._errors import InvariantError
 
-__all__ = ["PRIO_ACCESS", "PRIO_CONTROL", "PRIO_MEDIUM", "PRIO_TRAFFIC", "Event", "EventLoop"]
+__all__ = [
+    "PRIO_ACCESS", "PRIO_CONTROL", "PRIO_MEDIUM", "PRIO_TRAFFIC", "Event", "EventLoop", "Slot",
+    "SlotOwner",
+]  # fmt: skip
 
 #: The end of a medium exchange is processed before anything else at the same instant.
 PRIO_MEDIUM = 0
@@ -40,13 +47,39 @@ class Event:
         self.cancelled = True
 
 
+class SlotOwner:
+    """Something with one pending event at a time, kept in a :class:`Slot` of the loop:
+    the loop calls ``on_slot(kind, arg)`` with what was set (a direct method call when
+    compiled: no bound method, no argument tuple)."""
+
+    def on_slot(self, kind: int, arg: object) -> None:
+        raise NotImplementedError
+
+
+class Slot:
+    """One owner's pending event: ``time_ns`` (-1: none), its priority and ``seq`` (taken
+    from the loop's counter like every event), and what to call back with."""
+
+    __slots__ = ("arg", "kind", "owner", "prio", "seq", "time_ns")
+
+    def __init__(self, owner: SlotOwner) -> None:
+        self.owner = owner
+        self.time_ns = -1
+        self.prio = 0
+        self.seq = 0
+        self.kind = 0
+        self.arg: object = None
+
+
 class EventLoop:
     """Runs callbacks in ``(time_ns, priority, seq)`` order; time only moves forward.
 
-    Besides the heap there is one *slot* for the channel's single pending event (the next
-    access, or the end of the exchange on the air): it is ordered exactly as if it were
-    in the heap (it takes a ``seq`` like every event) but costs no heap operation and no
-    :class:`Event`, and it is replaced instead of cancelled.
+    Besides the heap there are the *slots* (``new_slot``): each holds its owner's single
+    pending event (a channel's next access, or the end of the exchange on the air),
+    ordered exactly as if it were in the heap (it takes a ``seq`` like every event) but
+    costing no heap operation and no :class:`Event`; it is replaced instead of cancelled.
+    The loop keeps the earliest pending slot at hand (``_best``), found again among the
+    few slots (one per channel) whenever it may have changed.
     """
 
     def __init__(self) -> None:
@@ -54,11 +87,9 @@ class EventLoop:
         self.events_processed = 0
         self._heap: list[tuple[int, int, int, Event]] = []
         self._seq = 0
-        self.slot_time = -1  # -1: the slot is empty
-        self._slot_prio = 0
-        self._slot_seq = 0
-        self._slot_cb: Callable[..., Any] | None = None
-        self._slot_args: tuple[Any, ...] = ()
+        self._slots: list[Slot] = []
+        #: The pending slot that runs first, or None if no slot is pending.
+        self._best: Slot | None = None
 
     def call_at(
         self, time_ns: int, priority: int, callback: Callable[..., Any], *args: Any
@@ -70,31 +101,59 @@ class EventLoop:
         heapq.heappush(self._heap, (time_ns, priority, self._seq, ev))
         return ev
 
-    def set_slot(
-        self, time_ns: int, priority: int, callback: Callable[..., Any], *args: Any
-    ) -> None:
-        """Schedule the slot's event, replacing the one it held (if any)."""
+    def new_slot(self, owner: SlotOwner) -> Slot:
+        """A slot of ``owner``'s (empty)."""
+        slot = Slot(owner)
+        self._slots.append(slot)
+        return slot
+
+    def set_slot(self, slot: Slot, time_ns: int, priority: int, kind: int, arg: object) -> None:
+        """Schedule ``slot.owner.on_slot(kind, arg)`` at ``time_ns``, replacing the slot's
+        pending event (if any)."""
         if time_ns < self.now_ns:
             raise InvariantError(f"event scheduled in the past: {time_ns} < now {self.now_ns}")
         self._seq += 1
-        self.slot_time = time_ns
-        self._slot_prio = priority
-        self._slot_seq = self._seq
-        self._slot_cb = callback
-        self._slot_args = args
+        slot.time_ns = time_ns
+        slot.prio = priority
+        slot.seq = self._seq
+        slot.kind = kind
+        slot.arg = arg
+        best = self._best
+        if best is None:
+            self._best = slot
+        elif best is slot:
+            self._find_best()
+        elif time_ns < best.time_ns or (time_ns == best.time_ns and priority < best.prio):
+            self._best = slot  # (its seq is the newest: a tie in priority leaves ``best``)
 
-    def clear_slot(self) -> None:
-        self.slot_time = -1
-        self._slot_cb = None
-        self._slot_args = ()
+    def clear_slot(self, slot: Slot) -> None:
+        slot.time_ns = -1
+        slot.arg = None
+        if self._best is slot:
+            self._find_best()
+
+    def _find_best(self) -> None:
+        best: Slot | None = None
+        for s in self._slots:
+            t = s.time_ns
+            if t >= 0 and (
+                best is None
+                or t < best.time_ns
+                or (
+                    t == best.time_ns
+                    and (s.prio < best.prio or (s.prio == best.prio and s.seq < best.seq))
+                )
+            ):
+                best = s
+        self._best = best
 
     def next_time(self) -> int:
         """The time of the earliest pending event (cancelled ones included: a caller
         waking for it finds nothing to do), or -1 if none is pending."""
         t = self._heap[0][0] if self._heap else -1
-        st = self.slot_time
-        if st >= 0 and (t < 0 or st < t):
-            t = st
+        best = self._best
+        if best is not None and (t < 0 or best.time_ns < t):
+            t = best.time_ns
         return t
 
     def run(self, until_ns: int, on_progress: Callable[[int], None] | None = None) -> None:
@@ -111,31 +170,37 @@ class EventLoop:
         processed = 0
         top: tuple[int, int, int, Event] | None
         while True:
-            st = self.slot_time
+            slot = self._best
             if heap:
                 top = heap[0]
                 t = top[0]
-                if st >= 0 and (
-                    st < t or (st == t and (self._slot_prio, self._slot_seq) < (top[1], top[2]))
-                ):
-                    t = st
-                    top = None
-            elif st >= 0:
-                t = st
+                if slot is not None:
+                    st = slot.time_ns
+                    if st < t or (
+                        st == t
+                        and (slot.prio < top[1] or (slot.prio == top[1] and slot.seq < top[2]))
+                    ):
+                        t = st
+                        top = None
+                    else:
+                        slot = None
+            elif slot is not None:
+                t = slot.time_ns
                 top = None
             else:
                 break
             if t > until_ns:
                 break
-            if top is None:
-                cb = self._slot_cb
-                args = self._slot_args
-                self.slot_time = -1
-                self._slot_cb = None
+            if slot is not None:
+                kind = slot.kind
+                arg = slot.arg
+                slot.time_ns = -1
+                slot.arg = None
+                self._find_best()
                 self.now_ns = t
-                assert cb is not None
-                cb(*args)
+                slot.owner.on_slot(kind, arg)
             else:
+                assert top is not None
                 pop(heap)
                 ev = top[3]
                 if ev.cancelled:

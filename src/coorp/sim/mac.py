@@ -44,12 +44,13 @@ import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 from coorp._errors import InvariantError
 from coorp.phy import MAX_PPDU_NS, SIFS_NS, SLOT_NS
 from coorp.scenario import AccessCategory, AmpduGrouping, MacConfig, RetryPolicy
 from coorp.sim.driver import RunHooks
-from coorp.sim.events import PRIO_ACCESS, PRIO_CONTROL, PRIO_MEDIUM, Event, EventLoop
+from coorp.sim.events import PRIO_ACCESS, PRIO_CONTROL, PRIO_MEDIUM, EventLoop, SlotOwner
 from coorp.sim.links import LinkTable
 from coorp.sim.packets import Packet
 from coorp.sim.station import BulkTransfer, Edcaf, Ring, Station
@@ -127,12 +128,19 @@ class Transmission:
         self.data_ns, self.success_ns, self.failure_ns, self.block_ack, self.rts = timing
 
 
-class Channel:
+#: What a channel's slot event is (``Channel.on_slot``).
+_ACCESS = 0
+_END = 1
+_END_COLLIDED = 2
+_CONTINUE = 3
+
+
+class Channel(SlotOwner):
     """One collision domain: every station hears every other (no hidden nodes).
 
-    Several channels may share one event loop (a fleet's contention domains,
-    ``coorp.sim.cells``): the loop's one slot serves the first; the others
-    (``heap_slot = True``) keep their pending event in the heap, ordered the same way.
+    Its one pending event (the next access, or the end of the exchange on the air) lives
+    in a slot of the event loop (``EventLoop.new_slot``); several channels may share one
+    loop (a fleet's contention domains, ``coorp.sim.cells``), each with its slot.
     """
 
     def __init__(
@@ -182,9 +190,11 @@ class Channel:
         self._on_air_start = 0
         self._on_air_collided = False
         self._counted_until = 0
-        self._durations: dict[tuple[int, int, bool], tuple[int, int, int, bool, bool]] = {}
+        #: Exchange durations by ``_exchange_key(psdu, mcs, block_ack)`` (an int: no tuple
+        #: to build and hash per lookup), and the largest PSDU by ``_psdu_key``.
+        self._durations: dict[int, tuple[int, int, int, bool, bool]] = {}
         self._mcs = links.mcs_table
-        self._max_psdu: dict[tuple[int, int], int] = {}
+        self._max_psdu: dict[int, int] = {}
         #: What an A-MPDU's exchange adds to its PPDU: SIFS + BlockAck, and RTS/CTS with
         #: their SIFS when an A-MPDU may be long enough to use RTS.
         self._ampdu_overhead = SIFS_NS + timing.block_ack_ns
@@ -194,47 +204,20 @@ class Channel:
         self._quantum = timing.ppdu_quantum_ns
         if self.rts_threshold < self.max_ampdu_bytes:
             self._ampdu_overhead += timing.rts_ns + timing.cts_ns + 2 * SIFS_NS
-        #: The pending event (next access, end of the exchange) in the heap, not in the
-        #: loop's slot: set on every channel but the first that shares the loop.
-        self.heap_slot = False
-        self._slot_event: Event | None = None
-        self._slot_at = -1
+        #: The pending event (next access, end of the exchange): this channel's slot.
+        self._slot = loop.new_slot(self)
 
-    # -- the pending event: the loop's slot, or the heap ------------------------------------
-    def _set_slot(self, time_ns: int, priority: int, callback: Callable[..., None], arg: object,
-                  arg2: object = None) -> None:  # fmt: skip
-        """``EventLoop.set_slot`` for this channel: ``callback(arg)`` (or ``callback(arg,
-        arg2)`` for the end of an exchange) at ``time_ns``, replacing the pending one."""
-        if not self.heap_slot:
-            if arg2 is None:
-                self.loop.set_slot(time_ns, priority, callback, arg)
-            else:
-                self.loop.set_slot(time_ns, priority, callback, arg, arg2)
-            return
-        if self._slot_event is not None:
-            self._slot_event.cancel()
-        self._slot_at = time_ns
-        self._slot_event = self.loop.call_at(time_ns, priority, self._fire, callback, arg, arg2)
-
-    def _fire(self, callback: Callable[..., None], arg: object, arg2: object) -> None:
-        self._slot_event = None
-        self._slot_at = -1
-        if arg2 is None:
-            callback(arg)
+    # -- the pending event: this channel's slot of the loop ---------------------------------
+    def on_slot(self, kind: int, arg: object) -> None:
+        """The slot's event is due (``EventLoop.run``)."""
+        if kind == _ACCESS:
+            self._on_access()
+        elif kind == _END:
+            self._end(cast(list[Transmission], arg), False)
+        elif kind == _END_COLLIDED:
+            self._end(cast(list[Transmission], arg), True)
         else:
-            callback(arg, arg2)
-
-    def _slot_time(self) -> int:
-        return self._slot_at if self.heap_slot else self.loop.slot_time
-
-    def _clear_slot(self) -> None:
-        if not self.heap_slot:
-            self.loop.clear_slot()
-            return
-        if self._slot_event is not None:
-            self._slot_event.cancel()
-            self._slot_event = None
-        self._slot_at = -1
+            self._continue_txop(cast(Transmission, arg))
 
     # -- stations joining and leaving this medium (coorp.sim.cells) -------------------------
     def detach(self, st: Station) -> None:
@@ -317,7 +300,8 @@ class Channel:
         until then without calling this again (frames only arrive through
         ``frame_arrived``, and every exchange ends in ``_go_idle``)."""
         best = -1
-        winners: list[Edcaf] = []
+        first: Edcaf | None = None
+        ties: list[Edcaf] | None = None
         idle = self.idle_since
         epoch = self._epoch
         for e in self.edcafs:
@@ -330,27 +314,39 @@ class Channel:
                     if self._dec_now >= b0:
                         k = (self._dec_now - b0) // SLOT_NS + 1
                         e.backoff = b - k if b > k else 0
+            if e.held:
+                continue
+            t = idle + e.aifs + e.backoff * SLOT_NS
+            if t < e.not_before:
+                t = e.not_before
+            if best >= 0 and t > best:
+                continue  # too late to win, frame or not: its ring need not be read
             ring = e.ring
-            if ring and (not e.shared or ring[0].ac is e.ac) and not e.held:
-                t = idle + e.aifs + e.backoff * SLOT_NS
-                if t < e.not_before:
-                    t = e.not_before
+            if ring and (not e.shared or ring[0].ac is e.ac):
+                # (The first winner alone, a list only for a tie: no list per new best.)
                 if best < 0 or t < best:
                     best = t
-                    winners = [e]
+                    first = e
+                    ties = None
                 elif t == best:
-                    winners.append(e)
-        self._winners = winners
+                    if ties is None:
+                        assert first is not None
+                        ties = [first, e]
+                    else:
+                        ties.append(e)
+        if ties is not None:
+            self._winners = ties
+        elif first is not None:
+            self._winners = [first]
+        else:
+            self._winners = []
         if self._access_pending:
-            if self._slot_time() == best:
+            if self._slot.time_ns == best:
                 return
-            self._clear_slot()
+            self.loop.clear_slot(self._slot)
             self._access_pending = False
         if best >= 0:
-            if self.heap_slot:
-                self._set_slot(best, PRIO_ACCESS, self._on_access_at, best)
-            else:
-                self.loop.set_slot(best, PRIO_ACCESS, self._on_access)
+            self.loop.set_slot(self._slot, best, PRIO_ACCESS, _ACCESS, None)
             self._access_pending = True
 
     def _winners_now(self, now: int) -> list[Edcaf]:
@@ -368,9 +364,6 @@ class Channel:
                 if t == now:
                     winners.append(e)
         return winners
-
-    def _on_access_at(self, _time: object) -> None:
-        self._on_access()
 
     def _on_access(self) -> None:
         self._access_pending = False
@@ -452,11 +445,7 @@ class Channel:
         """The exchange of the head MPDU alone (PPDU + SIFS + Ack, RTS/CTS if used)."""
         first = e.ring[0]
         mcs = self._mcs[e.station.idx][first.dst.idx]
-        key = (4 + first.mpdu, mcs, False)
-        durations = self._durations.get(key)
-        if durations is None:
-            durations = self._exchange(key)
-        return durations[1]
+        return self._exchange(4 + first.mpdu, mcs, False)[1]
 
     def _hold_end(self, e: Edcaf, now: int, until: int) -> int:
         """When a hold ends: the first instant after the budget, or later if the hooks'
@@ -526,10 +515,13 @@ class Channel:
         return d
 
     # -- building PPDUs ------------------------------------------------------------------
-    def _exchange(self, key: tuple[int, int, bool]) -> tuple[int, int, int, bool, bool]:
+    def _exchange(self, psdu: int, mcs: int, block_ack: bool) -> tuple[int, int, int, bool, bool]:
         """Durations of the exchange of a PSDU ``(psdu, mcs, block_ack)``: PPDU, success,
         failure, BlockAck, RTS (cached)."""
-        psdu, mcs, block_ack = key
+        key = _exchange_key(psdu, mcs, block_ack)
+        cached = self._durations.get(key)
+        if cached is not None:
+            return cached
         timing = self.timing
         rts = psdu > self.rts_threshold
         data_ns = timing.data_ns(psdu, mcs)
@@ -545,10 +537,11 @@ class Channel:
 
     def _max_psdu_for(self, mcs: int, max_data: int) -> int:
         """The largest A-MPDU for a PPDU of at most ``max_data`` ns (cached)."""
-        max_psdu = self._max_psdu.get((mcs, max_data), -1)
+        key = _psdu_key(mcs, max_data)
+        max_psdu = self._max_psdu.get(key, -1)
         if max_psdu < 0:
             max_psdu = min(self.max_ampdu_bytes, self.timing.max_psdu_bytes(mcs, max_data))
-            self._max_psdu[mcs, max_data] = max_psdu
+            self._max_psdu[key] = max_psdu
         return max_psdu
 
     def _build(self, e: Edcaf, now: int, txop_start: int) -> Transmission | None:
@@ -579,7 +572,7 @@ class Channel:
                 budget = budget - budget % self._quantum if budget > 0 else 0
                 if budget < max_data:
                     max_data = budget
-            max_psdu = self._max_psdu.get((mcs, max_data), -1)
+            max_psdu = self._max_psdu.get(_psdu_key(mcs, max_data), -1)
             if max_psdu < 0:
                 max_psdu = self._max_psdu_for(mcs, max_data)
             limit = self.max_mpdus
@@ -631,10 +624,9 @@ class Channel:
         for p in packets:
             p.sealed = True
         block_ack = n > 1
-        key = (psdu, mcs, block_ack)
-        durations = self._durations.get(key)
+        durations = self._durations.get(_exchange_key(psdu, mcs, block_ack))
         if durations is None:
-            durations = self._exchange(key)
+            durations = self._exchange(psdu, mcs, block_ack)
         if txop_left is not None and durations[1] > txop_left and now != txop_start:
             return None  # a continuation that does not fit ends the TXOP
         if deadline >= 0 and now + durations[1] > deadline:
@@ -663,10 +655,7 @@ class Channel:
             self._on_air_start = now
             self._on_air_collided = False
             self._counted_until = now + dur
-            if self.heap_slot:
-                self._set_slot(now + dur, PRIO_MEDIUM, self._end, txs, False)
-            else:
-                self.loop.set_slot(now + dur, PRIO_MEDIUM, self._end, txs, False)
+            self.loop.set_slot(self._slot, now + dur, PRIO_MEDIUM, _END, txs)
             return
         collided = len(txs) > 1
         for tx in txs:
@@ -692,10 +681,8 @@ class Channel:
         self._on_air_start = now
         self._on_air_collided = collided
         self._counted_until = now + dur
-        if self.heap_slot:
-            self._set_slot(now + dur, PRIO_MEDIUM, self._end, txs, collided)
-        else:
-            self.loop.set_slot(now + dur, PRIO_MEDIUM, self._end, txs, collided)
+        kind = _END_COLLIDED if collided else _END
+        self.loop.set_slot(self._slot, now + dur, PRIO_MEDIUM, kind, txs)
 
     def _end(self, txs: list[Transmission], collided: bool) -> None:
         now = self.loop.now_ns
@@ -726,7 +713,7 @@ class Channel:
                 self._on_air = []
                 self._on_air_collided = False
                 self._counted_until = now + SIFS_NS
-                self._set_slot(now + SIFS_NS, PRIO_MEDIUM, self._continue_txop, nxt)
+                self.loop.set_slot(self._slot, now + SIFS_NS, PRIO_MEDIUM, _CONTINUE, nxt)
                 return
         e.backoff = _draw(e.station.rng, e.cw + 1)
         self._go_idle(now, txs)
@@ -741,7 +728,7 @@ class Channel:
             self._on_air = []
             self._on_air_collided = False
             self._counted_until = now + SIFS_NS
-            self._set_slot(now + SIFS_NS, PRIO_MEDIUM, self._continue_txop, nxt)
+            self.loop.set_slot(self._slot, now + SIFS_NS, PRIO_MEDIUM, _CONTINUE, nxt)
             return
         self._go_idle(now, [tx, *changed])
 
@@ -992,6 +979,18 @@ class Channel:
         return True
 
 
+def _exchange_key(psdu: int, mcs: int, block_ack: bool) -> int:
+    """``Channel._durations``' key for ``(psdu, mcs, block_ack)`` (one to one: MCS
+    indices are far below 2**20)."""
+    return (psdu << 21) | (mcs << 1) | (1 if block_ack else 0)
+
+
+def _psdu_key(mcs: int, max_data: int) -> int:
+    """``Channel._max_psdu``' key for ``(mcs, max_data)`` (one to one, for any ``max_data``
+    and MCS indices below 2**20)."""
+    return (max_data << 20) | mcs
+
+
 def _remove_runs(ring: Ring, runs: list[Packet]) -> None:
     """Take ``runs`` (in ring order, the first at the head) out of ``ring``, keeping the
     order of the runs between them."""
@@ -1072,11 +1071,7 @@ class RingDrain:
         return self._frame_ns(self._psdu, self._mcs, self._n)
 
     def _frame_ns(self, psdu: int, mcs: int, n: int) -> int:
-        key = (psdu, mcs, n > 1)
-        durations = self._ch._durations.get(key)
-        if durations is None:
-            durations = self._ch._exchange(key)
-        return durations[1]
+        return self._ch._exchange(psdu, mcs, n > 1)[1]
 
     def close(self) -> None:
         """End the open frames: nothing appended later joins them."""

@@ -181,6 +181,7 @@ class Station:
         #: TCP ack waiting for room in a full BE ring must not hold back a VO message
         #: (fq_codel schedules flows independently; one FIFO would block the head).
         self.ls_queues: dict[AccessCategory, deque[Packet]] = {ac: deque() for ac in _AC_ORDER}
+        self._ls_list = list(self.ls_queues.values())  # (what ``refill`` walks)
         self.transfers: deque[BulkTransfer] = deque()
         #: Ungated transfers (``BulkTransfer.gated = False``) of a station whose hooks
         #: decide: served beside ``transfers`` in turns of one burst, never asking the
@@ -377,7 +378,7 @@ class Station:
         rings = self.rings
         cap = self.capacity
         group = self.group_ls
-        for ls in self.ls_queues.values():
+        for ls in self._ls_list:
             while ls:
                 head = ls[0]
                 room = cap - rings[head.ac].n

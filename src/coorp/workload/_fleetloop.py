@@ -89,6 +89,11 @@ class FleetLoop:
         self.cells = cells
         self.hint = hint
         self.protected = protected
+        #: Read per sample: the cells' association map (one dict, updated in place) and
+        #: the message sizes, without an attribute lookup on ``cells`` or ``cfg`` each.
+        self._ap_of: dict[str, str | None] = cells.ap_of
+        self._perception_bytes = cfg.perception_bytes
+        self._control_bytes = cfg.control_bytes
         self.period = us(cfg.period_us)
         self.jitter = us(cfg.jitter_us)
         self.inference = us(cfg.inference_us)
@@ -153,7 +158,7 @@ class FleetLoop:
         sim.call_at(send, self._send, r, k + 1, nxt)
         rec = LoopRecord(r, k, sample)
         self.records.append(rec)
-        ap = self.cells.ap_of[r]
+        ap = self._ap_of[r]
         if ap is None:
             rec.lost = "gap"  # off the air: the sample never leaves the robot
             return
@@ -162,7 +167,7 @@ class FleetLoop:
         rec.ap, rec.send_ns = ap, now
         epoch = self._epoch[r]
         sim.send_message(
-            self.perception[r], self.cfg.perception_bytes,
+            self.perception[r], self._perception_bytes,
             partial(self._perceived, r, rec, ap, epoch),
         )  # fmt: skip
 
@@ -183,7 +188,7 @@ class FleetLoop:
             rec.lost = "handover"
             return
         self.sim.send_message(
-            self.control[r], self.cfg.control_bytes, partial(self._controlled, r, rec, epoch)
+            self.control[r], self._control_bytes, partial(self._controlled, r, rec, epoch)
         )
 
     def _controlled(self, r: str, rec: LoopRecord, epoch: int, m: Message) -> None:

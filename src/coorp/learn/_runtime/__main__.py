@@ -43,6 +43,36 @@ def _permits(args: argparse.Namespace) -> None:
     asyncio.run(main())
 
 
+#: ``coorp agent``'s default ``agent.scheduling``.
+_SCHEDULING = "nice:-10"
+#: The interpreter's thread switch interval in a role process (Python's default 5 ms).
+_SWITCH_S = 0.0005
+
+
+def _prioritise(name: str) -> None:
+    """This role process takes the CPU share ``coorp agent`` takes on a robot.
+
+    On a robot the runtime is the agent (and the permit service the leader daemon),
+    a process of its own at ``agent.scheduling`` (nice -10 by default,
+    docs/runtime.md). Here a worker's or the leader's runtime runs inside its training
+    process, on one interpreter: a training thread preempted by other programs while
+    it holds the GIL stalls the runtime's thread behind it (the pacer, the permit
+    link, the LS channels), whatever that thread's own share. So the whole process
+    takes the agent's share, set before any thread starts (Linux keeps nice values
+    per thread; new threads inherit them), and the interpreter switches threads every
+    0.5 ms instead of 5 ms: a thread woken for an LS send or a chunk waits that long at
+    most for the training thread to let go of the GIL. Every mode alike (the LS loop
+    runs on the runtime in both). Without the right to raise it (no CAP_SYS_NICE) the
+    share stays as started, said on stderr (the role's log)."""
+    from coorp.runtime import apply_scheduling, parse_scheduling
+
+    sys.setswitchinterval(_SWITCH_S)
+    try:
+        apply_scheduling(parse_scheduling(_SCHEDULING))
+    except PermissionError as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m coorp.learn._runtime")
     sub = p.add_subparsers(dest="role", required=True)
@@ -66,6 +96,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             q.add_argument("--server-tcp", default="", help="the leader's TCP host:port")
     args = p.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    _prioritise(getattr(args, "robot", args.role))
     if args.role == "permits":
         _permits(args)
         return

@@ -44,6 +44,15 @@ class Receipt(msgspec.Struct, kw_only=True):
     permit_wait_ns: int = 0
     preempted_ns: int = 0
     preemptions: int = 0
+    #: Host monotonic instants (every role of a ``--runtime`` run shares the clock):
+    #: handed to the transport, first and last payload byte written (coordinated
+    #: streams; None otherwise), confirmed. They place the message on one timeline
+    #: with the other robots' (docs/learn.md, "Where a shared-queue round's time
+    #: goes"; ``benchmarks/learn_sync_timeline.py``).
+    start_ns: int = 0
+    first_write_ns: int | None = None
+    last_write_ns: int | None = None
+    end_ns: int = 0
 
 
 class PerceptionIn(NamedTuple):

@@ -46,8 +46,14 @@ class Role:
             )
         self.inbox = self.team.listen(f"{args.host}:{getattr(args, 'port', 0) or 0}")
         self.stop = threading.Event()
-        # One send at a time, in order (each worker its own stream or connection).
-        self.pool = ThreadPoolExecutor(max_workers=1)
+        # One send at a time per peer, in order; peers concurrently (each worker its
+        # own stream or connection). On coordinated streams the runtime still puts one
+        # message at a time on the air (``BulkSettings.one_message_at_a_time``), but
+        # the next one connects and opens while the previous goes out and takes the
+        # turn at its last byte written, not once the previous send has returned (a
+        # confirmation, a thread hand-off and a fresh connection later: 10-20 ms
+        # between the leader's model messages, measured; docs/learn.md).
+        self.pools: dict[str, ThreadPoolExecutor] = {}
         self.futures: list[Future[None]] = []
         self.sent: list[Record] = []
         self.received: list[Record] = []
@@ -79,18 +85,25 @@ class Role:
             receipt = Receipt(
                 kind=kind, nbytes=len(payload), ns=r.finished_ns - r.started_ns,
                 permit_wait_ns=r.permit_wait_ns, preempted_ns=r.preempted_ns,
-                preemptions=r.preemptions,
+                preemptions=r.preemptions, start_ns=r.started_ns,
+                first_write_ns=r.first_write_ns, last_write_ns=r.last_write_ns,
+                end_ns=r.finished_ns,
             )  # fmt: skip
         else:
             self.tcp_send(peer, payload)
-            receipt = Receipt(kind=kind, nbytes=len(payload), ns=time.monotonic_ns() - t0)
+            t1 = time.monotonic_ns()
+            receipt = Receipt(kind=kind, nbytes=len(payload), ns=t1 - t0, start_ns=t0, end_ns=t1)
         self.receipts.append(receipt)
 
     def tcp_send(self, peer: str, payload: bytearray) -> None:
         raise NotImplementedError
 
-    def submit(self, fn: Callable[[], None]) -> None:
-        self.futures.append(self.pool.submit(fn))
+    def submit(self, peer: str, fn: Callable[[], None]) -> None:
+        """Run ``fn`` (a send to ``peer``) after the earlier sends to ``peer``."""
+        pool = self.pools.get(peer)
+        if pool is None:
+            pool = self.pools[peer] = ThreadPoolExecutor(max_workers=1)
+        self.futures.append(pool.submit(fn))
 
     def settle(self) -> None:
         """Wait for every send handed to the pool; raise the first failure."""
@@ -109,9 +122,13 @@ class Role:
     def run(self) -> None:
         raise NotImplementedError
 
+    def close_pools(self) -> None:
+        for pool in self.pools.values():
+            pool.shutdown(wait=True, cancel_futures=True)
+
     def close(self) -> None:
         self.stop.set()
-        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.close_pools()
         self.team.close()
 
     def messages(self) -> Iterator[Any]:

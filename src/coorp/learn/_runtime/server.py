@@ -186,7 +186,7 @@ class Server(Role):
                 data = encode(msg, versions[msg.version], pad_to=pad)
             else:
                 data = encode(msg)
-            self.submit(lambda: self.bulk_send(w, inboxes[w], data, msg))
+            self.submit(w, lambda: self.bulk_send(w, inboxes[w], data, msg))
 
         t0 = time.monotonic_ns()
         for w in self.workers:

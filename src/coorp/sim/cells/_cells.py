@@ -77,7 +77,6 @@ class Cells:
                     sim.loop, sim.timing, sc.mac, sim.links, rng=rng(f"packet-errors:{d.name}"),
                     on_delivered=sim._delivered, on_dropped=sim._dropped, trace=trace,
                 )  # fmt: skip
-                ch.heap_slot = True
             self.channels[d.name] = ch
         self.access_points: tuple[str, ...] = tuple(fleet.ap_names())
         #: AP -> its contention domain's name; AP -> its primary channel number.
