@@ -27,8 +27,10 @@ full word on its controls (a moving bound while perceptions are missing, exact i
 once controls are due); ``ladder-in-window`` also prices a packet only against sends in
 or after the window it was enqueued ahead of (``Gate(realized_in_window=True)``): the
 ``coorp`` of issue 36; ``coorp`` protects only each window's core and leaves its tail of
-late sends to the ring budget (``SendTimeModel(protect_tail=False)``). The rungs and
-variants measured before issue 36 are built on ``_Before36`` so that they stay what
+late sends to the ring budget (``SendTimeModel(protect_tail=False)``). The variant
+``ladder-ack-probes`` is ``coorp`` whose acks' gate explores as the bulk gate does
+(``GatedHooks(ack_probes=True)``; docs/control.md, "Probes in the acks' gate"). The rungs
+and variants measured before issue 36 are built on ``_Before36`` so that they stay what
 they were.
 """
 
@@ -172,6 +174,13 @@ class LadderInWindow(CoorpPolicy):
     name = "ladder-in-window"
     summary = "… + a packet priced only against sends in or after its window (coorp of issue 36)"
     protect_tail = True
+
+
+@register_policy
+class LadderAckProbes(CoorpPolicy):
+    name = "ladder-ack-probes"
+    summary = "coorp whose acks' gate explores as the bulk gate does (a variant)"
+    ack_probes = True
 
 
 @register_policy

@@ -39,8 +39,10 @@ Two things are compared per case:
   that order does not decide); and when that mean reaches the receive window. With
   several senders the mean window over a few seeds is itself noisy (two sets of 10 of
   ns-3's own seeds differ by about 5% with five senders): compare it over many seeds
-  (short runs: ``--seeds 40 --warmup 0.05 --duration 0.05``).
-  ``--figure`` plots the mean windows.
+  (short runs: ``--seeds 60 --warmup 0.05 --duration 0.05``). The table gives that
+  difference's 95% interval (resampling the seeds, both sides together) and what two
+  random halves of ns-3's own seeds differ by ("ns-3 halves"): a difference inside
+  that spread is what the seeds alone produce. ``--figure`` plots the mean windows.
 
 ``--json PATH`` writes exactly ``{"rows": [{"case", "coorp_mbps", "ns3_mbps"}]}``;
 ``--details PATH`` everything (traces, metrics, the command, the load). Without ns-3 the
@@ -442,15 +444,62 @@ def compare_seeds(runs: list[dict[str, Any]], rwnd_bytes: int, trace_ms: float) 
     ma = [sum(col) / len(a) for col in zip(*a, strict=True)]
     mb = [sum(col) / len(b) for col in zip(*b, strict=True)]
     d = [abs(x - y) / y for x, y in zip(ma, mb, strict=True) if y > 0]
+    interval, self_diff = seed_noise(a, b)
     return {
         "cap_segments": cap,
         "mean_rel_diff": sum(per) / len(per) if per else None,
         "mean_window_rel_diff": sum(d) / len(d) if d else None,
+        "mean_window_interval": interval,
+        "ns3_self_rel_diff": self_diff,
         "coorp_mean_window": ma,
         "ns3_mean_window": mb,
         "coorp_reach_ms": reach_ms([round(x) for x in ma], cap),
         "ns3_reach_ms": reach_ms([round(x) for x in mb], cap),
     }
+
+
+#: Resamples for the mean window difference's interval, and random halvings of ns-3's
+#: seeds for its own spread; a fixed generator keeps the report reproducible.
+RESAMPLES = 2000
+HALVINGS = 50
+
+
+def _curve_diff(a: Any, b: Any) -> float:
+    """Mean of ``|a - b| / b`` over the samples where ``b > 0`` (two mean curves)."""
+    import numpy as np
+
+    keep = b > 0
+    return float(np.mean(np.abs(a[keep] - b[keep]) / b[keep])) if keep.any() else float("nan")
+
+
+def seed_noise(ours: list[list[float]], theirs: list[list[float]]
+               ) -> tuple[list[float] | None, float | None]:  # fmt: skip
+    """How much of the mean window difference the seeds alone explain.
+
+    * The 95% interval of the difference of the two mean curves, resampling the seeds
+      (paired: a resample takes seed ``k`` on both sides, percentile bootstrap).
+    * ns-3 against itself: the same metric between two disjoint random halves of its
+      seeds (mean over ``HALVINGS`` halvings) — what two sets of ``n/2`` ns-3 seeds
+      differ by; two sets of ``n`` differ by about ``1/√2`` of it.
+
+    (None, None) with fewer than 4 seeds."""
+    import numpy as np
+
+    n = len(theirs)
+    if n < 4:
+        return None, None
+    a, b = np.asarray(ours, dtype=float), np.asarray(theirs, dtype=float)
+    rng = np.random.default_rng(0)
+    boot = [
+        _curve_diff(a[idx].mean(axis=0), b[idx].mean(axis=0))
+        for idx in rng.integers(0, n, size=(RESAMPLES, n))
+    ]
+    lo, hi = np.percentile(boot, [2.5, 97.5])
+    halves = []
+    for _ in range(HALVINGS):
+        perm = rng.permutation(n)
+        halves.append(_curve_diff(b[perm[: n // 2]].mean(axis=0), b[perm[n // 2 :]].mean(axis=0)))
+    return [float(lo), float(hi)], float(np.mean(halves))
 
 
 def figure(path: Path, results: list[dict[str, Any]], trace_ms: float) -> None:
@@ -554,12 +603,16 @@ def main(argv: list[str] | None = None) -> int:
         title=f"TCP over 802.11ac (80 MHz 2x2 MCS 7), {args.duration:g} s after {args.warmup:g} s"
     )
     for col in ("case", "coorp Mb/s", "ns-3 Mb/s", "coorp / ns-3", "cwnd diff per conn.",
-                "mean window diff", "reach rwnd ms coorp / ns-3", "coorp wall s",
-                "ns-3 wall s"):  # fmt: skip
+                "mean window diff (95%)", "ns-3 halves", "reach rwnd ms coorp / ns-3",
+                "coorp wall s", "ns-3 wall s"):  # fmt: skip
         table.add_column(col, justify="left" if col == "case" else "right")
 
     def pct(x: float | None, sign: str = "") -> str:
         return "-" if x is None else f"{100 * x:{sign}.1f}%"
+
+    def interval(c: dict[str, Any]) -> str:
+        iv = c["mean_window_interval"]
+        return "" if iv is None else f" ({pct(iv[0])}–{pct(iv[1])})"
 
     for r in results:
         c = r["cwnd"]
@@ -569,7 +622,8 @@ def main(argv: list[str] | None = None) -> int:
             "-" if r["ns3_mbps"] is None else f"{r['ns3_mbps']:.1f}",
             "-" if r["ns3_mbps"] is None else pct(r["coorp_mbps"] / r["ns3_mbps"] - 1, "+"),
             "-" if c is None else pct(c["mean_rel_diff"]),
-            "-" if c is None else pct(c["mean_window_rel_diff"]),
+            "-" if c is None else pct(c["mean_window_rel_diff"]) + interval(c),
+            "-" if c is None else pct(c["ns3_self_rel_diff"]),
             "-" if c is None else f"{c['coorp_reach_ms']} / {c['ns3_reach_ms']}",
             f"{r['coorp_wall_s']:.2f}",
             "-" if r["ns3_wall_s"] is None else f"{r['ns3_wall_s']:.1f}",

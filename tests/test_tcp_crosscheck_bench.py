@@ -80,3 +80,18 @@ def test_sim_speed_times_the_tcp_model_against_none(tmp_path: Path) -> None:
             r["cpu_s"][0] / rows[("crl-2 tcp=none", p)]["cpu_s"][0]
         )
         assert "cpu_vs_no_tcp" not in rows[("crl-2 tcp=none", p)]
+
+
+def test_seed_noise_bounds_the_mean_window_difference() -> None:
+    # Four seeds whose ns-3 curves differ from each other; coorp's are ns-3's + 10%.
+    theirs = [[10.0, 20.0, 40.0], [12.0, 22.0, 44.0], [8.0, 18.0, 36.0], [10.0, 21.0, 41.0]]
+    ours = [[1.1 * x for x in curve] for curve in theirs]
+    interval, halves = xc.seed_noise(ours, theirs)
+    assert interval is not None and halves is not None
+    assert interval == pytest.approx([0.1, 0.1])  # every resample: exactly 10% apart
+    assert halves > 0  # two halves of ns-3's own seeds are not the same curve
+    same, _ = xc.seed_noise(theirs, theirs)
+    assert same == [0.0, 0.0]
+    assert xc.seed_noise(ours[:3], theirs[:3]) == (None, None)  # too few seeds to say
+    # The same numbers again: the generator is seeded.
+    assert xc.seed_noise(ours, theirs) == (interval, halves)

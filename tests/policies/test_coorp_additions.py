@@ -431,3 +431,47 @@ def test_the_team_acks_are_judged_and_learned_apart_from_bulk_data() -> None:
         assert acks[robot]["unknown_completions"] == 0
         assert bulk[robot]["unknown_completions"] == 0
     assert sum(stats["ack_holds"].values()) > 0
+
+
+def test_the_acks_gate_probes_a_table_too_large_for_every_gap() -> None:
+    # Gaps of 3 ms between 1 ms windows, and an ack table that says 5 ms per ack (a
+    # guess, or samples from a congested moment): Algorithm 2 alone holds every ack for
+    # good, and nothing it admits could ever correct the table. With probes the first
+    # ask at a gap's start, into an empty ring, lets one ack go (and marks it the probe).
+    from coorp.control import CompletionTimeTable, Gate, Interval
+    from coorp.policies._hooks import GatedHooks
+    from coorp.sim import Simulation
+
+    ms = 1_000_000
+    windows = [Interval(3 * ms + i * 4 * ms, 4 * ms - 1 + i * 4 * ms) for i in range(10)]
+
+    class Fixed:
+        def next_window(self, now_ns: int) -> Interval | None:
+            return next((w for w in windows if w.end_ns >= now_ns), None)
+
+    sim = Simulation(load_scenario(resolve_scenario("crl-5")))
+    r1 = sim.station("r1")
+
+    def hooks(probes: bool) -> tuple[GatedHooks, Gate]:
+        acks = Gate(Fixed(), CompletionTimeTable(default_ns=5 * ms))
+        bulk = Gate(Fixed(), CompletionTimeTable())
+        return GatedHooks(gate=bulk, gate_acks=True, ack_gate=acks, ack_probes=probes), acks
+
+    held, _ = hooks(False)
+    probing, acks = hooks(True)
+    first_gap_end = windows[0].end_ns + 1
+    for h in (held, probing):
+        assert h.admit_acks(r1, ms, 4, 0) == (0, first_gap_end)  # denied ahead of w0
+    # Algorithm 2 alone: denied at every gap's start, forever.
+    for w in windows[:-1]:
+        assert held.admit_acks(r1, w.end_ns + 1, 4, 0)[0] == 0
+    # With probes: one ack goes at the gap's start, alone, as the probe...
+    assert probing.admit_acks(r1, first_gap_end, 4, 0) == (1, windows[1].end_ns + 1)
+    assert acks.probe_armed
+    probing.on_acks_enqueued(r1, 100, 1, 0, first_gap_end)
+    assert acks.exploring and not acks.probe_armed and acks.stats.explored == 1
+    # ...and no second one while it is in flight, nor into a ring that is not empty.
+    assert probing.admit_acks(r1, first_gap_end + 1, 3, 1)[0] == 0
+    # The probe completes fast: the table learns, and the next gap admits the rest.
+    acks.on_complete_run(100, 1, first_gap_end + 200_000)
+    assert probing.admit_acks(r1, windows[1].end_ns + 1, 3, 0) == (3, 0)

@@ -231,6 +231,14 @@ class Gate:
         """A probe is in flight (admitted by the exploration rule, not completed)."""
         return self._probe_pid >= 0
 
+    @property
+    def probe_armed(self) -> bool:
+        """The last decision admitted a probe that is not yet enqueued: the next
+        :meth:`on_enqueue_run` makes its first packet the probe (a caller that decides
+        with :meth:`decide_run` and announces the packets afterwards asks this before
+        deciding anything else, which would disarm it)."""
+        return self._probe_armed is not None
+
     def decide(self, now_ns: int, queue_depth: int) -> GateDecision:
         """Whether the driver may dequeue one bulk packet with ``queue_depth`` bulk
         packets already in the NIC. Before any window is known: allow."""

@@ -136,6 +136,14 @@ class CoorpPolicy(Policy):
     #: and settings): a 52-byte ack completes unlike a bulk packet, and its samples in
     #: the bulk table made the gate deny bulk data it could have sent.
     ack_table: ClassVar[bool] = True
+    #: The acks' gate explores as the bulk gate does (GatedHooks(ack_probes=True)).
+    #: Without probes an ack table whose estimate exceeds every gap holds a robot's acks
+    #: for good: with TCP senders (crl-5-guest-leader, random phases, seed 5) a worker's
+    #: data download then timed out six times (RTO 12.8 s) and the team's bulk fell from
+    #: ~100 to 33 Mb/s. Off by default: without a TCP sender model (every published
+    #: table) held acks cost nothing and the probes cost 0.1-2 points of utilization
+    #: (docs/control.md, "Probes in the acks' gate"); ``ladder-ack-probes`` has them.
+    ack_probes: ClassVar[bool] = False
     #: A robot's own bulk transfers go one at a time, in the order they were started
     #: (the leader's model to one worker, then the next), not interleaved: each
     #: receiver sends TCP acks, so four transfers at once put four ack senders on the
@@ -200,7 +208,7 @@ class CoorpPolicy(Policy):
                 client=self.clients.get(robot), gate=gate, planner=planner,
                 ls_flows=team.ls_flows, drain_recheck=self.drain_recheck,
                 gate_acks=self.gate_acks and gate is not None,
-                ack_gate=self.ack_gates.get(robot),
+                ack_gate=self.ack_gates.get(robot), ack_probes=self.ack_probes,
                 outside_waiting=(
                     OutsideWaiting(sim, robot)
                     if outsiders and self.gate_acks and self.acks_yield_to_outside else None

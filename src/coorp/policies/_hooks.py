@@ -215,6 +215,11 @@ class GatedHooks:
       behind the team's acks in the robot's priority queue (an :class:`OutsideWaiting`):
       then the acks are never held, since a held ack holds everything queued behind it,
       and traffic outside the team is never gated. None: not asked.
+    * ``ack_probes``: with ``ack_gate``, the acks' gate decides as the bulk gate does,
+      exploration included (:class:`~coorp.control.Gate`: one probe at a gap's start
+      into an empty ring): its table learns only from the acks it admits, so without
+      probes an estimate larger than every gap between windows holds the acks for
+      good. False: Algorithm 2 alone (:meth:`Gate.admits_run`), as before issue 36.
     """
 
     def __init__(
@@ -229,6 +234,7 @@ class GatedHooks:
         gate_acks: bool = False,
         ack_gate: Gate | None = None,
         outside_waiting: Callable[[], bool] | None = None,
+        ack_probes: bool = False,
     ) -> None:
         self.client = client
         self.gate = gate
@@ -248,11 +254,30 @@ class GatedHooks:
         self.gates_acks = gate_acks and gate is not None
         self.ack_gate = ack_gate if self.gates_acks else None
         self.outside_waiting = outside_waiting
+        self.ack_probes = ack_probes
 
     def admit_acks(
         self, station: DriverView, now_ns: int, count: int, depth: int
     ) -> tuple[int, int]:
-        gate = self.ack_gate if self.ack_gate is not None else self.gate
+        ack_gate = self.ack_gate
+        if (
+            self.ack_probes
+            and ack_gate is not None
+            and not (self.outside_waiting is not None and self.outside_waiting())
+        ):
+            # The acks' own gate decides as the bulk gate does, exploration included:
+            # its table learns only from acks it admits, so without probes an estimate
+            # larger than every gap held them for good (a TCP sender then timed out
+            # again and again, its retransmissions' acks held too).
+            if ack_gate.decide_run(now_ns, 1, depth) == 0:
+                return 0, ack_gate.resume_ns
+            if count == 1:
+                return 1, 0
+            if ack_gate.probe_armed:  # a probe goes alone (on_acks_enqueued marks it)
+                return 1, ack_gate.resume_ns
+            n = 1 + ack_gate.decide_run(now_ns, count - 1, depth + 1)
+            return (count, 0) if n >= count else (n, ack_gate.resume_ns)
+        gate = ack_gate if ack_gate is not None else self.gate
         if gate is None or (self.outside_waiting is not None and self.outside_waiting()):
             return count, 0
         n = gate.admits_run(now_ns, count, depth)
@@ -470,12 +495,13 @@ class CappedGatedHooks(GatedHooks):
         gate_acks: bool = False,
         ack_gate: Gate | None = None,
         outside_waiting: Callable[[], bool] | None = None,
+        ack_probes: bool = False,
     ) -> None:
         # Spelled out, not **kwargs: mypyc mis-forwards **kwargs to a compiled base.
         super().__init__(
             client=client, gate=gate, planner=planner, ls_flows=ls_flows,
             drain_recheck=drain_recheck, ring_limit=ring_limit, gate_acks=gate_acks,
-            ack_gate=ack_gate, outside_waiting=outside_waiting,
+            ack_gate=ack_gate, outside_waiting=outside_waiting, ack_probes=ack_probes,
         )  # fmt: skip
         if cap_ns < 1:
             raise UsageError(f"cap_ns={cap_ns}: must be >= 1 nanosecond")
