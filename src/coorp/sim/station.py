@@ -40,9 +40,7 @@ __all__ = ["BulkTransfer", "Edcaf", "Station"]
 
 #: Service order of the priority queues.
 _AC_ORDER: Final = (AccessCategory.VO, AccessCategory.VI, AccessCategory.BE, AccessCategory.BK)
-_PRIORITY: Final = {
-    AccessCategory.BK: 0, AccessCategory.BE: 1, AccessCategory.VI: 2, AccessCategory.VO: 3,
-}  # fmt: skip
+_PRIORITY: Final = {ac: i for i, ac in enumerate(reversed(_AC_ORDER))}  # BK 0 ... VO 3
 
 
 class Edcaf:
