@@ -20,7 +20,10 @@ lost), bulk Mb/s in the window; ``--seeds`` seeds.
 * ``best effort``: LS in AC_BE too — the emulated ``none`` mode, with one difference in
   the models: the simulator's datagrams skip the kernel queue (fq_codel's sparse-flow
   priority), the emulator's share a tail-drop FIFO with the bulk (no FQ-CoDel, see
-  docs/emulate.md, "Limits").
+  docs/emulate.md, "Limits"; ``hw_queue.kernel_queue_fifo`` gives the simulator that
+  FIFO). Like for like, the emulated hosts' TCP must be cubic too (``--tw-tcp-cc
+  cubic``; this machine's default is BBR): docs/emulate.md, "The gap, found", and
+  ``benchmarks/_edca_gap.py``.
 """
 
 from __future__ import annotations

@@ -104,6 +104,8 @@ def transparent_wifi(args: Any, details: dict[str, Any]) -> list[dict[str, Any]]
             tb.network(targs, "wifi") as net,
         ):
             net.create(sysctls=tb.WIFI_SYSCTLS)
+            if args.tw_tcp_cc:
+                tb.route_congestion_control(net, args.tw_tcp_cc)
             for rep in range(args.tw_repetitions):
                 todo = [(a, m) for a in apps for m in modes if m != "api"]
                 todo += [("coorp", "api")] if "api" in modes else []
@@ -119,7 +121,8 @@ def transparent_wifi(args: Any, details: dict[str, Any]) -> list[dict[str, Any]]
                                            "bulk_mbps")})  # fmt: skip
         runs.append({
             "ring": ring, "ls_rt_priority": tb.ls_rt_priority(targs, "wifi"),
-            "agent_rt_priority": args.tw_agent_rt, "rows": described,
+            "agent_rt_priority": args.tw_agent_rt, "tcp_cc": args.tw_tcp_cc or "host default",
+            "rows": described,
             "runs": [tb._without_samples(r) for r in measured],
             "emulator": {k: emulator[k] for k in ("verdict", "frame_lag", "by_ac", "load_start",
                                                   "load_end") if k in emulator},

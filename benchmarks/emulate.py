@@ -179,6 +179,13 @@ def main() -> int:
         "ordinary scheduling, as the daemons run)",
     )
     ap.add_argument(
+        "--tw-tcp-cc",
+        default="",
+        help="transparent_wifi: every host's TCP congestion control, by route ('': the "
+        "host's default, bbr on this machine; cubic: the simulator's, for the edca section's "
+        "like-for-like comparison, docs/emulate.md)",
+    )
+    ap.add_argument(
         "--edca-command-lag-us",
         type=float,
         default=2000.0,

@@ -570,7 +570,25 @@ def network(args: argparse.Namespace, medium: str) -> Any:
     ring = args.ring.replace("-", "_")
     sc = apply_overrides(load_scenario(path), [("hw_queue.mode", ring)], source=str(path))
     hosts = ["ld", *(f"r{i}" for i in range(1, args.robots + 1))]
-    return EmulatedStar(hosts, sc, tag="coorptb", seed=args.seed)
+    return EmulatedStar(hosts, sc, tag="coorptb", seed=args.seed,
+                        queue_packets=getattr(args, "emu_queue_packets", 1000),
+                        trace_dir=getattr(args, "emu_trace", None))  # fmt: skip
+
+
+def route_congestion_control(net: Any, cc: str) -> None:
+    """Every host's TCP uses congestion control ``cc``: its subnet route gets ``congctl
+    cc`` (a namespace may not make a restricted algorithm its default, and this host
+    allows only reno and bbr, its default; a route may name any). Programs unchanged."""
+    for host in net.hosts:
+        ns = net.ns(host)
+        routes = subprocess.run(["ip", "-n", ns, "-o", "route", "show", "proto", "kernel"],
+                                capture_output=True, text=True, check=True).stdout  # fmt: skip
+        for line in routes.splitlines():
+            words = line.split()
+            if "dev" not in words or "congctl" in words:
+                continue
+            subprocess.run(["ip", "-n", ns, "route", "replace", *words, "congctl", cc],
+                           check=True, capture_output=True)  # fmt: skip
 
 
 def main() -> int:
@@ -620,6 +638,15 @@ def main() -> int:
         help="SCHED_FIFO priority of coorp leader and the agents (0: ordinary scheduling, "
         "as the daemons run by default)",
     )
+    p.add_argument("--emu-queue-packets", type=int, default=1000,
+                   help="--medium wifi: each station's kernel queue per access category "
+                   "(coorp emulate --queue-packets)")  # fmt: skip
+    p.add_argument("--tcp-cc", default=None,
+                   help="every host's TCP congestion control, by route (default: the host's, "
+                   "bbr on this machine; the simulator's uploads are cubic)")  # fmt: skip
+    p.add_argument("--emu-trace", type=Path, default=None,
+                   help="--medium wifi: write the emulator's traces (frames, exchanges) "
+                   "here (coorp emulate --trace); benchmarks/_edca_gap.py reads them")  # fmt: skip
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--no-extras", action="store_true", help="skip the runs without LS")
     p.add_argument("--json", type=Path, default=None)
@@ -655,6 +682,8 @@ def main() -> int:
                     net.create(sysctls=WIFI_SYSCTLS)
                 else:
                     net.create(rate_mbit=args.rate_mbit, queue_ms=100.0)
+                if args.tcp_cc:
+                    route_congestion_control(net, args.tcp_cc)
                 for rep in range(args.repetitions):
                     for direction in args.direction:
                         for streams in args.streams:

@@ -403,3 +403,34 @@ def test_a_robots_bulk_streams_take_turns_under_one_permit(
     finally:
         for p in proxies:
             p.close()
+
+
+def test_a_closed_stream_frees_its_connection_at_the_receiver(teams: list[Team]) -> None:
+    """A stream used for one message and closed gives its connection back: the
+    receiver's inbox holds every open connection against its bound, so a sender that
+    opened a fresh stream per message and never closed them (the learn roles did)
+    filled it after a few hundred messages and the next one was refused."""
+    rx = join(None, "sink", KEY)
+    teams.append(rx)
+    inbox = rx.listen("127.0.0.1:0")
+    dest = f"127.0.0.1:{inbox.address[1]}"
+    tx = join(None, "r1", KEY)
+    teams.append(tx)
+    kept = tx.bulk("kept-open", dest)
+    kept.send(b"k" * 20_000, timeout_s=10)
+    for i in range(3):
+        stream = tx.bulk(f"one-message-{i}", dest)
+        stream.send(bytes([i]) * 20_000, timeout_s=10)
+        stream.close()
+    for _ in range(4):
+        inbox.recv(timeout=5)
+    # The receiver sees each close as an EOF on its own loop: wait for that (bounded),
+    # the condition being the event waited for.
+    ev = threading.Event()
+    for _ in range(200):
+        if inbox.stats()["bulk_open_connections"] <= 1:
+            break
+        ev.wait(0.05)
+    assert inbox.stats()["bulk_open_connections"] == 1  # the stream left open, only
+    with pytest.raises(Exception, match="closed"):
+        stream.send(b"again", timeout_s=1)

@@ -287,3 +287,18 @@ class MacConfig(_Model):
 class HwQueueConfig(_Model):
     mode: HwQueueMode = HwQueueMode.PER_AC
     capacity_packets: int = Field(128, ge=1, le=65536, description="packets per ring")
+    kernel_queue_packets: int | None = Field(
+        None,
+        ge=1,
+        le=1_000_000,
+        description="packets a station's kernel queue holds per access category in front "
+        "of its ring (TCP segments, LS datagrams and TCP acks together), tail drop: a "
+        "dropped segment is a loss to TCP (coorp emulate's --queue-packets); none: no bound",
+    )
+    kernel_queue_fifo: bool = Field(
+        False,
+        description="LS datagrams and TCP acks wait behind the TCP segments of their "
+        "category already in the station's kernel queue (one FIFO per category, as a pfifo "
+        "qdisc and coorp emulate's queue); false: they go ahead of them (fq_codel's "
+        "sparse-flow priority)",
+    )

@@ -1,4 +1,5 @@
-"""The driver's per-receiver bursts into a shared NIC ring (A-MPDUs per receiver and TID).
+"""The driver's queues in front of the NIC ring: per-receiver bursts into a shared ring
+(A-MPDUs per receiver and TID), the kernel queue's bound and order, held acks.
 
 A shared ring is one FIFO that the NIC consumes in order: it aggregates consecutive
 packets of one receiver and category, and cannot reach past another receiver's. Linux
@@ -13,6 +14,18 @@ already reach the ring in bursts of one A-MPDU per transfer (``Station.refill``)
 Only shared rings with that grouping take this path, so it stays apart from the
 compiled hot one, as ``_ungated`` does.
 
+The kernel queue (``hw_queue.kernel_queue_packets``, ``kernel_queue_fifo``; off by
+default, and then none of this runs): with a bound ``Station.kernel_limit`` a station
+holds at most that many packets per category in front of its ring — TCP segments
+(``coorp.sim.tcp`` counts them in and out), LS datagrams and acks together — and drops
+what arrives at a full queue (:func:`kernel_admit`; a tail drop, as Linux's qdisc or
+``coorp emulate``'s queue). With ``Station.fifo`` an LS packet carries a ticket, the
+station's count of TCP segments of its category queued when it arrived, and reaches the
+ring only once as many have left (``Station.tcp_in``, ``tcp_out``): one FIFO, not
+fq_codel's sparse-flow priority. The bulk stops at the oldest waiting LS packet's place
+(:func:`fifo_room`) and the LS go on when the segments ahead have left
+(:func:`fifo_refill`). :func:`hold_acks`: what the driver does when hooks hold acks.
+
 The one import circle kept on purpose (speed): ``packets``, ``station``, ``mac``,
 ``_ungated``, ``_txq``, ``tcp`` and ``congestion`` name each other's classes (mostly for
 typing only) so that mypyc compiles every access between packets, stations, TCP
@@ -24,12 +37,19 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
-from coorp.sim.packets import Packet
+from coorp._errors import InvariantError
+from coorp.scenario import AccessCategory
+from coorp.sim.driver import FOREVER
+from coorp.sim.events import PRIO_CONTROL
+from coorp.sim.packets import FlowState, Packet
 
 if TYPE_CHECKING:
-    from coorp.sim.station import Station
+    from coorp.sim.station import BulkTransfer, Station
 
-__all__ = ["ls_burst"]
+__all__ = [
+    "fifo_refill", "fifo_room", "hold_acks", "kernel_admit", "kernel_out", "kernel_segments",
+    "ls_burst",
+]  # fmt: skip
 
 
 def ls_burst(st: Station, ls: deque[Packet], head: Packet, now: int) -> None:
@@ -52,6 +72,8 @@ def ls_burst(st: Station, ls: deque[Packet], head: Packet, now: int) -> None:
             continue
         if gated and p.flow.gate_acks:
             return
+        if p.ticket > st.tcp_out[p.ac] and st.fifo:
+            return  # a FIFO kernel queue: TCP segments queued before it go first
         room = st.capacity - ring.n
         if room <= 0:
             return
@@ -62,3 +84,108 @@ def ls_burst(st: Station, ls: deque[Packet], head: Packet, now: int) -> None:
             del ls[i]
         st._enqueue_ls(p, now)
         budget -= k
+
+
+def hold_acks(st: Station, until: int, now: int) -> None:
+    """The hooks held ``st``'s acks back: ask again by ``until`` (``FOREVER``: at the
+    next refill only)."""
+    if until <= now:
+        raise InvariantError(
+            f"{type(st._hooks).__name__}.admit_acks held acks at {now} ns with "
+            f"a time to ask again, {until} ns, that is not in the future"
+        )
+    st.ack_holds += 1
+    event = st._ack_event
+    if event is not None and not event.cancelled and event.time_ns <= until:
+        return  # already asked again no later than that
+    if event is not None:
+        event.cancel()
+        st._ack_event = None
+    if until < FOREVER:
+        st._ack_event = st.loop.call_at(until, PRIO_CONTROL, st._ack_timer)
+
+
+def kernel_admit(st: Station, p: Packet, limit: int) -> bool:
+    """Room for ``p`` in ``st``'s kernel queue of its category (bounded at ``limit``)?
+    What does not fit is dropped there: a message's packet is lost (as after the MAC's
+    last retry), an ack never sent (the next acknowledges as much). False when none of
+    ``p`` fits; else ``p`` keeps what fits, counted in."""
+    n = st.kernel_n[p.ac]
+    if n + p.count > limit:
+        if n >= limit:
+            _kernel_drop(st, p)
+            return False
+        _kernel_drop(st, p.split(limit - n))
+    st.kernel_n[p.ac] = n + p.count
+    return True
+
+
+def _kernel_drop(st: Station, p: Packet) -> None:
+    st.kernel_drops += p.count
+    st.dropped_packets += p.count
+    p.flow.dropped_packets += p.count
+    if p.message is not None:
+        assert st.channel is not None
+        st.channel.on_dropped(p, st.loop.now_ns)
+
+
+def fifo_room(st: Station, transfer: BulkTransfer) -> int:
+    """How many of ``transfer``'s segments may move before an LS packet of their category
+    waiting behind them; -1: no limit (no LS waiting, or no TCP: the endless queue of a
+    transfer without the TCP model never holds one)."""
+    if transfer.tcp is None:
+        return -1
+    ac = transfer.flow.ac
+    ls = st.ls_queues[ac]
+    if not ls:
+        return -1
+    room = ls[0].ticket - st.tcp_out[ac]
+    return room if room > 0 else 0
+
+
+def fifo_refill(st: Station) -> None:
+    """After a refill: again while an LS packet the bulk has let through can move (the
+    segments ahead of it gone, room in its ring); stop when a pass moves nothing (the
+    hooks may hold a packet that could otherwise go: asking again would never end)."""
+    while any(
+        ls and ls[0].ticket <= st.tcp_out[ac] and st.rings[ac].n < st.capacity
+        for ac, ls in st.ls_queues.items()
+    ):
+        before = _ring_packets(st)
+        st._refill_once()
+        if _ring_packets(st) == before:
+            return
+
+
+def _ring_packets(st: Station) -> int:
+    rings = st.rings
+    return rings[AccessCategory.BE].n if st.shared else sum(r.n for r in rings.values())
+
+
+def kernel_segments(flow: FlowState, n: int) -> int:
+    """``n`` new segments of TCP flow ``flow`` enter its station's kernel queue: with a
+    bound, those that do not fit are dropped there (sent, so lost to TCP: the ACKs reveal
+    it); with a FIFO, counted in. How many entered."""
+    st = flow.src
+    ac = flow.ac
+    limit = st.kernel_limit
+    if limit:
+        room = limit - st.kernel_n[ac]
+        if n > room:
+            lost = n - room if room > 0 else n
+            st.kernel_drops += lost
+            st.dropped_packets += lost
+            flow.dropped_packets += lost
+            n -= lost
+        st.kernel_n[ac] += n
+    if st.fifo:
+        st.tcp_in[ac] += n
+    return n
+
+
+def kernel_out(st: Station, pkt: Packet) -> None:
+    """The driver took TCP segments ``pkt`` from ``st``'s kernel queue to the ring."""
+    if st.kernel_limit:
+        st.kernel_n[pkt.ac] -= pkt.count
+    if st.fifo:
+        st.tcp_out[pkt.ac] += pkt.count

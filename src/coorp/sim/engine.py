@@ -89,6 +89,8 @@ class Simulation:
             )  # fmt: skip
             st.channel = self.channel
             st.bulk_burst = scenario.mac.max_ampdu_mpdus
+            st.kernel_limit = scenario.hw_queue.kernel_queue_packets or 0
+            st.fifo = scenario.hw_queue.kernel_queue_fifo
             st.group_ls = (
                 scenario.mac.ampdu_grouping is AmpduGrouping.PER_RECEIVER_TID
                 and scenario.hw_queue.mode is HwQueueMode.SHARED

@@ -52,8 +52,8 @@ from coorp.scenario import AccessCategory, AmpduGrouping, MacConfig, RetryPolicy
 from coorp.sim.driver import RunHooks
 from coorp.sim.events import PRIO_ACCESS, PRIO_CONTROL, PRIO_MEDIUM, EventLoop, SlotOwner
 from coorp.sim.links import LinkTable
-from coorp.sim.packets import Packet
-from coorp.sim.station import BulkTransfer, Edcaf, Ring, Station
+from coorp.sim.packets import Packet, Ring
+from coorp.sim.station import BulkTransfer, Edcaf, Station
 from coorp.sim.timing import ExchangeTiming, aifs_ns
 
 __all__ = ["Channel", "ChannelStats", "RingDrain", "Transmission"]

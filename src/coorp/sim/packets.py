@@ -9,17 +9,21 @@ connections and the channel to a native field access.
 from __future__ import annotations
 
 import random
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 from coorp.scenario import AccessCategory
+from coorp.sim._compat import mypyc_attr
 from coorp.sim.timing import mpdu_bytes
 
 if TYPE_CHECKING:
     from coorp.sim.station import Station
     from coorp.sim.tcp import TcpConnection
 
-__all__ = ["IP_UDP_HEADER_BYTES", "TCP_ACK_BYTES", "FlowState", "Message", "Packet"]
+__all__ = [
+    "IP_UDP_HEADER_BYTES", "TCP_ACK_BYTES", "FlowState", "Message", "Packet", "Ring", "mergeable",
+]  # fmt: skip
 
 #: IPv4 (20) + UDP (8): a datagram message's fragments each carry an IP header.
 IP_UDP_HEADER_BYTES: Final = 28
@@ -112,7 +116,7 @@ class Packet:
 
     __slots__ = (
         "ac", "bulk", "count", "dst", "flow", "hw_depth", "hw_enq_ns", "ip_bytes", "message",
-        "mpdu", "pid", "retries", "sealed", "seq_base", "src", "transfer",
+        "mpdu", "pid", "retries", "sealed", "seq_base", "src", "ticket", "transfer",
     )  # fmt: skip
 
     def __init__(
@@ -146,6 +150,10 @@ class Packet:
         #: ``seq_base + 2 * pid`` (a run of acks). Kept by every split, since ids are; 0
         #: for every packet without the TCP model.
         self.seq_base = 0
+        #: A FIFO kernel queue (``hw_queue.kernel_queue_fifo``): the station's count of
+        #: TCP segments of the category queued when this LS packet arrived, which must
+        #: reach the ring before it; -1 otherwise.
+        self.ticket = -1
 
     def split(self, k: int) -> Packet:
         """Detach the run's last ``count - k`` packets as a new run; keep the first ``k``."""
@@ -158,6 +166,33 @@ class Packet:
         rest = Packet(pid, self.flow, self.ip_bytes, self.message, self.transfer, count)
         rest.retries = self.retries
         rest.seq_base = self.seq_base
+        rest.ticket = self.ticket
         rest.hw_enq_ns = self.hw_enq_ns
         rest.hw_depth = self.hw_depth + (pid - self.pid) if self.hw_depth >= 0 else -1
         return rest
+
+
+@mypyc_attr(native_class=False)  # a deque subclass stays a Python class when compiled
+class Ring(deque[Packet]):
+    """A hardware ring: a FIFO of runs (:class:`Packet`), with ``n`` packets in all."""
+
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.n = 0
+
+
+def mergeable(tail: Packet, run: Packet) -> bool:
+    """Whether ``run`` may extend ``tail``: the same packets, numbered consecutively."""
+    return (
+        tail.flow is run.flow
+        and tail.pid + tail.count == run.pid
+        and tail.ip_bytes == run.ip_bytes
+        and tail.transfer is run.transfer
+        and tail.retries == run.retries
+        and tail.seq_base == run.seq_base
+        and tail.message is None
+        and run.message is None
+        and not tail.sealed
+    )

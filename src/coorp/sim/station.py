@@ -24,12 +24,11 @@ from typing import TYPE_CHECKING, Any, Final
 
 from coorp._errors import InvariantError
 from coorp.scenario import AccessCategory, HwQueueMode
-from coorp.sim._compat import mypyc_attr
-from coorp.sim._txq import ls_burst
+from coorp.sim._txq import fifo_refill, fifo_room, hold_acks, kernel_admit, kernel_out, ls_burst
 from coorp.sim._ungated import refill_mixed, ungated_in
 from coorp.sim.driver import FOREVER, AckGateHooks, AdmitAll, DriverHooks, RunHooks
 from coorp.sim.events import PRIO_CONTROL, Event, EventLoop
-from coorp.sim.packets import FlowState, Packet
+from coorp.sim.packets import FlowState, Packet, Ring, mergeable
 from coorp.sim.timing import EdcaParams, aifs_ns
 
 if TYPE_CHECKING:
@@ -121,32 +120,6 @@ class BulkTransfer:
         self.tcp: TcpConnection | None = None
 
 
-@mypyc_attr(native_class=False)  # a deque subclass stays a Python class when compiled
-class Ring(deque[Packet]):
-    """A hardware ring: a FIFO of runs (:class:`Packet`), with ``n`` packets in all."""
-
-    __slots__ = ("n",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.n = 0
-
-
-def _mergeable(tail: Packet, run: Packet) -> bool:
-    """Whether ``run`` may extend ``tail``: the same packets, numbered consecutively."""
-    return (
-        tail.flow is run.flow
-        and tail.pid + tail.count == run.pid
-        and tail.ip_bytes == run.ip_bytes
-        and tail.transfer is run.transfer
-        and tail.retries == run.retries
-        and tail.seq_base == run.seq_base
-        and tail.message is None
-        and run.message is None
-        and not tail.sealed
-    )
-
-
 class Station:
     """A node on the channel: queues, driver, EDCAFs. Implements the driver view."""
 
@@ -232,6 +205,14 @@ class Station:
         self.tx_failed = 0
         self.dropped_packets = 0
         self.ls_depths: list[int] = []
+        #: The kernel queue's bound and order (``coorp.sim._txq``): ``kernel_limit``
+        #: (0: none), its packets and drops; ``fifo``, TCP segments in and out per category.
+        self.kernel_limit = 0
+        self.kernel_n: dict[AccessCategory, int] = dict.fromkeys(AccessCategory, 0)
+        self.kernel_drops = 0
+        self.fifo = False
+        self.tcp_in: dict[AccessCategory, int] = dict.fromkeys(AccessCategory, 0)
+        self.tcp_out: dict[AccessCategory, int] = dict.fromkeys(AccessCategory, 0)
 
     @property
     def hooks(self) -> DriverHooks:
@@ -291,22 +272,7 @@ class Station:
         return self._paused
 
     def _hold_acks(self, until: int, now: int) -> None:
-        """The hooks held acks back: ask again by ``until`` (``FOREVER``: at the next
-        refill only)."""
-        if until <= now:
-            raise InvariantError(
-                f"{type(self._hooks).__name__}.admit_acks held acks at {now} ns with "
-                f"a time to ask again, {until} ns, that is not in the future"
-            )
-        self.ack_holds += 1
-        event = self._ack_event
-        if event is not None and not event.cancelled and event.time_ns <= until:
-            return  # already asked again no later than that
-        if event is not None:
-            event.cancel()
-            self._ack_event = None
-        if until < FOREVER:
-            self._ack_event = self.loop.call_at(until, PRIO_CONTROL, self._ack_timer)
+        hold_acks(self, until, now)  # (coorp.sim._txq)
 
     def _ack_timer(self) -> None:
         self._ack_event = None
@@ -342,11 +308,21 @@ class Station:
     def send_ls(self, packets: list[Packet]) -> None:
         """Hand LS packets (or TCP acks) to the stack: priority queue, then the NIC."""
         queues = self.ls_queues
+        limit = self.kernel_limit
         for p in packets:
+            if limit and not kernel_admit(self, p, limit):
+                continue
+            if self.fifo:
+                p.ticket = self.tcp_in[p.ac]
             queues[p.ac].append(p)
             if self.group_ls:
                 self._ls_left[p.ac][p.dst] = self._ls_left[p.ac].get(p.dst, 0) + p.count
         self.refill()
+
+    def kernel_queued(self, ac: AccessCategory) -> int:
+        """Packets in the kernel queue of ``ac``: the priority queue's, and with a bound
+        (``kernel_limit``) the TCP segments' too."""
+        return self.kernel_n[ac] if self.kernel_limit else sum(p.count for p in self.ls_queues[ac])
 
     def add_transfer(self, transfer: BulkTransfer) -> None:
         self._queue_of(transfer).append(transfer)
@@ -368,6 +344,12 @@ class Station:
         return self.free_transfers
 
     def refill(self) -> None:
+        """:meth:`_refill_once`, and again for a FIFO kernel queue's LS (``_txq``)."""
+        self._refill_once()
+        if self.fifo:
+            fifo_refill(self)
+
+    def _refill_once(self) -> None:
         """Move packets to the hardware rings while they have room: LS first, then bulk.
 
         Without per-packet hooks, bulk packets move in runs (as many as the ring, the
@@ -384,6 +366,8 @@ class Station:
                 room = cap - rings[head.ac].n
                 if room <= 0:
                     break
+                if head.ticket > self.tcp_out[head.ac] and self.fifo:
+                    break  # TCP segments queued before it go first
                 if self.ack_hooks is not None and head.flow.gate_acks:
                     want = head.count if head.count <= room else room
                     n, until = self.ack_hooks.admit_acks(self, now, want, rings[head.ac].n)
@@ -414,7 +398,10 @@ class Station:
                 depth = rings[ac].n
                 if depth >= cap:
                     break
-                k = self._bulk_run_length(cap - depth)
+                fifo = fifo_room(self, transfers[0]) if self.fifo else -1
+                if fifo == 0:
+                    break
+                k = self._bulk_run_length(cap - depth if fifo < 0 else min(cap - depth, fifo))
                 n, until = run_hooks.admit_bulk_run(self, now, self._alloc_pids(0), k, ac, depth)
                 if n:
                     self._enqueue_hw(self._next_bulk_run(n), now, announce=False)
@@ -426,6 +413,8 @@ class Station:
             # The ring the next bulk packet would join: its own category's (a bulk flow
             # may use any category; checking the BE ring only would never stop for VI).
             while transfers and not self._paused and rings[transfers[0].flow.ac].n < cap:
+                if self.fifo and fifo_room(self, transfers[0]) == 0:
+                    break
                 resume = self._hooks.admit_bulk(self, now)
                 if resume is not None:
                     self._deny(resume, now)
@@ -436,6 +425,12 @@ class Station:
             room = cap - rings[transfers[0].flow.ac].n
             if room <= 0:
                 break
+            if self.fifo:
+                fifo = fifo_room(self, transfers[0])
+                if fifo == 0:
+                    break
+                if fifo > 0:
+                    room = min(room, fifo)
             if not self._admit_all:
                 resume = self._hooks.admit_bulk(self, now)
                 if resume is not None:
@@ -446,6 +441,8 @@ class Station:
     def _enqueue_ls(self, p: Packet, now: int) -> None:
         if self.group_ls:  # (packets left in the priority queue, by receiver)
             self._ls_left[p.ac][p.dst] -= p.count
+        if self.kernel_limit:
+            self.kernel_n[p.ac] -= p.count
         self._enqueue_hw(p, now)
 
     def _deny(self, resume: int, now: int) -> None:
@@ -510,6 +507,8 @@ class Station:
         pkt = Packet(self._alloc_pids(k), transfer.flow, size, transfer=transfer, count=k)
         if tcp is not None:
             tcp.dequeued(pkt)
+            if self.kernel_limit or self.fifo:
+                kernel_out(self, pkt)
         return pkt
 
     def next_bulk_packet(self) -> Packet | None:
@@ -542,7 +541,7 @@ class Station:
                 if pkt.message.first_depth < 0:
                     pkt.message.first_depth = depth
             ring.n = depth + pkt.count
-            if ring and _mergeable(ring[-1], pkt):
+            if ring and mergeable(ring[-1], pkt):
                 ring[-1].count += pkt.count
             else:
                 ring.append(pkt)
@@ -573,7 +572,7 @@ class Station:
         ring.n = depth + pkt.count
         # With per-packet hooks every packet stays its own run, so the ring's tail is the
         # packet just announced to the hooks.
-        if not self.per_packet and ring and _mergeable(ring[-1], pkt):
+        if not self.per_packet and ring and mergeable(ring[-1], pkt):
             ring[-1].count += pkt.count
         else:
             ring.append(pkt)

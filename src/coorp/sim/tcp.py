@@ -1,13 +1,11 @@
 """TCP connections for bulk flows (``[tcp] sender = "reno" | "cubic"``; off by default).
-
 One :class:`TcpConnection` per bulk flow with TCP acks, in segments numbered from 0: a sender
-whose window gates the station's kernel queue (Linux's ``tcp_write_xmit``), a receiver whose
-delayed ACKs (and quickacks) clock it, ``tcp_ack``'s growth, fast recovery with PRR, the RTO
-with F-RTO undo and slow start after idle. The model and what it leaves out: docs/simulator.md,
-"TCP senders". The one import circle kept on purpose (speed): this module, ``congestion``,
-``packets``, ``station``, ``mac``, ``_ungated`` and ``_txq`` name each other's classes for
-mypyc's native access.
-"""
+whose window gates the station's kernel queue (Linux's ``tcp_write_xmit``; its bound and order:
+``coorp.sim._txq``), a receiver whose delayed ACKs (and quickacks) clock it, ``tcp_ack``'s
+growth, fast recovery with PRR, the RTO with F-RTO undo and slow start after idle. The model and
+what it leaves out: docs/simulator.md, "TCP senders". The one import circle kept on purpose
+(speed): this module, ``congestion``, ``packets``, ``station``, ``mac``, ``_ungated`` and
+``_txq`` name each other's classes for mypyc's native access."""
 
 from __future__ import annotations
 
@@ -16,6 +14,7 @@ from collections.abc import Callable
 from typing import Final
 
 from coorp._errors import UsageError
+from coorp.sim._txq import kernel_segments
 from coorp.sim.congestion import (
     EVER_RETX,
     LOST,
@@ -101,8 +100,7 @@ class TcpConnection:
         self.max_packets_out = 0
         self.cwnd_usage_seq = 0
         self.lsndtime = -1
-        # RTO (RFC 6298).
-        self.srtt_ns = 0
+        self.srtt_ns = 0  # RTO (RFC 6298) from here
         self.rttvar_ns = 0
         self.rto_ns = params.initial_rto_ns
         self.backoff = 0
@@ -118,8 +116,7 @@ class TcpConnection:
         self._mac: deque[list[int]] = deque()
         self._held: dict[int, tuple[int, int, int]] = {}
         self._pending = 0  # in-order segments not yet acknowledged
-        # Quickack mode (icsk_ack.quick, tcp_incr_quickack): ACKs left to send one per segment.
-        self._quick = 0
+        self._quick = 0  # quickack mode (icsk_ack.quick): ACKs left to send one per segment
         q = max(params.receive_window_bytes // (2 * self.mss), 2)
         self._quick_max = min(q, params.quickacks)
         self._lrcv = -1  # when in-order data last arrived (icsk_ack.lrcvtime)
@@ -230,6 +227,10 @@ class TcpConnection:
         self.lsndtime = now
 
     def _enqueue(self, seq: int, n: int, size: int) -> None:
+        if self.flow.src.kernel_limit or self.flow.src.fifo:  # hw_queue's kernel queue
+            n = kernel_segments(self.flow, n)  # what fits (the rest is lost to TCP)
+            if n == 0:
+                return
         queue = self._queue
         if queue:
             last = queue[-1]
@@ -593,8 +594,7 @@ class TcpConnection:
     def stats(self) -> dict[str, int | str]:
         """Counters of the connection (``SimResult.tcp``)."""
         out: dict[str, int | str] = {"congestion_control": self.cc.name}
-        for name in _COUNTERS:
-            out[name] = getattr(self, name)
+        out.update((name, getattr(self, name)) for name in _COUNTERS)
         out["srtt_us"] = self.srtt_ns // 1000
         out["rto_us"] = rto_now(self) // 1000
         return out

@@ -359,8 +359,12 @@ def agent(
 
         async def send_file(path: Path, dest: str) -> dict[str, object]:
             data = await asyncio.to_thread(path.read_bytes)
-            receipt = await local["team"].bulk(f"send-{len(streams)}", dest).send(data)
+            stream = local["team"].bulk(f"send-{len(streams)}", dest)
             streams.append(dest)
+            try:
+                receipt = await stream.send(data)
+            finally:
+                await stream.close()  # one file per stream: free the receiver's connection
             return {
                 "ok": True,
                 "nbytes": receipt.nbytes,

@@ -81,7 +81,15 @@ class Role:
                 else:  # a fresh stream per message: see RuntimeSpec.reuse_streams
                     self.n_streams += 1
                     stream = self.team.bulk(f"sync-{peer}-{self.n_streams}", dest)
-            r = stream.send(payload, timeout_s=self.timeout)
+            try:
+                r = stream.send(payload, timeout_s=self.timeout)
+            finally:
+                if not self.cfg.reuse_streams:
+                    # One message per fresh stream: close its connection, or the
+                    # peer's inbox fills its bound of open connections after a few
+                    # hundred messages and refuses the next (small models: ~60
+                    # versions in, the team stalled; docs/learn.md).
+                    stream.close()
             receipt = Receipt(
                 kind=kind, nbytes=len(payload), ns=r.finished_ns - r.started_ns,
                 permit_wait_ns=r.permit_wait_ns, preempted_ns=r.preempted_ns,

@@ -84,6 +84,12 @@ class BulkStream:
         result: BulkReceipt = self._runner.run(self._stream.send(data, timeout_s=timeout_s))
         return result
 
+    def close(self) -> None:
+        """Close the stream's connection; a later ``send`` raises. A stream used for one
+        message should be closed after it: the receiver's inbox holds each open
+        connection against its bound (``ReceiverLimits``)."""
+        self._runner.run(self._stream.close())
+
 
 class Team:
     """This robot's runtime for threaded code. Create with :func:`join`."""

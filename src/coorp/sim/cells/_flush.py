@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 from coorp._errors import InvariantError
 from coorp.scenario import AccessCategory, HwQueueMode
-from coorp.sim.packets import FlowState, Packet
-from coorp.sim.station import Ring, Station
+from coorp.sim.packets import FlowState, Packet, Ring
+from coorp.sim.station import Station
 
 __all__ = ["lay_out_rings", "purge"]
 
@@ -69,6 +69,27 @@ def purge(st: Station, drop: Callable[[FlowState], bool], now: int) -> int:
             e.bar_pending = None
             e.bar_retries = 0
     _drop_transfers(st, drop)
+    if st.fifo:  # hw_queue.kernel_queue_fifo: purged segments are no longer ahead
+        for ac in AccessCategory:
+            queued = sum(
+                run[1]
+                for q in (st.transfers, st.free_transfers)
+                for t in q
+                if t.tcp is not None and t.flow.ac is ac
+                for run in t.tcp._queue
+            )
+            st.tcp_in[ac] = st.tcp_out[ac] + queued
+            for p in st.ls_queues[ac]:
+                p.ticket = min(p.ticket, st.tcp_in[ac])
+    if st.kernel_limit:  # hw_queue.kernel_queue_packets: count what is left again
+        for ac in AccessCategory:
+            st.kernel_n[ac] = sum(p.count for p in st.ls_queues[ac]) + sum(
+                run[1]
+                for q in (st.transfers, st.free_transfers)
+                for t in q
+                if t.tcp is not None and t.flow.ac is ac
+                for run in t.tcp._queue
+            )
     return dropped
 
 

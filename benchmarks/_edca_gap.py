@@ -1,0 +1,461 @@
+"""Why the unmarked loop misses 52% in the simulator and 3-8% on the emulated air
+(docs/emulate.md, "The gap, measured"): the queues in front of the NIC, side by side.
+
+The same scenario on both sides: crl-5 with shared NIC rings, four robots each with a
+saturating cubic TCP upload to the leader and the MPC loop's 30 Hz perception (12.1 KB
+up) and command (1.1 KB down), everything best effort (``benchmarks/_emulate_edca.py``'s
+``best effort`` traffic; the emulated ``none`` mode of ``benchmarks/transparent.py
+--medium wifi --apps dds``). Each side prints, per seed or repetition and as mean ± 95%
+CI: LS misses (perceptions, commands), bulk Mb/s, and what waits where — the AP's
+best-effort queue (TCP acks, the commands) and each robot's (its upload), in packets,
+sampled every 10 ms; the TCP windows; the kernel-queue drops.
+
+::
+
+    # the simulator (seconds; --set as coorp compare's, e.g. hw_queue.kernel_queue_packets=1000)
+    .venv/bin/python benchmarks/_edca_gap.py sim --seeds 5
+    # the emulator (root; 5 x (lead + 2 s + 10 s); --emu-queue-packets as coorp emulate's)
+    sudo nice -n 10 .venv/bin/python benchmarks/_edca_gap.py emu --repetitions 5 --json F
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from coorp.scenario import AccessCategory
+from coorp.stats import mean_ci
+
+SAMPLE_NS = 10_000_000
+BE = AccessCategory.BE
+
+
+def _ci(xs: list[float]) -> str:
+    m = mean_ci(xs)
+    return f"{m.mean:.4g} ± {0.0 if math.isnan(m.ci95) else m.ci95:.2g}"
+
+
+def _load() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+# -- the simulator -----------------------------------------------------------------------
+def sim_seed(seed: int, overrides: list[str], warmup_s: float, window_s: float) -> dict[str, Any]:
+    import _emulate_edca as edca
+    from coorp.scenario import apply_overrides
+    from coorp.sim import Simulation
+    from coorp.sim.events import PRIO_CONTROL
+    from coorp.sweep import parse_override
+
+    sc = edca.scenario("shared", BE)
+    if overrides:
+        pairs = [(k, v[0]) for k, v in map(parse_override, overrides)]
+        sc = apply_overrides(sc, pairs, source="--set")
+    sim = Simulation(sc, seed=seed, trace=True)
+    ap = sim.station("leader")
+    robots = [sim.station(n) for n in ("r1", "r2", "r3", "r4")]
+    conns = [sim.tcp[f"upload-{r.name}"] for r in robots]
+    a = round(warmup_s * 1e9)
+    b = a + round(window_s * 1e9)
+    rows: list[list[float]] = []
+
+    def sample() -> None:
+        t = sim.loop.now_ns
+        row = [
+            float(sum(p.count for p in ap.ls_queues[BE])),
+            float(ap.rings[BE].n),
+            float(ap.kernel_queued(BE)),
+        ]
+        for r, c in zip(robots, conns, strict=True):
+            row += [
+                (c.sock.remaining_bytes or 0) / sc.packet_bytes + r.kernel_queued(BE),
+                float(r.rings[BE].n),
+                float(c.cwnd),
+                float(c.in_flight()),
+            ]
+        rows.append(row)
+        if t + SAMPLE_NS < b:
+            sim.loop.call_at(t + SAMPLE_NS, PRIO_CONTROL, sample)
+
+    sim.loop.call_at(a, PRIO_CONTROL, sample)
+    ret0 = [c.stats()["retransmits"] for c in conns]
+    drops0 = [r.kernel_drops for r in [ap, *robots]]
+    res = _run_window(sim, conns, a, b)
+    res.update(
+        _ap_exchanges(
+            [(e[0], e[2], e[3], e[5]) for e in sim.channel.stats.trace or []], "leader", a, b
+        )
+    )
+    x = np.array(rows)
+    robot_q = x[:, 3::4].mean(axis=0)
+    return {
+        "seed": seed,
+        **res,
+        "ap_prio_queue": float(x[:, 0].mean()),
+        "ap_prio_queue_p95": float(np.percentile(x[:, 0], 95)),
+        "ap_ring": float(x[:, 1].mean()),
+        "ap_kernel_queue": float(x[:, 2].mean()),
+        "robot_kernel_queue": float(robot_q.mean()),
+        "robot_ring": float(x[:, 4::4].mean()),
+        "cwnd": float(x[:, 5::4].mean()),
+        "in_flight": float(x[:, 6::4].mean()),
+        "retransmits": sum(c.stats()["retransmits"] for c in conns) - sum(ret0),
+        "kernel_drops_ap": ap.kernel_drops - drops0[0],
+        "kernel_drops_robots": sum(r.kernel_drops for r in robots) - sum(drops0[1:]),
+    }
+
+
+def _ap_exchanges(ex: list[Any], ap: str, a: int, b: int) -> dict[str, float]:
+    """The AP's share of the successful exchanges in [a, b) and its MPDUs per exchange
+    (an A-MPDU of acks and commands): how fast its queue drains."""
+    mine = [(st, m) for t, col, st, m in ex if a <= t < b and not col and len(st) == 1]
+    ap_m = [m[0] for st, m in mine if st[0] == ap]
+    return {
+        "ap_exchange_share": len(ap_m) / max(len(mine), 1),
+        "ap_mpdus_per_exchange": float(np.mean(ap_m)) if ap_m else float("nan"),
+    }
+
+
+def _run_window(sim: Any, conns: list[Any], a: int, b: int) -> dict[str, Any]:
+    """As ``_emulate_edca.simulate``: bulk in the window, LS messages created in it."""
+    import _emulate_edca as edca
+
+    uploads = [f for name, f in sim.flows.items() if name.startswith("upload-")]
+    sim.loop.run(a)
+    before = sum(f.delivered_bytes for f in uploads)
+    sim.loop.run(b)
+    bulk = (sum(f.delivered_bytes for f in uploads) - before) * 8e3 / (b - a)
+    m = sim.run(b + 1_000_000_000).messages
+    out: dict[str, Any] = {"bulk_mbps": bulk}
+    for kind in ("perception", "command"):
+        sel = np.array([str(f).startswith(kind) for f in m["flow"]], dtype=bool)
+        sel &= (m["created_ns"] >= a) & (m["created_ns"] < b)
+        lat = m["latency_ns"][sel] / 1e6
+        out[f"{kind}_miss"] = float(((lat > edca.BOUND_MS) | (lat < 0)).sum() / max(sel.sum(), 1))
+        out[f"{kind}_p50_ms"] = float(np.percentile(lat[lat >= 0], 50))
+    out["ls_miss"] = (out["perception_miss"] + out["command_miss"]) / 2
+    return out
+
+
+def _ack_step(k: int) -> None:
+    """What-if: the simulator's receivers ack every ``k``-th segment (``ACK_STEP``, patched
+    in this process only; needs ``COORP_PURE=1``), as ``_edca_ack_whatif.py``."""
+    import coorp.sim.engine as engine
+    import coorp.sim.tcp as tcp
+
+    if not tcp.__file__ or not tcp.__file__.endswith(".py"):
+        raise SystemExit("--ack-step needs COORP_PURE=1 (compiled constants cannot be patched)")
+    tcp.ACK_STEP = k  # type: ignore[misc]
+    engine.ACK_STEP = k  # type: ignore[misc]
+    defaults = list(tcp.TcpConnection._send_acks.__defaults__ or ())
+    defaults[-1] = k
+    tcp.TcpConnection._send_acks.__defaults__ = tuple(defaults)
+
+
+def sim_main(args: argparse.Namespace) -> dict[str, Any]:
+    if args.ack_step != 2:
+        _ack_step(args.ack_step)
+    t0 = time.time()
+    load0 = _load()
+    seeds = [sim_seed(s, args.set, args.warmup, args.window) for s in range(1, args.seeds + 1)]
+    for s in seeds:
+        print(
+            "sim",
+            json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in s.items()}),
+            flush=True,
+        )
+    print(
+        f"simulator, shared rings, everything best effort, --set {args.set or '-'}, "
+        f"ack every {args.ack_step}; "
+        f"{args.seeds} seeds, {time.time() - t0:.0f} s wall, load {load0:.1f} -> {_load():.1f}"
+    )
+    for k in seeds[0]:
+        if k != "seed":
+            print(f"  {k:22s} {_ci([float(s[k]) for s in seeds])}")
+    return {"set": args.set, "seeds": seeds, "load": [load0, _load()]}
+
+
+# -- the emulator --------------------------------------------------------------------------
+_CWND = re.compile(r"\bcwnd:(\d+)")
+_UNACKED = re.compile(r"\bunacked:(\d+)")
+_CC = re.compile(r"^\s+(\w+) wscale", re.M)
+
+
+def _sample_hosts(net: Any, hosts: list[str], stop: threading.Event, out: list[Any]) -> None:
+    """Every second: the upload's cwnd and unacked segments (``ss -ti``) and the TUN
+    interface's qdisc (``tc -s qdisc``) in each robot's namespace."""
+    while not stop.wait(1.0):
+        for h in hosts:
+            ns = net.ns(h)
+            ss = subprocess.run(
+                ["ip", "netns", "exec", ns, "ss", "-tin", "dport", "= :9000"],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout
+            cw = [int(x) for x in _CWND.findall(ss)]
+            un = [int(x) for x in _UNACKED.findall(ss)]
+            tc = subprocess.run(
+                ["ip", "netns", "exec", ns, "tc", "-s", "qdisc", "show", "dev", "eth0"],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout
+            out.append(
+                {
+                    "host": h,
+                    "t": time.monotonic(),
+                    "cwnd": max(cw, default=0),
+                    "unacked": max(un, default=0),
+                    "tc": tc,
+                    "ss": ss,
+                }
+            )
+
+
+def _frames(trace: Path) -> dict[str, Any]:
+    import pyarrow.parquet as pq  # the parquet extra, which make native installs
+
+    t = pq.read_table(trace / "frames.parquet")
+    return {k: t.column(k).to_numpy() for k in t.column_names}
+
+
+def trace_queues(trace: Path, windows: list[tuple[int, int]], ap: int) -> list[dict[str, Any]]:
+    """Per window: packets in the AP's and the robots' queues (kernel queue, ring and the
+    frame on the air: enqueued, not yet delivered or lost), every 10 ms; the AP's small
+    frames (acks) apart; the commands' sojourn at the AP; kernel-queue drops."""
+    f = _frames(trace)
+    src, size = np.asarray(f["src"]), np.asarray(f["bytes"])
+    enq, done, outc = np.asarray(f["enq_ns"]), np.asarray(f["done_ns"]), np.asarray(f["outcome"])
+    out = []
+    for a, b in windows:
+        grid = np.arange(a, b, SAMPLE_NS)
+
+        def occ(sel: Any, grid: Any = grid) -> float:
+            e = np.sort(enq[sel])
+            d = np.sort(done[sel])
+            return float(
+                (np.searchsorted(e, grid, "right") - np.searchsorted(d, grid, "right")).mean()
+            )
+
+        queued = outc != 2
+        in_w = (enq >= a) & (enq < b)
+        cmd = (src == ap) & (size > 200) & (size < 1400) & in_w & queued
+        robots = [s for s in np.unique(src) if s != ap and s >= 0]
+        out.append(
+            {
+                "ap_queue": occ((src == ap) & queued),
+                "ap_acks_queue": occ((src == ap) & (size <= 100) & queued),
+                "robot_queue": float(np.mean([occ((src == s) & queued) for s in robots])),
+                "command_sojourn_p50_ms": float(np.percentile((done - enq)[cmd], 50) / 1e6)
+                if cmd.any()
+                else None,
+                "command_sojourn_p99_ms": float(np.percentile((done - enq)[cmd], 99) / 1e6)
+                if cmd.any()
+                else None,
+                "queue_drops_ap": int(((src == ap) & (outc == 2) & in_w).sum()),
+                "queue_drops_robots": int(((src != ap) & (outc == 2) & in_w).sum()),
+                "ack_ratio": float(
+                    ((src != ap) & (size >= 1400) & in_w).sum()
+                    / max(((src == ap) & (size <= 100) & in_w).sum(), 1)
+                ),
+            }
+        )
+    return out
+
+
+def _dir_miss(row: dict[str, Any], key: str) -> float:
+    """One direction's misses in one run: late (> 33 ms) or never received."""
+    lat = row.get(key, [])
+    expected = row["ls_expected"] / 2
+    late = sum(1 for x in lat if x > 33.0)
+    return (late + max(expected - len(lat), 0)) / expected if expected else float("nan")
+
+
+def emu_main(args: argparse.Namespace) -> dict[str, Any]:
+    import transparent as tb
+
+    targs = argparse.Namespace(
+        robots=4,
+        duration=args.window,
+        warmup=args.warmup,
+        seed=1,
+        medium="wifi",
+        scenario="crl-5",
+        ring="shared",
+        rate_mbit=0.0,
+        ls_rt_priority=None,
+        agent_rt_priority=4,
+        timeslice_ms=5000.0,
+        agent_scheduling="nice:-10",
+        cpu_hog=0,
+        lead=3.0,
+        emu_queue_packets=args.emu_queue_packets,
+    )
+    rows: list[dict[str, Any]] = []
+    samples: list[Any] = []
+    spans: list[tuple[float, float]] = []
+    load0 = _load()
+    with tempfile.TemporaryDirectory(prefix="coorp-gap-") as tmp:
+        targs.emu_trace = args.trace or Path(tmp) / "trace"
+        with tb.network(targs, "wifi") as net:
+            net.create(sysctls=tb.WIFI_SYSCTLS)
+            if args.cc:
+                tb.route_congestion_control(net, args.cc)
+            t_start = time.monotonic()
+            qdisc = {
+                h: subprocess.run(
+                    ["ip", "netns", "exec", net.ns(h), "tc", "qdisc", "show"],
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                ).stdout
+                for h in ("ld", "r1")
+            }
+            txq = subprocess.run(
+                ["ip", "netns", "exec", net.ns("r1"), "ip", "link", "show", "eth0"],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout
+            for rep in range(args.repetitions):
+                stop = threading.Event()
+                th = threading.Thread(
+                    target=_sample_hosts, args=(net, ["r1", "r2", "r3", "r4"], stop, samples)
+                )
+                th.start()
+                t0 = time.monotonic()
+                row = tb.measure(net, Path(tmp), targs, app=args.app, mode="none", medium="wifi")
+                t1 = time.monotonic()
+                stop.set()
+                th.join()
+                spans.append((t0, t1))
+                rows.append(row | {"repetition": rep})
+                print(f"emu rep {rep}: {tb._line(rep, row)} (load {_load():.1f})", flush=True)
+            report = net.stop().data
+        if args.json is not None:  # the runs, kept before the trace is read
+            args.json.with_suffix(".runs.json").write_text(
+                json.dumps(
+                    {
+                        "rows": [tb._without_samples(r) for r in rows],
+                        "spans": spans,
+                        "samples": samples,
+                    },
+                    default=str,
+                )
+            )
+        # The window of each run in emulator time: the uploads' active span (over 500
+        # frames of >= 1400 bytes from the robots per 100 ms: the loop alone sends ~110),
+        # its first warm-up seconds left out, --window seconds kept.
+        ap_idx = 0
+        f = _frames(targs.emu_trace)
+        src, size, enq = np.asarray(f["src"]), np.asarray(f["bytes"]), np.asarray(f["enq_ns"])
+        bins = np.bincount((enq[(src != ap_idx) & (size >= 1400)] // 100_000_000).astype(int))
+        active = np.flatnonzero(bins > 500)
+        starts = [int(active[0])] + [int(x) for i, x in enumerate(active[1:]) if x - active[i] > 10]
+        windows = [
+            (
+                round((s0 / 10 + args.warmup) * 1e9),
+                round((s0 / 10 + args.warmup + args.window) * 1e9),
+            )
+            for s0 in starts
+        ]
+        del t_start
+        queues = trace_queues(targs.emu_trace, windows, ap_idx)
+        import pyarrow.parquet as pq
+
+        x = pq.read_table(targs.emu_trace / "exchanges.parquet").to_pydict()
+        ex = [
+            (t, col, tuple(st.split(",")), tuple(int(v) for v in m.split(",")))
+            for t, col, st, m in zip(
+                x["start_ns"], x["collided"], x["stations"], x["mpdus"], strict=True
+            )
+        ]
+        for q, (a, b) in zip(queues, windows, strict=True):
+            q.update(_ap_exchanges(ex, "leader", a, b))
+    per_rep = []
+    for row, q, (t0, t1) in zip(rows, queues, spans, strict=False):
+        mine = [s for s in samples if t0 <= s["t"] <= t1 and s["cwnd"] > 0]
+        ccs = sorted({m for s in mine for m in _CC.findall(s["ss"])})
+        rec = {
+            "ls_miss": tb.pooled([row])["ls_miss_rate"],
+            "bulk_mbps": row["bulk_mbps"],
+            "perception_miss": _dir_miss(row, "perception_ms"),
+            "command_miss": _dir_miss(row, "command_ms"),
+            "linux_cc": ",".join(ccs),
+            "linux_cwnd": float(np.mean([s["cwnd"] for s in mine])) if mine else None,
+            "linux_unacked": float(np.mean([s["unacked"] for s in mine])) if mine else None,
+            **q,
+        }
+        per_rep.append(rec)
+        print(
+            "emu",
+            json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in rec.items()}),
+            flush=True,
+        )
+    print(
+        f"emulator, shared rings, {args.app} none, --emu-queue-packets "
+        f"{args.emu_queue_packets}, {args.cc or 'host default'} TCP; {args.repetitions} "
+        f"repetitions, load {load0:.1f} -> {_load():.1f}"
+    )
+    for k in per_rep[0]:
+        vals = [float(r[k]) for r in per_rep if isinstance(r[k], (int, float))]
+        if vals:
+            print(f"  {k:22s} {_ci(vals)}")
+    print("qdisc (leader, r1):", json.dumps(qdisc), "\nr1 link:", txq.strip())
+    print("emulator:", report.get("verdict"), "frame lag", json.dumps(report.get("frame_lag")))
+    return {
+        "repetitions": per_rep,
+        "frame_lag": report.get("frame_lag"),
+        "verdict": report.get("verdict"),
+        "qdisc": qdisc,
+        "link": txq,
+        "load": [load0, _load()],
+        "tc_last": [s["tc"] for s in samples[-4:]],
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="side", required=True)
+    s = sub.add_parser("sim")
+    s.add_argument("--seeds", type=int, default=5)
+    s.add_argument("--set", action="append", default=[], help="scenario override KEY=VALUE")
+    s.add_argument("--ack-step", type=int, default=2, help="what-if: ack every K-th segment")
+    e = sub.add_parser("emu")
+    e.add_argument("--repetitions", type=int, default=5)
+    e.add_argument("--app", default="dds", choices=("dds", "zenoh"))
+    e.add_argument("--emu-queue-packets", type=int, default=1000)
+    e.add_argument(
+        "--cc",
+        default="cubic",
+        help="the namespaces' TCP congestion control (the simulator's uploads are "
+        "cubic; '' keeps the host's default, bbr on this machine)",
+    )
+    e.add_argument("--trace", type=Path, default=None, help="keep the emulator's traces here")
+    for p in (s, e):
+        p.add_argument("--warmup", type=float, default=2.0)
+        p.add_argument("--window", type=float, default=10.0)
+        p.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    out = sim_main(args) if args.side == "sim" else emu_main(args)
+    if args.json is not None:
+        args.json.write_text(json.dumps(out, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
