@@ -13,7 +13,7 @@ import gc
 import random
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -43,7 +43,7 @@ from coorp.units import NS_PER_US, s
 
 __all__ = ["Simulation", "simulate"]
 
-_UDP_HEADER_BYTES = 8
+_UDP_HEADER_BYTES: Final = 8
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from coorp._errors import InvariantError
 
@@ -23,13 +23,13 @@ __all__ = [
 ]  # fmt: skip
 
 #: The end of a medium exchange is processed before anything else at the same instant.
-PRIO_MEDIUM = 0
+PRIO_MEDIUM: Final = 0
 #: Policy timers (pause/resume, permits).
-PRIO_CONTROL = 1
+PRIO_CONTROL: Final = 1
 #: Traffic arrivals.
-PRIO_TRAFFIC = 2
+PRIO_TRAFFIC: Final = 2
 #: Channel access runs last, so every arrival at the same instant can contend.
-PRIO_ACCESS = 3
+PRIO_ACCESS: Final = 3
 
 
 class Event:

@@ -44,7 +44,7 @@ import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import cast
+from typing import Final, cast
 
 from coorp._errors import InvariantError
 from coorp.phy import MAX_PPDU_NS, SIFS_NS, SLOT_NS
@@ -59,7 +59,7 @@ from coorp.sim.timing import ExchangeTiming, aifs_ns
 __all__ = ["Channel", "ChannelStats", "RingDrain", "Transmission"]
 
 #: Self-checks of the fast paths (set COORP_SIM_CHECK=1; for tests and fuzzing).
-_CHECK = os.environ.get("COORP_SIM_CHECK") == "1"
+_CHECK: Final = os.environ.get("COORP_SIM_CHECK") == "1"
 
 
 def _draw(rng: random.Random, n: int) -> int:
@@ -129,10 +129,10 @@ class Transmission:
 
 
 #: What a channel's slot event is (``Channel.on_slot``).
-_ACCESS = 0
-_END = 1
-_END_COLLIDED = 2
-_CONTINUE = 3
+_ACCESS: Final = 0
+_END: Final = 1
+_END_COLLIDED: Final = 2
+_CONTINUE: Final = 3
 
 
 class Channel(SlotOwner):

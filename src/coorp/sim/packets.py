@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from coorp.scenario import AccessCategory
 from coorp.sim._compat import mypyc_attr
@@ -26,10 +26,10 @@ __all__ = [
 ]  # fmt: skip
 
 #: IPv4 (20) + UDP (8): a datagram message's fragments each carry an IP header.
-IP_UDP_HEADER_BYTES = 28
-IP_HEADER_BYTES = 20
+IP_UDP_HEADER_BYTES: Final = 28
+IP_HEADER_BYTES: Final = 20
 #: IPv4 + TCP with timestamps: a pure TCP acknowledgement.
-TCP_ACK_BYTES = 52
+TCP_ACK_BYTES: Final = 52
 
 
 class FlowState:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from coorp._errors import InvariantError
 from coorp.scenario import AccessCategory, HwQueueMode
@@ -38,8 +38,8 @@ if TYPE_CHECKING:
 __all__ = ["BulkTransfer", "Edcaf", "Station"]
 
 #: Service order of the priority queues.
-_AC_ORDER = (AccessCategory.VO, AccessCategory.VI, AccessCategory.BE, AccessCategory.BK)
-_PRIORITY = {AccessCategory.BK: 0, AccessCategory.BE: 1, AccessCategory.VI: 2, AccessCategory.VO: 3}
+_AC_ORDER: Final = (AccessCategory.VO, AccessCategory.VI, AccessCategory.BE, AccessCategory.BK)
+_PRIORITY: Final = {ac: i for i, ac in enumerate(reversed(_AC_ORDER))}  # BK 0 ... VO 3
 
 
 class Edcaf:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Final
 
 from coorp.scenario import AccessCategory, FleetLearningConfig, FleetLoopConfig, LsTransport
 from coorp.sim import Simulation
@@ -37,10 +37,10 @@ __all__ = ["FleetLearning", "FleetLoop", "LoopRecord"]
 
 BulkSender = Callable[[str, FlowState, int, Callable[[int], None]], None]
 #: Send delays drawn at a time per robot.
-_BLOCK = 256
+_BLOCK: Final = 256
 #: After a hand-over, a robot's sends are checked for protection this many periods
 #: (``LoopRecord.protected``; the check is a planner query, too dear for every send).
-WATCH_PERIODS = 8
+WATCH_PERIODS: Final = 8
 
 
 @dataclass(slots=True)
