@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,48 @@ def test_runtime_robot_imports() -> None:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # defines, does not run (guarded by __main__)
     assert callable(getattr(module, "main", None))
+
+
+def test_bulk_tcp_lines_never_run_into_each_other(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sink's connection threads print ``DONE`` while its command loop prints
+    ``COUNT``: every line must reach the reader whole (a benchmark waited 30 s for a
+    ``COUNT`` glued to the end of a ``DONE``)."""
+    spec = importlib.util.spec_from_file_location(
+        "bulk_tcp", EXAMPLES / "unmodified" / "bulk_tcp.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    class Pieces:
+        """A stdout that keeps each write apart and lets another thread in between."""
+
+        def __init__(self) -> None:
+            self.pieces: list[str] = []
+
+        def write(self, text: str) -> int:
+            self.pieces.append(text)
+            threading.Event().wait(0)  # a switch point between writes, as a pipe's would be
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    out = Pieces()
+    monkeypatch.setattr(sys, "stdout", out)
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [
+            threading.Thread(target=lambda k=k: [module._say(f"L{k} {i}") for i in range(300)])
+            for k in range(6)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    finally:
+        sys.setswitchinterval(old)
+    lines = "".join(out.pieces).split("\n")
+    assert lines[-1] == ""
+    assert sorted(lines[:-1]) == sorted(f"L{k} {i}" for k in range(6) for i in range(300))

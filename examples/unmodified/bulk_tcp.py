@@ -43,6 +43,16 @@ from typing import Any
 
 CHUNK = 64 * 1024
 BIN_NS = 10_000_000
+_SAY = threading.Lock()
+
+
+def _say(line: str) -> None:
+    """Print one whole line. The sink's connection threads and its command loop print at
+    once; ``print`` writes the text and its newline apart, so two lines could run into one
+    (``DONE {...}COUNT {...}``) and a reader waiting for ``COUNT`` would never see it."""
+    with _SAY:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
 
 
 def _pattern(seed: int) -> bytes:
@@ -86,7 +96,7 @@ def _serve_tcp(conn: socket.socket, peer: Any, counter: Counter) -> None:
         conn.sendall(json.dumps(reply).encode() + b"\n")
     with counter.lock:
         counter.done.append(reply)
-    print("DONE " + json.dumps(reply), flush=True)
+    _say("DONE " + json.dumps(reply))
 
 
 def _http_handler(counter: Counter) -> type[BaseHTTPRequestHandler]:
@@ -123,7 +133,7 @@ def _http_handler(counter: Counter) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(body)
             with counter.lock:
                 counter.done.append(reply)
-            print("DONE " + json.dumps(reply), flush=True)
+            _say("DONE " + json.dumps(reply))
 
     return Upload
 
@@ -144,13 +154,11 @@ def sink(args: argparse.Namespace) -> dict[str, Any]:
                 threading.Thread(target=_serve_tcp, args=(conn, peer, counter), daemon=True).start()
 
         threading.Thread(target=accept, daemon=True).start()
-    print("READY", flush=True)
+    _say("READY")
     for line in sys.stdin if args.until is None else ():
         cmd = json.loads(line)
         if cmd.get("cmd") == "count":
-            print(
-                "COUNT " + json.dumps({"bytes": counter.between(cmd["t0"], cmd["t1"])}), flush=True
-            )
+            _say("COUNT " + json.dumps({"bytes": counter.between(cmd["t0"], cmd["t1"])}))
         elif cmd.get("cmd") == "quit":
             break
     if args.until is not None:
@@ -288,7 +296,7 @@ def _serve_download(conn: socket.socket, peer: Any) -> None:
         except OSError as exc:
             print(f"serve: {peer}: {exc}", file=sys.stderr, flush=True)
             return
-    print("SERVED " + json.dumps({"peer": f"{peer[0]}:{peer[1]}", "bytes": total}), flush=True)
+    _say("SERVED " + json.dumps({"peer": f"{peer[0]}:{peer[1]}", "bytes": total}))
 
 
 def serve(args: argparse.Namespace) -> dict[str, Any]:
@@ -301,7 +309,7 @@ def serve(args: argparse.Namespace) -> dict[str, Any]:
             threading.Thread(target=_serve_download, args=(conn, peer), daemon=True).start()
 
     threading.Thread(target=accept, daemon=True).start()
-    print("READY", flush=True)
+    _say("READY")
     for line in sys.stdin:
         if json.loads(line).get("cmd") == "quit":
             break
@@ -381,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--streams must be >= 1, got {args.streams}")
     roles = {"sink": sink, "send": send, "serve": serve, "fetch": fetch}
     out = roles[args.role](args)
-    print("RESULT " + json.dumps(out), flush=True)
+    _say("RESULT " + json.dumps(out))
     return 0
 
 
