@@ -238,6 +238,21 @@ class DrainTracker:
     bytes written to the socket must be reported through :meth:`on_write` (framing
     included) so that "acknowledged" can be computed; only chunks written with a
     ``depth`` become CTT samples.
+
+    **What the gate's samples measure** (``departure=True``, the default). The
+    simulator's driver reports a bulk packet complete when it has left the NIC (its
+    block ack); that is what the robot's own LS datagram waits for in a shared ring.
+    A socket shows only the TCP acknowledgement, which comes a return path later: the
+    receiver's acks (which Linux sends when the receiving program reads, or a
+    delayed-ack timer later), their own wait for the air, the way back. On crl-5's
+    emulated air that was 5-8 ms at the median for a chunk with nothing ahead
+    (0.2 ms of it the chunk's own drain), so a gate fed acknowledgements stopped the
+    holder ~13 ms ahead of each of its LS windows when its queue needed a few. So each
+    chunk is reported to the gate as done at its acknowledgement less
+    :attr:`return_ns`: the typical return path, measured on this socket. The budget's
+    :attr:`queueing` table keeps the acknowledgement times (its differences of medians
+    do not move with a constant), and so does :attr:`base_ns`. ``departure=False``:
+    the gate gets the acknowledgement times (the rule before issue 35's cubic runs).
     """
 
     def __init__(
@@ -246,6 +261,7 @@ class DrainTracker:
         outstanding: Callable[[], int],
         *,
         bucket_bytes: int,
+        departure: bool = True,
     ) -> None:
         self.gate = gate
         self._outstanding = outstanding
@@ -266,6 +282,9 @@ class DrainTracker:
         self._drained = 0
         self._chunk_times: deque[int] = deque(maxlen=DRAIN_WINDOWS)
         self._chunk_ns = 0
+        self._return = 0
+        self._left_ns = 0
+        self.departure = departure
         self.queueing = self._queueing_table()
 
     def _queueing_table(self) -> CompletionTimeTable:
@@ -303,6 +322,28 @@ class DrainTracker:
         nothing ahead took 0.5-1.2 ms at the fastest and 2-4 ms at the median)."""
         return self._chunk_ns
 
+    def _return_ns(self, now_ns: int) -> int:
+        """The path's own return latency now (see :attr:`return_ns`)."""
+        if not self.departure or self._chunk_ns <= 0:
+            self._return = 0
+            return 0
+        table = self.queueing
+        table.query(0, now_ns=now_ns)  # forget what aged out
+        if table.count(0) < MEASURED_SAMPLES:
+            self._return = 0
+        else:
+            self._return = max(0, table.query(0) - self._chunk_ns)
+        return self._return
+
+    @property
+    def return_ns(self) -> int:
+        """How long after a chunk's last byte left this host its acknowledgement
+        arrives, as last estimated: the median completion time of a chunk with nothing
+        ahead (:data:`MEASURED_SAMPLES` of them at least) less one chunk's drain time
+        (:attr:`chunk_ns`); 0 before both are measured, or with ``departure=False``.
+        The gate's samples leave it out (see the class docstring)."""
+        return self._return
+
     def depth(self) -> int:
         """Bulk "packets" (buckets) ahead of one written now."""
         return self._outstanding() // self.bucket_bytes
@@ -330,9 +371,14 @@ class DrainTracker:
                 self._chunk_ns = min(self._chunk_times)
                 self._drain_ns = self._drained = 0
         self._drain_at, self._drain_acked = now_ns, acked
+        lag = self._return_ns(now_ns) if self._pending[0][1] <= acked else 0
         while self._pending and self._pending[0][1] <= acked:
             pid, _, enqueued_ns, depth = self._pending.popleft()
-            self.gate.on_complete(pid, now_ns)
+            # The gate's sample ends when the chunk left this host (estimated), never
+            # before it was written nor before the previous one left (in order).
+            left = max(enqueued_ns, now_ns - lag, self._left_ns)
+            self._left_ns = left
+            self.gate.on_complete(pid, left)
             self.queueing.record(depth, now_ns - enqueued_ns, at_ns=now_ns)
             if depth == 0:
                 self._base.append(now_ns - enqueued_ns)
