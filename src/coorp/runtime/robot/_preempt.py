@@ -245,14 +245,20 @@ class DrainTracker:
     A socket shows only the TCP acknowledgement, which comes a return path later: the
     receiver's acks (which Linux sends when the receiving program reads, or a
     delayed-ack timer later), their own wait for the air, the way back. On crl-5's
-    emulated air that was 5-8 ms at the median for a chunk with nothing ahead
-    (0.2 ms of it the chunk's own drain), so a gate fed acknowledgements stopped the
-    holder ~13 ms ahead of each of its LS windows when its queue needed a few. So each
-    chunk is reported to the gate as done at its acknowledgement less
-    :attr:`return_ns`: the typical return path, measured on this socket. The budget's
-    :attr:`queueing` table keeps the acknowledgement times (its differences of medians
-    do not move with a constant), and so does :attr:`base_ns`. ``departure=False``:
-    the gate gets the acknowledgement times (the rule before issue 35's cubic runs).
+    emulated air that was 5-8 ms at the median and 10-16 ms at the 95th percentile for
+    a chunk with nothing ahead, whose own drain took 0.2 ms, so a gate fed
+    acknowledgements stopped the holder ~13 ms ahead of each of its own LS windows
+    where its queue needed a few. So each chunk is reported to the gate as done at its
+    acknowledgement less :attr:`return_ns` (never before it was written, nor before the
+    chunk ahead of it). :attr:`return_ns` is the gate's own percentile of the chunks
+    with nothing ahead, less one chunk's drain: a constant shift moves a percentile by
+    itself, so the gate's answer at depth ``n`` becomes ``P95(n) − P95(0)`` plus a
+    chunk's drain — the *same* statistic at both depths, as the in-flight budget
+    compares medians (:func:`queueing_ns`): what varies at every depth alike (the
+    receiver's reads, the acks' wait for the air) cancels, the bytes queued ahead do
+    not. The budget's :attr:`queueing` table keeps the acknowledgement times, and so
+    does :attr:`base_ns`. ``departure=False``: the gate gets the acknowledgement times
+    (the rule before).
     """
 
     def __init__(
@@ -286,6 +292,7 @@ class DrainTracker:
         self._left_ns = 0
         self.departure = departure
         self.queueing = self._queueing_table()
+        self._lone = self._lone_table()
 
     def _queueing_table(self) -> CompletionTimeTable:
         """The same completion times as the gate's table, answered at their median
@@ -300,6 +307,17 @@ class DrainTracker:
         return CompletionTimeTable(
             max_depth=ctt.max_depth,
             percentile=QUEUEING_PERCENTILE,
+            default_ns=ctt.default_ns,
+            max_age_ns=ctt.max_age_ns,
+        )
+
+    def _lone_table(self) -> CompletionTimeTable:
+        """Acknowledgement times of chunks written with nothing in flight, answered at
+        the gate's own percentile (:attr:`return_ns`)."""
+        ctt = self.gate.ctt
+        return CompletionTimeTable(
+            max_depth=0,
+            percentile=ctt.percentile,
             default_ns=ctt.default_ns,
             max_age_ns=ctt.max_age_ns,
         )
@@ -324,24 +342,22 @@ class DrainTracker:
 
     def _return_ns(self, now_ns: int) -> int:
         """The path's own return latency now (see :attr:`return_ns`)."""
-        if not self.departure or self._chunk_ns <= 0:
-            self._return = 0
-            return 0
-        table = self.queueing
-        table.query(0, now_ns=now_ns)  # forget what aged out
-        if table.count(0) < MEASURED_SAMPLES:
-            self._return = 0
-        else:
-            self._return = max(0, table.query(0) - self._chunk_ns)
+        self._return = 0
+        if self.departure and self._chunk_ns > 0:
+            lone = self._lone
+            lone.query(0, now_ns=now_ns)  # forget what aged out
+            if lone.count(0) >= MEASURED_SAMPLES:
+                self._return = max(0, lone.query(0) - self._chunk_ns)
         return self._return
 
     @property
     def return_ns(self) -> int:
         """How long after a chunk's last byte left this host its acknowledgement
-        arrives, as last estimated: the median completion time of a chunk with nothing
-        ahead (:data:`MEASURED_SAMPLES` of them at least) less one chunk's drain time
-        (:attr:`chunk_ns`); 0 before both are measured, or with ``departure=False``.
-        The gate's samples leave it out (see the class docstring)."""
+        arrives, as last estimated: the completion time of a chunk with nothing ahead
+        at the gate's percentile (of :data:`MEASURED_SAMPLES` such chunks at least,
+        aged as the gate's) less one chunk's drain time (:attr:`chunk_ns`); 0 before
+        both are measured, or with ``departure=False``. The gate's samples leave it
+        out (see the class docstring)."""
         return self._return
 
     def depth(self) -> int:
@@ -381,6 +397,7 @@ class DrainTracker:
             self.gate.on_complete(pid, left)
             self.queueing.record(depth, now_ns - enqueued_ns, at_ns=now_ns)
             if depth == 0:
+                self._lone.record(0, now_ns - enqueued_ns, at_ns=now_ns)
                 self._base.append(now_ns - enqueued_ns)
                 self._base_ns = min(self._base)
 
@@ -401,6 +418,7 @@ class DrainTracker:
         self._pending.clear()
         self._drain_at = None
         self.queueing = self._queueing_table()
+        self._lone = self._lone_table()
 
     @property
     def tracking(self) -> int:
