@@ -97,6 +97,7 @@ def transparent_wifi(args: Any, details: dict[str, Any]) -> list[dict[str, Any]]
             ls_rt_priority=args.tw_ls_rt, agent_rt_priority=args.tw_agent_rt,
             # benchmarks/transparent.py's cell options (issue 34), at their defaults
             timeslice_ms=5000.0, agent_scheduling="nice:-10", cpu_hog=0, lead=3.0,
+            gate_completion=getattr(args, "tw_gate_completion", "") or None,
         )  # fmt: skip
         measured: list[dict[str, Any]] = []
         with (
@@ -122,6 +123,7 @@ def transparent_wifi(args: Any, details: dict[str, Any]) -> list[dict[str, Any]]
         runs.append({
             "ring": ring, "ls_rt_priority": tb.ls_rt_priority(targs, "wifi"),
             "agent_rt_priority": args.tw_agent_rt, "tcp_cc": args.tw_tcp_cc or "host default",
+            "gate_completion": targs.gate_completion or "default (departure)",
             "rows": described,
             "runs": [tb._without_samples(r) for r in measured],
             "emulator": {k: emulator[k] for k in ("verdict", "frame_lag", "by_ac", "load_start",

@@ -186,6 +186,13 @@ def main() -> int:
         "like-for-like comparison, docs/emulate.md)",
     )
     ap.add_argument(
+        "--tw-gate-completion",
+        default="",
+        choices=("", "departure", "ack"),
+        help="transparent_wifi: the agents' [agent] gate_completion ('': Coorp's default, "
+        "departure; ack: the rule before, for a like-for-like comparison)",
+    )
+    ap.add_argument(
         "--edca-command-lag-us",
         type=float,
         default=2000.0,

@@ -119,6 +119,7 @@ def team_file(
     scheduling: str = "nice:-10",
     inflight_budget_ms: float | None = None,
     medium: str = "shared",
+    gate_completion: str | None = None,
 ) -> Path:
     """The team file: Coorp on ports 7300/7301 (DDS domain 0 owns 7400-7649), LS by the
     middleware's preset, bulk = TCP to the upload port (client side: the robots'
@@ -142,6 +143,7 @@ def team_file(
         f'[agent]\nleader = "{ld}:7300"\nlisten = "0.0.0.0:7301"\n'
         f'scheduling = "{scheduling}"\n'
         + ("" if inflight_budget_ms is None else f"inflight_budget_ms = {inflight_budget_ms}\n")
+        + ("" if gate_completion is None else f'gate_completion = "{gate_completion}"\n')
         + f"[transparent]\nls = [{ls}]\n{bulk_line}"
     )
     write_team_keys(load_team_config(path), path, force=True)
@@ -220,7 +222,8 @@ def measure(
     try:
         team = team_file(d, net, app, args.timeslice_ms, bulk=mode != "marking",
                          scheduling=args.agent_scheduling, medium=medium,
-                         inflight_budget_ms=getattr(args, "inflight_budget_ms", None))  # fmt: skip
+                         inflight_budget_ms=getattr(args, "inflight_budget_ms", None),
+                         gate_completion=getattr(args, "gate_completion", None))  # fmt: skip
         for host in net.hosts:  # busy processes on every host, started first
             for i in range(args.cpu_hog):
                 run.start(host, ["sh", "-c", "while :; do :; done"], f"hog-{host}-{i}")
@@ -617,6 +620,8 @@ def main() -> int:
     p.add_argument("--inflight-budget-ms", type=float, default=None,
                    help="the agents' [agent] inflight_budget_ms (default: Coorp's; 0: no "
                    "bound)")  # fmt: skip
+    p.add_argument("--gate-completion", choices=("departure", "ack"), default=None,
+                   help="the agents' [agent] gate_completion (default: departure)")  # fmt: skip
     p.add_argument("--sink-rt-priority", type=int, default=0,
                    help="SCHED_FIFO priority of the upload sink (0: ordinary scheduling; on "
                    "a loaded host a descheduled receiver stalls the acks)")  # fmt: skip

@@ -367,6 +367,7 @@ def test_team_file_loads_and_key_resolves(tmp_path: Path) -> None:
         ('[team]\nrobots = ["a"]\n[agent]\nfallback_ms = 5\n', "agent.fallback_ms"),
         ('[team]\nrobots = ["a"]\n[agent]\ninflight_budget_ms = -1\n', "agent.inflight_budget_ms"),
         ('[team]\nrobots = ["a"]\n[leader]\ndownlink = ["b"]\n', "leader.downlink"),
+        ('[team]\nrobots = ["a"]\n[agent]\ngate_completion = "air"\n', "agent.gate_completion"),
     ],
 )
 def test_bad_team_files_name_the_field(tmp_path: Path, body: str, field: str) -> None:
@@ -387,6 +388,13 @@ def test_the_in_flight_budget_comes_from_the_team_file(tmp_path: Path) -> None:
         load_team_config(write_team(tmp_path, base + "[agent]\ninflight_budget_ms = 2.5\n"))
     )
     assert two.bulk.inflight_budget_ns == 2_500_000
+
+
+def test_what_the_gate_measures_comes_from_the_team_file(tmp_path: Path) -> None:
+    base = '[team]\nrobots = ["a"]\n'
+    assert team_settings(load_team_config(write_team(tmp_path, base))).bulk.gate_departure
+    ack = base + '[agent]\ngate_completion = "ack"\n'
+    assert not team_settings(load_team_config(write_team(tmp_path, ack))).bulk.gate_departure
 
 
 def test_missing_key_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -489,3 +497,82 @@ def test_threaded_inbox_drains_confirmed_bulk_messages_after_close() -> None:
     finally:
         tx.close()
         rx.close()
+
+
+def _measure_return_path(tr: DrainTracker, outq: list[int], t: int, returns_ns: list[int]) -> int:
+    """Chunks alone on the path, each acknowledged ``returns_ns[i]`` after it (1000
+    bytes at 0.25 ms a chunk) left; then 48 chunks in flight, acknowledged 4 a
+    millisecond, so the drain rate is measured. Returns the time reached."""
+    for r in returns_ns:
+        tr.on_write(1000, t, 0)
+        outq[0] = 1000
+        tr.poll(t)
+        outq[0] = 0
+        tr.poll(t + 250_000 + r)
+        t += 20_000_000
+    for i in range(48):
+        tr.on_write(1000, t, i)
+    outq[0] = 48_000
+    tr.poll(t)
+    for k in range(1, 13):
+        outq[0] = 48_000 - 4000 * k
+        tr.poll(t + k * 1_000_000)
+    return t + 20_000_000
+
+
+def test_the_gate_sees_when_a_chunk_left_not_when_the_receiver_acked_it() -> None:
+    # The receiver's acks come 4 ms after the bytes left, in one case of five 9 ms (its
+    # reads, a delayed ack, the air back); a chunk behind 4 others leaves after 5 x 0.25
+    # ms. The gate's table gets that departure (the simulator's NIC completion): its
+    # answer at a depth is the acks' 95th percentile there less theirs with nothing
+    # ahead, plus one chunk's drain. The budget's table keeps the acknowledgements.
+    outq = [0]
+    gate = Gate(Window(), CompletionTimeTable(default_ns=1_000_000, max_age_ns=None))
+    tr = DrainTracker(gate, lambda: outq[0], bucket_bytes=1000)
+    assert tr.return_ns == 0
+    t = _measure_return_path(tr, outq, 0, [4_000_000] * 20 + [9_000_000] * 5)
+    assert tr.chunk_ns == 250_000
+    for i in range(5):
+        tr.on_write(1000, t, i)
+    outq[0] = 5000
+    tr.poll(t)
+    outq[0] = 0
+    tr.poll(t + 5 * 250_000 + 9_000_000)
+    assert tr.return_ns == 9_000_000  # the 95th percentile alone, less a chunk's drain
+    assert gate.ctt.samples(4)[-1] == 5 * 250_000
+    assert tr.queueing.samples(4)[-1] == 5 * 250_000 + 9_000_000
+
+
+def test_acknowledgement_times_reach_the_gate_when_asked_or_before_the_path_is_known() -> None:
+    outq = [0]
+    ack = Gate(Window(), CompletionTimeTable(default_ns=1_000_000, max_age_ns=None))
+    tr = DrainTracker(ack, lambda: outq[0], bucket_bytes=1000, departure=False)
+    t = _measure_return_path(tr, outq, 0, [6_000_000] * 25)
+    assert tr.return_ns == 0 and ack.ctt.samples(0)[:25] == (6_250_000,) * 25
+    # Departure estimates need MEASURED_SAMPLES chunks alone first: until then the
+    # gate gets the acknowledgement (a cautious answer, never a guess).
+    early = Gate(Window(), CompletionTimeTable(default_ns=1_000_000, max_age_ns=None))
+    tr = DrainTracker(early, lambda: outq[0], bucket_bytes=1000)
+    for i in range(16):
+        tr.on_write(1000, 0, i)
+    outq[0] = 16_000
+    tr.poll(0)
+    outq[0] = 0
+    tr.poll(7_000_000)
+    assert tr.return_ns == 0 and early.ctt.samples(15) == (7_000_000,)
+    del t
+
+
+def test_a_departure_is_never_before_the_write_nor_out_of_order() -> None:
+    outq = [0]
+    gate = Gate(Window(), CompletionTimeTable(default_ns=1_000_000, max_age_ns=None))
+    tr = DrainTracker(gate, lambda: outq[0], bucket_bytes=1000)
+    t = _measure_return_path(tr, outq, 0, [6_000_000] * 25)
+    # Acknowledged 1 ms after the write: faster than the typical return path.
+    tr.on_write(1000, t, 0)
+    outq[0] = 1000
+    tr.poll(t)
+    outq[0] = 0
+    tr.poll(t + 1_000_000)
+    assert gate.ctt.samples(0)[-1] == 0  # left when written, not 5 ms before
+    assert gate.pending == 0

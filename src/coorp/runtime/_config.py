@@ -28,7 +28,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -172,6 +172,12 @@ class AgentSection(_Model):
         le=1000,
         description="while LS is protected, bulk bytes in flight stay within this drain "
         "time (docs/runtime.md, 'Bytes in flight'); 0 = no bound",
+    )
+    gate_completion: Literal["departure", "ack"] = Field(
+        "departure",
+        description="what the gate's completion times measure: until a bulk chunk left "
+        "this host (its TCP ack less the path's measured return latency; default) or "
+        "until its ack (docs/runtime.md, 'Local preemption in user space')",
     )
     bulk_one_message_at_a_time: bool = Field(
         True,

@@ -94,6 +94,12 @@ class BulkSettings:
     for every flow, not only this robot's (cf. Linux's airtime queue limits). None:
     no bound (the congestion window decides)."""
 
+    gate_departure: bool = True
+    """The gate's completion times end when a chunk left this host, estimated as its
+    TCP acknowledgement less the path's measured return latency
+    (:class:`~._preempt.DrainTracker`): what this robot's LS datagram waits behind in
+    its NIC. False: they end at the acknowledgement (receiver's ack delay included)."""
+
     one_message_at_a_time: bool = True
     """A robot's bulk streams send one message at a time, in the order they were
     asked (the rest wait, holding the robot's permit for it): each receiver sends TCP
@@ -199,7 +205,10 @@ class Pacer:
         self._hangup.register(sock.fileno(), select.POLLRDHUP | select.POLLERR | select.POLLHUP)
         if self.gate is not None:
             self._tracker = DrainTracker(
-                self.gate, lambda: bytes_outstanding(sock), bucket_bytes=self.settings.chunk_bytes
+                self.gate,
+                lambda: bytes_outstanding(sock),
+                bucket_bytes=self.settings.chunk_bytes,
+                departure=self.settings.gate_departure,
             )
 
     def detach(self) -> None:

@@ -238,6 +238,27 @@ class DrainTracker:
     bytes written to the socket must be reported through :meth:`on_write` (framing
     included) so that "acknowledged" can be computed; only chunks written with a
     ``depth`` become CTT samples.
+
+    **What the gate's samples measure** (``departure=True``, the default). The
+    simulator's driver reports a bulk packet complete when it has left the NIC (its
+    block ack); that is what the robot's own LS datagram waits for in a shared ring.
+    A socket shows only the TCP acknowledgement, which comes a return path later: the
+    receiver's acks (which Linux sends when the receiving program reads, or a
+    delayed-ack timer later), their own wait for the air, the way back. On crl-5's
+    emulated air that was 5-8 ms at the median and 10-16 ms at the 95th percentile for
+    a chunk with nothing ahead, whose own drain took 0.2 ms, so a gate fed
+    acknowledgements stopped the holder ~13 ms ahead of each of its own LS windows
+    where its queue needed a few. So each chunk is reported to the gate as done at its
+    acknowledgement less :attr:`return_ns` (never before it was written, nor before the
+    chunk ahead of it). :attr:`return_ns` is the gate's own percentile of the chunks
+    with nothing ahead, less one chunk's drain: a constant shift moves a percentile by
+    itself, so the gate's answer at depth ``n`` becomes ``P95(n) − P95(0)`` plus a
+    chunk's drain — the *same* statistic at both depths, as the in-flight budget
+    compares medians (:func:`queueing_ns`): what varies at every depth alike (the
+    receiver's reads, the acks' wait for the air) cancels, the bytes queued ahead do
+    not. The budget's :attr:`queueing` table keeps the acknowledgement times, and so
+    does :attr:`base_ns`. ``departure=False``: the gate gets the acknowledgement times
+    (the rule before).
     """
 
     def __init__(
@@ -246,6 +267,7 @@ class DrainTracker:
         outstanding: Callable[[], int],
         *,
         bucket_bytes: int,
+        departure: bool = True,
     ) -> None:
         self.gate = gate
         self._outstanding = outstanding
@@ -266,7 +288,11 @@ class DrainTracker:
         self._drained = 0
         self._chunk_times: deque[int] = deque(maxlen=DRAIN_WINDOWS)
         self._chunk_ns = 0
+        self._return = 0
+        self._left_ns = 0
+        self.departure = departure
         self.queueing = self._queueing_table()
+        self._lone = self._lone_table()
 
     def _queueing_table(self) -> CompletionTimeTable:
         """The same completion times as the gate's table, answered at their median
@@ -281,6 +307,17 @@ class DrainTracker:
         return CompletionTimeTable(
             max_depth=ctt.max_depth,
             percentile=QUEUEING_PERCENTILE,
+            default_ns=ctt.default_ns,
+            max_age_ns=ctt.max_age_ns,
+        )
+
+    def _lone_table(self) -> CompletionTimeTable:
+        """Acknowledgement times of chunks written with nothing in flight, answered at
+        the gate's own percentile (:attr:`return_ns`)."""
+        ctt = self.gate.ctt
+        return CompletionTimeTable(
+            max_depth=0,
+            percentile=ctt.percentile,
             default_ns=ctt.default_ns,
             max_age_ns=ctt.max_age_ns,
         )
@@ -302,6 +339,26 @@ class DrainTracker:
         air's rate (0.2-0.35 ms for 16 KB on crl-5's emulated air, where chunks with
         nothing ahead took 0.5-1.2 ms at the fastest and 2-4 ms at the median)."""
         return self._chunk_ns
+
+    def _return_ns(self, now_ns: int) -> int:
+        """The path's own return latency now (see :attr:`return_ns`)."""
+        self._return = 0
+        if self.departure and self._chunk_ns > 0:
+            lone = self._lone
+            lone.query(0, now_ns=now_ns)  # forget what aged out
+            if lone.count(0) >= MEASURED_SAMPLES:
+                self._return = max(0, lone.query(0) - self._chunk_ns)
+        return self._return
+
+    @property
+    def return_ns(self) -> int:
+        """How long after a chunk's last byte left this host its acknowledgement
+        arrives, as last estimated: the completion time of a chunk with nothing ahead
+        at the gate's percentile (of :data:`MEASURED_SAMPLES` such chunks at least,
+        aged as the gate's) less one chunk's drain time (:attr:`chunk_ns`); 0 before
+        both are measured, or with ``departure=False``. The gate's samples leave it
+        out (see the class docstring)."""
+        return self._return
 
     def depth(self) -> int:
         """Bulk "packets" (buckets) ahead of one written now."""
@@ -330,11 +387,17 @@ class DrainTracker:
                 self._chunk_ns = min(self._chunk_times)
                 self._drain_ns = self._drained = 0
         self._drain_at, self._drain_acked = now_ns, acked
+        lag = self._return_ns(now_ns) if self._pending[0][1] <= acked else 0
         while self._pending and self._pending[0][1] <= acked:
             pid, _, enqueued_ns, depth = self._pending.popleft()
-            self.gate.on_complete(pid, now_ns)
+            # The gate's sample ends when the chunk left this host (estimated), never
+            # before it was written nor before the previous one left (in order).
+            left = max(enqueued_ns, now_ns - lag, self._left_ns)
+            self._left_ns = left
+            self.gate.on_complete(pid, left)
             self.queueing.record(depth, now_ns - enqueued_ns, at_ns=now_ns)
             if depth == 0:
+                self._lone.record(0, now_ns - enqueued_ns, at_ns=now_ns)
                 self._base.append(now_ns - enqueued_ns)
                 self._base_ns = min(self._base)
 
@@ -355,6 +418,7 @@ class DrainTracker:
         self._pending.clear()
         self._drain_at = None
         self.queueing = self._queueing_table()
+        self._lone = self._lone_table()
 
     @property
     def tracking(self) -> int:

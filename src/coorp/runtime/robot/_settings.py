@@ -64,6 +64,7 @@ def team_settings(config: TeamConfig) -> TeamSettings:
             chunk_bytes=a.chunk_bytes,
             protection_tolerance_ns=round(a.protection_tolerance_ms * 1e6),
             inflight_budget_ns=round(budget * 1e6) if budget > 0 else None,
+            gate_departure=a.gate_completion == "departure",
             one_message_at_a_time=a.bulk_one_message_at_a_time,
         ),
         roaming=_roaming(config),
