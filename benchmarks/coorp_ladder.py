@@ -6,7 +6,7 @@ additions above it; the last rung is ``coorp`` itself::
 
     RUNGS=coorp-paper,ladder-recheck,ladder-lead,ladder-realized,ladder-hints,ladder-floor,\\
 ladder-budget,ladder-team-budget,ladder-foreign,ladder-acks,ladder-serial,\\
-ladder-outsiders,ladder-conformal,ladder-lead-hints,ladder-in-window,coorp
+ladder-outsiders,ladder-conformal,ladder-lead-hints,ladder-in-window,ladder-be-acks,coorp
     coorp sweep --policy-module benchmarks/coorp_ladder.py --policies $RUNGS \\
         --scenarios crl-10,one-low --seeds 1-5 --duration 20 --out results/ladder
 
@@ -29,7 +29,10 @@ or after the window it was enqueued ahead of (``Gate(realized_in_window=True)``)
 ``coorp`` of issue 36; ``coorp`` protects only each window's core and leaves its tail of
 late sends to the ring budget (``SendTimeModel(protect_tail=False)``). The variant
 ``ladder-ack-probes`` is ``coorp`` whose acks' gate explores as the bulk gate does
-(``GatedHooks(ack_probes=True)``; docs/control.md, "Probes in the acks' gate"). The rungs
+(``GatedHooks(ack_probes=True)``; docs/control.md, "Probes in the acks' gate"). The last
+rung, ``ladder-be-acks``, is ``coorp`` with the team's TCP acks in AC_BE, the ``coorp`` of
+before ``CoorpPolicy.ack_ac`` put them in AC_VI (docs/control.md, "The acks' access
+category"); the rungs and variants measured before that keep AC_BE acks. The rungs
 and variants measured before issue 36 are built on ``_Before36`` so that they stay what
 they were.
 """
@@ -54,6 +57,7 @@ class _Before36(CoorpPolicy):
     realized_in_window = False
     ring_budget_skips_outside_acks = False
     acks_yield_to_outside = False
+    ack_ac = None
 
 
 @register_policy
@@ -150,6 +154,7 @@ class LadderOutsiders(CoorpPolicy):
     lead_hints = False
     realized_in_window = False
     protect_tail = True
+    ack_ac = None
 
 
 @register_policy
@@ -159,6 +164,7 @@ class LadderConformal(CoorpPolicy):
     lead_hints = False
     realized_in_window = False
     protect_tail = True
+    ack_ac = None
 
 
 @register_policy
@@ -167,6 +173,7 @@ class LadderLeadHints(CoorpPolicy):
     summary = "… + the MPC leader's full word on its controls (a moving bound, exact instants)"
     realized_in_window = False
     protect_tail = True
+    ack_ac = None
 
 
 @register_policy
@@ -174,6 +181,7 @@ class LadderInWindow(CoorpPolicy):
     name = "ladder-in-window"
     summary = "… + a packet priced only against sends in or after its window (coorp of issue 36)"
     protect_tail = True
+    ack_ac = None
 
 
 @register_policy
@@ -181,6 +189,14 @@ class LadderAckProbes(CoorpPolicy):
     name = "ladder-ack-probes"
     summary = "coorp whose acks' gate explores as the bulk gate does (a variant)"
     ack_probes = True
+    ack_ac = None
+
+
+@register_policy
+class LadderBeAcks(CoorpPolicy):
+    name = "ladder-be-acks"
+    summary = "coorp with the team's TCP acks in AC_BE: coorp before its acks went in AC_VI"
+    ack_ac = None
 
 
 @register_policy
@@ -210,6 +226,7 @@ class CoorpAirtimeCap(CoorpPolicy):
     name = "coorp-cap1ms"
     summary = "coorp + every bulk exchange capped at 1 ms of airtime (a variant, not a rung)"
     bulk_airtime_cap_ns = 1_000_000
+    ack_ac = None
 
 
 def _ring_variant(ms: int) -> None:
@@ -221,6 +238,7 @@ def _ring_variant(ms: int) -> None:
                 "name": f"coorp-ring{ms}ms",
                 "summary": f"coorp with {ms} ms of bulk airtime in the ring (a variant)",
                 "ring_airtime_budget_ns": ms * 1_000_000,
+                "ack_ac": None,
             },
         )
     )

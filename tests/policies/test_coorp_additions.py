@@ -2,7 +2,8 @@
 it (docs/control.md, "Beyond the paper"): a small team, several seeds, the measured
 effect. Nothing here asserts a headline percentage. The ablations hold no TCP acks,
 interleave a robot's transfers and keep the Gaussian windows and the leader's first
-word (``gate_acks = False``, ``serial_transfers = False``, issue 36's additions off):
+word, with the acks in AC_BE (``gate_acks = False``, ``serial_transfers = False``,
+issue 36's additions off, ``ack_ac = None``):
 each addition is measured where the ladder measured it, on the rung before issue 22's
 (``benchmarks/coorp_ladder.py``)."""
 
@@ -35,6 +36,7 @@ class _CoorpWithoutHints(CoorpPolicy):
     time_model_window = "gaussian"
     lead_hints = False
     realized_in_window = False
+    ack_ac = None
 
 
 class _CoorpWithPaperTable(CoorpPolicy):
@@ -48,6 +50,7 @@ class _CoorpWithPaperTable(CoorpPolicy):
     time_model_window = "gaussian"
     lead_hints = False
     realized_in_window = False
+    ack_ac = None
 
 
 class _CoorpWithoutFloor(CoorpPolicy):
@@ -60,6 +63,7 @@ class _CoorpWithoutFloor(CoorpPolicy):
     time_model_window = "gaussian"
     lead_hints = False
     realized_in_window = False
+    ack_ac = None
 
 
 class _CoorpFloorOnly(CoorpPolicy):
@@ -71,6 +75,7 @@ class _CoorpFloorOnly(CoorpPolicy):
     time_model_window = "gaussian"
     lead_hints = False
     realized_in_window = False
+    ack_ac = None
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -196,6 +201,7 @@ class _CoorpNoRingBudget(CoorpPolicy):
     time_model_window = "gaussian"
     lead_hints = False
     realized_in_window = False
+    ack_ac = None
 
 
 def test_the_ring_limit_is_the_budget_over_the_next_packets_link_airtime() -> None:

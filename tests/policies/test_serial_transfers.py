@@ -106,14 +106,15 @@ def test_a_robots_transfers_run_one_at_a_time_in_the_order_asked() -> None:
 
 
 def workers_on_air(result: CrlResult, start: int, end: int, bin_ns: int) -> list[int]:
-    """Per ``bin_ns`` of [start, end): how many workers sent an AC_BE frame (the model's
-    TCP acks) in it, from the channel trace."""
+    """Per ``bin_ns`` of [start, end): how many workers sent a frame of the model's TCP
+    acks in it (AC_VI, ``CoorpPolicy.ack_ac``; AC_BE without it), from the channel
+    trace."""
     bins: dict[int, set[str]] = {}
     for t in result.sim.trace or []:
         t0, _t1, _collided, names, acs = t[:5]
         if start <= t0 < end:
             for name, ac in zip(names, acs, strict=True):
-                if name != "leader" and ac == "BE":
+                if name != "leader" and ac in ("BE", "VI"):
                     bins.setdefault((t0 - start) // bin_ns, set()).add(name)
     return [len(bins.get(k, ())) for k in range((end - start) // bin_ns)]
 

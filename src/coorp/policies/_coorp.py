@@ -151,6 +151,18 @@ class CoorpPolicy(Policy):
     #: exponential backoff is what a control message then waits behind. The permits
     #: make the team one bulk sender; this makes it one bulk conversation.
     serial_transfers: ClassVar[bool] = True
+    #: The access category of the TCP acks each robot sends for the team's bulk data it
+    #: receives, as a receiving socket's DSCP or SO_PRIORITY marks its pure acks (which
+    #: mac80211 maps to an AC); None: the simulator's AC_BE. In AC_BE an ack contends
+    #: with the permit holder's aggregates, whose EDCA function resets its window after
+    #: every success while the ack's doubles after every collision: on crl-20 the
+    #: leader's acks waited 15-36 ms for the air, and its controls behind them in the
+    #: shared ring (8 of 9 late control bursts); beside a guest, late messages found
+    #: 45-90 of their robot's own acks ahead. In AC_VI they leave at the next access,
+    #: and their airtime is a few microseconds. A robot that also sends bulk data
+    #: outside the team keeps AC_BE (see _mark_acks). docs/control.md, "The acks'
+    #: access category"; ``ladder-be-acks`` is ``coorp`` with AC_BE acks.
+    ack_ac: ClassVar[AccessCategory | None] = AccessCategory.VI
 
     def install(self) -> None:
         team = self.team
@@ -172,6 +184,8 @@ class CoorpPolicy(Policy):
         }
         #: Transfers that waited for another of their robot's (serial_transfers).
         self.transfers_queued = 0
+        #: Ack flows whose category ``ack_ac`` has decided (see _mark_acks).
+        self._acks_seen: set[str] = set()
         if self.use_permits:
             self.controller = GlobalController(
                 team.robots, limit=opts.limit, timeslice_ns=s(opts.timeslice_s)
@@ -311,11 +325,28 @@ class CoorpPolicy(Policy):
         self, robot: str, flow: FlowState, nbytes: int, on_complete: Callable[[int], None]
     ) -> None:
         self._team_bulk.add(flow.name)
+        ack = flow.ack_flow
+        if self.ack_ac is not None and ack is not None and ack.gate_acks:
+            self._mark_acks(ack)
         if self.serial_transfers and self._active[robot]:
             self._waiting[robot].append((flow, nbytes, on_complete))
             self.transfers_queued += 1
             return
         self._start(robot, flow, nbytes, on_complete)
+
+    def _mark_acks(self, ack: FlowState) -> None:
+        """Put the team's acks of one flow in ``ack_ac``, once, before its first transfer
+        (a flow a later transfer reuses keeps its acks' category): unless the robot that
+        sends them also sends bulk data outside the team (a download to a laptop). There
+        its acks take turns with that traffic in its AC_BE function; in AC_VI they would
+        leave it an AC_BE function of its own against the team's permit holder
+        (crl-5-download: the workers' uploads to the leader 301 -> 222 Mb/s)."""
+        if ack.name in self._acks_seen:
+            return
+        self._acks_seen.add(ack.name)
+        assert self.ack_ac is not None
+        if not ack.src.free_transfers:
+            ack.ac = self.ack_ac
 
     def _start(
         self, robot: str, flow: FlowState, nbytes: int, on_complete: Callable[[int], None]
@@ -462,6 +493,9 @@ class CoorpGlobalPolicy(CoorpPolicy):
     summary = "COORP ablation: permits only (one bulk sender at a time), no local gate"
     use_gate = False
     ring_airtime_budget_ns = None
+    #: Permits only: the robots' acks as the simulator sends them (AC_BE), as the
+    #: oracle's, which is these permits plus exact knowledge.
+    ack_ac = None
 
 
 @register_policy
@@ -487,3 +521,4 @@ class CoorpPaperPolicy(CoorpPolicy):
     time_model_window = "gaussian"
     lead_hints = False
     realized_in_window = False
+    ack_ac = None

@@ -357,7 +357,8 @@ class GatedHooks:
         self, station: DriverView, pid: int, ac: AccessCategory, now_ns: int, delivered: bool
     ) -> None:
         acks = self.ack_gate
-        if acks is not None and ac is _BE and acks.holds(pid):
+        # The acks' own pids, in whatever category they were sent (CoorpPolicy.ack_ac).
+        if acks is not None and acks.holds(pid):
             if delivered:
                 acks.on_complete(pid, now_ns)
             else:
@@ -443,8 +444,9 @@ class GatedHooks:
         delivered: bool,
     ) -> None:  # fmt: skip
         acks = self.ack_gate
-        if acks is not None and ac is _BE and acks.holds(pid):
-            # One ring run, so all of them acks (a run is never part acks, part data).
+        if acks is not None and acks.holds(pid):
+            # One ring run, so all of them acks (a run is never part acks, part data), in
+            # whatever category they were sent (CoorpPolicy.ack_ac).
             if delivered:
                 acks.on_complete_run(pid, count, now_ns)
             else:

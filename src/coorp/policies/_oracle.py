@@ -263,6 +263,8 @@ class OraclePolicy(CoorpPolicy):
     deployable: ClassVar[bool] = False
     use_gate: ClassVar[bool] = False
     ring_airtime_budget_ns: ClassVar[int | None] = None
+    #: Its robots' acks in AC_BE, as the simulator sends them (its bound is measured so).
+    ack_ac: ClassVar[AccessCategory | None] = None
 
     def install(self) -> None:
         super().install()  # COORP's permits (no gate): controller, clients, hooks

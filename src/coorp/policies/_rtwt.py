@@ -231,6 +231,7 @@ class CoorpRtwtPolicy(CoorpPolicy):
     realized_in_window = False
     ring_budget_skips_outside_acks = False
     acks_yield_to_outside = False
+    ack_ac = None
 
     def install(self) -> None:
         _require_ax(self.team, self.name)
