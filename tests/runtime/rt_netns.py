@@ -6,10 +6,16 @@ queue builds there, like the shared channel in front of the leader. Names start 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
 from coorp._netns import Proc, StarNetwork, shape
 from coorp._netns import netns_unavailable as _netns_unavailable
 
-__all__ = ["Proc", "Topology", "netns_unavailable"]
+__all__ = ["Proc", "Topology", "netns_unavailable", "topology"]
 
 
 def netns_unavailable() -> str | None:
@@ -39,3 +45,30 @@ class Topology(StarNetwork):
         super().create()
         # The queue in front of the leader: everything sent to it shares one FIFO.
         shape(self.ns("sw"), self.port("ld"), rate_mbit=rate_mbit, queue_ms=queue_ms)
+
+
+@contextmanager
+def topology(
+    agents: int,
+    *,
+    rate_mbit: float,
+    queue_ms: float,
+    tag: str = "coorpt",
+    logs: Path | None = None,
+) -> Iterator[Topology]:
+    """A created :class:`Topology` for one fixture, destroyed after it; the test is
+    skipped (saying why) where namespaces cannot be made. ``logs``: a directory made for
+    the programs' logs, kept as ``topology.logs``."""
+    reason = netns_unavailable()
+    if reason is not None:
+        print(f"SKIP netns tests: {reason}")
+        pytest.skip(reason)
+    t = Topology(agents, tag=tag)
+    if logs is not None:
+        logs.mkdir()
+        t.logs = logs  # type: ignore[attr-defined]
+    try:
+        t.create(rate_mbit=rate_mbit, queue_ms=queue_ms)
+        yield t
+    finally:
+        t.destroy()

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rt_netns import Proc, Topology, netns_unavailable
+from rt_netns import Proc, Topology, topology
 from test_runtime_netns import COORP, KEY_HEX, ROLES, SINK_PORT, result_of, start_sink
 
 pytestmark = pytest.mark.netns
@@ -38,16 +38,8 @@ SINK_SHARE = ("--scheduling", "nice:-10")
 
 @pytest.fixture
 def fleet() -> Iterator[Topology]:
-    reason = netns_unavailable()
-    if reason is not None:
-        print(f"SKIP netns tests: {reason}")
-        pytest.skip(reason)
-    t = Topology(agents=5, tag="coorpf")
-    try:
-        t.create(rate_mbit=RATE_MBIT, queue_ms=QUEUE_MS)
+    with topology(5, rate_mbit=RATE_MBIT, queue_ms=QUEUE_MS, tag="coorpf") as t:
         yield t
-    finally:
-        t.destroy()
 
 
 def fleet_file(

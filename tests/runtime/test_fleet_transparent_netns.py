@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rt_netns import Topology, netns_unavailable
+from rt_netns import Topology, topology
 from test_fleet_netns import LA, LB, QUEUE_MS, RATE_MBIT, fleet_file, route_via, wait_cell
 from test_transparent_netns import APPS, COORP, PY, control, logs, result, sink, start, tables
 
@@ -30,18 +30,9 @@ UPLOAD_S = 3.0
 
 @pytest.fixture
 def fleet(tmp_path: Path) -> Iterator[Topology]:
-    reason = netns_unavailable()
-    if reason is not None:
-        print(f"SKIP netns tests: {reason}")
-        pytest.skip(reason)
-    t = Topology(agents=3, tag="coorpft")
-    t.logs = tmp_path / "logs"  # type: ignore[attr-defined]
-    t.logs.mkdir()  # type: ignore[attr-defined]
-    try:
-        t.create(rate_mbit=RATE_MBIT, queue_ms=QUEUE_MS)
+    with topology(3, rate_mbit=RATE_MBIT, queue_ms=QUEUE_MS, tag="coorpft",
+                  logs=tmp_path / "logs") as t:  # fmt: skip
         yield t
-    finally:
-        t.destroy()
 
 
 def test_a_transparent_agent_that_roams_moves_its_relayed_upload_to_the_new_cell(

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from rt_netns import Proc, Topology, netns_unavailable
+from rt_netns import Proc, Topology, topology
 
 pytestmark = pytest.mark.netns
 
@@ -40,16 +40,8 @@ LEADER_PORT, SINK_PORT = 7400, 7500
 
 @pytest.fixture
 def topo() -> Iterator[Topology]:
-    reason = netns_unavailable()
-    if reason is not None:
-        print(f"SKIP netns tests: {reason}")
-        pytest.skip(reason)
-    t = Topology(agents=3)
-    try:
-        t.create(rate_mbit=RATE_MBIT, queue_ms=QUEUE_MS)
+    with topology(3, rate_mbit=RATE_MBIT, queue_ms=QUEUE_MS) as t:
         yield t
-    finally:
-        t.destroy()
 
 
 def team_file(tmp_path: Path, *, timeslice_ms: float) -> Path:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rt_netns import Proc, Topology, netns_unavailable
+from rt_netns import Proc, Topology, topology
 
 pytestmark = pytest.mark.netns
 
@@ -43,18 +43,8 @@ ENV = {
 
 @pytest.fixture
 def topo(tmp_path: Path) -> Iterator[Topology]:
-    reason = netns_unavailable()
-    if reason is not None:
-        print(f"SKIP netns tests: {reason}")
-        pytest.skip(reason)
-    t = Topology(agents=2)
-    t.logs = tmp_path / "logs"  # type: ignore[attr-defined]
-    t.logs.mkdir()  # type: ignore[attr-defined]
-    try:
-        t.create(rate_mbit=30, queue_ms=100)
+    with topology(2, rate_mbit=30, queue_ms=100, logs=tmp_path / "logs") as t:
         yield t
-    finally:
-        t.destroy()
 
 
 def team_file(tmp: Path, topo: Topology, ls: str, bulk: str) -> Path:
