@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import os
+import select
 import struct
 import sys
 from collections.abc import Iterator
@@ -87,13 +89,27 @@ def make_cgroup() -> tuple[str, int] | None:
     return str(path), os.stat(path).st_ino
 
 
-def remove_cgroup(path: str) -> None:
-    """Move what is left in it (the relay's connector) to the root, then remove it."""
+def remove_cgroup(path: str, *, tries: int = 50) -> None:
+    """Move what is left in it (the relay's connector) to the root, then remove it. A
+    process that is exiting stays a member until it is reaped (rmdir: EBUSY), so on
+    EBUSY wait for the kernel's next ``cgroup.events`` change (at most 0.2 s) and try
+    again, ``tries`` times at most."""
     root = Path(path).parent
-    for pid in Path(path, "cgroup.procs").read_text().split():
-        with contextlib.suppress(OSError):  # it may have ended meanwhile
-            (root / "cgroup.procs").write_text(f"{pid}\n")
-    os.rmdir(path)
+    for attempt in range(tries):
+        for pid in Path(path, "cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError):  # it may have ended meanwhile
+                (root / "cgroup.procs").write_text(f"{pid}\n")
+        try:
+            os.rmdir(path)
+            return
+        except OSError as exc:
+            if exc.errno != errno.EBUSY or attempt == tries - 1:
+                raise
+        with open(Path(path, "cgroup.events")) as events:
+            events.read()
+            waiter = select.poll()
+            waiter.register(events, select.POLLPRI)
+            waiter.poll(200)
 
 
 if __name__ == "__main__":
