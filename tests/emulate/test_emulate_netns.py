@@ -166,6 +166,41 @@ def _read_until(p: subprocess.Popen[bytes], needle: bytes, timeout: float) -> by
     return buf
 
 
+def _stuck(p: subprocess.Popen[bytes]) -> str:
+    """What keeps ``p`` from finishing: whether it exited, and every live process that
+    is its descendant or holds one of its pipes (cmdline, state, kernel wait channel)."""
+    pipes = {f"pipe:[{os.fstat(f.fileno()).st_ino}]" for f in (p.stdout, p.stderr) if f}
+    parent: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    lines = [f"pid {p.pid} exit code {p.poll()}"]
+    for pid, ppid in sorted(parent.items()):
+        if pid == os.getpid():  # this test reads the pipes
+            continue
+        up, seen = ppid, 0
+        while up not in (0, 1, p.pid) and seen < 64:  # bounded walk to the root
+            up, seen = parent.get(up, 0), seen + 1
+        d = Path(f"/proc/{pid}")
+        try:
+            holds = any(os.readlink(f) in pipes for f in (d / "fd").iterdir())
+            if up != p.pid and pid != p.pid and not holds:
+                continue
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            wchan = (d / "wchan").read_text()
+        except OSError:
+            continue
+        lines.append(
+            f"{pid} (parent {ppid}, {state}, {wchan}{', holds its pipe' if holds else ''}"
+            f"): {cmd[:200]}"
+        )
+    return "\n".join(lines)
+
+
 def _cli(*args: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen([*COORP, "emulate", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)  # fmt: skip
@@ -228,7 +263,12 @@ def test_ctrl_c_and_sigterm_remove_everything(sig: signal.Signals, reaped: None)
         _read_until(p, b"(station)", 60)
         assert _ours(p.pid)
         p.send_signal(sig)
-        _, err = p.communicate(timeout=60)
+        try:
+            # Longer than the CLI's own 60 s wait for the emulator: a stuck emulator shows
+            # as the CLI's error, anything else as what holds the CLI's pipes.
+            _, err = p.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"coorp emulate did not finish after {sig.name}: {_stuck(p)}")
     finally:
         if p.poll() is None:
             p.kill()
