@@ -6,6 +6,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from coorp.runtime import (
     BulkReceipt,
     BulkSettings,
     LeaderSettings,
+    ReceiverLimits,
     RefusedError,
     Team,
     TeamKey,
@@ -434,3 +436,64 @@ def test_a_closed_stream_frees_its_connection_at_the_receiver(teams: list[Team])
     assert inbox.stats()["bulk_open_connections"] == 1  # the stream left open, only
     with pytest.raises(Exception, match="closed"):
         stream.send(b"again", timeout_s=1)
+
+
+def _capture_lo() -> socket.socket | None:
+    """A packet socket seeing every IPv4 packet on ``lo`` (None without CAP_NET_RAW)."""
+    try:
+        s = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(0x0800))
+    except (PermissionError, AttributeError):
+        return None
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 20)
+    s.bind(("lo", 0x0800))
+    s.setblocking(False)
+    return s
+
+
+def _tcp_tos(cap: socket.socket, port: int) -> tuple[set[int], set[int]]:
+    """TOS bytes of the pure acks sent from ``port`` and of the data segments sent to
+    it, among the packets ``cap`` holds (on ``lo`` a packet may show as it left and as
+    it arrived: sets of values, not counts)."""
+    acks: set[int] = set()
+    data: set[int] = set()
+    for _ in range(1_000_000):  # bounded: what the socket buffered
+        try:
+            pkt = cap.recv(70_000)
+        except BlockingIOError:
+            break
+        if len(pkt) < 40 or pkt[9] != socket.IPPROTO_TCP:
+            continue
+        ihl = (pkt[0] & 0x0F) * 4
+        sport, dport = int.from_bytes(pkt[ihl : ihl + 2]), int.from_bytes(pkt[ihl + 2 : ihl + 4])
+        payload = int.from_bytes(pkt[2:4]) - ihl - (pkt[ihl + 12] >> 4) * 4
+        if sport == port and payload == 0 and pkt[ihl + 13] & 0x17 == 0x10:  # ack only
+            acks.add(pkt[1])
+        elif dport == port and payload > 0:
+            data.add(pkt[1])
+    return acks, data
+
+
+@pytest.mark.parametrize("in_video", [True, False])
+def test_an_inbox_sends_its_bulk_acks_in_ac_vi(teams: list[Team], in_video: bool) -> None:
+    """The simulator's coorp sends the team's acks in AC_VI (CoorpPolicy.ack_ac); so does
+    the inbox: every pure ack it sends for a bulk message carries DSCP CS4 (TOS 0x80),
+    while the data keeps DSCP CS0. ``acks_in_video=False``: the acks keep CS0 too."""
+    cap = _capture_lo()
+    if cap is None:
+        pytest.skip("needs CAP_NET_RAW for a packet socket on lo")
+    try:
+        limits = ReceiverLimits(acks_in_video=in_video)
+        sink = join(None, "sink", KEY, settings=TeamSettings(receiver=limits))
+        teams.append(sink)
+        inbox = sink.listen("127.0.0.1:0")
+        port = inbox.address[1]
+        sender = join(None, "r1", KEY)
+        teams.append(sender)
+        data = os.urandom(3_000_000)
+        sender.bulk("params", f"127.0.0.1:{port}").send(data, timeout_s=30)
+        assert digest(inbox.recv(timeout=30).payload) == digest(data)
+        acks, sent = _tcp_tos(cap, port)
+    finally:
+        cap.close()
+    assert sent == {0}  # the data: CS0, AC_BE
+    assert acks == ({0x80} if in_video else {0}), acks  # CS4 << 2, AC_VI; or CS0

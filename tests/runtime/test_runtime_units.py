@@ -368,6 +368,10 @@ def test_team_file_loads_and_key_resolves(tmp_path: Path) -> None:
         ('[team]\nrobots = ["a"]\n[agent]\ninflight_budget_ms = -1\n', "agent.inflight_budget_ms"),
         ('[team]\nrobots = ["a"]\n[leader]\ndownlink = ["b"]\n', "leader.downlink"),
         ('[team]\nrobots = ["a"]\n[agent]\ngate_completion = "air"\n', "agent.gate_completion"),
+        (
+            '[team]\nrobots = ["a"]\n[agent]\ninbox_ack_category = "VI"\n',
+            "agent.inbox_ack_category",
+        ),
     ],
 )
 def test_bad_team_files_name_the_field(tmp_path: Path, body: str, field: str) -> None:
@@ -395,6 +399,13 @@ def test_what_the_gate_measures_comes_from_the_team_file(tmp_path: Path) -> None
     assert team_settings(load_team_config(write_team(tmp_path, base))).bulk.gate_departure
     ack = base + '[agent]\ngate_completion = "ack"\n'
     assert not team_settings(load_team_config(write_team(tmp_path, ack))).bulk.gate_departure
+
+
+def test_the_inbox_acks_category_comes_from_the_team_file(tmp_path: Path) -> None:
+    base = '[team]\nrobots = ["a"]\n'
+    assert team_settings(load_team_config(write_team(tmp_path, base))).receiver.acks_in_video
+    be = base + '[agent]\ninbox_ack_category = "AC_BE"\n'
+    assert not team_settings(load_team_config(write_team(tmp_path, be))).receiver.acks_in_video
 
 
 def test_missing_key_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

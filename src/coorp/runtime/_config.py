@@ -196,6 +196,12 @@ class AgentSection(_Model):
     inbox_preauth_budget: int = Field(
         64, ge=2, le=65_536, description="handshakes under way from unknown hosts, in all"
     )
+    inbox_ack_category: Literal["AC_VI", "AC_BE"] = Field(
+        "AC_VI",
+        description="the access category of the TCP acks an inbox sends for the team's "
+        "bulk data: AC_VI (DSCP CS4, SO_PRIORITY 260), as the simulator's coorp sends "
+        "them, or AC_BE like the data (docs/runtime.md, 'Marking')",
+    )
     scheduling: str = Field(
         "nice:-10",
         description="the agent's CPU share: none, nice:N (-20..19), rr:P or fifo:P (1..99) "

@@ -35,6 +35,7 @@ from .._errors import (
     FrameTooLargeError,
     LimitedError,
     MalformedFrameError,
+    MarkingError,
     RefusedError,
 )
 from ..wire import (
@@ -57,6 +58,7 @@ from ..wire import (
     Refused,
     format_address,
     greeting,
+    mark_socket,
     server_handshake,
     tune_tcp,
 )
@@ -107,6 +109,13 @@ class ReceiverLimits:
     remember_completed: int = 4096
     ls_max_age_s: float = 2.0
     """LS freshness window: a datagram sent longer ago than this is rejected."""
+    acks_in_video: bool = True
+    """The inbox's listening socket is marked AC_VI (DSCP CS4, ``SO_PRIORITY`` 260) and
+    every connection accepted on it inherits the marking from its SYN-ACK on: what the
+    inbox sends there are the TCP acks of the bulk data (and a few bytes of handshake
+    and replies), which then leave at the receiver's next AC_VI access instead of
+    queueing for an AC_BE one against the permit holder, as the simulator's ``coorp``
+    sends them (docs/control.md, "The acks' access category"). False: AC_BE."""
     ls_socket_buffer_bytes: int = 4 << 20
     """Receive buffer asked for the inbox's UDP socket (``SO_RCVBUFFORCE`` where the
     process may, else ``SO_RCVBUF``, which the kernel caps at ``net.core.rmem_max``).
@@ -177,9 +186,18 @@ class BulkReceiver:
             "partials_dropped_for_others": 0,
             "ls_sessions": 0,
         }
+        self.ack_marking: str | None = None
+        """How the inbox's acks are marked (``Marking.describe``; None: left in AC_BE)."""
 
     def start(self, listener: socket.socket) -> None:
         lim = self.limits
+        if lim.acks_in_video:
+            try:
+                self.ack_marking = mark_socket(listener, "ack").describe()
+                log.debug("inbox: %s", self.ack_marking)
+            except MarkingError as exc:
+                # The data still arrives, its acks in AC_BE: said once, never fatal.
+                log.warning("inbox: bulk acks left in AC_BE: %s", exc)
         self._accept = AcceptLoop(
             listener,
             self._handle,

@@ -73,6 +73,7 @@ def team_settings(config: TeamConfig) -> TeamSettings:
             ls_sessions_per_member=a.inbox_ls_sessions_per_member,
             frames_per_s_per_member=a.inbox_frames_per_s_per_member,
             preauth_budget=a.inbox_preauth_budget,
+            acks_in_video=a.inbox_ack_category == "AC_VI",
         ),
     )
 

@@ -6,8 +6,11 @@ bits of the IP header. So for LS we set ``IP_TOS``/``IPV6_TCLASS`` to DSCP CS6 *
 (on some kernels setting the TOS rewrites the socket priority) and *then*
 ``SO_PRIORITY`` = 256 + 6 (UP 6 -> AC_VO). Priorities above 6 need CAP_NET_ADMIN;
 without it DSCP CS6 alone still selects UP 6 through cfg80211's DSCP mapping. BH gets
-DSCP CS0 and UP 0 (AC_BE). :class:`Marking` records what is actually in effect, read
-back from the socket, so start-up logs tell the truth.
+DSCP CS0 and UP 0 (AC_BE). ``ack`` is a bulk receiver's socket, whose packets are its TCP
+acks of the team's bulk data (and a few bytes of replies): DSCP CS4 and UP 4 (AC_VI), as
+the simulator's ``coorp`` sends them (``CoorpPolicy.ack_ac``; RFC 8325 maps CS4 to UP 4).
+:class:`Marking` records what is actually in effect, read back from the socket, so
+start-up logs tell the truth.
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ from .._errors import MarkingError
 
 __all__ = [
     "DSCP_CS0",
+    "DSCP_CS4",
     "DSCP_CS6",
     "UP_AC_BE",
+    "UP_AC_VI",
     "UP_AC_VO",
     "Marking",
     "mark_socket",
@@ -30,9 +35,14 @@ __all__ = [
 ]
 
 UP_AC_VO = 6
+UP_AC_VI = 4
 UP_AC_BE = 0
 DSCP_CS6 = 48
+DSCP_CS4 = 32
 DSCP_CS0 = 0
+Traffic = Literal["ls", "bh", "ack"]
+_UP = {"ls": UP_AC_VO, "bh": UP_AC_BE, "ack": UP_AC_VI}
+_DSCP = {"ls": DSCP_CS6, "bh": DSCP_CS0, "ack": DSCP_CS4}
 #: cfg80211_classify8021d: priorities 256..263 carry the 802.1d user priority directly.
 _CFG80211_PRIORITY_BASE = 256
 _AC_NAME = {
@@ -51,7 +61,7 @@ _AC_NAME = {
 class Marking:
     """The marking in effect on one socket."""
 
-    traffic: Literal["ls", "bh"]
+    traffic: Traffic
     dscp: int
     """DSCP read back from the socket."""
     priority: int | None
@@ -79,10 +89,11 @@ class Marking:
         return f"{text} ({self.note})" if self.note else text
 
 
-def mark_socket(sock: socket.socket, traffic: Literal["ls", "bh"]) -> Marking:
-    """Mark ``sock`` for LS (AC_VO) or BH (AC_BE) and report what is in effect."""
-    up = UP_AC_VO if traffic == "ls" else UP_AC_BE
-    dscp = DSCP_CS6 if traffic == "ls" else DSCP_CS0
+def mark_socket(sock: socket.socket, traffic: Traffic) -> Marking:
+    """Mark ``sock`` for LS (AC_VO), BH (AC_BE) or a bulk receiver's acks (AC_VI) and
+    report what is in effect."""
+    up = _UP[traffic]
+    dscp = _DSCP[traffic]
     tos = dscp << 2
     level, opt = _tos_option(sock)
     # TOS first: on some kernels IP_TOS also rewrites sk_priority, which would undo
@@ -111,7 +122,7 @@ def mark_socket(sock: socket.socket, traffic: Literal["ls", "bh"]) -> Marking:
     return Marking(traffic, got_dscp, priority, effective, note)
 
 
-def probe_marking(traffic: Literal["ls", "bh"], family: int = socket.AF_INET) -> Marking:
+def probe_marking(traffic: Traffic, family: int = socket.AF_INET) -> Marking:
     """The marking a new socket of this kind would get (for start-up reports)."""
     kind = socket.SOCK_DGRAM if traffic == "ls" else socket.SOCK_STREAM
     with socket.socket(family, kind) as s:
