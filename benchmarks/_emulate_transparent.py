@@ -98,6 +98,7 @@ def transparent_wifi(args: Any, details: dict[str, Any]) -> list[dict[str, Any]]
             # benchmarks/transparent.py's cell options (issue 34), at their defaults
             timeslice_ms=5000.0, agent_scheduling="nice:-10", cpu_hog=0, lead=3.0,
             gate_completion=getattr(args, "tw_gate_completion", "") or None,
+            ack_category=getattr(args, "tw_ack_category", "") or None,
         )  # fmt: skip
         measured: list[dict[str, Any]] = []
         with (
@@ -124,6 +125,7 @@ def transparent_wifi(args: Any, details: dict[str, Any]) -> list[dict[str, Any]]
             "ring": ring, "ls_rt_priority": tb.ls_rt_priority(targs, "wifi"),
             "agent_rt_priority": args.tw_agent_rt, "tcp_cc": args.tw_tcp_cc or "host default",
             "gate_completion": targs.gate_completion or "default (departure)",
+            "ack_category": targs.ack_category or "default (AC_VI)",
             "rows": described,
             "runs": [tb._without_samples(r) for r in measured],
             "emulator": {k: emulator[k] for k in ("verdict", "frame_lag", "by_ac", "load_start",

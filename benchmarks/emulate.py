@@ -193,6 +193,14 @@ def main() -> int:
         "departure; ack: the rule before, for a like-for-like comparison)",
     )
     ap.add_argument(
+        "--tw-ack-category",
+        default="",
+        choices=("", "AC_VI", "AC_BE"),
+        help="transparent_wifi: the access category of the team's TCP acks, [agent] "
+        "inbox_ack_category and [transparent] ack_category ('': Coorp's default, AC_VI; "
+        "AC_BE: the acks as the data, for an A/B)",
+    )
+    ap.add_argument(
         "--edca-command-lag-us",
         type=float,
         default=2000.0,

@@ -120,6 +120,7 @@ def team_file(
     inflight_budget_ms: float | None = None,
     medium: str = "shared",
     gate_completion: str | None = None,
+    ack_category: str | None = None,
 ) -> Path:
     """The team file: Coorp on ports 7300/7301 (DDS domain 0 owns 7400-7649), LS by the
     middleware's preset, bulk = TCP to the upload port (client side: the robots'
@@ -144,7 +145,9 @@ def team_file(
         f'scheduling = "{scheduling}"\n'
         + ("" if inflight_budget_ms is None else f"inflight_budget_ms = {inflight_budget_ms}\n")
         + ("" if gate_completion is None else f'gate_completion = "{gate_completion}"\n')
+        + ("" if ack_category is None else f'inbox_ack_category = "{ack_category}"\n')
         + f"[transparent]\nls = [{ls}]\n{bulk_line}"
+        + ("" if ack_category is None else f'ack_category = "{ack_category}"\n')
     )
     write_team_keys(load_team_config(path), path, force=True)
     return path
@@ -223,7 +226,8 @@ def measure(
         team = team_file(d, net, app, args.timeslice_ms, bulk=mode != "marking",
                          scheduling=args.agent_scheduling, medium=medium,
                          inflight_budget_ms=getattr(args, "inflight_budget_ms", None),
-                         gate_completion=getattr(args, "gate_completion", None))  # fmt: skip
+                         gate_completion=getattr(args, "gate_completion", None),
+                         ack_category=getattr(args, "ack_category", None))  # fmt: skip
         for host in net.hosts:  # busy processes on every host, started first
             for i in range(args.cpu_hog):
                 run.start(host, ["sh", "-c", "while :; do :; done"], f"hog-{host}-{i}")
@@ -622,6 +626,10 @@ def main() -> int:
                    "bound)")  # fmt: skip
     p.add_argument("--gate-completion", choices=("departure", "ack"), default=None,
                    help="the agents' [agent] gate_completion (default: departure)")  # fmt: skip
+    p.add_argument("--ack-category", choices=("AC_VI", "AC_BE"), default=None,
+                   help="the access category of the team's TCP acks: [agent] "
+                   "inbox_ack_category (api) and [transparent] ack_category (default: "
+                   "Coorp's, AC_VI)")  # fmt: skip
     p.add_argument("--sink-rt-priority", type=int, default=0,
                    help="SCHED_FIFO priority of the upload sink (0: ordinary scheduling; on "
                    "a loaded host a descheduled receiver stalls the acks)")  # fmt: skip

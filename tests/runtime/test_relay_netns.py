@@ -18,6 +18,7 @@ The tests share one topology and agent (module scope); the last one kills the ag
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -138,6 +139,21 @@ def test_connections_over_the_cap_are_refused_at_once_and_counted(net: Net) -> N
             break
         time.sleep(0.1)
     assert net.probe("upload", "--to", net.dest(UPLOAD), "--bytes", "1000")["intact"]
+
+
+def test_a_relayed_downloads_acks_leave_in_ac_vi(net: Net) -> None:
+    """The relay's acks of a download (the team's bulk data coming to this robot) leave
+    with DSCP CS4 (AC_VI), as the simulator's coorp sends them; the data came as the
+    sink sent it (CS0). ``[transparent] ack_category`` is AC_VI by default."""
+    capture = net.start("a1", [sys.executable, str(Path(__file__).with_name("rt_capture.py")),
+                               "--iface", "eth0", "--port", str(DOWNLOAD)], "capture")  # fmt: skip
+    capture.expect("READY", 30)
+    got = net.probe("download", "--to", net.dest(DOWNLOAD), "--bytes", "20000000")
+    capture.send("stop")
+    seen = json.loads(capture.expect_rest("RESULT ", 30))
+    assert got["connect"] == "ok" and got["end"] == "eof" and got["bytes"] > 0, got
+    assert set(seen["acks_out"]) == {str(0x80)}, seen  # CS4 << 2: every pure ack
+    assert set(seen["data_in"]) == {"0"}, seen
 
 
 def test_kill_9_mid_transfer_resets_both_receivers(net: Net) -> None:

@@ -8,6 +8,7 @@ import asyncio
 import hashlib
 import socket
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -513,3 +514,52 @@ def test_kernel_refusals_say_what_is_missing() -> None:
     assert "CAP_NET_ADMIN" in str(perm) and "add table coorp-r1" in str(perm)
     missing = _explain(NetlinkError(errno.ENOENT), "add rule 'tcp dport 9000 redirect'")
     assert "nft_redir" in str(missing) and "redirect" in str(missing)
+
+
+def test_the_team_acks_are_marked_ac_vi_pure_acks_only() -> None:
+    """With ``ack_category = "AC_VI"`` the mark chain puts the relay's pure acks and the
+    pure acks this host's programs send from a bulk port (an upload's receiver) in AC_VI;
+    with AC_BE there are no such rules. The netlink form matches TCP, an IP length of
+    40-120 and the flags (fin, syn, rst, ack) == ack, and writes priority 260 and CS4."""
+    from coorp.runtime.transparent._nft import ACK_PRIORITY, _rule_exprs
+
+    sec = TransparentSection(ls=[{"preset": "zenoh"}], bulk=[{"ports": 9000}])
+    assert sec.ack_category == "AC_VI"
+
+    def ruleset(acks: bool) -> Any:
+        return build_ruleset("r1", sec.ls_matches(), sec.bulk_matches([]), relay_port=7409,
+                             relay_mark=0xC0F, coorp_ports=(7300,), acks_in_video=acks)  # fmt: skip
+
+    lines = ruleset(True).render().splitlines()
+    ack = "ip length 40-120 tcp flags & (fin | syn | rst | ack) == ack counter"
+    mark = "meta priority set 0:104 ip dscp set cs4"
+    assert lines[5:7] == [
+        f'    meta mark 0xc0f {ack} {mark} comment "relay\'s acks"',
+        f'    tcp sport 9000 {ack} {mark} comment "acks of bulk 0"',
+    ]
+    assert "cs4" not in ruleset(False).render()
+    rule = ruleset(True).ls_mark[2]
+    exprs = _rule_exprs(rule, 7409, None)
+    names = [dict(e["attrs"])["NFTA_EXPR_NAME"] for e in exprs]
+    assert names == [
+        "meta", "cmp",  # the relay's fwmark
+        "meta", "cmp", "payload", "range", "payload", "bitwise", "cmp",  # a pure TCP ack
+        "counter", "immediate", "meta", "payload", "bitwise", "payload",  # priority, DSCP
+    ]  # fmt: skip
+    values = set(_bytes_in(exprs))
+    assert ACK_PRIORITY == 256 + 4  # cfg80211: UP 4, AC_VI
+    assert struct.pack("=I", ACK_PRIORITY) in values
+    assert bytes([0, 0x80]) in values  # the TOS byte's xor: CS4
+    assert {b"\x17", b"\x10", struct.pack("!H", 40), struct.pack("!H", 120)} <= values
+
+
+def _bytes_in(x: Any) -> Iterator[bytes]:
+    """Every bytes value in a nested netlink expression."""
+    if isinstance(x, bytes):
+        yield x
+    elif isinstance(x, dict):
+        for v in x.values():
+            yield from _bytes_in(v)
+    elif isinstance(x, list | tuple):
+        for v in x:
+            yield from _bytes_in(v)

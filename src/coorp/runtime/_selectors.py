@@ -463,6 +463,12 @@ class TransparentSection(_Model):
         le=60_000,
         description="an intercepted connection with nothing to send this long releases the permit",
     )
+    ack_category: Literal["AC_VI", "AC_BE"] = Field(
+        "AC_VI",
+        description="the access category of the TCP acks this host sends for bulk data "
+        "(the relay's downloads, its programs' uploads received on a bulk port): AC_VI "
+        "(DSCP CS4, priority 260), as the simulator's coorp sends them, or AC_BE",
+    )
 
     @model_validator(mode="after")
     def _something(self) -> TransparentSection:

@@ -70,6 +70,7 @@ def transparent_ruleset(
         coorp_ports=(*coorp_ports, section.relay_port),
         serve=section.serve_matches(team_hosts),
         inbound_port=section.inbound_relay_port,
+        acks_in_video=section.ack_category == "AC_VI",
     )
 
 

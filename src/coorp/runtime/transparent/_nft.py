@@ -76,6 +76,14 @@ __all__ = [
 LS_PRIORITY = 262
 #: DSCP CS6 in the IPv4 TOS byte (48 << 2).
 _TOS_CS6 = 0xC0
+#: skb priority and TOS of the team's TCP acks (``mark_ack``): UP 4 and DSCP CS4, AC_VI,
+#: as the API's inboxes send them and the simulator's ``coorp`` (``CoorpPolicy.ack_ac``).
+ACK_PRIORITY = 260
+_TOS_CS4 = 0x80
+#: A pure ack's IPv4 total length at most: 20 bytes of IP and up to 60 of TCP header
+#: (timestamps, SACK blocks), up to 40 of IP options. A data segment this short (a few
+#: bytes of payload) is marked too: it is as short on the air.
+PURE_ACK_MAX_LEN = 120
 
 _L4 = {"udp": socket.IPPROTO_UDP, "tcp": socket.IPPROTO_TCP}
 # nf_tables constants (include/uapi/linux/netfilter/nf_tables.h).
@@ -105,7 +113,7 @@ class Rule:
     """One rule: a match (None: every packet), then an action."""
 
     match: Match | None
-    action: Literal["mark_ls", "return", "redirect", "redirect_in", "queue", "reject"]
+    action: Literal["mark_ls", "mark_ack", "return", "redirect", "redirect_in", "queue", "reject"]
     label: str
     """What the rule is for (shown in --show-rules and counted in stats)."""
     mark: int | None = None
@@ -119,6 +127,9 @@ class Rule:
     redirect still sends to the relay; the gate must see it too."""
     reject: str | None = None
     """For ``reject``: which of :data:`~._endings.REJECTS`."""
+    pure_ack: bool = False
+    """Only TCP packets with no payload that acknowledge (``ip length`` at most
+    :data:`PURE_ACK_MAX_LEN`, ``tcp flags & (fin | syn | rst | ack) == ack``)."""
 
 
 @dataclass(slots=True)
@@ -169,8 +180,12 @@ def _render(rule: Rule, relay_port: int, inbound_port: int = 0) -> str:
         head = rule.match.render() if rule.match is not None else ""
     if rule.syn:
         head = f"{head} tcp flags & (syn | ack) == syn".strip()
+    if rule.pure_ack:
+        head = (f"{head} ip length 40-{PURE_ACK_MAX_LEN} "
+                "tcp flags & (fin | syn | rst | ack) == ack").strip()  # fmt: skip
     action = {
         "mark_ls": "meta priority set 0:106 ip dscp set cs6",
+        "mark_ack": "meta priority set 0:104 ip dscp set cs4",
         "return": "return",
         "redirect": f"redirect to :{relay_port}",
         "redirect_in": f"redirect to :{inbound_port}",
@@ -191,6 +206,7 @@ def build_ruleset(
     coorp_ports: tuple[int, ...],
     serve: list[Match] | None = None,
     inbound_port: int = 0,
+    acks_in_video: bool = False,
 ) -> Ruleset:
     """The rules for ``robot``: LS matches marked; the SYNs of bulk matches queued to
     the agent's gate and the connections redirected to the relay, except the relay's
@@ -200,6 +216,15 @@ def build_ruleset(
     rs = Ruleset(table_name(robot), relay_port, inbound_port=inbound_port)
     for i, m in enumerate(ls):
         rs.ls_mark.append(Rule(m, "mark_ls", f"ls {i}"))
+    if bulk and acks_in_video:
+        # The team's acks in AC_VI: the relay's connections' (a download's, at a robot)
+        # and this host's programs' replies from a bulk port (an upload's, at its
+        # receiver), pure acks only. Not LS, not the data.
+        rs.ls_mark.append(Rule(None, "mark_ack", "relay's acks", mark=relay_mark, pure_ack=True))
+        for i, m in enumerate(bulk):
+            if m.proto in (None, "tcp") and m.dport is not None:
+                back = Match(proto="tcp", sport=m.dport)
+                rs.ls_mark.append(Rule(back, "mark_ack", f"acks of bulk {i}", pure_ack=True))
     if bulk:
         exceptions = [
             Rule(None, "return", "relay's own", mark=relay_mark),
@@ -345,16 +370,30 @@ def _rule_exprs(
             _bitwise(b"\x12", b"\x00"),
             _cmp(b"\x02"),
         ]
-    out.append(_expr("counter"))
-    if rule.action == "mark_ls":
+    if rule.pure_ack:
+        lo, hi = struct.pack("!H", 40), struct.pack("!H", PURE_ACK_MAX_LEN)
         out += [
-            _immediate(struct.pack("=I", LS_PRIORITY)),
+            _load_meta(_META_L4PROTO),
+            _cmp(bytes([socket.IPPROTO_TCP])),
+            _payload(_BASE_NETWORK, 2, 2),
+            _expr("range", sreg=1, op=0, from_data=_data(lo), to_data=_data(hi)),
+            _payload(_BASE_TRANSPORT, 13, 1),
+            _bitwise(b"\x17", b"\x00"),
+            _cmp(b"\x10"),
+        ]
+    out.append(_expr("counter"))
+    if rule.action in ("mark_ls", "mark_ack"):
+        priority, tos = (
+            (LS_PRIORITY, _TOS_CS6) if rule.action == "mark_ls" else (ACK_PRIORITY, _TOS_CS4)
+        )
+        out += [
+            _immediate(struct.pack("=I", priority)),
             _expr("meta", key=_META_PRIORITY, sreg=1),
             # DSCP is the top of byte 1; the checksum is summed in 16-bit words, so
             # bytes 0-1 are rewritten together (as nft does): version/IHL kept, ECN
-            # kept, DSCP CS6; the header checksum at byte 10 updated.
+            # kept, the DSCP set; the header checksum at byte 10 updated.
             _payload(_BASE_NETWORK, 0, 2),
-            _bitwise(b"\xff\x03", bytes([0, _TOS_CS6])),
+            _bitwise(b"\xff\x03", bytes([0, tos])),
             _expr(
                 "payload",
                 sreg=1,
