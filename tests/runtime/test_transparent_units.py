@@ -30,7 +30,6 @@ from coorp.runtime.transparent._admission import Ticket
 from coorp.runtime.transparent._budget import BufferPool
 from coorp.runtime.transparent._endings import hold_reset
 from coorp.runtime.transparent._identity import Identity
-from coorp.runtime.transparent._nft import LS_PRIORITY, build_ruleset
 from coorp.runtime.transparent._observe import (
     LsPacket,
     PacketObserver,
@@ -38,6 +37,7 @@ from coorp.runtime.transparent._observe import (
     parse_ls_packet,
 )
 from coorp.runtime.transparent._relay import Relay
+from coorp.runtime.transparent._ruleset import LS_PRIORITY, build_ruleset
 
 # -- selectors ---------------------------------------------------------------------------------
 
@@ -521,7 +521,8 @@ def test_the_team_acks_are_marked_ac_vi_pure_acks_only() -> None:
     pure acks this host's programs send from a bulk port (an upload's receiver) in AC_VI;
     with AC_BE there are no such rules. The netlink form matches TCP, an IP length of
     40-120 and the flags (fin, syn, rst, ack) == ack, and writes priority 260 and CS4."""
-    from coorp.runtime.transparent._nft import ACK_PRIORITY, _rule_exprs
+    from coorp.runtime.transparent._nft import _rule_exprs
+    from coorp.runtime.transparent._ruleset import ACK_PRIORITY
 
     sec = TransparentSection(ls=[{"preset": "zenoh"}], bulk=[{"ports": 9000}])
     assert sec.ack_category == "AC_VI"

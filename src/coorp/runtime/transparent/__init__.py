@@ -16,7 +16,8 @@ The top wing: it drives the robot wing's coordinator and pacer.
 
 from ._agent import TransparentAgent, transparent_ruleset
 from ._doctor import Finding, diagnose
-from ._nft import NftTable, Ruleset, TransparentUnavailableError
+from ._nft import NftTable, TransparentUnavailableError
+from ._ruleset import Ruleset
 
 __all__ = [
     "Finding",

@@ -41,9 +41,10 @@ from ..wire import FlowSummary, KernelLeaseUnavailableError, mark_socket, tune_t
 from ._admission import Gatekeeper, LocalServer
 from ._budget import BufferPool, FdPlan, fd_plan
 from ._identity import IdentityFactory, socket_owner
-from ._nft import NftTable, Ruleset, TransparentUnavailableError, build_ruleset, cgroup2_root
+from ._nft import NftTable, TransparentUnavailableError, cgroup2_root
 from ._observe import PacketObserver, SendGrouper
 from ._relay import Relay, RelayFlow
+from ._ruleset import Ruleset, build_ruleset
 
 if TYPE_CHECKING:
     from ..robot import AsyncTeam

@@ -52,12 +52,8 @@ from ..robot import team_settings
 from ..wire import Keyring, parse_address
 from ._budget import FDS_PER_FLOW, fd_plan
 from ._nfqueue import SynQueue
-from ._nft import (
-    NftTable,
-    TransparentUnavailableError,
-    build_ruleset,
-    cgroup2_root,
-)
+from ._nft import NftTable, TransparentUnavailableError, cgroup2_root
+from ._ruleset import build_ruleset
 
 __all__ = ["Finding", "diagnose", "route_interface"]
 
