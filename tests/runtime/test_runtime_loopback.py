@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from rt_capture import tcp_segment
 from rt_helpers import KEY, LeaderHandle, RawClient, ThrottledProxy
 
 from coorp.runtime import (
@@ -461,12 +462,11 @@ def _tcp_tos(cap: socket.socket, port: int) -> tuple[set[int], set[int]]:
             pkt = cap.recv(70_000)
         except BlockingIOError:
             break
-        if len(pkt) < 40 or pkt[9] != socket.IPPROTO_TCP:
+        seg = tcp_segment(pkt)
+        if seg is None:
             continue
-        ihl = (pkt[0] & 0x0F) * 4
-        sport, dport = int.from_bytes(pkt[ihl : ihl + 2]), int.from_bytes(pkt[ihl + 2 : ihl + 4])
-        payload = int.from_bytes(pkt[2:4]) - ihl - (pkt[ihl + 12] >> 4) * 4
-        if sport == port and payload == 0 and pkt[ihl + 13] & 0x17 == 0x10:  # ack only
+        sport, dport, payload, pure_ack = seg
+        if sport == port and pure_ack:
             acks.add(pkt[1])
         elif dport == port and payload > 0:
             data.add(pkt[1])

@@ -186,15 +186,12 @@ class BulkReceiver:
             "partials_dropped_for_others": 0,
             "ls_sessions": 0,
         }
-        self.ack_marking: str | None = None
-        """How the inbox's acks are marked (``Marking.describe``; None: left in AC_BE)."""
 
     def start(self, listener: socket.socket) -> None:
         lim = self.limits
         if lim.acks_in_video:
             try:
-                self.ack_marking = mark_socket(listener, "ack").describe()
-                log.debug("inbox: %s", self.ack_marking)
+                log.debug("inbox: %s", mark_socket(listener, "ack").describe())
             except MarkingError as exc:
                 # The data still arrives, its acks in AC_BE: said once, never fatal.
                 log.warning("inbox: bulk acks left in AC_BE: %s", exc)

@@ -174,7 +174,8 @@ def build_ruleset(
     the agent's gate and the connections redirected to the relay, except the relay's
     own connections, connections to this host, Coorp's own ports and LS flows; the
     connections other hosts open to ``serve`` matches redirected to the inbound relay
-    (except Coorp's own ports, the inbound relay's and LS flows)."""
+    (except Coorp's own ports, the inbound relay's and LS flows); with ``acks_in_video``,
+    the team's pure TCP acks marked AC_VI."""
     rs = Ruleset(table_name(robot), relay_port, inbound_port=inbound_port)
     for i, m in enumerate(ls):
         rs.ls_mark.append(Rule(m, "mark_ls", f"ls {i}"))
