@@ -96,7 +96,9 @@ def transparent_wifi(args: Any, details: dict[str, Any]) -> list[dict[str, Any]]
             medium="wifi", scenario="crl-5", ring=ring, rate_mbit=0.0,
             ls_rt_priority=args.tw_ls_rt, agent_rt_priority=args.tw_agent_rt,
             # benchmarks/transparent.py's cell options (issue 34), at their defaults
-            timeslice_ms=5000.0, agent_scheduling="nice:-10", cpu_hog=0, lead=3.0,
+            timeslice_ms=5000.0, agent_scheduling="nice:-10", lead=3.0,
+            cpu_hog=getattr(args, "tw_cpu_hog", 0),
+            sink_rt_priority=getattr(args, "tw_sink_rt", 0),
             gate_completion=getattr(args, "tw_gate_completion", "") or None,
             ack_category=getattr(args, "tw_ack_category", "") or None,
         )  # fmt: skip
@@ -124,6 +126,7 @@ def transparent_wifi(args: Any, details: dict[str, Any]) -> list[dict[str, Any]]
         runs.append({
             "ring": ring, "ls_rt_priority": tb.ls_rt_priority(targs, "wifi"),
             "agent_rt_priority": args.tw_agent_rt, "tcp_cc": args.tw_tcp_cc or "host default",
+            "sink_rt_priority": targs.sink_rt_priority, "cpu_hog": targs.cpu_hog,
             "gate_completion": targs.gate_completion or "default (departure)",
             "ack_category": targs.ack_category or "default (AC_VI)",
             "rows": described,

@@ -8,7 +8,10 @@ Sections (``--sections``, default all that are built):
   shipped under a ladder of offered loads (the robots' uplinks, unsaturated), to find the
   highest aggregate rate at which real time holds. Per run: the aggregate IP throughput
   on the air, the emulator's frame lag p99 (frame written to its receiver's interface
-  minus its simulated delivery time) and the frames late by more than 1 ms.
+  minus its simulated delivery time) and the frames late by more than 1 ms. First, the
+  host's own floor (details ``host_wakeup_floor``; a limit of the machine, not a
+  contender): how late a bare loop at the emulator's priority wakes from 200 µs sleeps
+  with nothing else running (a virtual machine's stolen time shows here).
 * ``saturation``: ``n`` = 1, 2, 5, 10 stations saturating the uplink to an AP (20 MHz,
   1x1, MCS 7, per-AC rings, 1500-byte IP packets), emulated (real UDP sockets in the
   namespaces, mean over ``--emu-seeds`` seeds) and simulated (the simulator's own
@@ -41,8 +44,10 @@ Needs root, iproute2 and /dev/net/tun. The emulator runs at SCHED_FIFO priority
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -79,9 +84,31 @@ def _summary(r: Any) -> dict[str, Any]:
             "report": d}  # fmt: skip
 
 
+def host_wakeup_floor(seconds: float, rt_priority: int) -> dict[str, Any]:
+    """The host's own floor (not a contender: a physical limit of this machine): how
+    late a bare loop wakes from 200 µs ``select`` sleeps as the emulator sleeps, at its
+    SCHED_FIFO priority, nothing else running; in a child process so that this one's
+    scheduling is untouched."""
+    code = (
+        "import json, sys; from coorp.emulate._pump import probe_wakeups; "
+        "m = probe_wakeups(int(float(sys.argv[1]) * 1e9), rt_priority=int(sys.argv[2])); "
+        "print(json.dumps(m.summary().as_dict()))"
+    )
+    argv = [sys.executable, "-c", code, str(seconds), str(rt_priority)]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 60, check=True)
+    return {"seconds": seconds, "period_us": 200, "rt_priority": rt_priority,
+            "load": os.getloadavg(), **json.loads(r.stdout.strip().splitlines()[-1])}  # fmt: skip
+
+
 def realtime(args: argparse.Namespace, details: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     runs = details.setdefault("realtime", [])
+    floor = host_wakeup_floor(args.window, args.rt_priority)
+    details["host_wakeup_floor"] = floor
+    print(f"realtime: the host's wake-up floor (a bare loop, no load; not a contender): "
+          f"p50 {floor['p50_ms']:.3f} ms, p99 {floor['p99_ms']:.3f} ms, max "
+          f"{floor['max_ms']:.2f} ms, {floor['late']} of {floor['count']} wake-ups late "
+          f"by > 1 ms", flush=True)  # fmt: skip
     for label, sc in (crl5(20, 1), crl5()):
         flows = star_flows(sc)
         cap = simulated_saturation(sc, flows, warmup_s=args.warmup, window_s=args.window, seed=1)
@@ -199,6 +226,20 @@ def main() -> int:
         help="transparent_wifi: the access category of the team's TCP acks, [agent] "
         "inbox_ack_category and [transparent] ack_category ('': Coorp's default, AC_VI; "
         "AC_BE: the acks as the data, for an A/B)",
+    )
+    ap.add_argument(
+        "--tw-sink-rt",
+        type=int,
+        default=0,
+        help="transparent_wifi: SCHED_FIFO priority of the leader's upload sink (0: "
+        "ordinary scheduling, the benchmark's own nice level): on a busy host a sink that "
+        "hashes what it reads decides the bulk rate (docs/emulate.md, 'Under load')",
+    )
+    ap.add_argument(
+        "--tw-cpu-hog",
+        type=int,
+        default=0,
+        help="transparent_wifi: busy processes on every host, at the benchmark's nice level",
     )
     ap.add_argument(
         "--edca-command-lag-us",

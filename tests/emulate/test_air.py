@@ -253,3 +253,53 @@ def _arrivals_between(air: Air, n: int) -> list[tuple[int, int, bytes]]:
         a, b = air.names[src], air.names[dst]
         out.append((k * MS // 2, src, udp(addr(air, a), addr(air, b), size=800, seq=k)))
     return out
+
+
+def _replay_digest() -> dict[str, Any]:
+    """Deliveries and counters of a fixed arrival log (errors on, shared rings, a lag
+    meter fed with every delivery instant): what the compiled and plain channel must
+    agree on."""
+    import hashlib
+
+    from coorp.emulate import LagMeter
+
+    live = Air(scenario(3, errors=True, dist=14.0, ring="shared"), seed=5)
+    arrivals = _arrivals(live, 2)
+    out = replay(live, arrivals, until_ns=arrivals[-1][0] + 200 * MS)
+    h = hashlib.sha256()
+    meter = LagMeter()
+    for t, dst, packet, fid in out:
+        h.update(f"{t},{dst},{fid},".encode() + packet)
+        meter.add(t - arrivals[0][0])
+    c = live.counters
+    return {"deliveries": len(out), "digest": h.hexdigest(), "rx_frames": c.rx_frames,
+            "queue_drops": c.queue_drops, "mac_lost": c.mac_lost,
+            "lag": meter.summary().as_dict()}  # fmt: skip
+
+
+def test_the_compiled_channel_decides_exactly_as_the_plain_one() -> None:
+    """The emulator's per-packet modules run compiled (mypyc) when the build is fresh:
+    the same arrivals and seed give the same deliveries, byte for byte, in the plain
+    modules (a subprocess with ``COORP_PURE=1``)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import coorp.emulate._air as air_module
+
+    if not air_module.__file__ or air_module.__file__.endswith(".py"):
+        pytest.skip("the emulator's modules are not compiled here (coorp --version says why)")
+    here = Path(__file__).parent
+    code = (
+        "import json, sys; sys.path[:0] = sys.argv[1:]; import test_air as t; "
+        "import coorp.emulate._air as a; assert a.__file__.endswith('.py'), a.__file__; "
+        "print(json.dumps(t._replay_digest()))"
+    )
+    env = {**os.environ, "COORP_PURE": "1"}
+    out = subprocess.run([sys.executable, "-c", code, str(here), str(here.parent)], env=env,
+                         capture_output=True, text=True, check=True, timeout=120)  # fmt: skip
+    plain = json.loads(out.stdout.strip().splitlines()[-1])
+    assert plain["deliveries"] > 500
+    assert plain == json.loads(json.dumps(_replay_digest()))

@@ -60,6 +60,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     ),
     "coorp.policies": ("_hooks",),
     "coorp.workload": ("_fleetloop",),
+    "coorp.emulate": ("_ip", "_lag", "_air", "_pump"),
 }  # fmt: skip
 #: mypyc's shared library for all of them, in this package (the modules are thin shims).
 NATIVE = "_native__mypyc"
@@ -75,6 +76,7 @@ _SRC_DIR = _ROOT.parent  # the directory holding it
 _REQUIRES = {
     "coorp.policies": ("coorp.sim", "coorp.control"),
     "coorp.workload": ("coorp.sim", "coorp.control", "coorp.policies"),
+    "coorp.emulate": ("coorp.sim",),
 }
 #: The one process-wide choice: None until the first :func:`load`.
 _CHOICE: bool | None = None
@@ -169,9 +171,9 @@ def compiled() -> bool:
             state = f"unusable ({exc})"
     if state != "plain" and forced is None:
         warnings.warn(
-            f"coorp: the compiled modules (simulator, control, policy hooks) are {state}; "
-            "running the plain Python ones (same results, slower). Rebuild with 'make' or "
-            "'python -m coorp._accel build', or remove them with '... clean'.",
+            "coorp: the compiled modules (simulator, control, policy hooks, emulator) are "
+            f"{state}; running the plain Python ones (same results, slower). Rebuild with "
+            "'make' or 'python -m coorp._accel build', or remove them with '... clean'.",
             RuntimeWarning,
             stacklevel=4,
         )

@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     state = status()
     if state == "plain" and (error := build_error()) is not None:
         state = f"plain Python: compiling failed at install ({error}); same results, slower"
-    print(f"coorp (simulator, control, policy hooks): {state}")
+    print(f"coorp (simulator, control, policy hooks, emulator): {state}")
     return 0
 
 

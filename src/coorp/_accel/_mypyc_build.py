@@ -1,4 +1,4 @@
-"""Compile the hot modules (simulator, control, policy hooks) with mypyc; standalone.
+"""Compile the hot modules (simulator, control, policy hooks, emulator) with mypyc; standalone.
 
 Runs with nothing but the standard library, mypy (which ships mypyc) and setuptools, so
 that a build backend hook can run it before ``coorp``'s own dependencies exist:
@@ -40,6 +40,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     ),
     "coorp.policies": ("_hooks",),
     "coorp.workload": ("_fleetloop",),
+    "coorp.emulate": ("_ip", "_lag", "_air", "_pump"),
 }  # fmt: skip
 #: mypyc's shared library for the group (one group: calls between the modules are native).
 NATIVE_LIB = "coorp._accel._native"

@@ -6,9 +6,17 @@ category from the DSCP, the scenario's NIC rings, A-MPDU and block ack, retries 
 losses, per-link MCS, the AP's downlink queues) and come out in the destination's
 namespace at their simulated delivery time, with the simulator's clock following the
 wall clock. See ``docs/emulate.md``.
+
+The real-time loop and the channel's per-packet code (``_ip``, ``_lag``, ``_air``,
+``_pump``) are compiled with mypyc alongside the simulator when the build is fresh
+(``coorp._accel``): the same source, 10-25 % less CPU per frame (docs/emulate.md).
 """
 
-from coorp.emulate._air import (
+from coorp._accel import load as _load
+
+_load("coorp.emulate")
+
+from coorp.emulate._air import (  # noqa: E402
     GROUP,
     Air,
     AirCounters,
@@ -19,18 +27,18 @@ from coorp.emulate._air import (
     replay,
     station_addresses,
 )
-from coorp.emulate._dscp import AC_OF_DSCP, UP_OF_DSCP, ac_of_up, up_of_dscp
-from coorp.emulate._hosts import remove_stale, stale_namespaces
-from coorp.emulate._ip import parse_header
-from coorp.emulate._lag import LagMeter, LagSummary
-from coorp.emulate._network import (
+from coorp.emulate._dscp import AC_OF_DSCP, UP_OF_DSCP, ac_of_up, up_of_dscp  # noqa: E402
+from coorp.emulate._hosts import remove_stale, stale_namespaces  # noqa: E402
+from coorp.emulate._ip import parse_header  # noqa: E402
+from coorp.emulate._lag import LagMeter, LagSummary  # noqa: E402
+from coorp.emulate._network import (  # noqa: E402
     EmulatedStar,
     Emulation,
     EmulationReport,
     emulation_unavailable,
 )
-from coorp.emulate._pump import Pump, PumpStats
-from coorp.emulate._trace import FrameLog, read_arrivals, write_traces
+from coorp.emulate._pump import Pump, PumpStats  # noqa: E402
+from coorp.emulate._trace import FrameLog, read_arrivals, write_traces  # noqa: E402
 
 __all__ = [
     "AC_OF_DSCP",

@@ -40,7 +40,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
+from coorp._accel import mypyc_attr
 from coorp._errors import UsageError
 from coorp.emulate._dscp import AC_OF_DSCP
 from coorp.emulate._ip import address_key, parse_header
@@ -78,11 +80,11 @@ _Rec = tuple[bytes, int, int, int, AccessCategory, int, int, int, int]
 class Outcome:
     """What became of a frame (the ``outcome`` column of the frame trace)."""
 
-    DELIVERED = 0  # acknowledged by its receiver on this hop
-    LOST = 1  # dropped by the MAC after its last retry
-    QUEUE_DROP = 2  # its station's kernel queue was full
-    NO_ROUTE = 3  # no station has its destination address
-    MALFORMED = 4  # not an IPv4/IPv6 packet, or larger than the scenario's MTU
+    DELIVERED: Final = 0  # acknowledged by its receiver on this hop
+    LOST: Final = 1  # dropped by the MAC after its last retry
+    QUEUE_DROP: Final = 2  # its station's kernel queue was full
+    NO_ROUTE: Final = 3  # no station has its destination address
+    MALFORMED: Final = 4  # not an IPv4/IPv6 packet, or larger than the scenario's MTU
 
 
 @dataclass(slots=True)
@@ -408,6 +410,7 @@ class Air:
         return [] if trace is None else trace
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class FrameSink:
     """Where :class:`Air` reports each frame's fate (``coorp.emulate._trace.FrameLog``)."""
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from coorp.emulate._air import Air
 from coorp.emulate._lag import LagMeter
 
-__all__ = ["Pump", "PumpStats", "set_timer_slack"]
+__all__ = ["Pump", "PumpStats", "probe_wakeups", "set_timer_slack"]
 
 _PR_SET_TIMERSLACK = 29
 _IDLE_S = 0.05  # the longest sleep: how soon a stop request is seen
@@ -62,6 +62,9 @@ class PumpStats:
     write_errors: int = 0
     turns: int = 0
     cpu_s: float = 0.0
+    #: Of ``cpu_s``, the kernel's share (system time: reads, writes, select, and the
+    #: receivers' network stack, which a write into a TUN device runs in the writer).
+    cpu_system_s: float = 0.0
     frame_lag: LagMeter = field(default_factory=LagMeter)
     wake_lag: LagMeter = field(default_factory=LagMeter)
     #: (frame id, simulated delivery ns, wall ns since the start) of every frame
@@ -110,6 +113,7 @@ class Pump:
         enabled = gc.isenabled()
         gc.disable()  # the channel's objects hold no cycles: reference counting frees them
         cpu0 = time.process_time()
+        sys0 = os.times().system
         wall0 = time.perf_counter()
         try:
             self._loop(duration_ns, stop, on_second)
@@ -118,6 +122,7 @@ class Pump:
                 gc.enable()
             gc.unfreeze()
             self.stats.cpu_s = time.process_time() - cpu0
+            self.stats.cpu_system_s = os.times().system - sys0
             self.stats.wall_s = time.perf_counter() - wall0
         return self.stats
 
@@ -221,6 +226,42 @@ class Pump:
             stats.bytes_out += len(packet)
             if writes is not None:
                 writes.append((fid, t, w))
+
+
+def probe_wakeups(
+    duration_ns: int,
+    *,
+    period_ns: int = 200_000,
+    rt_priority: int = 0,
+    clock: Callable[[], int] = time.monotonic_ns,
+    sleep: Callable[[float], object] | None = None,
+    late_ns: int = 1_000_000,
+) -> LagMeter:
+    """The host's own floor for :class:`Pump`'s lag: how late a bare loop wakes from
+    ``select`` timeouts of ``period_ns``, the way the pump sleeps (timer slack 1 µs, at
+    SCHED_FIFO ``rt_priority`` when > 0 and allowed), with nothing else to do, for
+    ``duration_ns``. A frame cannot be written sooner than the emulator wakes, so when
+    this probe's p99 is above 1 ms the host cannot hold real time for any load (a
+    virtual machine's stolen time, timer interrupts delivered late)."""
+    set_timer_slack(1000)
+    if rt_priority > 0:
+        with contextlib.suppress(OSError, AttributeError):
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(rt_priority))
+    if sleep is None:
+        sleep = _select_sleep
+    meter = LagMeter(late_ns)
+    timeout = period_ns / 1e9
+    end = clock() + duration_ns
+    while True:
+        t = clock()
+        if t >= end:
+            return meter
+        sleep(timeout)
+        meter.add(clock() - t - period_ns)
+
+
+def _select_sleep(timeout: float) -> object:
+    return select.select([], [], [], timeout)
 
 
 def close_quietly(fds: Sequence[int]) -> None:

@@ -52,6 +52,7 @@ def report_of(air: Air, pump: Pump, extra: dict[str, Any]) -> dict[str, Any]:
         "wall_s": round(st.wall_s, 6),
         "sim_s": air.now_ns / 1e9,
         "cpu_s": round(st.cpu_s, 6),
+        "cpu_system_s": round(st.cpu_system_s, 6),
         "frames_in": st.frames_in,
         "frames_out": st.frames_out,
         "bytes_out": st.bytes_out,
