@@ -22,6 +22,7 @@ the 1-min load at each run, and every run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import tempfile
 from pathlib import Path
@@ -85,6 +86,20 @@ def describe(measured: list[dict[str, Any]], ring: str) -> list[dict[str, Any]]:
     return out
 
 
+@contextlib.contextmanager
+def _folder(logs: Path | None, ring: str) -> Any:
+    """Where the runs' team files and every process's stderr go: ``logs/ring`` when
+    given and kept (the agents' stop lines carry their relays' pacing counters), else a
+    temporary folder."""
+    if logs is None:
+        with tempfile.TemporaryDirectory(prefix="coorp-tw-") as tmp:
+            yield tmp
+        return
+    d = logs / ring
+    d.mkdir(parents=True, exist_ok=True)
+    yield str(d)
+
+
 def transparent_wifi(args: Any, details: dict[str, Any]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     runs = details.setdefault("transparent_wifi", [])
@@ -104,7 +119,7 @@ def transparent_wifi(args: Any, details: dict[str, Any]) -> list[dict[str, Any]]
         )  # fmt: skip
         measured: list[dict[str, Any]] = []
         with (
-            tempfile.TemporaryDirectory(prefix="coorp-tw-") as tmp,
+            _folder(getattr(args, "tw_logs", None), ring) as tmp,
             tb.network(targs, "wifi") as net,
         ):
             net.create(sysctls=tb.WIFI_SYSCTLS)

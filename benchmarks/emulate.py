@@ -236,6 +236,13 @@ def main() -> int:
         "hashes what it reads decides the bulk rate (docs/emulate.md, 'Under load')",
     )
     ap.add_argument(
+        "--tw-logs",
+        type=Path,
+        default=None,
+        help="transparent_wifi: keep every process's stderr here, per ring (the agents' "
+        "stop lines carry their relays' pacing counters: where the bulk's time went)",
+    )
+    ap.add_argument(
         "--tw-cpu-hog",
         type=int,
         default=0,
