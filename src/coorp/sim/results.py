@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from coorp.stats import percentile
+from coorp.sim.packets import message_columns
 from coorp.units import NS_PER_MS
 
 if TYPE_CHECKING:
@@ -104,20 +104,20 @@ class SimResult:
 
     @classmethod
     def collect(cls, sim: FinishedRun, duration_ns: int) -> SimResult:
-        msgs = sim.messages
-        names = [m.flow.name for m in msgs]
-        created = np.fromiter((m.created_ns for m in msgs), np.int64, len(msgs))
-        delivered = np.fromiter((m.delivered_ns for m in msgs), np.int64, len(msgs))
+        names, *cols = message_columns(sim.messages)
+        ids, sizes, created, delivered, lost, depth = (
+            np.frombuffer(c, dtype=np.int64) if len(c) else np.zeros(0, np.int64) for c in cols
+        )
         latency = np.where(delivered >= 0, delivered - created, -1)
         messages = {
             "flow": np.array(names, dtype=object),
-            "msg_id": np.fromiter((m.msg_id for m in msgs), np.int64, len(msgs)),
-            "size_bytes": np.fromiter((m.size_bytes for m in msgs), np.int64, len(msgs)),
+            "msg_id": ids,
+            "size_bytes": sizes,
             "created_ns": created,
             "delivered_ns": delivered,
             "latency_ns": latency,
-            "lost": np.fromiter((m.lost for m in msgs), bool, len(msgs)),
-            "hw_depth_first": np.fromiter((m.first_depth for m in msgs), np.int64, len(msgs)),
+            "lost": lost.astype(bool),
+            "hw_depth_first": depth,
         }
         secs = duration_ns / 1e9
         # A flow's kind is its role, never read from its name: TCP-ack flows are the ones
@@ -134,6 +134,13 @@ class SimResult:
             mask = np.array(by_flow.get(name, ()), dtype=np.int64)
             lat = latency[mask]
             done = lat[lat >= 0] / NS_PER_MS
+            # Both percentiles in one call (the same interpolation per q as two calls:
+            # half the cost for a fleet's thousand flows).
+            p50, p99 = (
+                [float(x) for x in np.percentile(done, [50, 99], method="linear")]
+                if done.size
+                else [None, None]
+            )
             kind = "bulk" if f.bulk else ("tcp-ack" if id(f) in ack_flows else "datagram")
             flows[name] = FlowStats(
                 name=name, kind=kind, src=f.src.name, dst=f.dst.name, category=f.ac.value,
@@ -143,8 +150,8 @@ class SimResult:
                 throughput_mbps=f.delivered_bytes * 8 / secs / 1e6,
                 messages_sent=int(mask.size), messages_delivered=int(done.size),
                 messages_lost=int(lost_all[mask].sum()),
-                latency_ms_p50=percentile(done, 50, empty=None, method="linear"),
-                latency_ms_p99=percentile(done, 99, empty=None, method="linear"),
+                latency_ms_p50=p50,
+                latency_ms_p99=p99,
                 latency_ms_max=float(done.max()) if done.size else None,
             )  # fmt: skip
         stations = {}
