@@ -255,7 +255,7 @@ def test_compare_set_errors_are_one_paragraph(
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     code, stdout, _ = run_cli(capsys, "--version")
     assert code == 0
-    assert stdout.startswith(f"coorp {__version__} (simulator, control, policy hooks: ")
+    assert stdout.startswith(f"coorp {__version__} (simulator, control, policy hooks, emulator: ")
     assert ("compiled (mypyc)" in stdout) == COMPILED
     if not COMPILED:
         assert "plain Python" in stdout

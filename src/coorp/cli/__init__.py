@@ -68,7 +68,7 @@ def __getattr__(name: str) -> object:
 
 
 def version_text() -> str:
-    """``coorp 0.1.0 (simulator, control, policy hooks: compiled (mypyc); ...)``: the
+    """``coorp 0.1.0 (simulator, control, policy hooks, emulator: compiled (mypyc); ...)``: the
     package version and which hot modules run (mypyc-compiled, or plain Python and why;
     see ``coorp._accel``), decided without importing them."""
     from coorp import __version__
@@ -76,7 +76,7 @@ def version_text() -> str:
 
     hot = describe()
     py = sys.version.split()[0]
-    return f"coorp {__version__} (simulator, control, policy hooks: {hot}; Python {py})"
+    return f"coorp {__version__} (simulator, control, policy hooks, emulator: {hot}; Python {py})"
 
 
 def _print_version(value: bool) -> None:
