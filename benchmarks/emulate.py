@@ -271,6 +271,11 @@ def main() -> int:
     for s in sections:
         if s not in SECTIONS:
             ap.error(f"--sections: {s!r}; allowed: {', '.join(SECTIONS)}")
+    for flag, value in (("--tw-sink-rt", args.tw_sink_rt), ("--tw-cpu-hog", args.tw_cpu_hog)):
+        if value < 0:
+            ap.error(f"{flag} {value}: must be >= 0 (0: none)")
+    if args.tw_sink_rt > 99:
+        ap.error(f"--tw-sink-rt {args.tw_sink_rt}: SCHED_FIFO priorities are 1-99 (0: none)")
     why = emulation_unavailable()
     if why is not None:
         print(f"benchmarks/emulate.py cannot run here: {why}", file=sys.stderr)

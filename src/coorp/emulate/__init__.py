@@ -9,7 +9,7 @@ wall clock. See ``docs/emulate.md``.
 
 The real-time loop and the channel's per-packet code (``_ip``, ``_lag``, ``_air``,
 ``_pump``) are compiled with mypyc alongside the simulator when the build is fresh
-(``coorp._accel``): the same source, 10-25 % less CPU per frame (docs/emulate.md).
+(``coorp._accel``): the same source, 10-12 % less CPU per frame (docs/emulate.md).
 """
 
 from coorp._accel import load as _load
