@@ -36,7 +36,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     ),
     "coorp.control": (
         "_interval", "_ctt", "_timemodel", "_windows", "_gate_types", "_gate", "_permits",
-        "_schedwifi",
+        "_schedwifi", "_cells", "_residuals",
     ),
     "coorp.policies": ("_hooks",),
     "coorp.workload": ("_fleetloop",),

@@ -8,7 +8,7 @@ now would still be on air when the next LS message arrives.
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right, insort
 from collections import deque
 from fractions import Fraction
 from itertools import pairwise
@@ -110,6 +110,8 @@ class CompletionTimeTable:
         # One ring per depth, made when the depth is first recorded or asked.
         self._rings: list[_Ring | None] = [None] * (max_depth + 1)
         self._sampled = 0  # depths holding at least one sample
+        # Those depths, ascending: where a depth without samples finds its neighbours.
+        self._depths: list[int] = []
         p = Fraction(percentile) / 100
         self._p_num, self._p_den = p.numerator, p.denominator
         # A high percentile needs only the ring's k largest samples, k at most ``_need``
@@ -280,6 +282,10 @@ class CompletionTimeTable:
             if ring is None:
                 ring = rings[dd] = _Ring(size, ageing)
             buf = ring.buf
+            if not buf:  # a ring made to hold an answer only
+                buf = ring.buf = [0] * size
+                if ageing:
+                    ring.times = [0] * size
             prev = ring.n  # samples before this one (once the oldest has left)
             if prev < size:
                 idx = ring.head + prev
@@ -288,6 +294,7 @@ class CompletionTimeTable:
                 ring.n = prev + 1
                 if prev == 0:
                     self._sampled += 1
+                    insort(self._depths, dd)
             else:  # full: the newest sample takes the oldest one's place
                 idx = ring.head
                 ring.head = idx + 1 if idx + 1 < size else 0
@@ -357,7 +364,8 @@ class CompletionTimeTable:
         d = depth if depth <= self._max_depth else self._max_depth
         ring = self._rings[d]
         if ring is None:
-            ring = self._ring(d)
+            # Nothing recorded here yet: a ring without buffers holds the answer.
+            ring = self._rings[d] = _Ring(0, False)
         cached = ring.cache
         if cached < 0:
             cached = ring.cache = self._compute(
@@ -387,6 +395,8 @@ class CompletionTimeTable:
             if n == 1:
                 ring.head = 0
                 self._sampled -= 1
+                depths = self._depths
+                del depths[bisect_left(depths, d)]
                 # Every fallback may have leaned on this depth.
                 for other in self._rings:
                     if other is not None:
@@ -402,19 +412,11 @@ class CompletionTimeTable:
         n = self._ring(d).n
         if n:
             return self._percentile_of(d, n)
-        rings = self._rings
-        deeper = -1
-        for k in range(d + 1, self._max_depth + 1):
-            ring = rings[k]
-            if ring is not None and ring.n:
-                deeper = k
-                break
-        shallower = -1
-        for k in range(d - 1, -1, -1):
-            ring = rings[k]
-            if ring is not None and ring.n:
-                shallower = k
-                break
+        # The nearest sampled depths on either side (``d`` itself has no sample).
+        depths = self._depths
+        i = bisect_right(depths, d)
+        deeper = depths[i] if i < len(depths) else -1
+        shallower = depths[i - 1] if i else -1
         if shallower < 0:
             return self._answer(deeper) if deeper >= 0 else (d + 1) * self._default_ns
         m = shallower
@@ -482,7 +484,8 @@ class _Ring:
     ascending, every other sample <= ``top[0]``, whose value is ``top0``)."""
 
     def __init__(self, size: int, ageing: bool) -> None:
-        # Samples are ints, kept as shared objects (see record_run).
+        # Samples are ints, kept as shared objects (see record_run); size 0: no buffers
+        # until the first sample (a depth only asked for borrows its answer).
         self.buf: list[object] = [0] * size
         self.times: list[int] = [0] * size if ageing else []
         self.head = 0

@@ -18,7 +18,6 @@ and the next fit merges segments that one line explains as well.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections import deque
 from statistics import NormalDist
@@ -103,6 +102,13 @@ class SendTimeModel:
         # (send_ns, segment) pairs, oldest first.
         self._history: deque[tuple[int, int]] = deque(maxlen=history)
         self._segment = 0
+        # Kept beside the history, read on every send (a deque read is a generic call
+        # when compiled): its length, its newest send, and how many of its newest sends
+        # are in the current segment (a suffix of it: see _segment_shorter_than).
+        self._n = 0
+        self._max_n = history
+        self._last_ns = 0
+        self._seg_len = 0
         # Two-sided: P(|X| ≤ z·σ) = C, so C = 95% gives z ≈ 1.96 ≈ 2 as in the paper.
         self._z = NormalDist().inv_cdf((1.0 + confidence) / 2.0)
         self._confidence = confidence
@@ -167,21 +173,26 @@ class SendTimeModel:
 
     @property
     def last_send_ns(self) -> int | None:
-        return self._history[-1][0] if self._history else None
+        return self._last_ns if self._n else None
 
     # -- observe / predict ---------------------------------------------------------------------
     def observe(self, send_ns: int) -> None:
         """Record one send of the flow; sends must come in non-decreasing time order."""
-        last = self.last_send_ns
-        if last is not None and send_ns < last:
+        n = self._n
+        if n and send_ns < self._last_ns:
             raise UsageError(
-                f"send_ns={send_ns} is earlier than the previous send ({last}); "
+                f"send_ns={send_ns} is earlier than the previous send ({self._last_ns}); "
                 "a flow's sends must be observed in time order"
             )
         self._history.append((send_ns, self._segment))
+        self._last_ns = send_ns
+        if n < self._max_n:
+            n = self._n = n + 1
+        if self._seg_len < n:
+            self._seg_len += 1
         p, q, sigma = self._period_ns, self._offset_ns, self._sigma_ns
         if p is None or q is None or sigma is None:
-            if len(self._history) >= self._min_samples:
+            if n >= self._min_samples:
                 self._fit(send_ns)
             return
         if self._conformal:
@@ -212,8 +223,10 @@ class SendTimeModel:
         young = self._segment_shorter_than(self._min_samples)
         # A fit on few sends is rough (the period's error shrinks as n^-1.5): refit
         # each time the history has doubled since the last fit, and once it is full.
-        size, full = len(self._history), self._history.maxlen
-        grown = self._fitted_samples < size and (size >= 2 * self._fitted_samples or size == full)
+        size = self._n
+        grown = self._fitted_samples < size and (
+            size >= 2 * self._fitted_samples or size == self._max_n
+        )
         if young or grown or send_ns - self._fitted_at_ns >= self._refit_interval_ns:
             self._fit(send_ns)
 
@@ -265,10 +278,9 @@ class SendTimeModel:
         O(1), on every observed send: segment numbers only grow and are only ever
         written as the current one, to the newest send, to a run of the newest sends
         (a jump) or to all of them (a merge), so the current segment is a suffix of the
-        history and has at least ``n`` sends exactly when the ``n``-th newest is in it.
+        history, whose length is counted as those writes happen (``_seg_len``).
         """
-        history = self._history
-        return len(history) < n or history[-n][1] != self._segment
+        return self._seg_len < n
 
     def _agreeing_misses(self, misses: int) -> int:
         """How many of the newest ``misses`` sends agree on one phase with the newest.
@@ -278,9 +290,9 @@ class SendTimeModel:
         """
         p, sigma = self._period_ns, self._sigma_ns
         assert p is not None and sigma is not None
-        newest = self._history[-1][0]
+        newest = self._last_ns
         run = 1
-        for i in range(2, min(misses, len(self._history)) + 1):
+        for i in range(2, min(misses, self._n) + 1):
             gap = newest - self._history[-i][0]
             if abs(gap - p * _round_div(gap, p)) > self._miss_sigmas * sigma:
                 break
@@ -299,8 +311,9 @@ class SendTimeModel:
         else:
             residuals.clear()
         self._bounds = None
-        for i in range(len(self._history) - newest, len(self._history)):
+        for i in range(self._n - newest, self._n):
             self._history[i] = (self._history[i][0], self._segment)
+        self._seg_len = newest
 
     def _fit(self, now_ns: int) -> None:
         segments: dict[int, list[int]] = {}
@@ -321,6 +334,7 @@ class SendTimeModel:
                 fitted, runs = one, merged
                 for i, (t, _) in enumerate(self._history):
                     self._history[i] = (t, self._segment)
+                self._seg_len = self._n
         if fitted is None:
             return
         line = fitted[1]
@@ -328,7 +342,7 @@ class SendTimeModel:
         if p < 1:
             # Sends bunched at one instant are not periodic: keep the previous model.
             return
-        dof = len(self._history) - len(runs) - 1
+        dof = self._n - len(runs) - 1
         if self._conformal:
             slope = theil_sen(runs, line.numbered) or line.slope
             p = max(round(slope), 1)
@@ -348,11 +362,11 @@ class SendTimeModel:
         self._offset_ns = q
         self._sigma_ns = max(sigma, self._min_sigma_ns)
         self._fitted_at_ns = now_ns
-        self._fitted_samples = len(self._history)
+        self._fitted_samples = self._n
         # Only a fit on a full history is trusted as the next fit's prior: early fits
         # are rough, and an error then must not outlive them.
-        full = len(self._history) == self._history.maxlen
-        self._period_error = line.slope_error(len(self._history), len(runs)) if full else math.inf
+        full = self._n == self._max_n
+        self._period_error = line.slope_error(self._n, len(runs)) if full else math.inf
         # The newest send is index 0 of the new fit: its interval is consumed (a
         # conformal fit's q is its slot's, however late the send was).
         self._last_index = 0 if self._conformal else _round_div(runs[-1][-1] - q, p)
@@ -425,7 +439,11 @@ def _fit_runs(
     """
     n = sum(len(run) for run in runs)
     floor = float(min_sigma_ns) ** 2
-    gaps = sorted(b - a for run in runs for a, b in itertools.pairwise(run))
+    gaps: list[int] = []
+    for run in runs:
+        for i in range(1, len(run)):
+            gaps.append(run[i] - run[i - 1])
+    gaps.sort()
     if not gaps:
         if old_p is None:
             return None
@@ -495,25 +513,53 @@ def _pooled_fit(
     intercept per segment (None if no segment spans two indices and no ``slope`` is
     given). Times and indices are taken relative to each run's first sample so the
     floats stay small whatever the absolute clock value."""
+    # Plain loops, each sum accumulated left to right from 0.0 exactly as ``sum()`` of
+    # floats does: the same floats as the comprehensions they replace (the golden digests
+    # hold them to it), without a list or a generator per sum when compiled.
     sxx = sxy = 0.0
     means: list[tuple[float, float]] = []
     for run, ks in zip(runs, numbered, strict=True):
-        k_rel = [float(k - ks[0]) for k in ks]
-        t_rel = [float(t - run[0]) for t in run]
-        k_mean, t_mean = sum(k_rel) / len(run), sum(t_rel) / len(run)
+        m = len(run)
+        k0 = ks[0]
+        t0 = run[0]
+        k_rel: list[float] = []
+        t_rel: list[float] = []
+        k_sum = 0.0
+        for k in ks:
+            x = float(k - k0)
+            k_rel.append(x)
+            k_sum += x
+        t_sum = 0.0
+        for t in run:
+            y = float(t - t0)
+            t_rel.append(y)
+            t_sum += y
+        k_mean = k_sum / m
+        t_mean = t_sum / m
         means.append((k_mean, t_mean))
-        sxx += sum((k - k_mean) ** 2 for k in k_rel)
-        sxy += sum((k - k_mean) * (t - t_mean) for k, t in zip(k_rel, t_rel, strict=True))
+        xx = 0.0
+        xy = 0.0
+        for i in range(m):
+            dk = k_rel[i] - k_mean
+            xx += dk**2
+            xy += dk * (t_rel[i] - t_mean)
+        sxx += xx
+        sxy += xy
     if slope is None:
         if sxx <= 0.0:
             return None
         slope = sxy / sxx
     ssr = 0.0
     at_first: list[float] = []
-    for run, ks, (k_mean, t_mean) in zip(runs, numbered, means, strict=True):
+    for j in range(len(runs)):
+        run = runs[j]
+        ks = numbered[j]
+        k_mean, t_mean = means[j]
         at_first.append(t_mean - slope * k_mean)
-        for k, t in zip(ks, run, strict=True):
-            ssr += ((t - run[0]) - t_mean - slope * ((k - ks[0]) - k_mean)) ** 2
+        k0 = ks[0]
+        t0 = run[0]
+        for i in range(len(run)):
+            ssr += ((run[i] - t0) - t_mean - slope * ((ks[i] - k0) - k_mean)) ** 2
     run, ks = runs[-1], numbered[-1]
     newest = run[0] + round(at_first[-1] + slope * (ks[-1] - ks[0]))
     line = _Line(slope, at_first, newest, ssr, sxx)
@@ -533,7 +579,8 @@ def _irregularity_cost(numbered: list[list[int]]) -> float:
     """
     steps = irregular = units = 0
     for ks in numbered:
-        for a, b in itertools.pairwise(ks):
+        for i in range(1, len(ks)):
+            a, b = ks[i - 1], ks[i]
             steps += 1
             if b - a != 1:
                 irregular += 1
@@ -557,7 +604,10 @@ def _number_against(samples: list[int], at_first: float, slope: float, penalty: 
     """
     t0 = samples[0]
     nearest = [round(((t - t0) - at_first) / slope) for t in samples]
-    if all(b - a == 1 for a, b in itertools.pairwise(nearest)):
+    for i in range(1, len(nearest)):
+        if nearest[i] - nearest[i - 1] != 1:
+            break
+    else:
         return nearest  # every send in its nearest slot, and no penalty: optimal
     cands = [(r - 1, r, r + 1) for r in nearest]
     inf = math.inf

@@ -67,15 +67,19 @@ class Motion:
     def _update_links(self, robot: str, idx: int, pos: tuple[float, float]) -> None:
         sim = self._sim
         links = sim.links
+        budget = self._budget
         rssi = {}
         for ap in self._aps:
             a = sim.station(ap)
-            rx = self._budget.rx_power_dbm(math.dist(pos, a.position_m))
+            rx = budget.rx_power_dbm(math.dist(pos, a.position_m))
             rssi[ap] = rx
-            for src, dst in ((idx, a.idx), (a.idx, idx)):
-                if self._distance:
-                    mcs = self._budget.best_mcs_at(rx, self._nss, self._width, self._std)
-                    links.set_link(src, dst, 0 if mcs is None else mcs, rx)
-                else:
+            if self._distance:
+                # One budget, both directions: the same MCS each way.
+                mcs = budget.best_mcs_at(rx, self._nss, self._width, self._std)
+                code = 0 if mcs is None else mcs
+                links.set_link(idx, a.idx, code, rx)
+                links.set_link(a.idx, idx, code, rx)
+            else:
+                for src, dst in ((idx, a.idx), (a.idx, idx)):
                     links.set_link(src, dst, links.rate_code(src, dst), rx)
         self.rssi[robot] = rssi
