@@ -305,6 +305,11 @@ class Channel(SlotOwner):
         idle = self.idle_since
         epoch = self._epoch
         for e in self.edcafs:
+            if not e.backoff and not e.ring.n and e.mu is None:
+                # No frame and nothing to count down (most of a fleet's access functions
+                # at any instant): nothing to decide, and its catch-up can wait for its
+                # next frame (``frame_arrived``), where it comes to the same state.
+                continue
             if e.epoch != epoch:  # inlined _catch_up
                 e.epoch = epoch
                 e.not_before = 0
