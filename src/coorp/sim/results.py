@@ -105,9 +105,7 @@ class SimResult:
     @classmethod
     def collect(cls, sim: FinishedRun, duration_ns: int) -> SimResult:
         names, *cols = message_columns(sim.messages)
-        ids, sizes, created, delivered, lost, depth = (
-            np.frombuffer(c, dtype=np.int64) if len(c) else np.zeros(0, np.int64) for c in cols
-        )
+        ids, sizes, created, delivered, lost, depth = (np.array(c, dtype=np.int64) for c in cols)
         latency = np.where(delivered >= 0, delivered - created, -1)
         messages = {
             "flow": np.array(names, dtype=object),
