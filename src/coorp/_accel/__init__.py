@@ -55,8 +55,8 @@ MODULES: dict[str, tuple[str, ...]] = {
         "events", "timing", "links", "packets", "station", "congestion", "tcp", "mac", "engine",
     ),
     "coorp.control": (
-        "_interval", "_ctt", "_residuals", "_timemodel", "_windows", "_gate_types", "_gate",
-        "_permits", "_schedwifi", "_cells",
+        "_interval", "_ctt", "_residuals", "_linefit", "_timemodel", "_windows", "_gate_types",
+        "_gate", "_permits", "_schedwifi", "_cells",
     ),
     "coorp.policies": ("_hooks",),
     "coorp.workload": ("_fleetloop",),
