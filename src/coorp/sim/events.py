@@ -33,15 +33,33 @@ PRIO_ACCESS: Final = 3
 
 
 class Event:
-    """A scheduled callback; ``cancel()`` makes the loop skip it."""
+    """A scheduled callback; ``cancel()`` makes the loop skip it. Ordered by
+    ``(time_ns, priority, seq)``: the heap holds the events themselves (no key tuple,
+    no boxed key per event when compiled)."""
 
-    __slots__ = ("args", "callback", "cancelled", "time_ns")
+    __slots__ = ("args", "callback", "cancelled", "prio", "seq", "time_ns")
 
-    def __init__(self, time_ns: int, callback: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    def __init__(
+        self,
+        time_ns: int,
+        callback: Callable[..., Any],
+        args: tuple[Any, ...],
+        prio: int = 0,
+        seq: int = 0,
+    ) -> None:
         self.time_ns = time_ns
         self.callback = callback
         self.args = args
         self.cancelled = False
+        self.prio = prio
+        self.seq = seq
+
+    def __lt__(self, other: Event) -> bool:
+        if self.time_ns != other.time_ns:
+            return self.time_ns < other.time_ns
+        if self.prio != other.prio:
+            return self.prio < other.prio
+        return self.seq < other.seq
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -85,7 +103,7 @@ class EventLoop:
     def __init__(self) -> None:
         self.now_ns = 0
         self.events_processed = 0
-        self._heap: list[tuple[int, int, int, Event]] = []
+        self._heap: list[Event] = []
         self._seq = 0
         self._slots: list[Slot] = []
         #: The pending slot that runs first, or None if no slot is pending.
@@ -96,9 +114,9 @@ class EventLoop:
     ) -> Event:
         if time_ns < self.now_ns:
             raise InvariantError(f"event scheduled in the past: {time_ns} < now {self.now_ns}")
-        ev = Event(time_ns, callback, args)
         self._seq += 1
-        heapq.heappush(self._heap, (time_ns, priority, self._seq, ev))
+        ev = Event(time_ns, callback, args, priority, self._seq)
+        heapq.heappush(self._heap, ev)
         return ev
 
     def new_slot(self, owner: SlotOwner) -> Slot:
@@ -150,7 +168,7 @@ class EventLoop:
     def next_time(self) -> int:
         """The time of the earliest pending event (cancelled ones included: a caller
         waking for it finds nothing to do), or -1 if none is pending."""
-        t = self._heap[0][0] if self._heap else -1
+        t = self._heap[0].time_ns if self._heap else -1
         best = self._best
         if best is not None and (t < 0 or best.time_ns < t):
             t = best.time_ns
@@ -168,17 +186,17 @@ class EventLoop:
         progress_step = max(until_ns // 200, 1)
         next_progress = progress_step
         processed = 0
-        top: tuple[int, int, int, Event] | None
+        top: Event | None
         while True:
             slot = self._best
             if heap:
                 top = heap[0]
-                t = top[0]
+                t = top.time_ns
                 if slot is not None:
                     st = slot.time_ns
                     if st < t or (
                         st == t
-                        and (slot.prio < top[1] or (slot.prio == top[1] and slot.seq < top[2]))
+                        and (slot.prio < top.prio or (slot.prio == top.prio and slot.seq < top.seq))
                     ):
                         t = st
                         top = None
@@ -202,7 +220,7 @@ class EventLoop:
             else:
                 assert top is not None
                 pop(heap)
-                ev = top[3]
+                ev = top
                 if ev.cancelled:
                     continue
                 self.now_ns = t
