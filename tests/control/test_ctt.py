@@ -275,6 +275,9 @@ def test_runs_ageing_and_lead_buckets_match_a_plain_model(
                 if ring(t, d):
                     expected = float(np.percentile(np.array(ring(t, d), float), percentile))
                     assert expected - 1e-9 <= table.query(d) < expected + 1
+            # The sorted list a depth without samples finds its neighbours in is exactly
+            # the depths holding samples (kept as samples come, and as they expire).
+            assert table._depths == [d for d in range(10) if ring(t, d)]
 
 
 def test_record_run_is_record_at_consecutive_depths() -> None:

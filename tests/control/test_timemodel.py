@@ -331,6 +331,8 @@ def test_the_current_segment_is_always_a_suffix_of_the_history(gaps: list[int]) 
             (i + 1 for i in range(len(segments) - 1, -1, -1) if segments[i] != current), 0
         )
         assert segments.count(current) == run  # every current-segment send is at the end
+        # The counts observe() keeps beside the deque agree with it (evictions included).
+        assert (m._n, m._last_ns, m._seg_len) == (len(segments), m._history[-1][0], run)
         for n in (1, 2, 3, 5, 8, len(segments), len(segments) + 1):
             assert m._segment_shorter_than(n) == (run < n)
 

@@ -205,9 +205,9 @@ class Ring:
     """A hardware ring: a FIFO of runs (:class:`Packet`), with ``n`` packets in all.
 
     A native class around a deque, with the deque's operations the simulator uses: the
-    channel reads ``n`` and the ring's head for every access function at every access
-    decision, and a C field is read where a deque subclass's attribute was a dictionary
-    lookup by name (about 5% of a busy fleet's run)."""
+    channel reads ``n`` for every access function at every access decision, a C field
+    where a deque subclass's attribute was a lookup by name. ``n == 0`` exactly when the
+    ring is empty (every run holds at least one packet): the access scan relies on it."""
 
     __slots__ = ("n", "q")
 
