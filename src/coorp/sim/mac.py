@@ -44,7 +44,7 @@ import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Final, cast
+from typing import TYPE_CHECKING, Final, cast
 
 from coorp._errors import InvariantError
 from coorp.phy import MAX_PPDU_NS, SIFS_NS, SLOT_NS
@@ -56,24 +56,13 @@ from coorp.sim.packets import Packet, Ring
 from coorp.sim.station import BulkTransfer, Edcaf, Station
 from coorp.sim.timing import ExchangeTiming, aifs_ns
 
+if TYPE_CHECKING:
+    from mypy_extensions import i64
+
 __all__ = ["Channel", "ChannelStats", "RingDrain", "Transmission"]
 
 #: Self-checks of the fast paths (set COORP_SIM_CHECK=1; for tests and fuzzing).
 _CHECK: Final = os.environ.get("COORP_SIM_CHECK") == "1"
-
-
-def _draw(rng: random.Random, n: int) -> int:
-    """``rng.randrange(n)`` for ``n >= 1``: the same ``getrandbits`` calls and numbers as
-    CPython's (``Random._randbelow_with_getrandbits``), without its argument checks in
-    interpreted Python, a tenth of a busy fleet's time (``tests/sim/test_backoff_draw.py``
-    compares the two). A subclass's own ``randrange`` (a test's recording RNG) is called."""
-    if type(rng) is not random.Random:
-        return rng.randrange(n)
-    k = n.bit_length()
-    r = rng.getrandbits(k)
-    while r >= n:
-        r = rng.getrandbits(k)
-    return r
 
 
 @dataclass(slots=True)
@@ -172,16 +161,16 @@ class Channel(SlotOwner):
         self.on_dropped = on_dropped
         self.edcafs: list[Edcaf] = []
         self.busy = False
-        self.idle_since = 0
+        self.idle_since: i64 = 0
         self.stats = ChannelStats(trace=[] if trace else None)
         #: Whether the loop's slot holds our next access (else it is empty or holds the
         #: end of the exchange on the air): see ``EventLoop.set_slot``.
         self._access_pending = False
         self._winners: list[Edcaf] = []
         #: The current busy period (or the last one): its number, idle and busy start.
-        self._epoch = 0
-        self._dec_idle = 0
-        self._dec_now = 0
+        self._epoch: i64 = 0
+        self._dec_idle: i64 = 0
+        self._dec_now: i64 = 0
         self._busy_start = 0
         #: The exchange on the air (empty in the SIFS gap before a TXOP continuation),
         #: when it started, whether it is a collision, and the end of the time counted
@@ -267,7 +256,7 @@ class Channel(SlotOwner):
         if self.busy:
             if e.backoff == 0:
                 # 10.22.2.2: a frame arriving while the medium is busy invokes a backoff.
-                e.backoff = _draw(e.station.rng, e.cw + 1)
+                e.backoff = e.station.draw(e.cw + 1)
             return
         e.not_before = now
         self._schedule_access()
@@ -286,7 +275,12 @@ class Channel(SlotOwner):
             now = self._dec_now
             if now >= b0:
                 k = (now - b0) // SLOT_NS + 1
-                e.backoff = b - k if b > k else 0
+                # (Statements, not ``b - k if b > k else 0``: compiled, that mixes the
+                # native counter with a literal and boxes the result.)
+                if b > k:
+                    e.backoff = b - k
+                else:
+                    e.backoff = 0
 
     def _access_time(self, e: Edcaf) -> int:
         t = self.idle_since + e.aifs + e.backoff * SLOT_NS
@@ -299,7 +293,7 @@ class Channel(SlotOwner):
         and remember the EDCAFs whose access time it is: nothing changes who they are
         until then without calling this again (frames only arrive through
         ``frame_arrived``, and every exchange ends in ``_go_idle``)."""
-        best = -1
+        best: i64 = -1
         first: Edcaf | None = None
         ties: list[Edcaf] | None = None
         idle = self.idle_since
@@ -318,7 +312,10 @@ class Channel(SlotOwner):
                     b0 = self._dec_idle + e.aifs
                     if self._dec_now >= b0:
                         k = (self._dec_now - b0) // SLOT_NS + 1
-                        e.backoff = b - k if b > k else 0
+                        if b > k:
+                            e.backoff = b - k
+                        else:
+                            e.backoff = 0
             if e.held:
                 continue
             t = idle + e.aifs + e.backoff * SLOT_NS
@@ -326,8 +323,8 @@ class Channel(SlotOwner):
                 t = e.not_before
             if best >= 0 and t > best:
                 continue  # too late to win, frame or not: its ring need not be read
-            ring = e.ring
-            if ring and (not e.shared or ring[0].ac is e.ac):
+            h = e.ring.head
+            if h is not None and (not e.shared or h.ac is e.ac):
                 # (The first winner alone, a list only for a tie: no list per new best.)
                 if best < 0 or t < best:
                     best = t
@@ -361,8 +358,8 @@ class Channel(SlotOwner):
         for e in self.edcafs:
             if e.epoch != self._epoch:
                 self._catch_up(e)
-            ring = e.ring
-            if ring and (not e.shared or ring[0].ac is e.ac) and not e.held:
+            h = e.ring.head
+            if h is not None and (not e.shared or h.ac is e.ac) and not e.held:
                 t = idle + e.aifs + e.backoff * SLOT_NS
                 if t < e.not_before:
                     t = e.not_before
@@ -434,7 +431,7 @@ class Channel(SlotOwner):
         st = e.station
         hook = st.airtime_budget
         deadline = -1
-        if hook is not None and e.bar_pending is None and e.ring[0].message is None:
+        if hook is not None and e.bar_pending is None and e.ring.first().message is None:
             b = hook(st, now)
             if b is not None:
                 if isinstance(b, bool) or not isinstance(b, int) or b < 0:
@@ -448,7 +445,7 @@ class Channel(SlotOwner):
 
     def _single_exchange_ns(self, e: Edcaf) -> int:
         """The exchange of the head MPDU alone (PPDU + SIFS + Ack, RTS/CTS if used)."""
-        first = e.ring[0]
+        first = e.ring.first()
         mcs = self._mcs[e.station.idx][first.dst.idx]
         return self._exchange(4 + first.mpdu, mcs, False)[1]
 
@@ -558,7 +555,7 @@ class Channel(SlotOwner):
             tx.success_ns = tx.failure_ns = self.timing.bar_exchange_ns()
             return tx
         ring = e.ring
-        first = ring[0]
+        first = ring.first()
         dst = first.dst
         mcs = self._mcs[e.station.idx][dst.idx]
         # None: no TXOP limit (one exchange per access). 0 is a used-up TXOP, not "none".
@@ -720,7 +717,7 @@ class Channel(SlotOwner):
                 self._counted_until = now + SIFS_NS
                 self.loop.set_slot(self._slot, now + SIFS_NS, PRIO_MEDIUM, _CONTINUE, nxt)
                 return
-        e.backoff = _draw(e.station.rng, e.cw + 1)
+        e.backoff = e.station.draw(e.cw + 1)
         self._go_idle(now, txs)
 
     def _end_mu(self, tx: Transmission, now: int) -> None:
@@ -744,12 +741,12 @@ class Channel(SlotOwner):
         for tx in txs:
             e = tx.edcaf
             if e.shared:
-                ring = e.ring
-                if ring and ring[0].ac is not e.ac:
+                h = e.ring.head
+                if h is not None and h.ac is not e.ac:
                     # The exchange's outcome took the packets ahead out of a shared ring:
                     # the new head's EDCAF got its frame while the medium was still busy,
                     # which invokes a backoff if its counter is 0 (10.22.2.2 a).
-                    self.frame_arrived(e.station.edcafs[ring[0].ac], now)
+                    self.frame_arrived(e.station.edcafs[h.ac], now)
         self.busy = False
         self.idle_since = now
         self.stats.busy_ns += now - self._busy_start
@@ -792,7 +789,7 @@ class Channel(SlotOwner):
         st = e.station
         if not tx.packets:  # BlockAck answered our BlockAckReq
             self._end_bar(e, now)
-            e.backoff = _draw(st.rng, e.cw + 1)
+            e.backoff = st.draw(e.cw + 1)
             return False
         ring = st.rings[e.ac]
         if self.links.packet_errors:
@@ -929,7 +926,7 @@ class Channel(SlotOwner):
                 dropped |= self._count_retry(p, now)
             if dropped:
                 e.cw = e.cw_min
-        e.backoff = _draw(st.rng, e.cw + 1)
+        e.backoff = st.draw(e.cw + 1)
 
     def _end_bar(self, e: Edcaf, now: int) -> None:
         """The BlockAckReq exchange is over (answered, or out of retries): CW back to
@@ -950,12 +947,12 @@ class Channel(SlotOwner):
         e.cw = min(2 * e.cw + 1, e.cw_max)
         if e.bar_pending is None:
             ring = st.rings[e.ac]
-            head = ring[0]
+            head = ring.first()
             if head.count > 1:
                 ring.insert(1, head.split(1))
             if self._count_retry(head, self.loop.now_ns):
                 e.cw = e.cw_min
-        e.backoff = _draw(st.rng, e.cw + 1)
+        e.backoff = st.draw(e.cw + 1)
 
     def _count_retry(self, p: Packet, now: int) -> bool:
         """One more failed attempt for every packet of run ``p``; drop them past the retry

@@ -209,17 +209,20 @@ class Ring:
     where a deque subclass's attribute was a lookup by name. ``n == 0`` exactly when the
     ring is empty (every run holds at least one packet): the access scan relies on it."""
 
-    __slots__ = ("n", "q")
+    __slots__ = ("head", "n", "q")
 
     def __init__(self) -> None:
         self.q: deque[Packet] = deque()
         self.n = 0
+        #: The first run (``q[0]``), None when empty: kept by every method below, so the
+        #: access scan reads a C field where ``ring[0]`` went through the item protocol.
+        self.head: Packet | None = None
 
     def __len__(self) -> int:
         return len(self.q)
 
     def __bool__(self) -> bool:
-        return len(self.q) > 0
+        return self.head is not None
 
     def __iter__(self) -> Iterator[Packet]:
         return iter(self.q)
@@ -230,29 +233,51 @@ class Ring:
     def __repr__(self) -> str:
         return f"Ring(n={self.n}, {list(self.q)!r})"
 
+    def first(self) -> Packet:
+        """The first run; raises IndexError when the ring is empty, as ``ring[0]`` does."""
+        h = self.head
+        if h is None:
+            raise IndexError("first() of an empty ring")
+        return h
+
     def append(self, p: Packet) -> None:
+        if self.head is None:
+            self.head = p
         self.q.append(p)
 
     def appendleft(self, p: Packet) -> None:
+        self.head = p
         self.q.appendleft(p)
 
     def popleft(self) -> Packet:
-        return self.q.popleft()
+        q = self.q
+        p = q.popleft()
+        self.head = q[0] if q else None
+        return p
 
     def insert(self, i: int, p: Packet) -> None:
-        self.q.insert(i, p)
+        q = self.q
+        q.insert(i, p)
+        self.head = q[0]
 
     def remove(self, p: Packet) -> None:
-        self.q.remove(p)
+        q = self.q
+        q.remove(p)
+        self.head = q[0] if q else None
 
     def clear(self) -> None:
         self.q.clear()
+        self.head = None
 
     def extend(self, ps: Iterable[Packet]) -> None:
-        self.q.extend(ps)
+        q = self.q
+        q.extend(ps)
+        self.head = q[0] if q else None
 
     def extendleft(self, ps: Iterable[Packet]) -> None:
-        self.q.extendleft(ps)
+        q = self.q
+        q.extendleft(ps)
+        self.head = q[0] if q else None
 
 
 def mergeable(tail: Packet, run: Packet) -> bool:

@@ -32,6 +32,8 @@ from coorp.sim.packets import FlowState, Packet, Ring, mergeable
 from coorp.sim.timing import EdcaParams, aifs_ns
 
 if TYPE_CHECKING:
+    from mypy_extensions import i64
+
     from coorp.sim.mac import Channel
     from coorp.sim.tcp import TcpConnection
 
@@ -40,6 +42,21 @@ __all__ = ["BulkTransfer", "Edcaf", "Station"]
 #: Service order of the priority queues.
 _AC_ORDER: Final = (AccessCategory.VO, AccessCategory.VI, AccessCategory.BE, AccessCategory.BK)
 _PRIORITY: Final = {ac: i for i, ac in enumerate(reversed(_AC_ORDER))}  # BK 0 ... VO 3
+
+
+#: (A final name: compiled, a C static, where ``random.Random`` is a lookup by name.)
+_RANDOM: Final = random.Random
+
+
+def draw_below(bits: Callable[[int], int], n: int) -> int:
+    """``randrange(n)`` for ``n >= 1`` from a ``random.Random``'s ``getrandbits``: the
+    same calls and numbers as CPython's (``Random._randbelow_with_getrandbits``), without
+    its argument checks in interpreted Python (``tests/sim/test_backoff_draw.py``)."""
+    k = n.bit_length()
+    r = bits(k)
+    while r >= n:
+        r = bits(k)
+    return r
 
 
 class Edcaf:
@@ -62,16 +79,16 @@ class Edcaf:
         self.ring = station.rings[ac]
         self.shared = station.shared
         self.priority = _PRIORITY[ac]
-        self.aifs = aifs_ns(params.aifsn)
+        self.aifs: i64 = aifs_ns(params.aifsn)
         self.cw_min = params.cw_min
         self.cw_max = params.cw_max
         self.txop_limit = params.txop_limit_ns
         self.aggregation = params.aggregation
         self.cw = params.cw_min
-        self.backoff = 0
-        self.not_before = 0
+        self.backoff: i64 = 0
+        self.not_before: i64 = 0
         #: The channel's busy period this EDCAF's counter is up to date with.
-        self.epoch = 0
+        self.epoch: i64 = 0
         #: Packets of an A-MPDU whose BlockAck was missed (ns-3 policy: a BAR is due).
         self.bar_pending: list[Packet] | None = None
         self.bar_retries = 0
@@ -139,6 +156,9 @@ class Station:
         self.idx = idx
         #: Backoff draws of this station's EDCAFs (its own stream: see Simulation).
         self.rng = rng
+        #: ``rng.getrandbits`` (None: an rng of a subclass) and the rng it belongs to.
+        self._bits_of: object = None
+        self._bits: Callable[[int], int] | None = None
         self.name = name
         self.position_m = position_m
         self.loop = loop
@@ -297,12 +317,26 @@ class Station:
             self.channel.add_edcaf(e)
         return e
 
+    def draw(self, n: int) -> int:
+        """A backoff draw, ``self.rng.randrange(n)`` for ``n >= 1``. The rng's
+        ``getrandbits`` is looked up once per rng (by name at every draw, it was most of a
+        draw's cost); an rng of a subclass (a test's recording one) has its own
+        ``randrange`` called."""
+        rng = self.rng
+        if rng is not self._bits_of:
+            self._bits_of = rng
+            self._bits = rng.getrandbits if type(rng) is _RANDOM else None
+        bits = self._bits
+        if bits is None:
+            return rng.randrange(n)
+        return draw_below(bits, n)
+
     def head_ac(self, ac: AccessCategory) -> bool:
         """Whether the EDCAF of ``ac`` has a frame to send now."""
-        ring = self.rings[ac]
-        if not ring:
+        h = self.rings[ac].head
+        if h is None:
             return False
-        return ring[0].ac is ac if self.shared else True
+        return h.ac is ac if self.shared else True
 
     # -- driver ------------------------------------------------------------------------
     def send_ls(self, packets: list[Packet]) -> None:

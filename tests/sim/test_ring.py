@@ -1,0 +1,70 @@
+"""``Ring.head`` is the ring's first run after every operation the simulator uses (the
+access scan reads it where it read ``ring[0]``): random operation sequences against a
+plain deque."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from coorp.scenario import AccessCategory, parse_scenario
+from coorp.sim import Simulation
+from coorp.sim.packets import FlowState, Packet, Ring
+
+_SC = parse_scenario({
+    "duration_s": 0.01, "links": {"mode": "fixed", "mcs": 7},
+    "stations": [{"name": "ap"}, {"name": "r1"}], "flows": [],
+})  # fmt: skip
+_SIM = Simulation(_SC, seed=1)
+_FLOW = FlowState("f", _SIM.stations["r1"], _SIM.stations["ap"], AccessCategory.BE, False)
+
+_NAMES = ["append", "appendleft", "popleft", "insert", "remove", "clear", "extend", "extendleft"]
+_OPS = st.lists(st.tuples(st.sampled_from(_NAMES), st.integers(0, 6)), max_size=60)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_OPS)
+def test_head_is_the_first_run_after_every_operation(ops: list[tuple[str, int]]) -> None:
+    ring, ref = Ring(), deque[Packet]()
+    pid = 0
+
+    def new() -> Packet:
+        nonlocal pid
+        pid += 1
+        return Packet(pid, _FLOW, 100)
+
+    for op, k in ops:
+        if op == "append":
+            p = new()
+            ring.append(p)
+            ref.append(p)
+        elif op == "appendleft":
+            p = new()
+            ring.appendleft(p)
+            ref.appendleft(p)
+        elif op == "popleft":
+            if ref:
+                assert ring.popleft() is ref.popleft()
+        elif op == "insert":
+            p = new()
+            ring.insert(k, p)
+            ref.insert(k, p)
+        elif op == "remove":
+            if ref:
+                victim = ref[k % len(ref)]
+                ring.remove(victim)
+                ref.remove(victim)
+        elif op == "clear":
+            ring.clear()
+            ref.clear()
+        else:
+            ps = [new() for _ in range(k)]
+            getattr(ring, op)(ps)
+            getattr(ref, op)(ps)
+        assert list(ring) == list(ref)
+        assert ring.head is (ref[0] if ref else None)
+        assert bool(ring) == bool(ref)
+        if ref:
+            assert ring.first() is ref[0]
