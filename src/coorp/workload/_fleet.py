@@ -338,16 +338,18 @@ def run_fleet(
         learning.begin()
     until = s(scenario.duration_s) if duration_ns is None else duration_ns
     # A fleet allocates tens of thousands of long-lived objects per simulated second
-    # (loop records, messages) and no reference cycles: the cyclic collector would walk
-    # the growing heap again and again (a fifth of fleet-200's CPU time), and once more
-    # when it is back on. So it is off for the run, and what the run made is moved out
-    # of its sight afterwards (``gc.freeze``: still freed when no longer referenced).
+    # (loop records, messages): the cyclic collector would walk the growing heap again
+    # and again during the run (a fifth of fleet-200's CPU time), so it is off for the
+    # run. It is back on afterwards, with nothing frozen: a run's objects form reference
+    # cycles (an access function and its station, the loop's callbacks and the
+    # simulation), which only the collector frees; frozen, every run in a process (a
+    # sweep's worker, ``coorp compare``) left its whole heap behind
+    # (tests/workload/test_fleet_memory.py).
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         result = sim.run(until, on_progress)
     finally:
-        gc.freeze()
         if was_enabled:
             gc.enable()
     msgs = result.messages
