@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from coorp.sim.packets import message_columns
+from coorp.sim.packets import message_columns, message_flows
 from coorp.units import NS_PER_MS
 
 if TYPE_CHECKING:
@@ -122,14 +122,20 @@ class SimResult:
         # bulk flows created for their acknowledgements.
         ack_flows = {id(f.ack_flow) for f in sim.flows.values() if f.ack_flow is not None}
         flows = {}
-        # Each flow's messages, in order: one pass (a mask per flow costs flows x messages,
-        # minutes for a fleet's thousand flows).
-        by_flow: dict[str, list[int]] = {}
-        for i, n in enumerate(names):
-            by_flow.setdefault(n, []).append(i)
+        # Each flow's messages, in order: a stable sort of the messages by flow number
+        # (a mask per flow cost flows x messages, minutes for a fleet's thousand flows; a
+        # Python loop appending each message's index to its flow's list, a tenth of a
+        # second per 200,000 messages).
+        flow_names, flow_codes = message_flows(sim.messages)
+        codes = np.array(flow_codes, dtype=np.int64)
+        order = np.argsort(codes, kind="stable")
+        bounds = np.searchsorted(codes[order], np.arange(len(flow_names) + 1))
+        number = {n: i for i, n in enumerate(flow_names)}
+        none = np.empty(0, dtype=np.int64)
         lost_all = messages["lost"]
         for name, f in sim.flows.items():
-            mask = np.array(by_flow.get(name, ()), dtype=np.int64)
+            c = number.get(name)
+            mask = order[bounds[c] : bounds[c + 1]] if c is not None else none
             lat = latency[mask]
             done = lat[lat >= 0] / NS_PER_MS
             # Both percentiles in one call (the same interpolation per q as two calls:

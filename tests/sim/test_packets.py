@@ -1,4 +1,4 @@
-"""``Ring.head`` is the ring's first run after every operation the simulator uses (the
+"""Packets and rings: ``Ring.head`` is the ring's first run after every operation the simulator uses (the
 access scan reads it where it read ``ring[0]``): random operation sequences against a
 plain deque."""
 
@@ -68,3 +68,15 @@ def test_head_is_the_first_run_after_every_operation(ops: list[tuple[str, int]])
         assert bool(ring) == bool(ref)
         if ref:
             assert ring.first() is ref[0]
+
+
+def test_message_flows_numbers_flows_in_order_of_first_appearance() -> None:
+    """``message_flows``: the grouping ``SimResult.collect`` sorts by (a Python
+    reference: each flow's name, numbered at its first message)."""
+    from coorp.sim.packets import Message, message_flows
+
+    other = FlowState("g", _SIM.stations["ap"], _SIM.stations["r1"], AccessCategory.VO, False)
+    flows = [_FLOW, other, _FLOW, _FLOW, other]
+    msgs = [Message(i, f, 100, 0, 1, None) for i, f in enumerate(flows)]
+    assert message_flows(msgs) == (["f", "g"], [0, 1, 0, 0, 1])
+    assert message_flows([]) == ([], [])
