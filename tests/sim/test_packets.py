@@ -1,6 +1,6 @@
-"""Packets and rings: ``Ring.head`` is the ring's first run after every operation the simulator uses (the
-access scan reads it where it read ``ring[0]``): random operation sequences against a
-plain deque."""
+"""Packets and rings: ``Ring.head`` is the ring's first run after every operation the
+simulator uses (the access scan reads it where it read ``ring[0]``), checked by random
+operation sequences against a plain deque; ``message_flows`` numbers flows."""
 
 from __future__ import annotations
 
