@@ -7,22 +7,8 @@ import random
 
 from coorp.scenario import parse_scenario
 from coorp.sim import Simulation
-from coorp.sim.station import draw_below
 
 _NS = [*range(1, 1100), 1 << 20, (1 << 20) + 1]
-
-
-def test_backoff_draws_are_randrange_draws() -> None:
-    a, b = random.Random(12345), random.Random(12345)
-    for n in _NS:
-        for _ in range(3):
-            assert draw_below(a.getrandbits, n) == b.randrange(n)
-    assert a.getstate() == b.getstate()
-
-
-class _Fixed(random.Random):
-    def randrange(self, start: int, stop: int | None = None, step: int = 1) -> int:  # type: ignore[override]
-        return start - 1
 
 
 def _station():  # type: ignore[no-untyped-def]
@@ -31,6 +17,20 @@ def _station():  # type: ignore[no-untyped-def]
         "stations": [{"name": "ap"}, {"name": "r1"}], "flows": [],
     })  # fmt: skip
     return Simulation(sc, seed=1).stations["r1"]
+
+
+def test_backoff_draws_are_randrange_draws() -> None:
+    st = _station()
+    st.rng, b = random.Random(12345), random.Random(12345)
+    for n in _NS:
+        for _ in range(3):
+            assert st.draw(n) == b.randrange(n)
+    assert st.rng.getstate() == b.getstate()
+
+
+class _Fixed(random.Random):
+    def randrange(self, start: int, stop: int | None = None, step: int = 1) -> int:  # type: ignore[override]
+        return start - 1
 
 
 def test_station_draws_follow_the_rng_it_holds_now() -> None:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from coorp.sim.tcp import TcpConnection
 
 __all__ = [
-    "IP_UDP_HEADER_BYTES", "TCP_ACK_BYTES", "FlowState", "Message", "Packet",
+    "IP_UDP_HEADER_BYTES", "TCP_ACK_BYTES", "BulkTransfer", "FlowState", "Message", "Packet",
     "Ring", "mergeable", "message_columns", "message_flows",
 ]  # fmt: skip
 
@@ -295,6 +295,36 @@ class Ring:
         q = self.q
         q.extendleft(ps)
         self.head = q[0] if q else None
+
+
+class BulkTransfer:
+    """Bytes a bulk flow still has to hand to the NIC (``None``: unlimited).
+
+    ``gated = False``: traffic the station's policy does not coordinate (a flow outside
+    the team): it never asks the driver hooks and is never held by their pauses.
+
+    Under the TCP model (``coorp.sim.tcp``) the station sees one transfer per connection,
+    with ``tcp`` set: its ``remaining_bytes`` are the segments the sender's window let
+    into the kernel queue, which the connection hands out in sequence runs.
+    """
+
+    __slots__ = ("delivered_bytes", "flow", "gated", "on_complete", "remaining_bytes",
+                 "tcp", "total_bytes")  # fmt: skip
+
+    def __init__(
+        self,
+        flow: FlowState,
+        total_bytes: int | None,
+        on_complete: Callable[[BulkTransfer, int], None] | None,
+        gated: bool = True,
+    ) -> None:
+        self.flow = flow
+        self.total_bytes = total_bytes
+        self.remaining_bytes = total_bytes
+        self.delivered_bytes = 0
+        self.on_complete = on_complete
+        self.gated = gated
+        self.tcp: TcpConnection | None = None
 
 
 def mergeable(tail: Packet, run: Packet) -> bool:

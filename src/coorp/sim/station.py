@@ -28,14 +28,13 @@ from coorp.sim._txq import fifo_refill, fifo_room, hold_acks, kernel_admit, kern
 from coorp.sim._ungated import refill_mixed, ungated_in
 from coorp.sim.driver import FOREVER, AckGateHooks, AdmitAll, DriverHooks, RunHooks
 from coorp.sim.events import PRIO_CONTROL, Event, EventLoop
-from coorp.sim.packets import FlowState, Packet, Ring, mergeable
+from coorp.sim.packets import BulkTransfer, Packet, Ring, mergeable
 from coorp.sim.timing import EdcaParams, aifs_ns
 
 if TYPE_CHECKING:
     from mypy_extensions import i64
 
     from coorp.sim.mac import Channel
-    from coorp.sim.tcp import TcpConnection
 
 __all__ = ["BulkTransfer", "Edcaf", "Station"]
 
@@ -46,17 +45,6 @@ _PRIORITY: Final = {ac: i for i, ac in enumerate(reversed(_AC_ORDER))}  # BK 0 .
 
 #: (A final name: compiled, a C static, where ``random.Random`` is a lookup by name.)
 _RANDOM: Final = random.Random
-
-
-def draw_below(bits: Callable[[int], int], n: int) -> int:
-    """``randrange(n)`` for ``n >= 1`` from a ``random.Random``'s ``getrandbits``: the
-    same calls and numbers as CPython's (``Random._randbelow_with_getrandbits``), without
-    its argument checks in interpreted Python (``tests/sim/test_backoff_draw.py``)."""
-    k = n.bit_length()
-    r = bits(k)
-    while r >= n:
-        r = bits(k)
-    return r
 
 
 class Edcaf:
@@ -105,36 +93,6 @@ class Edcaf:
 
     def has_frame(self) -> bool:
         return self.station.head_ac(self.ac)
-
-
-class BulkTransfer:
-    """Bytes a bulk flow still has to hand to the NIC (``None``: unlimited).
-
-    ``gated = False``: traffic the station's policy does not coordinate (a flow outside
-    the team): it never asks the driver hooks and is never held by their pauses.
-
-    Under the TCP model (``coorp.sim.tcp``) the station sees one transfer per connection,
-    with ``tcp`` set: its ``remaining_bytes`` are the segments the sender's window let
-    into the kernel queue, which the connection hands out in sequence runs.
-    """
-
-    __slots__ = ("delivered_bytes", "flow", "gated", "on_complete", "remaining_bytes",
-                 "tcp", "total_bytes")  # fmt: skip
-
-    def __init__(
-        self,
-        flow: FlowState,
-        total_bytes: int | None,
-        on_complete: Callable[[BulkTransfer, int], None] | None,
-        gated: bool = True,
-    ) -> None:
-        self.flow = flow
-        self.total_bytes = total_bytes
-        self.remaining_bytes = total_bytes
-        self.delivered_bytes = 0
-        self.on_complete = on_complete
-        self.gated = gated
-        self.tcp: TcpConnection | None = None
 
 
 class Station:
@@ -329,7 +287,13 @@ class Station:
         bits = self._bits
         if bits is None:
             return rng.randrange(n)
-        return draw_below(bits, n)
+        # CPython's ``Random._randbelow_with_getrandbits``: the same calls and numbers,
+        # without its argument checks in interpreted Python (tests/sim/test_backoff_draw.py).
+        k = n.bit_length()
+        r = bits(k)
+        while r >= n:
+            r = bits(k)
+        return r
 
     def head_ac(self, ac: AccessCategory) -> bool:
         """Whether the EDCAF of ``ac`` has a frame to send now."""
