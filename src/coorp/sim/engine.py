@@ -259,10 +259,10 @@ class Simulation:
             )
 
     def call_at(self, time_ns: int, callback: Callable[..., Any], *args: Any) -> Event:
-        return self.loop.call_at(time_ns, PRIO_TRAFFIC, callback, *args)
+        return self.loop.schedule(time_ns, PRIO_TRAFFIC, callback, args)
 
     def call_control_at(self, time_ns: int, callback: Callable[..., Any], *args: Any) -> Event:
-        return self.loop.call_at(time_ns, PRIO_CONTROL, callback, *args)
+        return self.loop.schedule(time_ns, PRIO_CONTROL, callback, args)
 
     def send_message(
         self,

@@ -22,6 +22,11 @@ __all__ = [
     "SlotOwner",
 ]  # fmt: skip
 
+#: ``heapq``'s functions as final names: compiled, C statics, where ``heapq.heappush`` is
+#: a module attribute looked up by name at every event.
+_heappush: Final = heapq.heappush
+_heappop: Final = heapq.heappop
+
 #: The end of a medium exchange is processed before anything else at the same instant.
 PRIO_MEDIUM: Final = 0
 #: Policy timers (pause/resume, permits).
@@ -112,11 +117,19 @@ class EventLoop:
     def call_at(
         self, time_ns: int, priority: int, callback: Callable[..., Any], *args: Any
     ) -> Event:
+        return self.schedule(time_ns, priority, callback, args)
+
+    def schedule(
+        self, time_ns: int, priority: int, callback: Callable[..., Any], args: tuple[Any, ...]
+    ) -> Event:
+        """:meth:`call_at` with the arguments as a tuple: what a caller with ``*args`` of
+        its own passes on (compiled, a native call; forwarding ``*args`` is a generic one
+        that builds the arguments twice)."""
         if time_ns < self.now_ns:
             raise InvariantError(f"event scheduled in the past: {time_ns} < now {self.now_ns}")
         self._seq += 1
         ev = Event(time_ns, callback, args, priority, self._seq)
-        heapq.heappush(self._heap, ev)
+        _heappush(self._heap, ev)
         return ev
 
     def new_slot(self, owner: SlotOwner) -> Slot:
@@ -182,7 +195,7 @@ class EventLoop:
         if until_ns < self.now_ns:
             raise InvariantError(f"run(until={until_ns}) is before now ({self.now_ns})")
         heap = self._heap
-        pop = heapq.heappop
+        pop = _heappop
         progress_step = max(until_ns // 200, 1)
         next_progress = progress_step
         processed = 0

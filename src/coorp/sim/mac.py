@@ -65,6 +65,13 @@ __all__ = ["Channel", "ChannelStats", "RingDrain", "Transmission"]
 _CHECK: Final = os.environ.get("COORP_SIM_CHECK") == "1"
 
 
+def _min3(a: int, b: int, c: int) -> int:
+    """``min(a, b, c)`` of ints: compiled, a native call where the builtin with three
+    arguments is a generic call with every argument boxed (2-3 % of a fleet's time)."""
+    m = a if a <= b else b
+    return m if m <= c else c
+
+
 @dataclass(slots=True)
 class ChannelStats:
     """Counters of the medium.
@@ -594,7 +601,7 @@ class Channel(SlotOwner):
                     if n >= limit or nxt > max_psdu:
                         break
                     step = ((m + 3) & ~3) + 4
-                    j = min(avail, limit - n, 1 + (max_psdu - nxt) // step)
+                    j = _min3(avail, limit - n, 1 + (max_psdu - nxt) // step)
                     psdu = nxt + (j - 1) * step
                     n += j
                     avail -= j
@@ -1150,7 +1157,7 @@ class RingDrain:
                     nxt = ((f.psdu + 3) & ~3) + 4 + m
                     if f.n < limit and nxt <= f.max_psdu:
                         step = ((m + 3) & ~3) + 4
-                        j = min(left, limit - f.n, 1 + (f.max_psdu - nxt) // step)
+                        j = _min3(left, limit - f.n, 1 + (f.max_psdu - nxt) // step)
                         f.psdu = nxt + (j - 1) * step
                         f.n += j
                         left -= j
@@ -1181,7 +1188,7 @@ class RingDrain:
                 nxt = ((self._psdu + 3) & ~3) + 4 + m
                 if n < limit and nxt <= self._max_psdu:
                     step = ((m + 3) & ~3) + 4
-                    j = min(left, limit - n, 1 + (self._max_psdu - nxt) // step)
+                    j = _min3(left, limit - n, 1 + (self._max_psdu - nxt) // step)
                     self._psdu = nxt + (j - 1) * step
                     self._n = n + j
                     left -= j

@@ -123,6 +123,12 @@ class FleetLoop:
         self._watch: dict[str, int] = {}
         #: Robot -> its control's send instant at its leader, once perceived.
         self._controls: dict[str, int] = {}
+        # The event callbacks, bound once (compiled, ``self._send`` is a lookup by name
+        # and a new bound method at every sample).
+        self._send_cb: Callable[[str, int, int], None] = self._send
+        self._perceived_cb: Callable[..., None] = self._perceived
+        self._control_cb: Callable[[str, LoopRecord, str, int], None] = self._control
+        self._controlled_cb: Callable[..., None] = self._controlled
 
     @property
     def flow_names(self) -> frozenset[str]:
@@ -155,7 +161,7 @@ class FleetLoop:
         nxt = sample + self.period
         send = nxt + self._delay(r)
         self._next[r] = (k + 1, send)
-        sim.call_at(send, self._send, r, k + 1, nxt)
+        sim.call_at(send, self._send_cb, r, k + 1, nxt)
         rec = LoopRecord(r, k, sample)
         self.records.append(rec)
         ap = self._ap_of[r]
@@ -168,7 +174,7 @@ class FleetLoop:
         epoch = self._epoch[r]
         sim.send_message(
             self.perception[r], self._perception_bytes,
-            partial(self._perceived, r, rec, ap, epoch),
+            partial(self._perceived_cb, r, rec, ap, epoch),
         )  # fmt: skip
 
     def _perceived(self, r: str, rec: LoopRecord, ap: str, epoch: int, _m: Message) -> None:
@@ -179,7 +185,7 @@ class FleetLoop:
         self._controls[r] = at
         if self.hint is not None:
             self.hint(ap, self.control[r].name, at, exact=True)
-        self.sim.call_at(at, self._control, r, rec, ap, epoch)
+        self.sim.call_at(at, self._control_cb, r, rec, ap, epoch)
 
     def _control(self, r: str, rec: LoopRecord, ap: str, epoch: int) -> None:
         if self._controls.get(r) == self.sim.now_ns:
@@ -188,7 +194,7 @@ class FleetLoop:
             rec.lost = "handover"
             return
         self.sim.send_message(
-            self.control[r], self._control_bytes, partial(self._controlled, r, rec, epoch)
+            self.control[r], self._control_bytes, partial(self._controlled_cb, r, rec, epoch)
         )
 
     def _controlled(self, r: str, rec: LoopRecord, epoch: int, m: Message) -> None:
