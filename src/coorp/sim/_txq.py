@@ -126,7 +126,7 @@ def _kernel_drop(st: Station, p: Packet) -> None:
     p.flow.dropped_packets += p.count
     if p.message is not None:
         assert st.channel is not None
-        st.channel.on_dropped(p, st.loop.now_ns)
+        st.channel.receiver.dropped(p, st.loop.now_ns)
 
 
 def fifo_room(st: Station, transfer: BulkTransfer) -> int:

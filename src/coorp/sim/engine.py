@@ -33,7 +33,7 @@ from coorp.sim.congestion import CONGESTION_CONTROLS, Cubic, TcpParams
 from coorp.sim.driver import DriverHooks
 from coorp.sim.events import PRIO_CONTROL, PRIO_TRAFFIC, Event, EventLoop
 from coorp.sim.links import LinkTable
-from coorp.sim.mac import Channel
+from coorp.sim.mac import Channel, Receiver
 from coorp.sim.packets import IP_HEADER_BYTES, TCP_ACK_BYTES, FlowState, Message, Packet
 from coorp.sim.results import SimResult
 from coorp.sim.station import BulkTransfer, Station
@@ -47,7 +47,7 @@ _UDP_HEADER_BYTES: Final = 8
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
-class Simulation:
+class Simulation(Receiver):
     """One run of one scenario with one seed."""
 
     def __init__(
@@ -76,7 +76,7 @@ class Simulation:
         self.channel = Channel(
             self.loop, self.timing, scenario.mac, self.links,
             rng=self._py_rng("packet-errors"),
-            on_delivered=self._delivered, on_dropped=self._dropped, trace=trace,
+            receiver=self, trace=trace,
         )  # fmt: skip
         self._pid = 0
         self.stations: dict[str, Station] = {}
@@ -339,7 +339,7 @@ class Simulation:
         return t
 
     # -- delivery ------------------------------------------------------------------------
-    def _delivered(self, p: Packet, pid: int, k: int, now: int) -> None:
+    def delivered(self, p: Packet, pid: int, k: int, now: int) -> None:
         """Packets ``pid .. pid + k - 1`` of run ``p`` were acknowledged at ``now``.
 
         Equivalent to delivering them one by one: a batch is cut wherever a transfer's
@@ -416,7 +416,7 @@ class Simulation:
         if total is not None and t.delivered_bytes >= total and t.on_complete is not None:
             t.on_complete(t, now)
 
-    def _dropped(self, p: Packet, now: int) -> None:
+    def dropped(self, p: Packet, now: int) -> None:
         msg = p.message
         if msg is not None:
             f = p.flow

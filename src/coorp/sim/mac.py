@@ -42,13 +42,13 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Final, cast
 
 from coorp._errors import InvariantError
 from coorp.phy import MAX_PPDU_NS, SIFS_NS, SLOT_NS
 from coorp.scenario import AccessCategory, AmpduGrouping, MacConfig, RetryPolicy
+from coorp.sim._compat import mypyc_attr
 from coorp.sim.driver import RunHooks
 from coorp.sim.events import PRIO_ACCESS, PRIO_CONTROL, PRIO_MEDIUM, EventLoop, SlotOwner
 from coorp.sim.links import LinkTable
@@ -59,7 +59,7 @@ from coorp.sim.timing import ExchangeTiming, aifs_ns
 if TYPE_CHECKING:
     from mypy_extensions import i64
 
-__all__ = ["Channel", "ChannelStats", "RingDrain", "Transmission"]
+__all__ = ["Channel", "ChannelStats", "Receiver", "RingDrain", "Transmission"]
 
 #: Self-checks of the fast paths (set COORP_SIM_CHECK=1; for tests and fuzzing).
 _CHECK: Final = os.environ.get("COORP_SIM_CHECK") == "1"
@@ -131,6 +131,21 @@ _END_COLLIDED: Final = 2
 _CONTINUE: Final = 3
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # (Simulation allows them)
+class Receiver:
+    """What a channel hands its outcomes to (the simulation): a native base class, so
+    that a delivery is a direct method call when compiled, where a stored bound method
+    was a generic call with its arguments boxed."""
+
+    def delivered(self, p: Packet, pid: int, k: int, now: int) -> None:
+        """Packets ``pid .. pid + k - 1`` of run ``p`` arrived at ``now``."""
+        raise NotImplementedError
+
+    def dropped(self, p: Packet, now: int) -> None:
+        """Run ``p`` was dropped at ``now`` (its retries used up)."""
+        raise NotImplementedError
+
+
 class Channel(SlotOwner):
     """One collision domain: every station hears every other (no hidden nodes).
 
@@ -147,8 +162,7 @@ class Channel(SlotOwner):
         links: LinkTable,
         *,
         rng: random.Random,
-        on_delivered: Callable[[Packet, int, int, int], None],
-        on_dropped: Callable[[Packet, int], None],
+        receiver: Receiver,
         trace: bool = False,
     ) -> None:
         self.loop = loop
@@ -164,8 +178,7 @@ class Channel(SlotOwner):
         #: there the driver groups, ``Station.group_ls``.)
         self.per_receiver = mac.ampdu_grouping is AmpduGrouping.PER_RECEIVER_TID
         self.rng = rng
-        self.on_delivered = on_delivered
-        self.on_dropped = on_dropped
+        self.receiver = receiver
         self.edcafs: list[Edcaf] = []
         self.busy = False
         self.idle_since: i64 = 0
@@ -807,7 +820,7 @@ class Channel(SlotOwner):
             for _ in tx.packets:
                 ring.popleft()
         ring.n -= tx.mpdus
-        deliver = self.on_delivered
+        rx = self.receiver
         run_hooks = st.run_hooks
         if run_hooks is not None:
             for p in tx.packets:
@@ -818,10 +831,10 @@ class Channel(SlotOwner):
                 ac = p.ac
                 for pid in range(p.pid, p.pid + p.count):
                     complete(st, pid, ac, now, True)
-                    deliver(p, pid, 1, now)
+                    rx.delivered(p, pid, 1, now)
         else:
             for p in tx.packets:
-                deliver(p, p.pid, p.count, now)
+                rx.delivered(p, p.pid, p.count, now)
         st.tx_success += 1
         e.cw = e.cw_min
         return True
@@ -869,7 +882,7 @@ class Channel(SlotOwner):
         for r in reversed(retry_runs):
             ring.appendleft(r)
         ring.n += n_lost
-        deliver = self.on_delivered
+        rx = self.receiver
         complete = st.hooks.on_hw_complete
         per_packet = st.per_packet
         run_hooks = st.run_hooks
@@ -882,9 +895,9 @@ class Channel(SlotOwner):
             elif per_packet:
                 for q in range(pid, pid + k):
                     complete(st, q, p.ac, now, True)
-                    deliver(p, q, 1, now)
+                    rx.delivered(p, q, 1, now)
             else:
-                deliver(p, pid, k, now)
+                rx.delivered(p, pid, k, now)
         st.tx_success += 1
         e.cw = e.cw_min
         return True
@@ -908,10 +921,10 @@ class Channel(SlotOwner):
         ):
             for q in range(pid, pid + k):
                 hooks.on_hw_complete_run(st, q, 1, p.ac, now, True)
-                self.on_delivered(p, q, 1, now)
+                self.receiver.delivered(p, q, 1, now)
             return
         hooks.on_hw_complete_run(st, pid, k, p.ac, now, True)
-        self.on_delivered(p, pid, k, now)
+        self.receiver.delivered(p, pid, k, now)
 
     def _fail(self, tx: Transmission) -> None:
         e = tx.edcaf
@@ -984,7 +997,7 @@ class Channel(SlotOwner):
             flow.dropped_packets += 1
             if per_packet:
                 hooks.on_hw_complete(st, pid, p.ac, now, False)
-            self.on_dropped(p, now)
+            self.receiver.dropped(p, now)
         return True
 
 

@@ -75,7 +75,7 @@ class Cells:
             else:
                 ch = Channel(
                     sim.loop, sim.timing, sc.mac, sim.links, rng=rng(f"packet-errors:{d.name}"),
-                    on_delivered=sim._delivered, on_dropped=sim._dropped, trace=trace,
+                    receiver=sim, trace=trace,
                 )  # fmt: skip
             self.channels[d.name] = ch
         self.access_points: tuple[str, ...] = tuple(fleet.ap_names())

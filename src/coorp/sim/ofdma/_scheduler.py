@@ -505,7 +505,7 @@ class UlOfdma:
         """The multi-STA BlockAck acknowledged ``user``'s frames: out of the rings (each
         run is at the head of its ring, in order), delivered, hooks told."""
         st = user.station
-        deliver = self.channel.on_delivered
+        rx = self.channel.receiver
         per_packet = st.per_packet
         hooks = st.hooks
         for p in user.runs:
@@ -516,9 +516,9 @@ class UlOfdma:
             if per_packet:
                 for pid in range(p.pid, p.pid + p.count):
                     hooks.on_hw_complete(st, pid, p.ac, now, True)
-                    deliver(p, pid, 1, now)
+                    rx.delivered(p, pid, 1, now)
             else:
-                deliver(p, p.pid, p.count, now)
+                rx.delivered(p, p.pid, p.count, now)
         for ac in user.acs:
             self._suspend(st, ac, now)
         st.tx_success += 1
