@@ -7,9 +7,11 @@ time of this process):
 * ``previous``: the column reads ``collect`` made before (one generator per column
   through ``np.fromiter``; kept here as the reference, not in the package);
 * ``columns``: ``coorp.sim.packets.message_columns`` (one compiled pass into lists of
-  ints, each made an int64 array by ``np.array``);
-* ``two_percentiles`` / ``one_percentile_call``: each flow's p50 and p99 as two calls of
-  ``coorp.stats.percentile`` against one ``np.percentile`` call with both;
+  ints, flow numbers included, each made an int64 array by ``np.array``);
+* ``two_percentiles`` / ``one_percentile_call`` / ``grouped_percentiles``: each flow's
+  p50 and p99 as two calls of ``coorp.stats.percentile``, as one ``np.percentile`` call
+  with both, and every flow's at once (``coorp.stats.grouped_percentiles`` on the
+  latencies sorted by flow, then latency: what ``collect`` does now, the sort included);
 * ``collect``: the whole ``SimResult.collect`` as it is now.
 
     .venv/bin/python benchmarks/_collect_columns.py [--seconds 10] [--rounds 3]
@@ -28,7 +30,7 @@ import numpy as np
 from coorp.scenario import load_scenario, resolve_scenario
 from coorp.sim.packets import message_columns
 from coorp.sim.results import SimResult
-from coorp.stats import percentile
+from coorp.stats import grouped_percentiles, percentile
 from coorp.units import NS_PER_MS
 from coorp.workload import run_fleet
 
@@ -95,9 +97,16 @@ def main() -> int:
             if d.size:
                 np.percentile(d, [50, 99], method="linear")
 
+    codes = np.repeat(np.arange(len(done)), [d.size for d in done])
+    flat = np.concatenate(done) if done else np.empty(0)
+
+    def grouped() -> None:
+        order = np.lexsort((flat, codes))
+        grouped_percentiles(flat[order], np.bincount(codes, minlength=len(done)), (50, 99))
+
     times: dict[str, list[float]] = {}
     cases = {"previous": previous, "columns": columns, "two_percentiles": two,
-             "one_percentile_call": one,
+             "one_percentile_call": one, "grouped_percentiles": grouped,
              "collect": lambda: SimResult.collect(sim, kept["duration_ns"])}  # fmt: skip
     for _ in range(args.rounds):
         for name, f in cases.items():

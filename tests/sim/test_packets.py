@@ -1,6 +1,7 @@
 """Packets and rings: ``Ring.head`` is the ring's first run after every operation the
 simulator uses (the access scan reads it where it read ``ring[0]``), checked by random
-operation sequences against a plain deque; ``message_flows`` numbers flows."""
+operation sequences against a plain deque; ``message_columns`` numbers flows and reads each
+message's fields."""
 
 from __future__ import annotations
 
@@ -70,13 +71,22 @@ def test_head_is_the_first_run_after_every_operation(ops: list[tuple[str, int]])
             assert ring.first() is ref[0]
 
 
-def test_message_flows_numbers_flows_in_order_of_first_appearance() -> None:
-    """``message_flows``: the grouping ``SimResult.collect`` sorts by (a Python
-    reference: each flow's name, numbered at its first message)."""
-    from coorp.sim.packets import Message, message_flows
+def test_message_columns_number_flows_in_order_of_first_appearance() -> None:
+    """``message_columns``: the grouping ``SimResult.collect`` sorts by (each flow's
+    name, numbered at its first message) and every message's fields in order."""
+    from coorp.sim.packets import Message, message_columns
 
     other = FlowState("g", _SIM.stations["ap"], _SIM.stations["r1"], AccessCategory.VO, False)
     flows = [_FLOW, other, _FLOW, _FLOW, other]
-    msgs = [Message(i, f, 100, 0, 1, None) for i, f in enumerate(flows)]
-    assert message_flows(msgs) == (["f", "g"], [0, 1, 0, 0, 1])
-    assert message_flows([]) == ([], [])
+    msgs = [Message(i, f, 100 + i, 10 * i, 1, None) for i, f in enumerate(flows)]
+    msgs[1].delivered_ns, msgs[1].first_depth = 42, 3
+    msgs[3].lost = True
+    names, codes, ids, sizes, created, delivered, lost, depth = message_columns(msgs)
+    assert (names, codes) == (["f", "g"], [0, 1, 0, 0, 1])
+    assert ids == [0, 1, 2, 3, 4]
+    assert sizes == [100, 101, 102, 103, 104]
+    assert created == [0, 10, 20, 30, 40]
+    assert delivered == [-1, 42, -1, -1, -1]
+    assert lost == [0, 0, 0, 1, 0]
+    assert depth == [-1, 3, -1, -1, -1]
+    assert message_columns([]) == ([], [], [], [], [], [], [], [])

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "IP_UDP_HEADER_BYTES", "TCP_ACK_BYTES", "BulkTransfer", "FlowState", "Message", "Packet",
-    "Ring", "mergeable", "message_columns", "message_flows",
+    "Ring", "mergeable", "message_columns",
 ]  # fmt: skip
 
 #: IPv4 (20) + UDP (8): a datagram message's fragments each carry an IP header.
@@ -104,15 +104,20 @@ class Message:
 
 def message_columns(
     msgs: list[Message],
-) -> tuple[list[str], list[int], list[int], list[int], list[int], list[int], list[int]]:
-    """Every message's fields as columns, in one pass, in message order: flow names; then
-    ids, sizes, creation and delivery instants (-1: not delivered), lost flags (0/1) and
-    the hardware-queue depth at the first fragment (lists of ints, for ``numpy.array``
-    with ``dtype=int64``: appending to a list costs less than to an ``array('q')``, which
-    parses each value). Compiled, so a fleet's hundreds of thousands of messages are read
-    here, not attribute by attribute from Python."""
+) -> tuple[list[str], list[int], list[int], list[int], list[int], list[int], list[int], list[int]]:
+    """Every message's fields as columns, in one pass, in message order: the flow names
+    by number (flows numbered in order of first appearance), then per message its flow's
+    number, id, size, creation and delivery instants (-1: not delivered), lost flag (0/1)
+    and the hardware-queue depth at the first fragment (lists of ints, for
+    ``numpy.array`` with ``dtype=int64``: appending to a list costs less than to an
+    ``array('q')``, which parses each value). Compiled, so a fleet's hundreds of
+    thousands of messages are read here, not attribute by attribute from Python; the
+    flow numbers let ``SimResult.collect`` group them per flow with numpy, not a
+    Python loop."""
     n = len(msgs)
-    names: list[str] = [""] * n
+    number: dict[str, int] = {}
+    names: list[str] = []
+    codes = [0] * n
     ids = [0] * n
     sizes = [0] * n
     created = [0] * n
@@ -121,31 +126,19 @@ def message_columns(
     depth = [0] * n
     for i in range(n):
         m = msgs[i]
-        names[i] = m.flow.name
+        name = m.flow.name
+        c = number.get(name, -1)
+        if c < 0:
+            c = number[name] = len(names)
+            names.append(name)
+        codes[i] = c
         ids[i] = m.msg_id
         sizes[i] = m.size_bytes
         created[i] = m.created_ns
         delivered[i] = m.delivered_ns
         lost[i] = 1 if m.lost else 0
         depth[i] = m.first_depth
-    return names, ids, sizes, created, delivered, lost, depth
-
-
-def message_flows(msgs: list[Message]) -> tuple[list[str], list[int]]:
-    """Each message's flow as a number (flows numbered in order of first appearance) and
-    the flow names by number: grouping a fleet's hundreds of thousands of messages per
-    flow is a stable sort of these numbers (``SimResult.collect``), not a Python loop."""
-    number: dict[str, int] = {}
-    names: list[str] = []
-    codes = [0] * len(msgs)
-    for i in range(len(msgs)):
-        name = msgs[i].flow.name
-        c = number.get(name, -1)
-        if c < 0:
-            c = number[name] = len(names)
-            names.append(name)
-        codes[i] = c
-    return names, codes
+    return names, codes, ids, sizes, created, delivered, lost, depth
 
 
 class Packet:
