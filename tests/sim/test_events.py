@@ -159,3 +159,38 @@ def test_run_with_an_earlier_horizon_does_not_move_time_back() -> None:
     except InvariantError:
         return  # refusing is fine too
     assert loop.now_ns >= 60
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ops=st.lists(
+        st.one_of(
+            st.tuples(st.integers(0, 50), st.integers(0, 3)),  # push (time, prio)
+            st.just(None),  # pop
+        ),
+        max_size=120,
+    )
+)
+def test_the_compiled_heap_pops_what_heapq_pops(ops: list[tuple[int, int] | None]) -> None:
+    """``events._heappush``/``_heappop`` (heapq's sifts with the events' own comparison):
+    under any mix of pushes and pops, the same events as ``heapq`` on the same keys."""
+    import heapq
+
+    from coorp.sim.events import Event, _heappop, _heappush
+
+    heap: list[Event] = []
+    ref: list[tuple[int, int, int]] = []
+    for seq, op in enumerate(ops):
+        if op is None:
+            if ref:
+                got = _heappop(heap)
+                assert (got.time_ns, got.prio, got.seq) == heapq.heappop(ref)
+            continue
+        t, prio = op
+        _heappush(heap, Event(t, print, (), prio, seq))
+        heapq.heappush(ref, (t, prio, seq))
+        assert (heap[0].time_ns, heap[0].prio, heap[0].seq) == ref[0]
+    while ref:
+        got = _heappop(heap)
+        assert (got.time_ns, got.prio, got.seq) == heapq.heappop(ref)
+    assert heap == []
