@@ -132,8 +132,8 @@ def grouped_percentiles(
     for an empty group. Each value is bit-identical to ``np.percentile(group, q,
     method="linear")`` for finite values: the same index, weight and interpolation
     arithmetic (numpy's ``_quantile`` and ``_lerp``), done for every group in one pass
-    instead of one call per group (a fleet has hundreds of flows: the per-call
-    overhead was a twentieth of a fleet-200 run, tests/test_stats.py checks the identity).
+    instead of one call per group (a fleet has hundreds of flows);
+    tests/test_grouped_percentiles.py checks the identity.
     """
     counts = np.asarray(counts, dtype=np.int64)
     q = np.true_divide(np.asarray(qs, dtype=np.float64), 100)

@@ -125,9 +125,10 @@ class SimResult:
         # bulk flows created for their acknowledgements.
         ack_flows = {id(f.ack_flow) for f in sim.flows.values() if f.ack_flow is not None}
         # Per flow number at once (a mask per flow cost flows x messages, minutes for a
-        # fleet's thousand flows; a percentile call per flow, a twentieth of a fleet-200
-        # run): counts by bincount, the delivered latencies sorted by flow then latency,
-        # so each flow's p50, p99 and max are read off its slice.
+        # fleet's thousand flows; a percentile call per flow, hundreds of numpy calls,
+        # the first importing numpy.ma inside the run): counts by bincount, the delivered
+        # latencies sorted by flow then latency, so each flow's p50, p99 and max are read
+        # off its slice.
         nf = len(flow_names)
         sent = np.bincount(codes, minlength=nf)
         nlost = np.bincount(codes[lost != 0], minlength=nf)
