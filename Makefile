@@ -6,7 +6,11 @@
 # after `make demo` adds the extras to the same .venv; `make demo` after `make test` finds
 # what it needs. Each level has its stamp (.venv/.installed-core, .venv/.installed);
 # installing everything refreshes both.
-PY ?= python3
+# The interpreter a new .venv is made from: tools/pick_python.py prefers a statically
+# linked Python with its C headers (fleet-200 runs ~8-10 % less CPU time on Debian's
+# /usr/bin/python3.11 than on pyenv's shared-library 3.11.7: docs/compare.md, "A fleet").
+# `make PY=...` overrides it; an existing .venv is kept.
+PY ?= $(shell python3 tools/pick_python.py || echo python3)
 VENV := .venv
 BIN := $(VENV)/bin
 CORE := $(VENV)/.installed-core
@@ -52,15 +56,15 @@ demo: $(CORE)
 	$(BIN)/coorp compare scenarios/crl-5.toml --seeds 1-5 --out results/demo
 
 test: native
-	$(BIN)/ruff check src tests benchmarks examples
-	$(BIN)/ruff format --check src tests benchmarks examples
+	$(BIN)/ruff check src tests benchmarks examples tools
+	$(BIN)/ruff format --check src tests benchmarks examples tools
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -n $(JOBS) -m 'not realtime'
 	$(BIN)/python -m pytest -q -n $(JOBS) -m realtime
 
 lint: $(FULL)
-	$(BIN)/ruff check src tests benchmarks examples
-	$(BIN)/ruff format --check src tests benchmarks examples
+	$(BIN)/ruff check src tests benchmarks examples tools
+	$(BIN)/ruff format --check src tests benchmarks examples tools
 
 typecheck: $(FULL)
 	$(BIN)/mypy
