@@ -43,8 +43,18 @@ def test_distance_mode_checks_each_pair_once(monkeypatch: pytest.MonkeyPatch) ->
     parse_scenario(_team(n, "distance"))
     assert count.calls == n * (n - 1) // 2  # not n (n - 1): path loss is symmetric
     count.calls = 0
-    LinkTable(parse_scenario(_team(n, "distance")))
-    assert count.calls == 2 * n * (n - 1) // 2  # validation + the table, once per pair each
+    sc = parse_scenario(_team(n, "distance"))
+    table = LinkTable(sc)
+    # The table computes the budget inline (compiled), once per pair, to the same bits.
+    assert count.calls == n * (n - 1) // 2
+    budget, phy = table.budget, sc.phy
+    for i, a in enumerate(sc.stations):
+        for j, b in enumerate(sc.stations):
+            if i != j:
+                rx = budget.rx_power_dbm(math.dist(a.position_m, b.position_m))
+                assert table.rx_power_dbm(i, j) == rx == table.rx_power_dbm(j, i)
+                mcs = budget.best_mcs_at(rx, phy.spatial_streams, phy.width_mhz, phy.standard)
+                assert table.mcs_table[i][j] == mcs == table.mcs_table[j][i]
 
 
 def test_fixed_mode_visits_no_pair(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -70,6 +70,13 @@ class LinkBudget:
                 return mcs
         return None
 
+    def mcs_thresholds(
+        self, nss: int, width_mhz: int, standard: PhyStandard = PhyStandard.AC
+    ) -> tuple[tuple[int, float], ...]:
+        """(MCS, sensitivity + margin) of every valid MCS, fastest first: what
+        :meth:`best_mcs_at` walks (for callers that check many links in compiled code)."""
+        return _mcs_thresholds(nss, width_mhz, self.margin_db, standard)
+
 
 @functools.cache
 def _mcs_thresholds(

@@ -44,15 +44,25 @@ class LinkTable:
         nss, width = phy.spatial_streams, phy.width_mhz
         # Path loss is symmetric: each pair of stations is computed once (n (n - 1) / 2
         # pairs; the tables themselves hold every ordered pair, see MAX_STATIONS).
+        # ``LinkBudget.rx_power_dbm`` and ``best_mcs_at`` inlined, the same arithmetic in
+        # the same order (bit-identical): called from here they were two interpreted
+        # calls per pair, most of a 200-station fleet's setup.
+        b0 = self.budget.tx_power_dbm - self.budget.reference_loss_db
+        slope = 10.0 * self.budget.exponent
+        thresholds = self.budget.mcs_thresholds(nss, width, phy.standard)
         for i, a in enumerate(stations):
             rx_i, mcs_i = self._rx_dbm[i], self._mcs[i]
             for j in range(i + 1, n):
                 b = stations[j]
                 d = math.dist(a.position_m, b.position_m)
-                rx = self.budget.rx_power_dbm(d)
+                rx = b0 - slope * math.log10(d if d >= 1.0 else 1.0)
                 rx_i[j] = self._rx_dbm[j][i] = rx
                 if distance:
-                    mcs = self.budget.best_mcs_at(rx, nss, width, phy.standard)
+                    mcs: int | None = None
+                    for m, threshold in thresholds:
+                        if rx >= threshold:
+                            mcs = m
+                            break
                     if mcs is None and fleet:
                         mcs = 0
                     if mcs is None:
