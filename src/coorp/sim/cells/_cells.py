@@ -136,7 +136,14 @@ class Cells:
         if current is None or robot in self._moving:
             return None
         aps = self.access_points
-        best = max(aps, key=lambda a: (rssi[a], -aps.index(a)))
+        # The strongest, the first listed on a tie (a loop: ``max`` with a key built a
+        # tuple and searched the list for every AP, ten times a second per robot).
+        best = aps[0]
+        strongest = rssi[best]
+        for a in aps:
+            r = rssi[a]
+            if r > strongest:
+                best, strongest = a, r
         if best != current and rssi[best] >= rssi[current] + self.fleet.roaming.hysteresis_db:
             self.handover(robot, best)
             return best
