@@ -84,17 +84,7 @@ def _before(a: Event, b: Event) -> bool:
 # against ``heapq`` under random pushes and pops.
 def _heappush(heap: list[Event], ev: Event) -> None:
     heap.append(ev)
-    # (Native 64-bit indexes: no tagged-integer arithmetic per step.)
-    pos: i64 = len(heap) - 1
-    up: i64
-    while pos > 0:
-        up = (pos - 1) >> 1
-        parent = heap[up]
-        if not _before(ev, parent):
-            break
-        heap[pos] = parent
-        pos = up
-    heap[pos] = ev
+    _rise(heap, len(heap) - 1, ev)
 
 
 def _heappop(heap: list[Event]) -> Event:
@@ -108,7 +98,6 @@ def _heappop(heap: list[Event]) -> Event:
     pos: i64 = 0
     child: i64 = 1
     right: i64
-    up: i64
     while child < n:
         right = child + 1
         if right < n and not _before(heap[child], heap[right]):
@@ -116,15 +105,22 @@ def _heappop(heap: list[Event]) -> Event:
         heap[pos] = heap[child]
         pos = child
         child = 2 * pos + 1
+    _rise(heap, pos, last)
+    return top
+
+
+def _rise(heap: list[Event], pos: i64, ev: Event) -> None:
+    """Put ``ev`` in the hole at ``pos``, moving it up past later parents (heapq's
+    ``_siftdown``; native 64-bit indexes: no tagged-integer arithmetic per step)."""
+    up: i64
     while pos > 0:
         up = (pos - 1) >> 1
         parent = heap[up]
-        if not _before(last, parent):
+        if not _before(ev, parent):
             break
         heap[pos] = parent
         pos = up
-    heap[pos] = last
-    return top
+    heap[pos] = ev
 
 
 class SlotOwner:
