@@ -30,7 +30,7 @@ from coorp.scenario import (
 )
 from coorp.sim._compat import mypyc_attr
 from coorp.sim.congestion import CONGESTION_CONTROLS, Cubic, TcpParams
-from coorp.sim.driver import DriverHooks
+from coorp.sim.driver import AdmitAll, DriverHooks
 from coorp.sim.events import PRIO_CONTROL, PRIO_TRAFFIC, Event, EventLoop
 from coorp.sim.links import LinkTable
 from coorp.sim.mac import Channel, Receiver
@@ -282,7 +282,9 @@ class Simulation(Receiver):
             packets.append(Packet(self._next_pid(), flow, body + IP_HEADER_BYTES, message=msg))
         flow.sent_packets += n
         st = flow.src
-        st.hooks.on_ls_send(st, flow.name, self.loop.now_ns)
+        hooks = st.hooks
+        if type(hooks) is not AdmitAll:  # (plain EDCA's hears nothing: no call per send)
+            hooks.on_ls_send(st, flow.name, self.loop.now_ns)
         st.send_ls(packets)
         return msg
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from coorp._errors import UsageError
-from coorp.policies import Fleet, get_fleet_policy
+from coorp.policies import Fleet, FleetPolicy, get_fleet_policy
 from coorp.scenario import Scenario, hidden_pairs
 from coorp.sim import SimResult, Simulation
 from coorp.stats import percentile
@@ -335,7 +335,9 @@ def run_fleet(
     cells.on_leave.append(leave)
     cells.on_join.append(join)
     if loop is not None:
-        loop.hint = pol.expect_ls_send
+        # A policy that keeps the base class's no-op hint is not called per perception.
+        if type(pol).expect_ls_send is not FleetPolicy.expect_ls_send:
+            loop.hint = pol.expect_ls_send
         loop.protected = pol.protected
         loop.begin()
     if learning is not None:
