@@ -102,6 +102,39 @@ class LoopRecord:
         return self.end_ns - self.sample_ns if self.end_ns >= 0 else None
 
 
+class _Perceived:
+    """A perception's delivery callback: ``FleetLoop._perceived`` with its sample's
+    context (a compiled callable object: a ``functools.partial`` of a bound method cost a
+    generic call that copied its five arguments, twice per loop sample)."""
+
+    __slots__ = ("ap", "epoch", "loop", "r", "rec")
+
+    def __init__(self, loop: FleetLoop, r: str, rec: LoopRecord, ap: str, epoch: int) -> None:
+        self.loop = loop
+        self.r = r
+        self.rec = rec
+        self.ap = ap
+        self.epoch = epoch
+
+    def __call__(self, m: Message) -> None:
+        self.loop._perceived(self.r, self.rec, self.ap, self.epoch, m)
+
+
+class _Controlled:
+    """A control's delivery callback: ``FleetLoop._controlled`` with its sample's context."""
+
+    __slots__ = ("epoch", "loop", "r", "rec")
+
+    def __init__(self, loop: FleetLoop, r: str, rec: LoopRecord, epoch: int) -> None:
+        self.loop = loop
+        self.r = r
+        self.rec = rec
+        self.epoch = epoch
+
+    def __call__(self, m: Message) -> None:
+        self.loop._controlled(self.r, self.rec, self.epoch, m)
+
+
 class FleetLoop:
     """Every robot's loop with its cell's leader on ``sim`` (see the module docstring).
 
@@ -161,9 +194,7 @@ class FleetLoop:
         # The event callbacks, bound once (compiled, ``self._send`` is a lookup by name
         # and a new bound method at every sample).
         self._send_cb: Callable[[str, int, int], None] = self._send
-        self._perceived_cb: Callable[..., None] = self._perceived
         self._control_cb: Callable[[str, LoopRecord, str, int], None] = self._control
-        self._controlled_cb: Callable[..., None] = self._controlled
 
     @property
     def flow_names(self) -> frozenset[str]:
@@ -209,7 +240,7 @@ class FleetLoop:
         epoch = self._epoch[r]
         sim.send_message(
             self.perception[r], self._perception_bytes,
-            partial(self._perceived_cb, r, rec, ap, epoch),
+            _Perceived(self, r, rec, ap, epoch),
         )  # fmt: skip
 
     def _perceived(self, r: str, rec: LoopRecord, ap: str, epoch: int, _m: Message) -> None:
@@ -229,7 +260,7 @@ class FleetLoop:
             rec.lost = "handover"
             return
         self.sim.send_message(
-            self.control[r], self._control_bytes, partial(self._controlled_cb, r, rec, epoch)
+            self.control[r], self._control_bytes, _Controlled(self, r, rec, epoch)
         )
 
     def _controlled(self, r: str, rec: LoopRecord, epoch: int, m: Message) -> None:
