@@ -107,7 +107,8 @@ class SimResult:
     def collect(cls, sim: FinishedRun, duration_ns: int) -> SimResult:
         flow_names, *cols = message_columns(sim.messages)
         codes, ids, sizes, created, delivered, lost, depth = (
-            np.array(c, dtype=np.int64) for c in cols
+            np.fromiter(c, np.int64, len(c))  # (no shape or type discovery: see message_columns)
+            for c in cols
         )
         latency = np.where(delivered >= 0, delivered - created, -1)
         messages = {
