@@ -44,6 +44,9 @@ from coorp.units import NS_PER_US, s
 __all__ = ["Simulation", "simulate"]
 
 _UDP_HEADER_BYTES: Final = 8
+#: numpy's generator and bit generator classes (final names: C statics when compiled).
+_GENERATOR: Final = np.random.Generator
+_PCG64: Final = np.random.PCG64
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -149,8 +152,11 @@ class Simulation(Receiver):
         return random.Random(self._stream_seed(name))
 
     def rng(self, name: str) -> np.random.Generator:
-        """An independent numpy generator for ``name`` (e.g. a workload's jitter)."""
-        return np.random.default_rng(self._stream_seed(name))
+        """An independent numpy generator for ``name`` (e.g. a workload's jitter).
+
+        ``Generator(PCG64(seed))``: what ``np.random.default_rng(seed)`` makes, without
+        its argument dispatch (a third of the cost; a fleet makes two per robot)."""
+        return _GENERATOR(_PCG64(self._stream_seed(name)))
 
     def _next_pid(self) -> int:
         self._pid += 1
