@@ -155,7 +155,7 @@ class Simulation(Receiver):
         """An independent numpy generator for ``name`` (e.g. a workload's jitter).
 
         ``Generator(PCG64(seed))``: what ``np.random.default_rng(seed)`` makes, without
-        its argument dispatch (a third of the cost; a fleet makes two per robot)."""
+        its argument dispatch (two thirds of its cost; a fleet makes two per robot)."""
         return _GENERATOR(_PCG64(self._stream_seed(name)))
 
     def _next_pid(self) -> int:
