@@ -55,6 +55,15 @@ def test_distance_mode_checks_each_pair_once(monkeypatch: pytest.MonkeyPatch) ->
                 assert table.rx_power_dbm(i, j) == rx == table.rx_power_dbm(j, i)
                 mcs = budget.best_mcs_at(rx, phy.spatial_streams, phy.width_mhz, phy.standard)
                 assert table.mcs_table[i][j] == mcs == table.mcs_table[j][i]
+    # What moving robots' links use (coorp.sim.cells): the budget's own numbers, under 1 m
+    # (clamped) and out of range (no MCS) included.
+    for d in (0.0, 0.5, 1.0, 7.3, 40.0, 5_000.0):
+        rx = budget.rx_power_dbm(d)
+        assert table.rx_at(d) == rx
+        assert table.mcs_at(rx) == budget.best_mcs_at(
+            rx, phy.spatial_streams, phy.width_mhz, phy.standard
+        )
+    assert table.mcs_at(budget.rx_power_dbm(5_000.0)) is None
 
 
 def test_fixed_mode_visits_no_pair(monkeypatch: pytest.MonkeyPatch) -> None:

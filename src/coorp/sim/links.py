@@ -44,25 +44,20 @@ class LinkTable:
         nss, width = phy.spatial_streams, phy.width_mhz
         # Path loss is symmetric: each pair of stations is computed once (n (n - 1) / 2
         # pairs; the tables themselves hold every ordered pair, see MAX_STATIONS).
-        # ``LinkBudget.rx_power_dbm`` and ``best_mcs_at`` inlined, the same arithmetic in
-        # the same order (bit-identical): called from here they were two interpreted
-        # calls per pair, most of a 200-station fleet's setup.
-        b0 = self.budget.tx_power_dbm - self.budget.reference_loss_db
-        slope = 10.0 * self.budget.exponent
-        thresholds = self.budget.mcs_thresholds(nss, width, phy.standard)
+        # The budget's constants, for ``rx_at`` and ``mcs_at`` (compiled: the budget's
+        # own methods were two interpreted calls per pair, most of a fleet's setup).
+        self._b0 = self.budget.tx_power_dbm - self.budget.reference_loss_db
+        self._slope = 10.0 * self.budget.exponent
+        self._thresholds = self.budget.mcs_thresholds(nss, width, phy.standard)
         for i, a in enumerate(stations):
             rx_i, mcs_i = self._rx_dbm[i], self._mcs[i]
             for j in range(i + 1, n):
                 b = stations[j]
                 d = math.dist(a.position_m, b.position_m)
-                rx = b0 - slope * math.log10(d if d >= 1.0 else 1.0)
+                rx = self.rx_at(d)
                 rx_i[j] = self._rx_dbm[j][i] = rx
                 if distance:
-                    mcs: int | None = None
-                    for m, threshold in thresholds:
-                        if rx >= threshold:
-                            mcs = m
-                            break
+                    mcs = self.mcs_at(rx)
                     if mcs is None and fleet:
                         mcs = 0
                     if mcs is None:
@@ -98,6 +93,20 @@ class LinkTable:
 
     def rx_power_dbm(self, src: int, dst: int) -> float:
         return self._rx_dbm[src][dst]
+
+    def rx_at(self, distance_m: float) -> float:
+        """``LinkBudget.rx_power_dbm(distance_m)`` of the scenario's budget: the same
+        arithmetic in the same order, so the same bits."""
+        d = distance_m if distance_m >= 1.0 else 1.0
+        return self._b0 - self._slope * math.log10(d)
+
+    def mcs_at(self, rx_dbm: float) -> int | None:
+        """``LinkBudget.best_mcs_at`` at the scenario's PHY: the fastest MCS whose
+        sensitivity (plus margin) ``rx_dbm`` meets, else None."""
+        for mcs, threshold in self._thresholds:
+            if rx_dbm >= threshold:
+                return mcs
+        return None
 
     def set_link(self, src: int, dst: int, mcs: int, rx_power_dbm: float) -> None:
         """Change one directed link at run time (the co-simulation's moving robots).

@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from coorp.phy import LinkBudget
 from coorp.scenario import route_position
 from coorp.sim.cells._cells import Cells
 from coorp.units import us
@@ -34,18 +33,7 @@ class Motion:
         self._cells = cells
         self.routes = {r.robot: r for r in fleet.routes}
         self._start = {s.name: s.position_m for s in sc.stations}
-        pl = sc.links.pathloss
-        self._budget = LinkBudget(pl.tx_power_dbm, pl.reference_loss_db, pl.exponent, pl.margin_db)
         self._distance = sc.links.mode == "distance"
-        phy = sc.phy
-        self._nss, self._width, self._std = phy.spatial_streams, phy.width_mhz, phy.standard
-        # ``LinkBudget.rx_power_dbm`` and ``best_mcs_at`` inlined in ``_update_links``
-        # (the same arithmetic in the same order): the checks visit every robot-AP pair
-        # ten times a simulated second, a few percent of a 200-robot fleet's run.
-        b = self._budget
-        self._b0 = b.tx_power_dbm - b.reference_loss_db
-        self._slope = 10.0 * b.exponent
-        self._thresholds = b.mcs_thresholds(self._nss, self._width, self._std)
         #: The APs' stations (APs do not move), looked up once.
         self._ap_stations: list[tuple[str, Any]] | None = None
         self.check_ns = max(1, us(fleet.roaming.check_us))
@@ -79,20 +67,16 @@ class Motion:
         aps = self._ap_stations
         if aps is None:
             aps = self._ap_stations = [(ap, sim.station(ap)) for ap in self._aps]
-        b0, slope = self._b0, self._slope
         rssi = {}
         for ap, a in aps:
-            d = math.dist(pos, a.position_m)
-            rx = b0 - slope * math.log10(d if d >= 1.0 else 1.0)
+            # The link table's budget (compiled; the scenario's path loss and PHY).
+            rx = links.rx_at(math.dist(pos, a.position_m))
             rssi[ap] = rx
             if self._distance:
                 # One budget, both directions: the same MCS each way (MCS 0 below every
                 # sensitivity: the edge of coverage).
-                code = 0
-                for mcs, threshold in self._thresholds:
-                    if rx >= threshold:
-                        code = mcs
-                        break
+                mcs = links.mcs_at(rx)
+                code = 0 if mcs is None else mcs
                 links.set_link(idx, a.idx, code, rx)
                 links.set_link(a.idx, idx, code, rx)
             else:
