@@ -9,6 +9,7 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
+from coorp import ScenarioError
 from coorp.scenario import Scenario
 from coorp.workload import CrlResult, run_crl
 from crl_scenarios import crl_scenario
@@ -114,3 +115,31 @@ def test_unprotected_leader_gate_opens_no_window(seed: int) -> None:
 
     assert leader_denials(False) == 0
     assert leader_denials(True) > 0
+
+
+@pytest.mark.parametrize("category", ["VO", "VI"])
+def test_the_loops_category_decides_how_its_messages_go_on_the_air(category: str) -> None:
+    """``[workload.mpc] category``: perceptions and controls go in that access category.
+    VO is not aggregated by default, so a 12 KB perception takes one exchange per MPDU
+    (9); VI is, so it takes one A-MPDU of all 9 and the loop uses a fifth of the
+    exchanges."""
+    sc = mpc_only(2, 1, duration_s=0.3, category=category)
+    r = run_crl(sc, "edca", trace=True)
+    assert r.sim.trace
+    cats = {c for t in r.sim.trace for c in t[4]}
+    assert cats == {category}  # nothing else runs in this scenario
+    mpdus = sorted({n for t in r.sim.trace for n in t[5]})
+    loops = len(r.loops)
+    assert loops >= 8
+    per_loop = len(r.sim.trace) / loops
+    if category == "VO":
+        assert mpdus == [1]
+        assert per_loop == pytest.approx(2 * (9 + 1), rel=0.05)  # 2 workers: 9 + 1 MPDUs each
+    else:
+        assert 9 in mpdus
+        assert per_loop == pytest.approx(2 * (1 + 1), rel=0.05)  # one A-MPDU each way
+
+
+def test_the_loops_category_is_checked() -> None:
+    with pytest.raises(ScenarioError, match=r"workload.mpc.category = 'voice': allowed: .*'VO'"):
+        mpc_only(2, 1, category="voice")

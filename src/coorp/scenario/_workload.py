@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from coorp.scenario._radio import AccessCategory
 from coorp.scenario._timing import JitterKind, LinkChange, LsFlowConfig
 
 __all__ = ["CoorpOptions", "DrlcConfig", "JitterKind", "LsPhase", "LsTransport", "MpcConfig",
@@ -90,6 +91,11 @@ class MpcConfig(_Model):
     tail_scale_us: float = Field(1_000.0, gt=0, description="pareto-tail: smallest tail delay")
     tail_shape: float = Field(1.5, gt=0, description="pareto-tail: Pareto shape (alpha)")
     tail_max_us: float = Field(20_000.0, gt=0, description="pareto-tail: largest tail delay")
+    category: AccessCategory = Field(
+        AccessCategory.VO,
+        description="perceptions' and controls' access category (VO: the paper's; VI is "
+        "aggregated, VO is not, by default: [mac.edca])",
+    )
 
     @model_validator(mode="after")
     def _tail_bounds(self) -> MpcConfig:

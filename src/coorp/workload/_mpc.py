@@ -21,7 +21,7 @@ from bisect import insort
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from coorp.scenario import AccessCategory, JitterKind, LsPhase, LsTransport, MpcConfig
+from coorp.scenario import JitterKind, LsPhase, LsTransport, MpcConfig
 from coorp.sim import Simulation
 from coorp.sim.events import Event
 from coorp.sim.packets import Message
@@ -93,13 +93,14 @@ class MpcLoop:
         self.timeout = us(cfg.loop_timeout_us)
         self.start = us(cfg.start_us)
         repair = us(cfg.repair_us) if cfg.ls_transport is LsTransport.RELIABLE else None
+        ac = cfg.category
         self.perception = {
-            w: sim.flow(f"perception:{w}", w, leader, AccessCategory.VO, bulk=False,
+            w: sim.flow(f"perception:{w}", w, leader, ac, bulk=False,
                         repair_ns=repair)
             for w in workers
         }  # fmt: skip
         self.control = {
-            w: sim.flow(f"control:{w}", leader, w, AccessCategory.VO, bulk=False,
+            w: sim.flow(f"control:{w}", leader, w, ac, bulk=False,
                         repair_ns=repair)
             for w in workers
         }  # fmt: skip
