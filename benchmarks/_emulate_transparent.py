@@ -116,6 +116,7 @@ def transparent_wifi(args: Any, details: dict[str, Any]) -> list[dict[str, Any]]
             sink_rt_priority=getattr(args, "tw_sink_rt", 0),
             gate_completion=getattr(args, "tw_gate_completion", "") or None,
             ack_category=getattr(args, "tw_ack_category", "") or None,
+            ls_category=getattr(args, "tw_ls_category", "") or None,
         )  # fmt: skip
         measured: list[dict[str, Any]] = []
         with (
@@ -144,6 +145,7 @@ def transparent_wifi(args: Any, details: dict[str, Any]) -> list[dict[str, Any]]
             "sink_rt_priority": targs.sink_rt_priority, "cpu_hog": targs.cpu_hog,
             "gate_completion": targs.gate_completion or "default (departure)",
             "ack_category": targs.ack_category or "default (AC_VI)",
+            "ls_category": targs.ls_category or "default (AC_VO)",
             "rows": described,
             "runs": [tb._without_samples(r) for r in measured],
             "emulator": {k: emulator[k] for k in ("verdict", "frame_lag", "by_ac", "load_start",

@@ -228,6 +228,13 @@ def main() -> int:
         "AC_BE: the acks as the data, for an A/B)",
     )
     ap.add_argument(
+        "--tw-ls-category",
+        default="",
+        choices=("", "AC_VO", "AC_VI"),
+        help="transparent_wifi: the category Coorp marks LS packets for, [agent] and "
+        "[transparent] ls_category ('': Coorp's default, AC_VO; AC_VI: aggregated)",
+    )
+    ap.add_argument(
         "--tw-sink-rt",
         type=int,
         default=0,

@@ -121,6 +121,7 @@ def team_file(
     medium: str = "shared",
     gate_completion: str | None = None,
     ack_category: str | None = None,
+    ls_category: str | None = None,
 ) -> Path:
     """The team file: Coorp on ports 7300/7301 (DDS domain 0 owns 7400-7649), LS by the
     middleware's preset, bulk = TCP to the upload port (client side: the robots'
@@ -146,8 +147,10 @@ def team_file(
         + ("" if inflight_budget_ms is None else f"inflight_budget_ms = {inflight_budget_ms}\n")
         + ("" if gate_completion is None else f'gate_completion = "{gate_completion}"\n')
         + ("" if ack_category is None else f'inbox_ack_category = "{ack_category}"\n')
+        + ("" if ls_category is None else f'ls_category = "{ls_category}"\n')
         + f"[transparent]\nls = [{ls}]\n{bulk_line}"
         + ("" if ack_category is None else f'ack_category = "{ack_category}"\n')
+        + ("" if ls_category is None else f'ls_category = "{ls_category}"\n')
     )
     write_team_keys(load_team_config(path), path, force=True)
     return path
@@ -227,7 +230,8 @@ def measure(
                          scheduling=args.agent_scheduling, medium=medium,
                          inflight_budget_ms=getattr(args, "inflight_budget_ms", None),
                          gate_completion=getattr(args, "gate_completion", None),
-                         ack_category=getattr(args, "ack_category", None))  # fmt: skip
+                         ack_category=getattr(args, "ack_category", None),
+                         ls_category=getattr(args, "ls_category", None))  # fmt: skip
         for host in net.hosts:  # busy processes on every host, started first
             for i in range(args.cpu_hog):
                 run.start(host, ["sh", "-c", "while :; do :; done"], f"hog-{host}-{i}")
@@ -630,6 +634,9 @@ def main() -> int:
                    help="the access category of the team's TCP acks: [agent] "
                    "inbox_ack_category (api) and [transparent] ack_category (default: "
                    "Coorp's, AC_VI)")  # fmt: skip
+    p.add_argument("--ls-category", choices=("AC_VO", "AC_VI"), default=None,
+                   help="the category Coorp marks LS packets for: [agent] ls_category (api) "
+                   "and [transparent] ls_category (default: Coorp's, AC_VO)")  # fmt: skip
     p.add_argument("--sink-rt-priority", type=int, default=0,
                    help="SCHED_FIFO priority of the upload sink (0: ordinary scheduling; on "
                    "a loaded host a descheduled receiver stalls the acks)")  # fmt: skip

@@ -587,3 +587,30 @@ def test_a_departure_is_never_before_the_write_nor_out_of_order() -> None:
     tr.poll(t + 1_000_000)
     assert gate.ctt.samples(0)[-1] == 0  # left when written, not 5 ms before
     assert gate.pending == 0
+
+
+def test_ls_in_video_is_marked_cs5_and_up_5(tmp_path: Path) -> None:
+    """``[agent] ls_category = "AC_VI"``: the LS channels' sockets get DSCP CS5 and
+    priority 261 (UP 5, AC_VI; the acks keep CS4), and a category that is neither is
+    refused by name."""
+    from coorp.runtime import MarkingError
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        m = mark_socket(s, "ls", ls_category="AC_VI")
+        assert m.dscp == 40 and m.user_priority == 5 and m.access_category == "AC_VI"
+        assert s.getsockopt(socket.IPPROTO_IP, socket.IP_TOS) == 0xA0
+        if m.priority is not None:  # root / CAP_NET_ADMIN
+            assert s.getsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY) == 261
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        assert mark_socket(s, "bh", ls_category="AC_VI").access_category == "AC_BE"
+    with (
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s,
+        pytest.raises(MarkingError, match="one of AC_VO, AC_VI"),
+    ):
+        mark_socket(s, "ls", ls_category="AC_BE")  # type: ignore[arg-type]
+    base = '[team]\nrobots = ["a"]\n'
+    assert team_settings(load_team_config(write_team(tmp_path, base))).ls_category == "AC_VO"
+    vi = base + '[agent]\nls_category = "AC_VI"\n'
+    assert team_settings(load_team_config(write_team(tmp_path, vi))).ls_category == "AC_VI"
+    with pytest.raises(ScenarioError, match="ls_category"):
+        load_team_config(write_team(tmp_path, base + '[agent]\nls_category = "VO"\n'))

@@ -7,7 +7,8 @@ loop, plain TCP and HTTP uploads) and import nothing of Coorp. Checked: every up
 byte arrives exactly once (SHA-256), the uploads were intercepted and the LS sends
 observed (the leader's ``coorp top --json``), a flow that matches no selector is not
 touched, Zenoh's TCP (LS) is never intercepted even under a catch-all bulk selector,
-LS packets arrive marked CS6 with a valid header whether fragmented or not, and no rule
+LS packets arrive marked CS6 (CS5 with ``ls_category = "AC_VI"``) with a valid header
+whether fragmented or not, and the observer sees them, and no rule
 outlives its agent, however it ended.
 """
 
@@ -47,7 +48,7 @@ def topo(tmp_path: Path) -> Iterator[Topology]:
         yield t
 
 
-def team_file(tmp: Path, topo: Topology, ls: str, bulk: str) -> Path:
+def team_file(tmp: Path, topo: Topology, ls: str, bulk: str, extra: str = "") -> Path:
     hosts = ", ".join(f'{"leader" if h == "ld" else h} = "{topo.addr(h)}"' for h in topo.hosts)
     ld = topo.addr("ld")
     path = tmp / "team.toml"
@@ -55,7 +56,7 @@ def team_file(tmp: Path, topo: Topology, ls: str, bulk: str) -> Path:
         '[team]\nname = "tp"\nkey_file = "team.key"\nrobots = ["leader", "a1", "a2"]\n'
         f"hosts = {{ {hosts} }}\n"
         f'[leader]\nlisten = "{ld}:7300"\n[agent]\nleader = "{ld}:7300"\n'
-        f'listen = "0.0.0.0:7301"\n[transparent]\nls = [{ls}]\nbulk = [{bulk}]\n'
+        f'listen = "0.0.0.0:7301"\n[transparent]\nls = [{ls}]\nbulk = [{bulk}]\n{extra}'
     )
     subprocess.run([*COORP, "keys", "--config", str(path)], check=True, capture_output=True)
     return path
@@ -211,8 +212,12 @@ MARK_CHECK = textwrap.dedent(
 )
 
 
-def test_ls_datagrams_arrive_marked_with_a_valid_header(topo: Topology, tmp_path: Path) -> None:
-    team = team_file(tmp_path, topo, "{ ports = 9001 }", "{ ports = 9000 }")
+@pytest.mark.parametrize(("category", "tos"), [("AC_VO", 0xC0), ("AC_VI", 0xA0)])
+def test_ls_datagrams_arrive_marked_with_a_valid_header(
+    topo: Topology, tmp_path: Path, category: str, tos: int
+) -> None:
+    extra = f'ls_category = "{category}"\n'
+    team = team_file(tmp_path, topo, "{ ports = 9001 }", "{ ports = 9000 }", extra)
     start_team(topo, team)
     rx = start(topo, "ld", [*PY, "-c", MARK_CHECK], "rx")
     rx.expect("READY", 10)
@@ -225,7 +230,9 @@ def test_ls_datagrams_arrive_marked_with_a_valid_header(topo: Topology, tmp_path
     # A wrong checksum update drops the unfragmented ones at the receiver; fragments are
     # re-checksummed by the fragmenter, so both kinds are needed to tell.
     got = json.loads(rx.expect_rest("RESULT ", 20))
-    assert got == [[100, 0xC0], [1400, 0xC0], [3000, 0xC0], [12000, 0xC0]]
+    assert got == [[100, tos], [1400, tos], [3000, tos], [12000, tos]]  # CS6 / CS5
+    # The observer's filter follows the category: the sends taught a1 an LS flow.
+    wait_status(topo, team, lambda s: s["a1"]["ls_flows"] >= 1, "LS sends observed")
 
 
 NFT_TABLES = (

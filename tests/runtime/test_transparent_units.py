@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from coorp.runtime import TeamFileError, load_team_config
 from coorp.runtime._selectors import (
@@ -564,3 +565,46 @@ def _bytes_in(x: Any) -> Iterator[bytes]:
     elif isinstance(x, list | tuple):
         for v in x:
             yield from _bytes_in(v)
+
+
+@pytest.mark.parametrize(
+    ("category", "priority", "tos", "text"),
+    [("AC_VO", 262, 0xC0, "0:106 ip dscp set cs6"), ("AC_VI", 261, 0xA0, "0:105 ip dscp set cs5")],
+)
+def test_ls_category_sets_the_mark_and_the_observers_filter(
+    category: str, priority: int, tos: int, text: str
+) -> None:
+    """``ls_category`` decides LS packets' priority (256 + UP: cfg80211 takes the UP from
+    it) and DSCP, in the rendered rules, in the netlink rules and in the observer's BPF
+    filter alike; the acks keep CS4, apart from LS's CS5."""
+    from coorp.runtime.transparent._nft import _rule_exprs
+    from coorp.runtime.transparent._observe import ls_filter
+
+    sec = TransparentSection(ls=[{"ports": 9001}], bulk=[{"ports": 9000}], ls_category=category)
+    rs = build_ruleset("r1", sec.ls_matches(), sec.bulk_matches([]), relay_port=7409,
+                       relay_mark=0xC0F, coorp_ports=(7300,), acks_in_video=True,
+                       ls_category=sec.ls_category)  # fmt: skip
+    assert rs.ls_marking.priority == priority and rs.ls_marking.tos == tos
+    assert f'udp dport 9001 counter meta priority set {text} comment "ls 0"' in rs.render()
+    assert "ip dscp set cs4" in rs.render()  # the acks' rules are unchanged
+    values = set(_bytes_in(_rule_exprs(rs.ls_mark[0], 7409, None, ls_marking=rs.ls_marking)))
+    assert struct.pack("=I", priority) in values and bytes([0, tos]) in values
+    # The filter compares the TOS byte's top six bits with the LS DSCP and nothing else.
+    prog = ls_filter(dscp=rs.ls_marking.dscp)
+    ins = [struct.unpack("HBBI", prog[i : i + 8]) for i in range(0, len(prog), 8)]
+    masked = [i for i, (code, _, _, k) in enumerate(ins) if code == 0x54 and k == 0xFC]
+    assert len(masked) == 1
+    code, _, _, k = ins[masked[0] + 1]
+    assert (code, k) == (0x15, tos)  # jump if equal: the LS DSCP in the TOS byte
+
+
+def test_ls_category_names_what_is_allowed() -> None:
+    with pytest.raises(ValidationError, match="AC_VO") as info:
+        TransparentSection(ls=[{"ports": 9001}], ls_category="AC_BE")
+    assert "ls_category" in str(info.value)
+    with pytest.raises(ValueError, match="one of AC_VO, AC_VI"):
+        build_ruleset("r1", [], [], relay_port=1, relay_mark=1, coorp_ports=(), ls_category="VO")
+    from coorp.runtime.transparent._observe import ls_filter
+
+    with pytest.raises(ValueError, match=r"0\.\.63"):
+        ls_filter(dscp=64)

@@ -202,6 +202,13 @@ class AgentSection(_Model):
         "bulk data: AC_VI (DSCP CS4, SO_PRIORITY 260), as the simulator's coorp sends "
         "them, or AC_BE like the data (docs/runtime.md, 'Marking')",
     )
+    ls_category: Literal["AC_VO", "AC_VI"] = Field(
+        "AC_VO",
+        description="the access category of the LS channels this robot opens: AC_VO "
+        "(DSCP CS6, SO_PRIORITY 262; the paper's) or AC_VI (CS5, 261), which drivers "
+        "aggregate: an LS message of several frames then takes one channel access "
+        "(docs/runtime.md, 'Marking')",
+    )
     scheduling: str = Field(
         "nice:-10",
         description="the agent's CPU share: none, nice:N (-20..19), rr:P or fifo:P (1..99) "

@@ -469,6 +469,13 @@ class TransparentSection(_Model):
         "(the relay's downloads, its programs' uploads received on a bulk port): AC_VI "
         "(DSCP CS4, priority 260), as the simulator's coorp sends them, or AC_BE",
     )
+    ls_category: Literal["AC_VO", "AC_VI"] = Field(
+        "AC_VO",
+        description="the access category LS packets are marked for: AC_VO (DSCP CS6, "
+        "priority 262; the paper's), or AC_VI (CS5, priority 261), which drivers "
+        "aggregate: an LS message of several frames (a camera frame) then takes one "
+        "channel access, not one per frame (docs/emulate.md)",
+    )
 
     @model_validator(mode="after")
     def _something(self) -> TransparentSection:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from .._config import TeamConfig
 from ..inbox import ReceiverLimits
-from ..wire import parse_address
+from ..wire import LsCategory, parse_address
 from ._pacing import BulkSettings
 from ._roam import Roaming, RoamingCell, bssid_reader, route_changes
 
@@ -44,6 +44,9 @@ class TeamSettings:
     """Enforce permits in the kernel too (:meth:`AsyncTeam.enable_kernel_lease`): the
     fwmark of this robot's bulk sockets; None: the lease is kept in user space only
     (a process frozen between its check and its write may still send once)."""
+    ls_category: LsCategory = "AC_VO"
+    """The access category of this robot's LS channels: AC_VO (DSCP CS6, the paper's)
+    or AC_VI (CS5), which drivers aggregate (``[agent] ls_category``)."""
     bulk: BulkSettings = field(default_factory=BulkSettings)
     receiver: ReceiverLimits = field(default_factory=ReceiverLimits)
     roaming: Roaming | None = None
@@ -60,6 +63,7 @@ def team_settings(config: TeamConfig) -> TeamSettings:
         protection_margin_ns=round(a.protection_margin_ms * 1e6),
         fallback_ns=round(a.fallback_ms * 1e6),
         release_linger_ns=round(a.release_linger_ms * 1e6),
+        ls_category=a.ls_category,
         bulk=BulkSettings(
             chunk_bytes=a.chunk_bytes,
             protection_tolerance_ns=round(a.protection_tolerance_ms * 1e6),

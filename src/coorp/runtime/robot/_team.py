@@ -100,7 +100,10 @@ class AsyncTeam:
         #: mode adds its own.
         self.report_sources: list[Callable[[], ReportPart]] = [self._report_part]
         self.reporter: Reporter | None = None
-        self.marking = {"ls": probe_marking("ls"), "bh": probe_marking("bh")}
+        self.marking = {
+            "ls": probe_marking("ls", ls_category=self.settings.ls_category),
+            "bh": probe_marking("bh"),
+        }
 
     async def enable_kernel_lease(self, mark: int) -> KernelLease:
         """Enforce this robot's permits in the kernel too (:class:`KernelLease`; needs
@@ -207,7 +210,8 @@ class AsyncTeam:
     def latency_sensitive(
         self, name: str, dest: str, *, deadline_ms: float, period_ms: float | None = None
     ) -> LatencySensitiveChannel:
-        """An LS channel to the inbox at ``dest`` ("host:port"), marked for AC_VO.
+        """An LS channel to the inbox at ``dest`` ("host:port"), marked for AC_VO (or
+        AC_VI: ``TeamSettings.ls_category``).
 
         ``period_ms`` is informational (the period is learnt from actual sends);
         ``deadline_ms`` bounds how long a message may wait for the socket.
@@ -218,7 +222,7 @@ class AsyncTeam:
         family, sockaddr = resolve(addr, socket.SOCK_DGRAM)
         sock = socket.socket(family, socket.SOCK_DGRAM)
         try:
-            marking = mark_socket(sock, "ls")
+            marking = mark_socket(sock, "ls", ls_category=self.settings.ls_category)
             sock.setblocking(False)
             sock.connect(sockaddr)
         except BaseException:

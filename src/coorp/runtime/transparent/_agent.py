@@ -72,6 +72,7 @@ def transparent_ruleset(
         serve=section.serve_matches(team_hosts),
         inbound_port=section.inbound_relay_port,
         acks_in_video=section.ack_category == "AC_VI",
+        ls_category=section.ls_category,
     )
 
 
@@ -98,6 +99,7 @@ class TransparentAgent:
         self.observer = PacketObserver(
             team.planner.observe_at,
             SendGrouper(burst_gap_ns=section.burst_gap_ns, min_bytes=section.min_message_bytes),
+            dscp=self.ruleset.ls_marking.dscp,
         )
         self.relay: Relay | None = None
         self.inbound: Relay | None = None

@@ -35,8 +35,9 @@ from ._endings import REJECTS
 from ._ruleset import (
     _HOOK_PRIORITY,
     ACK_PRIORITY,
-    LS_PRIORITY,
+    LS_MARKINGS,
     PURE_ACK_MAX_LEN,
+    LsMarking,
     Rule,
     Ruleset,
     render_rule,
@@ -48,8 +49,6 @@ __all__ = [
     "cgroup2_root",
 ]
 
-#: DSCP CS6 in the IPv4 TOS byte (48 << 2).
-_TOS_CS6 = 0xC0
 #: DSCP CS4 in the IPv4 TOS byte (32 << 2): the team's acks.
 _TOS_CS4 = 0x80
 
@@ -163,7 +162,12 @@ def _queue(num: int, compat: bool) -> dict[str, Any]:
 
 
 def _rule_exprs(
-    rule: Rule, relay_port: int, cgroup_root: Path | None, *, compat_queue: bool = False
+    rule: Rule,
+    relay_port: int,
+    cgroup_root: Path | None,
+    *,
+    compat_queue: bool = False,
+    ls_marking: LsMarking = LS_MARKINGS["AC_VO"],
 ) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     if rule.mark is not None:
@@ -197,7 +201,9 @@ def _rule_exprs(
     out.append(_expr("counter"))
     if rule.action in ("mark_ls", "mark_ack"):
         priority, tos = (
-            (LS_PRIORITY, _TOS_CS6) if rule.action == "mark_ls" else (ACK_PRIORITY, _TOS_CS4)
+            (ls_marking.priority, ls_marking.tos)
+            if rule.action == "mark_ls"
+            else (ACK_PRIORITY, _TOS_CS4)
         )
         out += [
             _immediate(struct.pack("=I", priority)),
@@ -384,7 +390,9 @@ class NftTable:
         rs = self.ruleset
         for _ in range(2):
             port = _rule_port(r, rs)
-            exprs = _rule_exprs(r, port, cgroup_root, compat_queue=self.compat_queue)
+            exprs = _rule_exprs(
+                r, port, cgroup_root, compat_queue=self.compat_queue, ls_marking=rs.ls_marking
+            )
             try:
                 await nft.rule("add", table=rs.table, chain=chain, expressions=[[e] for e in exprs])
                 return
@@ -393,7 +401,7 @@ class NftTable:
                 if r.action == "queue" and not self.compat_queue and code == errno.ENOENT:
                     self.compat_queue = True  # no nft_queue: xtables' NFQUEUE instead
                     continue
-                text = render_rule(r, rs.relay_port, rs.inbound_port)
+                text = render_rule(r, rs.relay_port, rs.inbound_port, rs.ls_marking)
                 raise _explain(exc, f"add rule {text!r}") from None
 
     async def counters(self) -> dict[str, tuple[int, int]]:

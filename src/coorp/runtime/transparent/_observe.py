@@ -1,8 +1,9 @@
 """Transparent mode's LS observation: every LS send, seen with a kernel timestamp.
 
-The kernel rules (:mod:`._nft`) mark every LS packet DSCP CS6. A packet socket on this
+The kernel rules (:mod:`._nft`) mark every LS packet with one DSCP (CS6 for AC_VO, CS5
+for AC_VI: ``[transparent] ls_category``). A packet socket on this
 host's egress (``AF_PACKET``, ``SOCK_DGRAM``, every protocol) with a classic BPF filter
-receives a copy of each *outgoing* IPv4 packet marked CS6, at most
+receives a copy of each *outgoing* IPv4 packet with that DSCP, at most
 :data:`SNAPLEN` bytes of it, with the time the kernel handed it to the device
 (``SO_TIMESTAMPNS``). That is the send the robot's
 :class:`~coorp.control.ProtectionPlanner` learns from, as the API path's
@@ -180,10 +181,12 @@ _DROP = -1  # placeholder: jump to the final "return 0"
 _LD_W_ABS, _LD_H_ABS, _LD_B_ABS, _JEQ_K, _AND_K, _RET_K = 0x20, 0x28, 0x30, 0x15, 0x54, 0x06
 
 
-def ls_filter(skip_ifindex: int | None = None) -> bytes:
+def ls_filter(skip_ifindex: int | None = None, *, dscp: int = 48) -> bytes:
     """Classic BPF for a ``SOCK_DGRAM`` packet socket (offsets from the network
-    header): outgoing IPv4 with DSCP CS6, not on ``skip_ifindex``, the first
-    :data:`SNAPLEN` bytes; everything else is dropped."""
+    header): outgoing IPv4 with DSCP ``dscp`` (CS6 by default), not on
+    ``skip_ifindex``, the first :data:`SNAPLEN` bytes; everything else is dropped."""
+    if not 0 <= dscp <= 63:
+        raise ValueError(f"dscp {dscp}: a DSCP is 0..63")
     prog: list[tuple[int, int, int, int]] = [
         (_LD_H_ABS, 0, 0, _SKF_AD_OFF + _SKF_AD_PROTOCOL),
         (_JEQ_K, 0, _DROP, _ETH_P_IP),
@@ -198,7 +201,7 @@ def ls_filter(skip_ifindex: int | None = None) -> bytes:
     prog += [
         (_LD_B_ABS, 0, 0, 1),  # the TOS byte
         (_AND_K, 0, 0, 0xFC),
-        (_JEQ_K, 0, _DROP, 0xC0),  # DSCP CS6
+        (_JEQ_K, 0, _DROP, dscp << 2),  # the LS DSCP
         (_RET_K, 0, 0, SNAPLEN),
         (_RET_K, 0, 0, 0),
     ]
@@ -229,8 +232,10 @@ class PacketObserver:
         *,
         monotonic: Callable[[], int] = time.monotonic_ns,
         realtime: Callable[[], int] = time.time_ns,
+        dscp: int = 48,
     ) -> None:
         self._observe = observe
+        self.dscp = dscp
         self.grouper = grouper
         self._mono = monotonic
         self._real = realtime
@@ -251,7 +256,7 @@ class PacketObserver:
                 f"cannot open a packet socket ({exc.strerror}): the kernel needs CONFIG_PACKET"
             ) from None
         try:
-            prog = ls_filter(skip_ifindex=_ifindex("lo"))
+            prog = ls_filter(skip_ifindex=_ifindex("lo"), dscp=self.dscp)
             self._filter_buf = ctypes.create_string_buffer(prog)
             fprog = _SockFprog(len(prog) // 8, ctypes.addressof(self._filter_buf))
             sock.setsockopt(socket.SOL_SOCKET, _SO_ATTACH_FILTER, bytes(fprog))

@@ -8,7 +8,9 @@ The table (``ip coorp-<robot>``, IPv4) holds these chains:
 * ``ls_mark`` (``type filter hook output priority mangle``): every LS packet gets
   ``meta priority`` 262 (cfg80211's "802.1d user priority 6", AC_VO, whatever DSCP) and
   DSCP CS6 (what an access point maps to AC_VO downstream), whatever socket options the
-  application used. The packet socket of :mod:`._observe` sees them by that priority.
+  application used; with ``[transparent] ls_category = "AC_VI"``, 261 (UP 5) and CS5
+  (AC_VI, which drivers aggregate: :data:`LS_MARKINGS`). The packet socket of
+  :mod:`._observe` sees them by that DSCP.
   With ``[transparent] ack_category = "AC_VI"`` (the default) the team's TCP acks get
   260 and CS4 (AC_VI): the relay's pure acks and those this host's programs send from
   a bulk port, as the simulator's ``coorp`` sends them.
@@ -43,8 +45,10 @@ from ._endings import REJECTS
 
 __all__ = [
     "ACK_PRIORITY",
+    "LS_MARKINGS",
     "LS_PRIORITY",
     "PURE_ACK_MAX_LEN",
+    "LsMarking",
     "Rule",
     "Ruleset",
     "build_ruleset",
@@ -55,6 +59,34 @@ __all__ = [
 #: skb priority of LS packets: 256 + 6 is cfg80211's "802.1d UP 6" (AC_VO), the value
 #: the API path's sockets get with SO_PRIORITY.
 LS_PRIORITY = 262
+
+
+@dataclass(frozen=True, slots=True)
+class LsMarking:
+    """How LS packets are marked for one access category: the skb priority (256 + the
+    802.1d user priority: cfg80211 takes the UP from it directly) and the DSCP (what an
+    access point maps downstream, RFC 8325; the observer's filter matches it)."""
+
+    category: str
+    priority: int
+    dscp: int
+    dscp_name: str
+
+    @property
+    def tos(self) -> int:
+        """The DSCP in the IPv4 TOS byte."""
+        return self.dscp << 2
+
+
+#: ``[transparent] ls_category``: AC_VO (the paper's, the default) or AC_VI. Drivers
+#: commonly do not aggregate AC_VO (the simulator's default too): an LS message larger
+#: than one frame (a 12 KB perception: 9 fragments) then takes one channel access per
+#: frame, where AC_VI carries it in one A-MPDU. CS5 (UP 5), not the acks' CS4, so the
+#: observer tells LS from acks by the DSCP alone.
+LS_MARKINGS: dict[str, LsMarking] = {
+    "AC_VO": LsMarking("AC_VO", LS_PRIORITY, 48, "cs6"),
+    "AC_VI": LsMarking("AC_VI", 256 + 5, 40, "cs5"),
+}
 #: skb priority and TOS of the team's TCP acks (``mark_ack``): UP 4 and DSCP CS4, AC_VI,
 #: as the API's inboxes send them and the simulator's ``coorp`` (``CoorpPolicy.ack_ac``).
 ACK_PRIORITY = 260
@@ -103,6 +135,7 @@ class Ruleset:
     bh_redirect: list[Rule] = field(default_factory=list)
     bh_inbound: list[Rule] = field(default_factory=list)
     inbound_port: int = 0
+    ls_marking: LsMarking = LS_MARKINGS["AC_VO"]
 
     @property
     def queue_num(self) -> int:
@@ -127,13 +160,21 @@ class Ruleset:
             shown = prio if prio != "gate" else str(_HOOK_PRIORITY[prio])
             out.append(f"  chain {name} {{")
             out.append(f"    type {kind} hook {hook} priority {shown}; policy accept;")
-            out += [f"    {render_rule(r, self.relay_port, self.inbound_port)}" for r in rules]
+            out += [
+                f"    {render_rule(r, self.relay_port, self.inbound_port, self.ls_marking)}"
+                for r in rules
+            ]
             out.append("  }")
         out.append("}")
         return "\n".join(out)
 
 
-def render_rule(rule: Rule, relay_port: int, inbound_port: int = 0) -> str:
+def render_rule(
+    rule: Rule,
+    relay_port: int,
+    inbound_port: int = 0,
+    ls_marking: LsMarking = LS_MARKINGS["AC_VO"],
+) -> str:
     if rule.mark is not None:
         head = f"meta mark {rule.mark:#x}"
     elif rule.local:
@@ -146,7 +187,8 @@ def render_rule(rule: Rule, relay_port: int, inbound_port: int = 0) -> str:
         head = (f"{head} ip length 40-{PURE_ACK_MAX_LEN} "
                 "tcp flags & (fin | syn | rst | ack) == ack").strip()  # fmt: skip
     action = {
-        "mark_ls": "meta priority set 0:106 ip dscp set cs6",
+        "mark_ls": f"meta priority set 0:{ls_marking.priority:x} "
+        f"ip dscp set {ls_marking.dscp_name}",
         "mark_ack": "meta priority set 0:104 ip dscp set cs4",
         "return": "return",
         "redirect": f"redirect to :{relay_port}",
@@ -169,14 +211,23 @@ def build_ruleset(
     serve: list[Match] | None = None,
     inbound_port: int = 0,
     acks_in_video: bool = False,
+    ls_category: str = "AC_VO",
 ) -> Ruleset:
     """The rules for ``robot``: LS matches marked; the SYNs of bulk matches queued to
     the agent's gate and the connections redirected to the relay, except the relay's
     own connections, connections to this host, Coorp's own ports and LS flows; the
     connections other hosts open to ``serve`` matches redirected to the inbound relay
     (except Coorp's own ports, the inbound relay's and LS flows); with ``acks_in_video``,
-    the team's pure TCP acks marked AC_VI."""
-    rs = Ruleset(table_name(robot), relay_port, inbound_port=inbound_port)
+    the team's pure TCP acks marked AC_VI. LS is marked for ``ls_category``
+    (:data:`LS_MARKINGS`)."""
+    if ls_category not in LS_MARKINGS:
+        raise ValueError(f"ls_category {ls_category!r}: one of {', '.join(LS_MARKINGS)}")
+    rs = Ruleset(
+        table_name(robot),
+        relay_port,
+        inbound_port=inbound_port,
+        ls_marking=LS_MARKINGS[ls_category],
+    )
     for i, m in enumerate(ls):
         rs.ls_mark.append(Rule(m, "mark_ls", f"ls {i}"))
     if bulk and acks_in_video:

@@ -70,7 +70,7 @@ from ._framing import (
     server_handshake,
 )
 from ._kernel_lease import KernelLease, KernelLeaseUnavailableError, lease_table_name
-from ._marking import Marking, mark_socket, probe_marking
+from ._marking import LsCategory, Marking, mark_socket, probe_marking
 from ._quota import QuotaSettings
 from ._sockets import (
     Address,
@@ -105,6 +105,7 @@ __all__ = [
     "Keyring",
     "LatencySummary",
     "LsAccept",
+    "LsCategory",
     "LsKeepAlive",
     "LsOpen",
     "LsStatus",

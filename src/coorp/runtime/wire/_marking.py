@@ -9,6 +9,8 @@ without it DSCP CS6 alone still selects UP 6 through cfg80211's DSCP mapping. BH
 DSCP CS0 and UP 0 (AC_BE). ``ack`` is a bulk receiver's socket, whose packets are its TCP
 acks of the team's bulk data (and a few bytes of replies): DSCP CS4 and UP 4 (AC_VI), as
 the simulator's ``coorp`` sends them (``CoorpPolicy.ack_ac``; RFC 8325 maps CS4 to UP 4).
+LS may be put in AC_VI instead (``ls_category="AC_VI"``: DSCP CS5 and UP 5), which
+drivers aggregate where they commonly do not aggregate AC_VO.
 :class:`Marking` records what is actually in effect, read back from the socket, so
 start-up logs tell the truth.
 """
@@ -25,10 +27,13 @@ from .._errors import MarkingError
 __all__ = [
     "DSCP_CS0",
     "DSCP_CS4",
+    "DSCP_CS5",
     "DSCP_CS6",
     "UP_AC_BE",
     "UP_AC_VI",
     "UP_AC_VO",
+    "UP_LS_VI",
+    "LsCategory",
     "Marking",
     "mark_socket",
     "probe_marking",
@@ -36,11 +41,15 @@ __all__ = [
 
 UP_AC_VO = 6
 UP_AC_VI = 4
+#: LS in AC_VI: UP 5 and CS5, apart from the acks' UP 4 and CS4.
+UP_LS_VI = 5
 UP_AC_BE = 0
 DSCP_CS6 = 48
 DSCP_CS4 = 32
+DSCP_CS5 = 40
 DSCP_CS0 = 0
 Traffic = Literal["ls", "bh", "ack"]
+LsCategory = Literal["AC_VO", "AC_VI"]
 _UP = {"ls": UP_AC_VO, "bh": UP_AC_BE, "ack": UP_AC_VI}
 _DSCP = {"ls": DSCP_CS6, "bh": DSCP_CS0, "ack": DSCP_CS4}
 #: cfg80211_classify8021d: priorities 256..263 carry the 802.1d user priority directly.
@@ -89,11 +98,17 @@ class Marking:
         return f"{text} ({self.note})" if self.note else text
 
 
-def mark_socket(sock: socket.socket, traffic: Traffic) -> Marking:
-    """Mark ``sock`` for LS (AC_VO), BH (AC_BE) or a bulk receiver's acks (AC_VI) and
-    report what is in effect."""
+def mark_socket(
+    sock: socket.socket, traffic: Traffic, *, ls_category: LsCategory = "AC_VO"
+) -> Marking:
+    """Mark ``sock`` for LS (AC_VO, or AC_VI with ``ls_category``), BH (AC_BE) or a bulk
+    receiver's acks (AC_VI) and report what is in effect."""
+    if ls_category not in ("AC_VO", "AC_VI"):
+        raise MarkingError(f"ls_category {ls_category!r}: one of AC_VO, AC_VI")
     up = _UP[traffic]
     dscp = _DSCP[traffic]
+    if traffic == "ls" and ls_category == "AC_VI":
+        up, dscp = UP_LS_VI, DSCP_CS5
     tos = dscp << 2
     level, opt = _tos_option(sock)
     # TOS first: on some kernels IP_TOS also rewrites sk_priority, which would undo
@@ -122,11 +137,13 @@ def mark_socket(sock: socket.socket, traffic: Traffic) -> Marking:
     return Marking(traffic, got_dscp, priority, effective, note)
 
 
-def probe_marking(traffic: Traffic, family: int = socket.AF_INET) -> Marking:
+def probe_marking(
+    traffic: Traffic, family: int = socket.AF_INET, *, ls_category: LsCategory = "AC_VO"
+) -> Marking:
     """The marking a new socket of this kind would get (for start-up reports)."""
     kind = socket.SOCK_DGRAM if traffic == "ls" else socket.SOCK_STREAM
     with socket.socket(family, kind) as s:
-        return mark_socket(s, traffic)
+        return mark_socket(s, traffic, ls_category=ls_category)
 
 
 def _tos_option(sock: socket.socket) -> tuple[int, int]:
