@@ -180,8 +180,9 @@ def _qdisc(ifname: str) -> Finding:
         "mq": "one child qdisc per hardware queue (the WiFi default: mq + fq_codel, where "
         "a sparse LS flow is served ahead of bulk)",
         "fq_codel": "fair queueing: a sparse LS flow is served ahead of bulk flows",
-        "pfifo_fast": "three bands by priority: Coorp's priority 262 (low bits 6) goes to "
-        "band 0, ahead of bulk",
+        "pfifo_fast": "three bands by priority: Coorp's LS priority 262 (low bits 6) goes "
+        "to band 0, ahead of bulk; with ls_category = AC_VI, 261 (low bits 5) goes to band "
+        "2, behind it (use fq_codel)",
         "fq": "fair queueing: a sparse LS flow is served ahead of bulk flows",
         "cake": "fair queueing with DSCP tins: CS6 is served in the voice tin",
         "tbf": "a single FIFO with a rate limit: LS waits behind every bulk byte queued",
@@ -203,8 +204,9 @@ def _marking() -> Finding:
         "Linux (cfg80211) takes the 802.11 user priority from skb->priority when it is "
         "256-263 (UP = priority - 256) and otherwise from the DSCP; Coorp sets priority "
         "262 (UP 6, AC_VO) and DSCP CS6 on LS packets (its LS channels, and in transparent "
-        "mode a kernel rule for every LS packet whatever the application set). The access "
-        "point picks the downlink AC from the DSCP: CS6 maps to AC_VO on most APs "
+        "mode a kernel rule for every LS packet whatever the application set), or with "
+        "ls_category = AC_VI priority 261 (UP 5) and CS5. The access point picks the "
+        "downlink AC from the DSCP: CS6 maps to AC_VO, CS5 to AC_VI on most APs "
         f"(RFC 8325). Kernel {platform.release()}.",
     )
 
