@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..wire import DSCP_CS6
 from ._nft import TransparentUnavailableError
 
 __all__ = [
@@ -181,7 +182,7 @@ _DROP = -1  # placeholder: jump to the final "return 0"
 _LD_W_ABS, _LD_H_ABS, _LD_B_ABS, _JEQ_K, _AND_K, _RET_K = 0x20, 0x28, 0x30, 0x15, 0x54, 0x06
 
 
-def ls_filter(skip_ifindex: int | None = None, *, dscp: int = 48) -> bytes:
+def ls_filter(skip_ifindex: int | None = None, *, dscp: int = DSCP_CS6) -> bytes:
     """Classic BPF for a ``SOCK_DGRAM`` packet socket (offsets from the network
     header): outgoing IPv4 with DSCP ``dscp`` (CS6 by default), not on
     ``skip_ifindex``, the first :data:`SNAPLEN` bytes; everything else is dropped."""
@@ -232,7 +233,7 @@ class PacketObserver:
         *,
         monotonic: Callable[[], int] = time.monotonic_ns,
         realtime: Callable[[], int] = time.time_ns,
-        dscp: int = 48,
+        dscp: int = DSCP_CS6,
     ) -> None:
         self._observe = observe
         self.dscp = dscp

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from .._selectors import Match
+from ..wire import LS_MARKS
 from ._endings import REJECTS
 
 __all__ = [
@@ -58,7 +59,7 @@ __all__ = [
 
 #: skb priority of LS packets: 256 + 6 is cfg80211's "802.1d UP 6" (AC_VO), the value
 #: the API path's sockets get with SO_PRIORITY.
-LS_PRIORITY = 262
+LS_PRIORITY = 256 + LS_MARKS["AC_VO"][0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,25 +68,28 @@ class LsMarking:
     802.1d user priority: cfg80211 takes the UP from it directly) and the DSCP (what an
     access point maps downstream, RFC 8325; the observer's filter matches it)."""
 
-    category: str
     priority: int
     dscp: int
-    dscp_name: str
 
     @property
     def tos(self) -> int:
         """The DSCP in the IPv4 TOS byte."""
         return self.dscp << 2
 
+    @property
+    def dscp_name(self) -> str:
+        """The class selector's name in nft syntax (``cs6``)."""
+        return f"cs{self.dscp >> 3}"
 
-#: ``[transparent] ls_category``: AC_VO (the paper's, the default) or AC_VI. Drivers
-#: commonly do not aggregate AC_VO (the simulator's default too): an LS message larger
-#: than one frame (a 12 KB perception: 9 fragments) then takes one channel access per
-#: frame, where AC_VI carries it in one A-MPDU. CS5 (UP 5), not the acks' CS4, so the
-#: observer tells LS from acks by the DSCP alone.
+
+#: ``[transparent] ls_category``: AC_VO (the paper's, the default) or AC_VI, with the
+#: API sockets' values (:data:`~coorp.runtime.wire.LS_MARKS`). Drivers commonly do not
+#: aggregate AC_VO (the simulator's default too): an LS message larger than one frame
+#: (a 12 KB perception: 9 fragments) then takes one channel access per frame, where
+#: AC_VI carries it in one A-MPDU. CS5 (UP 5), not the acks' CS4, so the observer tells
+#: LS from acks by the DSCP alone.
 LS_MARKINGS: dict[str, LsMarking] = {
-    "AC_VO": LsMarking("AC_VO", LS_PRIORITY, 48, "cs6"),
-    "AC_VI": LsMarking("AC_VI", 256 + 5, 40, "cs5"),
+    category: LsMarking(256 + up, dscp) for category, (up, dscp) in LS_MARKS.items()
 }
 #: skb priority and TOS of the team's TCP acks (``mark_ack``): UP 4 and DSCP CS4, AC_VI,
 #: as the API's inboxes send them and the simulator's ``coorp`` (``CoorpPolicy.ack_ac``).

@@ -70,7 +70,7 @@ from ._framing import (
     server_handshake,
 )
 from ._kernel_lease import KernelLease, KernelLeaseUnavailableError, lease_table_name
-from ._marking import LsCategory, Marking, mark_socket, probe_marking
+from ._marking import DSCP_CS6, LS_MARKS, LsCategory, Marking, mark_socket, probe_marking
 from ._quota import QuotaSettings
 from ._sockets import (
     Address,
@@ -84,7 +84,9 @@ from ._sockets import (
 )
 
 __all__ = [
+    "DSCP_CS6",
     "KEY_ENV",
+    "LS_MARKS",
     "MAC_BYTES",
     "MAX_DATAGRAM_BYTES",
     "MAX_LS_PAYLOAD_BYTES",

@@ -29,6 +29,7 @@ __all__ = [
     "DSCP_CS4",
     "DSCP_CS5",
     "DSCP_CS6",
+    "LS_MARKS",
     "UP_AC_BE",
     "UP_AC_VI",
     "UP_AC_VO",
@@ -50,6 +51,12 @@ DSCP_CS5 = 40
 DSCP_CS0 = 0
 Traffic = Literal["ls", "bh", "ack"]
 LsCategory = Literal["AC_VO", "AC_VI"]
+#: LS's (user priority, DSCP) for each ``ls_category``: the one place both the API's
+#: sockets and transparent mode's kernel rules take them from.
+LS_MARKS: dict[str, tuple[int, int]] = {
+    "AC_VO": (UP_AC_VO, DSCP_CS6),
+    "AC_VI": (UP_LS_VI, DSCP_CS5),
+}
 _UP = {"ls": UP_AC_VO, "bh": UP_AC_BE, "ack": UP_AC_VI}
 _DSCP = {"ls": DSCP_CS6, "bh": DSCP_CS0, "ack": DSCP_CS4}
 #: cfg80211_classify8021d: priorities 256..263 carry the 802.1d user priority directly.
@@ -103,12 +110,9 @@ def mark_socket(
 ) -> Marking:
     """Mark ``sock`` for LS (AC_VO, or AC_VI with ``ls_category``), BH (AC_BE) or a bulk
     receiver's acks (AC_VI) and report what is in effect."""
-    if ls_category not in ("AC_VO", "AC_VI"):
-        raise MarkingError(f"ls_category {ls_category!r}: one of AC_VO, AC_VI")
-    up = _UP[traffic]
-    dscp = _DSCP[traffic]
-    if traffic == "ls" and ls_category == "AC_VI":
-        up, dscp = UP_LS_VI, DSCP_CS5
+    if ls_category not in LS_MARKS:
+        raise MarkingError(f"ls_category {ls_category!r}: one of {', '.join(LS_MARKS)}")
+    up, dscp = LS_MARKS[ls_category] if traffic == "ls" else (_UP[traffic], _DSCP[traffic])
     tos = dscp << 2
     level, opt = _tos_option(sock)
     # TOS first: on some kernels IP_TOS also rewrites sk_priority, which would undo
