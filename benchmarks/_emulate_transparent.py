@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import math
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,21 @@ def _direction(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
             if expected else None}  # fmt: skip
 
 
+def emulator_lag(
+    series: list[dict[str, Any]], started_at: float | None, t0: float, t1: float
+) -> dict[str, Any]:
+    """The emulator's real time during one run (wall ``time.monotonic()`` from ``t0`` to
+    ``t1``), from its per-second report ``series`` (counted from ``started_at``): the
+    frames later than 1 ms over the frames written, and the worst second's lag p99."""
+    if started_at is None:
+        return {"frames_late": None, "worst_second_lag_p99_ms": None}
+    secs = [s for s in series if t0 <= started_at + s["t_ns"] / 1e9 <= t1 + 1.0]
+    frames = sum(int(s.get("frames", 0)) for s in secs)
+    late = sum(int(s["late"]) for s in secs)
+    worst = max((s["lag_p99_ms"] for s in secs), default=None)
+    return {"frames_late": late / frames if frames else None, "worst_second_lag_p99_ms": worst}
+
+
 def describe(measured: list[dict[str, Any]], ring: str) -> list[dict[str, Any]]:
     """Per (app, mode): pooled values and the mean and 95% CI over the repetitions."""
     out = []
@@ -80,6 +96,9 @@ def describe(measured: list[dict[str, Any]], ring: str) -> list[dict[str, Any]]:
             "reaction_ms": {"p50": _pct([x for r in mine for x in r.get("reaction_ms", [])], 50),
                             "p99": _pct([x for r in mine for x in r.get("reaction_ms", [])], 99)},
             "intact": all(r["intact"] for r in mine),
+            "emulator_frames_late_ci": _ci(late) if (late := [
+                r["emulator"]["frames_late"] for r in mine
+                if r.get("emulator", {}).get("frames_late") is not None]) else None,
             "load": [r["load"] for r in mine],
             "repetitions": len(mine),
         })  # fmt: skip
@@ -117,6 +136,7 @@ def transparent_wifi(args: Any, details: dict[str, Any]) -> list[dict[str, Any]]
             gate_completion=getattr(args, "tw_gate_completion", "") or None,
             ack_category=getattr(args, "tw_ack_category", "") or None,
             ls_category=getattr(args, "tw_ls_category", "") or None,
+            emu_split_cpus=getattr(args, "split_cpus", True),
         )  # fmt: skip
         measured: list[dict[str, Any]] = []
         with (
@@ -130,11 +150,14 @@ def transparent_wifi(args: Any, details: dict[str, Any]) -> list[dict[str, Any]]
                 todo = [(a, m) for a in apps for m in modes if m != "api"]
                 todo += [("coorp", "api")] if "api" in modes else []
                 for app, mode in todo:
+                    t0 = time.monotonic()
                     row = tb.measure(net, Path(tmp), targs, app=app, mode=mode, medium="wifi")
-                    measured.append(row | {"repetition": rep})
+                    measured.append(row | {"repetition": rep, "span": (t0, time.monotonic())})
                     print(f"transparent_wifi {ring}: {tb._line(rep, row)} (load "
                           f"{row['load'][-1]:.1f})", flush=True)  # fmt: skip
             emulator = net.stop().data
+        for r in measured:  # the emulator's real time in each run, from its report
+            r["emulator"] = emulator_lag(emulator.get("series", []), net.started_at, *r["span"])
         described = describe(measured, ring)
         for r in described:
             rows.append({k: r[k] for k in ("app", "mode", "ring", "ls_miss_rate", "ls_p99_ms",
@@ -149,6 +172,7 @@ def transparent_wifi(args: Any, details: dict[str, Any]) -> list[dict[str, Any]]
             "rows": described,
             "runs": [tb._without_samples(r) for r in measured],
             "emulator": {k: emulator[k] for k in ("verdict", "frame_lag", "by_ac", "load_start",
-                                                  "load_end") if k in emulator},
+                                                  "load_end", "cpu", "rps_cpus")
+                         if k in emulator},
         })  # fmt: skip
     return rows

@@ -115,7 +115,8 @@ def realtime(args: argparse.Namespace, details: dict[str, Any]) -> list[dict[str
         pps = 1.5 * cap * 1e6 / 8 / sc.packet_bytes / len(flows)
         load = os.getloadavg()
         r = run_load(sc, flows, pps=pps, warmup_s=args.warmup, window_s=args.window, seed=1,
-                     rt_priority=args.rt_priority, sender_rt_priority=args.sender_rt)  # fmt: skip
+                     rt_priority=args.rt_priority, sender_rt_priority=args.sender_rt,
+                     split_cpus=args.split_cpus)  # fmt: skip
         row = {"scenario": f"{label}, saturated", "stations": len(sc.stations),
                "aggregate_mbps": round(r.mbps, 3), "lag_p99_ms": round(r.report.lag_p99_ms, 4),
                "late_frames": r.report.late_frames}  # fmt: skip
@@ -129,7 +130,8 @@ def realtime(args: argparse.Namespace, details: dict[str, Any]) -> list[dict[str
         pps = total * 1e6 / 8 / sc.packet_bytes / len(robots)
         load = os.getloadavg()
         r = run_load(sc, robots, pps=pps, warmup_s=args.warmup, window_s=args.window, seed=1,
-                     rt_priority=args.rt_priority, sender_rt_priority=args.sender_rt)  # fmt: skip
+                     rt_priority=args.rt_priority, sender_rt_priority=args.sender_rt,
+                     split_cpus=args.split_cpus)  # fmt: skip
         row = {"scenario": f"{label}, {total:g} Mb/s offered up", "stations": len(sc.stations),
                "aggregate_mbps": round(r.mbps, 3), "lag_p99_ms": round(r.report.lag_p99_ms, 4),
                "late_frames": r.report.late_frames}  # fmt: skip
@@ -153,7 +155,8 @@ def saturation(args: argparse.Namespace, details: dict[str, Any]) -> list[dict[s
         pps = 1.5 * sim * 1e6 / 8 / sc.packet_bytes / n
         load = os.getloadavg()
         rs = [run_load(sc, flows, pps=pps, warmup_s=args.warmup, window_s=args.window,
-                       seed=s, rt_priority=args.rt_priority, sender_rt_priority=args.sender_rt)
+                       seed=s, rt_priority=args.rt_priority, sender_rt_priority=args.sender_rt,
+                       split_cpus=args.split_cpus)
               for s in range(1, args.emu_seeds + 1)]  # fmt: skip
         emu = statistics.fmean(r.mbps for r in rs)
         model = saturation_throughput(n, payload_bytes=sc.packet_bytes, mcs=sc.links.mcs,
@@ -185,6 +188,13 @@ def main() -> int:
     ap.add_argument("--ns", default="1,2,5,10", help="saturation: stations")
     ap.add_argument("--ladder", default="25,100,200,300,400,500", help="realtime: Mb/s offered")
     ap.add_argument("--rt-priority", type=int, default=10)
+    ap.add_argument(
+        "--no-split-cpus",
+        dest="split_cpus",
+        action="store_false",
+        help="every section: the emulator not pinned and the stations' receives not "
+        "steered to the other CPUs (Emulation(split_cpus=False); the default splits)",
+    )
     ap.add_argument("--tw-apps", default="dds,zenoh", help="transparent_wifi: middleware")
     ap.add_argument("--tw-modes", default="none,marking,transparent,api")
     ap.add_argument("--tw-rings", default="shared,per-ac")

@@ -583,13 +583,17 @@ def network(args: argparse.Namespace, medium: str) -> Any:
     hosts = ["ld", *(f"r{i}" for i in range(1, args.robots + 1))]
     return EmulatedStar(hosts, sc, tag="coorptb", seed=args.seed,
                         queue_packets=getattr(args, "emu_queue_packets", 1000),
-                        trace_dir=getattr(args, "emu_trace", None))  # fmt: skip
+                        trace_dir=getattr(args, "emu_trace", None),
+                        split_cpus=getattr(args, "emu_split_cpus", True))  # fmt: skip
 
 
-def route_congestion_control(net: Any, cc: str) -> None:
+def route_congestion_control(net: Any, cc: str, *, quickack: bool = False) -> None:
     """Every host's TCP uses congestion control ``cc``: its subnet route gets ``congctl
     cc`` (a namespace may not make a restricted algorithm its default, and this host
-    allows only reno and bbr, its default; a route may name any). Programs unchanged."""
+    allows only reno and bbr, its default; a route may name any). Programs unchanged.
+    ``quickack``: the route also gets ``quickack 1``, so every TCP receiver acks each
+    segment at once (no delayed ACKs), whatever its program's reads."""
+    extra = ["quickack", "1"] if quickack else []
     for host in net.hosts:
         ns = net.ns(host)
         routes = subprocess.run(["ip", "-n", ns, "-o", "route", "show", "proto", "kernel"],
@@ -598,7 +602,7 @@ def route_congestion_control(net: Any, cc: str) -> None:
             words = line.split()
             if "dev" not in words or "congctl" in words:
                 continue
-            subprocess.run(["ip", "-n", ns, "route", "replace", *words, "congctl", cc],
+            subprocess.run(["ip", "-n", ns, "route", "replace", *words, "congctl", cc, *extra],
                            check=True, capture_output=True)  # fmt: skip
 
 
@@ -658,6 +662,9 @@ def main() -> int:
         help="SCHED_FIFO priority of coorp leader and the agents (0: ordinary scheduling, "
         "as the daemons run by default)",
     )
+    p.add_argument("--emu-no-split-cpus", dest="emu_split_cpus", action="store_false",
+                   help="--medium wifi: the emulator not pinned to one CPU and the "
+                   "stations' receives not steered to the others (the default splits)")  # fmt: skip
     p.add_argument("--emu-queue-packets", type=int, default=1000,
                    help="--medium wifi: each station's kernel queue per access category "
                    "(coorp emulate --queue-packets)")  # fmt: skip

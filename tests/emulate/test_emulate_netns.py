@@ -105,6 +105,36 @@ def test_real_udp_crosses_the_air_and_between_robots_through_the_ap() -> None:
     assert rep.data["frames_out"] == 120 and rep.data["no_route"] == 0
 
 
+def _rps(em: Emulation, station: str) -> int:
+    path = f"/sys/class/net/{em.netns.ifname}/queues/rx-0/rps_cpus"
+    out = subprocess.run(["ip", "netns", "exec", em.ns(station), "cat", path],
+                         capture_output=True, text=True, check=True, timeout=10).stdout  # fmt: skip
+    return int(out.strip().replace(",", ""), 16)
+
+
+@pytest.mark.parametrize("split", [True, False])
+def test_the_emulator_keeps_a_cpu_and_the_receivers_stacks_use_the_others(split: bool) -> None:
+    allowed = os.sched_getaffinity(0)
+    with Emulation(three(), seed=2, split_cpus=split) as em:  # type: ignore[arg-type]
+        assert em.emulator is not None
+        pinned = os.sched_getaffinity(em.emulator.pid)
+        masks = {st: _rps(em, st) for st in em.stations}
+        _echo(em, "leader")
+        got = em.run("r1", [sys.executable, "-c", CLIENT, "leader", "20", "1400"])
+        rep = em.stop()
+    assert eval(got) == list(range(20))  # the packets steered elsewhere still arrive
+    if split and len(allowed) >= 2:
+        cpu = max(allowed)
+        assert em.cpu_plan == (cpu, f"{sum(1 << c for c in allowed if c != cpu):x}")
+        assert pinned == {cpu}
+        assert set(masks.values()) == {sum(1 << c for c in allowed if c != cpu)}
+        assert (rep.data["cpu"], rep.data["rps_cpus"]) == em.cpu_plan
+    else:  # not asked, or one CPU: nothing pinned, nothing steered
+        assert em.cpu_plan is None and pinned == allowed
+        assert set(masks.values()) == {0}
+        assert rep.data["cpu"] is None and rep.data["rps_cpus"] is None
+
+
 def test_saturated_real_senders_carry_what_the_simulator_carries() -> None:
     n = 2
     sc = saturation_scenario(n, mcs=3)

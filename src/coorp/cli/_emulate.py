@@ -111,6 +111,16 @@ def register(app: typer.Typer) -> None:
                 "scheduling). Real time on a busy host needs it (docs/emulate.md).",
             ),
         ] = 10,
+        split_cpus: Annotated[
+            bool,
+            typer.Option(
+                "--split-cpus/--no-split-cpus",
+                help="Pin the emulator to one CPU (the highest it may use) and steer the "
+                "stations' received packets to the others (RPS), so that the receivers' "
+                "network stacks do not run inside the emulator's writes (docs/emulate.md). "
+                "Needs two CPUs; on one, nothing is split.",
+            ),
+        ] = True,
         trace: Annotated[
             Path | None,
             typer.Option(
@@ -172,7 +182,7 @@ def register(app: typer.Typer) -> None:
             sc, seed=seed, ap=ap, subnet=subnet, queue_packets=queue_packets,
             background=background, duration_s=duration if not cmd else None,
             trace_dir=trace, record_arrivals=trace is not None, status=not quiet,
-            rt_priority=rt_priority, source=str(path),
+            rt_priority=rt_priority, source=str(path), split_cpus=split_cpus,
         )  # fmt: skip
         why = emulation_unavailable()
         if why is not None:

@@ -31,13 +31,15 @@ import struct
 import subprocess
 import tempfile
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 from coorp._errors import ConfigurationError, UsageError
 from coorp._netns import run_checked
 
-__all__ = ["NETNS_DIR", "Hosts", "open_tun", "remove_stale", "stale_namespaces"]
+__all__ = [
+    "NETNS_DIR", "Hosts", "cpu_split", "open_tun", "remove_stale", "stale_namespaces",
+]  # fmt: skip
 
 NETNS_DIR = Path("/run/netns")
 _ETC_NETNS = Path("/etc/netns")
@@ -46,6 +48,17 @@ _IFF_TUN = 0x0001
 _IFF_NO_PI = 0x1000
 _CLONE_NEWNET = 0x40000000
 _counter = itertools.count()
+
+
+def cpu_split(allowed: Collection[int]) -> tuple[int, str] | None:
+    """The emulator's CPU and the others' mask (``rps_cpus``'s hex format) among the CPUs
+    ``allowed``: the emulator takes the highest, the stations' receive processing the
+    rest; None with fewer than two (nothing to split)."""
+    cpus = sorted(set(allowed))
+    if len(cpus) < 2 or cpus[0] < 0:
+        return None
+    mask = sum(1 << c for c in cpus[:-1])
+    return cpus[-1], f"{mask:x}"
 
 
 def _setns(path: str) -> None:
@@ -202,6 +215,25 @@ class Hosts:
                          "txqueuelen", "1000", "up"])  # fmt: skip
             run_checked(["ip", "-n", ns, "addr", "add", f"{self.addresses[st]}/24", "dev",
                          self.ifname])  # fmt: skip
+
+    def steer_receives(self, mask: str) -> None:
+        """Every station's received packets are processed on the CPUs of ``mask`` (Receive
+        Packet Steering on its interface, ``queues/rx-0/rps_cpus``): a packet the
+        emulator writes is handed to one of them, so the receiving host's network stack
+        (TCP, its acks, the sends they release) does not run inside the emulator's
+        ``write`` on the emulator's CPU. sysfs shows a namespace's interfaces only to a
+        process that mounted it there, hence ``ip netns exec``."""
+        if not re.fullmatch(r"[0-9a-f]{1,64}", mask):
+            raise UsageError(f"rps mask {mask!r}: hex digits expected")
+        path = f"/sys/class/net/{self.ifname}/queues/rx-0/rps_cpus"
+        for st in self.stations:
+            ns = self.ns(st)
+            r = subprocess.run(["ip", "netns", "exec", ns, "tee", path], input=mask + "\n",
+                               capture_output=True, text=True, timeout=10)  # fmt: skip
+            if r.returncode != 0:
+                raise ConfigurationError(
+                    f"cannot steer {ns}'s receives to CPUs {mask} ({path}): {r.stderr.strip()}"
+                )
 
     def close_fds(self) -> None:
         """Close this process's descriptors (the emulator holds its own copies)."""

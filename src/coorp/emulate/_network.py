@@ -6,7 +6,10 @@ starts programs inside the namespaces; :meth:`Emulation.stop` ends the emulator 
 returns its report, :meth:`Emulation.destroy` (also the context manager's exit) kills
 every process inside and deletes everything, on every exit path. A run killed before
 its ``destroy`` leaves namespaces named after its pid; the next start removes them
-(``_hosts.remove_stale``).
+(``_hosts.remove_stale``). With two CPUs or more (``split_cpus``, the default) the
+emulator is pinned to one and the stations' received packets are steered to the others
+(``_hosts.cpu_split``, ``Hosts.steer_receives``): the receiving hosts' network stacks
+then run beside their programs, not inside the emulator's writes.
 
 The interface of :class:`coorp._netns.StarNetwork` (``ns``, ``addr``, ``popen``,
 ``start``, ``run``, ``stop_procs``, ``destroy``) is kept (the emulator itself starts
@@ -25,6 +28,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +37,7 @@ from typing import IO, Any
 from coorp._errors import ConfigurationError, UsageError
 from coorp._netns import NamespacePrograms, Proc
 from coorp.emulate._air import choose_ap, station_addresses
-from coorp.emulate._hosts import Hosts, remove_stale
+from coorp.emulate._hosts import Hosts, cpu_split, remove_stale
 from coorp.scenario import Scenario
 
 __all__ = ["EmulatedStar", "Emulation", "EmulationReport", "emulation_unavailable"]
@@ -120,6 +124,7 @@ class Emulation(NamespacePrograms):
         source: str = "<scenario>",
         stderr: IO[bytes] | int | None = None,
         ifname: str = "wlan0",
+        split_cpus: bool = True,
     ) -> None:
         self.scenario = scenario
         self.stations = [s.name for s in scenario.stations]
@@ -141,6 +146,11 @@ class Emulation(NamespacePrograms):
         }  # fmt: skip
         if record_arrivals and trace_dir is None:
             raise UsageError("record_arrivals needs a trace_dir to write them to")
+        #: The emulator on one CPU and the stations' receive processing on the others
+        #: (``_hosts.cpu_split``); set by :meth:`up` as ``(cpu, mask)``, None when not split.
+        self.split_cpus = split_cpus
+        self.cpu_plan: tuple[int, str] | None = None
+        self.started_at: float | None = None
         self._sysctls = list(sysctls)
         self._stderr = stderr
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -166,12 +176,18 @@ class Emulation(NamespacePrograms):
         self.removed_stale = remove_stale(self.netns.tag)
         try:
             self.netns.create(sysctls=self._sysctls)
+            if self.split_cpus:
+                self.cpu_plan = cpu_split(os.sched_getaffinity(0))
+            if self.cpu_plan is not None:
+                self.netns.steer_receives(self.cpu_plan[1])
             # Named after this process: remove_stale deletes it if it dies first.
             self._tmp = tempfile.TemporaryDirectory(prefix=f"{self.netns.tag}-{os.getpid()}-")
             tmp = Path(self._tmp.name)
             fds = [self.netns.fds[s] for s in self.stations]
             cfg = {**self._cfg, "fds": fds, "parent": os.getpid(),
-                   "report": str(tmp / "report.json")}  # fmt: skip
+                   "report": str(tmp / "report.json"),
+                   "cpu": None if self.cpu_plan is None else self.cpu_plan[0],
+                   "rps_cpus": None if self.cpu_plan is None else self.cpu_plan[1]}  # fmt: skip
             (tmp / "config.json").write_text(json.dumps(cfg))
             self.emulator = subprocess.Popen(
                 [sys.executable, "-m", "coorp.emulate._serve", str(tmp / "config.json")],
@@ -189,6 +205,9 @@ class Emulation(NamespacePrograms):
         assert p is not None and p.stdout is not None
         proc = Proc("emulator", p)
         line = proc.read_line(timeout_s)
+        #: ``time.monotonic()`` when the emulator said it runs: its clock's zero, to
+        #: within the pipe's delay (the report's per-second ``series`` counts from it).
+        self.started_at = time.monotonic()
         if line != "ready":
             code = p.poll()
             raise ConfigurationError(

@@ -122,6 +122,14 @@ def main(argv: list[str]) -> int:
         except OSError as exc:
             rt_note = f"SCHED_FIFO {rt} refused: {exc}"
             print(f"emulate: warning: {rt_note}", file=sys.stderr, flush=True)
+    cpu = cfg.get("cpu")
+    cpu_note = None
+    if cpu is not None:  # the stations' receive processing runs on the other CPUs
+        try:
+            os.sched_setaffinity(0, {int(cpu)})
+        except OSError as exc:
+            cpu_note = f"pinning to CPU {cpu} refused: {exc}"
+            print(f"emulate: warning: {cpu_note}", file=sys.stderr, flush=True)
     status = bool(cfg.get("status"))
     series: list[dict[str, Any]] = []
     c = air.counters
@@ -130,7 +138,7 @@ def main(argv: list[str]) -> int:
         w = p.window.summary()
         series.append({"t_ns": air.now_ns, "rx_bytes": list(c.rx_bytes),
                        "sent_packets": list(c.sent_packets), "lag_p99_ms": w.p99_ms,
-                       "late": w.late})  # fmt: skip
+                       "frames": w.count, "late": w.late})  # fmt: skip
         if status:
             mbps = 0.0
             if len(series) > 1:
@@ -149,7 +157,8 @@ def main(argv: list[str]) -> int:
     on_second(pump, air.now_ns)
     extra: dict[str, Any] = {
         "load_start": load_start, "load_end": os.getloadavg(), "cores": os.cpu_count(),
-        "rt_priority": rt, "rt_note": rt_note, "series": series,
+        "rt_priority": rt, "rt_note": rt_note, "cpu": cpu, "rps_cpus": cfg.get("rps_cpus"),
+        "cpu_note": cpu_note, "series": series,
     }  # fmt: skip
     if trace_dir is not None:
         files = write_traces(Path(trace_dir), air, log, pump.stats.writes)
