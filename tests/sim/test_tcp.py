@@ -119,6 +119,67 @@ def test_ns3s_receiver_acks_only_the_first_segment_at_once() -> None:
     assert [w for _, w, _ in res.tcp["up"]["cwnd_trace"][:4]] == [19, 37, 73, 145]
 
 
+@pytest.mark.parametrize(
+    ("gro", "segments", "at_once", "later"),
+    [
+        (45, 10, 1, 0),  # one super-segment of 10: one ACK (every second segment: 5)
+        (45, 28, 1, 0),
+        (8, 9, 1, 1),  # 8, then a lone segment that waits for the delayed-ACK timer
+        (8, 10, 2, 0),  # 8 + 2: both acked at once
+        (8, 16, 2, 0),
+        (45, 1, 0, 1),  # a lone segment: delayed, as without GRO
+    ],
+)
+def test_gro_acks_each_super_segment_of_what_one_exchange_delivered(
+    gro: int, segments: int, at_once: int, later: int
+) -> None:
+    # [tcp] gro_segments: the segments one A-MPDU delivers (all its runs) reach TCP as
+    # super-segments of up to gro_segments (Linux's GRO), each acked once when it holds
+    # more than one segment (__tcp_ack_snd_check); the whole first flight goes in one
+    # exchange here (initial window = the transfer; its last segment is a run apart).
+    tcp = {"quickacks": 0, "gro_segments": gro, "initial_window_segments": segments}
+    sim = Simulation(_scenario(tcp=tcp), trace=True)
+    flow = sim.flow("up", "sta", "ap", BE, bulk=True)
+    acks = sim.flows["up:ack"]
+    sim.start_transfer(flow, segments * 1448)
+    sent: list[int] = []
+    for t in (30, 60):
+        sim.call_at(t * MS, lambda: sent.append(acks.sent_packets))
+    res = sim.run(100 * MS)
+    data = [e for e in sim.channel.stats.trace or [] if e[3] == ("sta",) and not e[2]]
+    assert [e[5] for e in data] == [(segments,)]  # one exchange carried them all
+    assert sent == [at_once, at_once + later]
+    assert res.tcp["up"]["delayed_acks"] == later
+    assert sim.tcp["up"].snd_una == segments  # every segment acknowledged
+
+
+def test_without_gro_the_same_flight_is_acked_every_second_segment() -> None:
+    sim = Simulation(_scenario(tcp={"quickacks": 0, "initial_window_segments": 27}), trace=True)
+    flow = sim.flow("up", "sta", "ap", BE, bulk=True)
+    sim.start_transfer(flow, 27 * 1448)
+    acks = sim.flows["up:ack"]
+    sent: list[int] = []
+    for t in (30, 60):
+        sim.call_at(t * MS, lambda: sent.append(acks.sent_packets))
+    sim.run(100 * MS)
+    data = [e for e in sim.channel.stats.trace or [] if e[3] == ("sta",) and not e[2]]
+    assert [e[5] for e in data] == [(27,)]
+    assert sent == [13, 14]  # 13 at once, the 27th after the delayed-ACK timer
+
+
+def test_gro_changes_nothing_until_asked() -> None:
+    base = {"name": "gro", "duration_s": 0.2, "stations": [{"name": "ap"}, {"name": "s"}],
+            "flows": [{"kind": "bulk", "name": "b", "src": "s", "dst": "ap"}]}  # fmt: skip
+
+    def run(**tcp: Any) -> SimResult:
+        return simulate(parse_scenario({**base, "tcp": {"sender": "cubic", **tcp}}), trace=True)
+
+    plain, zero, gro = run(), run(gro_segments=0), run(gro_segments=45)
+    assert digest(zero) == digest(plain)
+    assert digest(gro) != digest(plain)
+    assert gro.flows["b:ack"].sent_packets < plain.flows["b:ack"].sent_packets / 4
+
+
 def test_an_ack_sent_clears_the_delayed_ack_timer() -> None:
     # Segments 1-2 at 0 ms: the first arms the 40 ms timer, the second's ACK goes at once
     # and clears it (Linux's tcp_event_ack_sent, ns-3's SendEmptyPacket). Segment 3 at

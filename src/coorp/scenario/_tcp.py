@@ -62,6 +62,16 @@ class TcpConfig(_Model):
         "2 segments; ns-3 3.44's receiver: 1); 0 (the default, the model's behaviour "
         "before this field): an ACK per two segments from the first",
     )
+    gro_segments: int = Field(
+        0,
+        ge=0,
+        le=1000,
+        description="the receiver's driver coalesces the in-order segments one exchange "
+        "delivers into super-segments of up to this many (Linux's GRO, which mac80211 "
+        "drivers with NAPI use: 64 KiB, 45 segments of 1448 bytes) and TCP acks each "
+        "super-segment once; 0 (the default, the model's behaviour before this field): "
+        "an ACK per two segments (RFC 5681)",
+    )
     initial_rto_us: float = Field(
         1_000_000.0, gt=0, le=60_000_000, description="RTO before any RTT sample (RFC 6298: 1 s)"
     )

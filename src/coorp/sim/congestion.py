@@ -85,7 +85,7 @@ class TcpParams:
     def __init__(
         self, *, initial_window: int, receive_window_bytes: int, delayed_ack_ns: int,
         initial_rto_ns: int, min_rto_ns: int, max_rto_ns: int, granularity_ns: int,
-        slow_start_after_idle: bool, quickacks: int = 0,
+        slow_start_after_idle: bool, quickacks: int = 0, gro_segments: int = 0,
     ) -> None:  # fmt: skip
         self.initial_window = initial_window
         self.receive_window_bytes = receive_window_bytes
@@ -96,6 +96,7 @@ class TcpParams:
         self.granularity_ns = granularity_ns
         self.slow_start_after_idle = slow_start_after_idle
         self.quickacks = quickacks
+        self.gro_segments = gro_segments
 
 
 def slow_start(c: TcpConnection, acked: int) -> int:

@@ -129,6 +129,7 @@ class Simulation(Receiver):
                 granularity_ns=round(tcp.clock_granularity_us * NS_PER_US),
                 slow_start_after_idle=tcp.slow_start_after_idle,
                 quickacks=tcp.quickacks,
+                gro_segments=tcp.gro_segments,
             )
         for f in scenario.flows:
             self._install(f)

@@ -31,7 +31,7 @@ from coorp.sim.congestion import (
     rto_now,
     rtt_sample,
 )  # fmt: skip
-from coorp.sim.events import PRIO_TRAFFIC, Event, EventLoop
+from coorp.sim.events import PRIO_MEDIUM, PRIO_TRAFFIC, Event, EventLoop
 from coorp.sim.packets import TCP_ACK_BYTES, FlowState, Packet
 from coorp.sim.station import BulkTransfer
 
@@ -119,6 +119,11 @@ class TcpConnection:
         self._quick = 0  # quickack mode (icsk_ack.quick): ACKs left to send one per segment
         q = max(params.receive_window_bytes // (2 * self.mss), 2)
         self._quick_max = min(q, params.quickacks)
+        self._gro = params.gro_segments  # 0: an ACK per ACK_STEP segments
+        #: In-order segments delivered at this instant, not yet acked (GRO's batch,
+        #: flushed once the exchange's deliveries are done): the first and how many.
+        self._gro_seq = 0
+        self._gro_k = 0
         self._lrcv = -1  # when in-order data last arrived (icsk_ack.lrcvtime)
         self._delack_deadline = -1
         self._delack_event: Event | None = None
@@ -374,6 +379,12 @@ class TcpConnection:
                 seq, k = seq + j, k - j
                 if not k:
                     return
+            if self._gro:
+                if not self._gro_k:  # flushed after the exchange's other runs (its poll)
+                    self._gro_seq = seq
+                    self.loop.call_at(now, PRIO_MEDIUM, self._gro_flush)
+                self._gro_k += k
+                return
             total = self._pending + k
             m = total // ACK_STEP
             self._pending = total - m * ACK_STEP
@@ -382,6 +393,8 @@ class TcpConnection:
             if self._pending:
                 self._arm_delack(now)
             return
+        if self._gro_k:  # what the batch holds is acked before this segment's ack
+            self._gro_flush()
         for s in range(seq, seq + k):
             if s < self.rcv_nxt or s in ooo:
                 self.duplicate_segments += 1
@@ -411,6 +424,33 @@ class TcpConnection:
                     self._ack_now()
                 else:
                     self._arm_delack(now)
+
+    def _gro_flush(self) -> None:
+        k = self._gro_k
+        if k:
+            self._gro_k = 0
+            self._gro_acks(self._gro_seq, k, self.loop.now_ns)
+
+    def _gro_acks(self, seq: int, k: int, now: int) -> None:
+        """In-order segments ``seq .. seq + k - 1``, delivered together, reach TCP as
+        super-segments of up to ``_gro`` (GRO): each one of more than one segment, or one
+        with a segment pending, is acked at once (``__tcp_ack_snd_check``: more than one
+        MSS received); a lone segment waits for the next or for the delayed-ACK timer."""
+        g = self._gro
+        full, rest = divmod(k, g)
+        if full == 0 and rest + self._pending < 2:
+            self._pending += rest
+            self._arm_delack(now)
+            return
+        if full:
+            self._pending = 0
+            self._send_acks(seq + g, full, g)
+        if rest >= 2 or (rest == 1 and not full):  # not full: a segment was pending
+            self._pending = 0
+            self._send_acks(seq + k, 1, g)
+        elif rest == 1:
+            self._pending = 1
+            self._arm_delack(now)
 
     def _data_recv(self, now: int) -> None:
         """``tcp_event_data_recv``: first data, or data after a gap > RTO: quickack mode."""
