@@ -45,10 +45,11 @@ from coorp.sim.packets import FlowState, Packet
 
 if TYPE_CHECKING:
     from coorp.sim.station import BulkTransfer, Station
+    from coorp.sim.tcp import TcpConnection
 
 __all__ = [
-    "fifo_refill", "fifo_room", "hold_acks", "kernel_admit", "kernel_out", "kernel_segments",
-    "ls_burst",
+    "fifo_refill", "fifo_room", "hold_acks", "in_host", "kernel_admit", "kernel_out",
+    "kernel_segments", "ls_burst", "tcp_dequeued",
 ]  # fmt: skip
 
 
@@ -181,6 +182,38 @@ def kernel_segments(flow: FlowState, n: int) -> int:
     if st.fifo:
         st.tcp_in[ac] += n
     return n
+
+
+def tcp_dequeued(conn: TcpConnection, pkt: Packet) -> None:
+    """The driver took ``pkt`` (a run of ``conn.head_run``) from ``conn``'s kernel queue:
+    its sequence numbers, and the receiver's MAC expects its pids (``conn._mac``)."""
+    head = conn._queue[0]
+    pkt.seq_base = head[0] - pkt.pid
+    head[0] += pkt.count
+    head[1] -= pkt.count
+    if head[1] == 0:
+        conn._queue.popleft()
+    mac = conn._mac
+    end = pkt.pid + pkt.count
+    if mac and mac[-1][1] == pkt.pid:
+        mac[-1][1] = end
+    else:
+        mac.append([pkt.pid, end])
+
+
+def in_host(conn: TcpConnection, seq: int) -> bool:
+    """Whether a copy of TCP segment ``seq`` waits in its station's kernel queue or NIC
+    ring (Linux's ``skb_still_in_host_queue``: such a segment is not resent)."""
+    for first, count, _ in conn._queue:
+        if first <= seq < first + count:
+            return True
+    flow = conn.flow
+    for p in flow.src.rings[flow.ac]:
+        if p.flow is flow:
+            lo = p.seq_base + p.pid
+            if lo <= seq < lo + p.count:
+                return True
+    return False
 
 
 def kernel_out(st: Station, pkt: Packet) -> None:

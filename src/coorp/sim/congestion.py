@@ -416,7 +416,7 @@ def on_dupack(c: TcpConnection) -> None:
         c.prr_out = 0
         c.ssthresh = c.cc.ssthresh(c)
         c.ca_state = RECOVERY
-        c.mark_lost(c.snd_una)
+        mark_lost(c, c.snd_una)
         prr(c, 1, 1, False)
     elif state == RECOVERY:
         prr(c, 1, 0, False)
@@ -460,6 +460,18 @@ def undo(c: TcpConnection) -> None:
         if c.prior_ssthresh > c.ssthresh:
             c.ssthresh = c.prior_ssthresh
     to_open(c)
+
+
+def mark_lost(c: TcpConnection, seq: int) -> None:
+    """Segment ``seq`` is lost (``tcp_mark_skb_lost``): counted once, a resend forgotten."""
+    i = seq - c.base
+    f = c.flags[i]
+    if f & RETRANS:
+        c.retrans_out -= 1
+    c.flags[i] = (f | LOST) & ~RETRANS
+    if not f & LOST:
+        c.lost_out += 1
+    c.retx_hint = min(c.retx_hint, seq)
 
 
 def enter_loss(c: TcpConnection, now: int) -> None:
@@ -522,7 +534,7 @@ def on_new_ack(c: TcpConnection, acked: int, head_retx: bool, now: int) -> None:
             c.cwnd = c.ssthresh  # tcp_end_cwnd_reduction
             to_open(c)
         elif not c.flags[c.snd_una - c.base] & LOST:
-            c.mark_lost(c.snd_una)  # a partial ACK: the next hole (NewReno)
+            mark_lost(c, c.snd_una)  # a partial ACK: the next hole (NewReno)
             newly_lost = 1
     elif state == DISORDER and c.sacked_out == 0:
         c.ca_state = OPEN

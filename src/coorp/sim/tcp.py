@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Final
 
 from coorp._errors import UsageError
-from coorp.sim._txq import kernel_segments
+from coorp.sim._txq import in_host, kernel_segments, tcp_dequeued
 from coorp.sim.congestion import (
     EVER_RETX,
     LOST,
@@ -120,10 +120,7 @@ class TcpConnection:
         q = max(params.receive_window_bytes // (2 * self.mss), 2)
         self._quick_max = min(q, params.quickacks)
         self._gro = params.gro_segments  # 0: an ACK per ACK_STEP segments
-        #: In-order segments delivered at this instant, not yet acked (GRO's batch,
-        #: flushed once the exchange's deliveries are done): the first and how many.
-        self._gro_seq = 0
-        self._gro_k = 0
+        self._gro_seq = self._gro_k = 0  # GRO's batch at this instant: first, how many
         self._lrcv = -1  # when in-order data last arrived (icsk_ack.lrcvtime)
         self._delack_deadline = -1
         self._delack_event: Event | None = None
@@ -259,7 +256,7 @@ class TcpConnection:
                 continue
             if self.in_flight() >= self.cwnd:
                 break
-            if self._in_host(seq):
+            if in_host(self, seq):
                 break  # still in the station's queues: Linux does not resend it
             self.flags[i] = f | RETRANS | EVER_RETX
             self.retrans_out += 1
@@ -275,18 +272,6 @@ class TcpConnection:
         self.retx_hint = seq
         return sent
 
-    def _in_host(self, seq: int) -> bool:
-        """Whether a copy of segment ``seq`` waits in the kernel queue or the NIC ring."""
-        for first, count, _ in self._queue:
-            if first <= seq < first + count:
-                return True
-        for p in self.flow.src.rings[self.flow.ac]:
-            if p.flow is self.flow:
-                lo = p.seq_base + p.pid
-                if lo <= seq < lo + p.count:
-                    return True
-        return False
-
     # -- the station's driver --------------------------------------------------------------
     def head_run(self, k: int) -> tuple[int, int]:
         """(count, bytes each) of the next run the driver may take, at most ``k``."""
@@ -295,18 +280,7 @@ class TcpConnection:
 
     def dequeued(self, pkt: Packet) -> None:
         """The driver took ``pkt`` (a run of ``head_run``) from the kernel queue."""
-        head = self._queue[0]
-        pkt.seq_base = head[0] - pkt.pid
-        head[0] += pkt.count
-        head[1] -= pkt.count
-        if head[1] == 0:
-            self._queue.popleft()
-        mac = self._mac
-        end = pkt.pid + pkt.count
-        if mac and mac[-1][1] == pkt.pid:
-            mac[-1][1] = end
-        else:
-            mac.append([pkt.pid, end])
+        tcp_dequeued(self, pkt)
 
     # -- the receiver ----------------------------------------------------------------------
     def on_data(self, p: Packet, pid: int, k: int, now: int) -> None:
@@ -382,7 +356,7 @@ class TcpConnection:
             if self._gro:
                 if not self._gro_k:  # flushed after the exchange's other runs (its poll)
                     self._gro_seq = seq
-                    self.loop.call_at(now, PRIO_MEDIUM, self._gro_flush)
+                    self.loop.call_at(now, PRIO_MEDIUM, self._gro_acks)
                 self._gro_k += k
                 return
             total = self._pending + k
@@ -393,8 +367,7 @@ class TcpConnection:
             if self._pending:
                 self._arm_delack(now)
             return
-        if self._gro_k:  # what the batch holds is acked before this segment's ack
-            self._gro_flush()
+        self._gro_acks()  # what GRO's batch holds is acked before this segment's ack
         for s in range(seq, seq + k):
             if s < self.rcv_nxt or s in ooo:
                 self.duplicate_segments += 1
@@ -425,18 +398,15 @@ class TcpConnection:
                 else:
                     self._arm_delack(now)
 
-    def _gro_flush(self) -> None:
-        k = self._gro_k
-        if k:
-            self._gro_k = 0
-            self._gro_acks(self._gro_seq, k, self.loop.now_ns)
-
-    def _gro_acks(self, seq: int, k: int, now: int) -> None:
-        """In-order segments ``seq .. seq + k - 1``, delivered together, reach TCP as
-        super-segments of up to ``_gro`` (GRO): each one of more than one segment, or one
-        with a segment pending, is acked at once (``__tcp_ack_snd_check``: more than one
-        MSS received); a lone segment waits for the next or for the delayed-ACK timer."""
-        g = self._gro
+    def _gro_acks(self) -> None:
+        """GRO's batch (the in-order segments delivered together) reaches TCP as super-
+        segments of up to ``_gro``: each of more than one segment, or one with a segment
+        pending, is acked at once (``__tcp_ack_snd_check``: more than one MSS received); a
+        lone segment waits for the next or for the delayed-ACK timer."""
+        seq, k, g, now = self._gro_seq, self._gro_k, self._gro, self.loop.now_ns
+        if not k:
+            return
+        self._gro_k = 0
         full, rest = divmod(k, g)
         if full == 0 and rest + self._pending < 2:
             self._pending += rest
@@ -586,16 +556,6 @@ class TcpConnection:
             self._arm_rto(now + rto_now(self))
         else:
             self._rto_deadline = -1
-
-    def mark_lost(self, seq: int) -> None:
-        i = seq - self.base
-        f = self.flags[i]
-        if f & RETRANS:
-            self.retrans_out -= 1
-        self.flags[i] = (f | LOST) & ~RETRANS
-        if not f & LOST:
-            self.lost_out += 1
-        self.retx_hint = min(self.retx_hint, seq)
 
     # -- RTO -------------------------------------------------------------------------------
     def _arm_rto(self, deadline: int) -> None:
