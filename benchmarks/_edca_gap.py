@@ -351,8 +351,6 @@ def emu_main(args: argparse.Namespace) -> dict[str, Any]:
             net.create(sysctls=tb.WIFI_SYSCTLS + ["net.ipv4.tcp_sack=0"] * args.no_sack)
             if args.cc:
                 tb.route_congestion_control(net, args.cc, quickack=args.quickack)
-            elif args.quickack:
-                raise SystemExit("--quickack needs --cc (both are set on the routes)")
             t_start = time.monotonic()
             qdisc = {
                 h: subprocess.run(
@@ -510,6 +508,8 @@ def main() -> int:
         p.add_argument("--window", type=float, default=10.0)
         p.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
+    if args.side == "emu" and args.quickack and not args.cc:
+        ap.error("--quickack needs --cc (both are options of the routes)")
     out = sim_main(args) if args.side == "sim" else emu_main(args)
     if args.json is not None:
         args.json.write_text(json.dumps(out, indent=1, default=str))

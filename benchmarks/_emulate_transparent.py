@@ -79,6 +79,8 @@ def describe(measured: list[dict[str, Any]], ring: str) -> list[dict[str, Any]]:
     for app, mode in dict.fromkeys((r["app"], r["mode"]) for r in measured):
         mine = [r for r in measured if (r["app"], r["mode"]) == (app, mode)]
         per_rep = [tb.pooled([r]) for r in mine]
+        late = [r["emulator"]["frames_late"] for r in mine
+                if r.get("emulator", {}).get("frames_late") is not None]  # fmt: skip
         ratios = []
         for r in mine:
             plain = tb._plain(measured, r, "bulk_mbps", r["repetition"])
@@ -96,9 +98,7 @@ def describe(measured: list[dict[str, Any]], ring: str) -> list[dict[str, Any]]:
             "reaction_ms": {"p50": _pct([x for r in mine for x in r.get("reaction_ms", [])], 50),
                             "p99": _pct([x for r in mine for x in r.get("reaction_ms", [])], 99)},
             "intact": all(r["intact"] for r in mine),
-            "emulator_frames_late_ci": _ci(late) if (late := [
-                r["emulator"]["frames_late"] for r in mine
-                if r.get("emulator", {}).get("frames_late") is not None]) else None,
+            "emulator_frames_late_ci": _ci(late) if late else None,
             "load": [r["load"] for r in mine],
             "repetitions": len(mine),
         })  # fmt: skip

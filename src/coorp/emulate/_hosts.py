@@ -55,7 +55,7 @@ def cpu_split(allowed: Collection[int]) -> tuple[int, str] | None:
     ``allowed``: the emulator takes the highest, the stations' receive processing the
     rest; None with fewer than two (nothing to split)."""
     cpus = sorted(set(allowed))
-    if len(cpus) < 2 or cpus[0] < 0:
+    if len(cpus) < 2:
         return None
     mask = sum(1 << c for c in cpus[:-1])
     return cpus[-1], f"{mask:x}"
