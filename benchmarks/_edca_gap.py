@@ -103,7 +103,7 @@ def sim_seed(seed: int, overrides: list[str], warmup_s: float, window_s: float) 
 
     sim.loop.call_at(a, PRIO_CONTROL, count)
     sim.loop.call_at(b, PRIO_CONTROL, count)
-    ret0 = [c.stats()["retransmits"] for c in conns]
+    ret0 = [c.retransmits for c in conns]
     drops0 = [r.kernel_drops for r in [ap, *robots]]
     res = _run_window(sim, conns, a, b)
     res.update(
@@ -126,7 +126,7 @@ def sim_seed(seed: int, overrides: list[str], warmup_s: float, window_s: float) 
         "robot_ring": float(x[:, 4::4].mean()),
         "cwnd": float(x[:, 5::4].mean()),
         "in_flight": float(x[:, 6::4].mean()),
-        "retransmits": sum(c.stats()["retransmits"] for c in conns) - sum(ret0),
+        "retransmits": sum(c.retransmits for c in conns) - sum(ret0),
         "kernel_drops_ap": ap.kernel_drops - drops0[0],
         "kernel_drops_robots": sum(r.kernel_drops for r in robots) - sum(drops0[1:]),
     }
@@ -347,8 +347,12 @@ def emu_main(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="coorp-gap-") as tmp:
         targs.emu_trace = args.trace or Path(tmp) / "trace"
         with tb.network(targs, "wifi") as net:
-            # --no-sack: Linux's NewReno recovery, the simulator's (it models no SACK)
-            net.create(sysctls=tb.WIFI_SYSCTLS + ["net.ipv4.tcp_sack=0"] * args.no_sack)
+            # --no-sack: Linux's NewReno recovery, the simulator's without [tcp] sack;
+            # --no-rack: SACK's scoreboard alone decides losses, as the simulator's with it
+            extra = ["net.ipv4.tcp_sack=0"] * args.no_sack + [
+                "net.ipv4.tcp_recovery=0"
+            ] * args.no_rack
+            net.create(sysctls=tb.WIFI_SYSCTLS + extra)
             if args.cc:
                 tb.route_congestion_control(net, args.cc, quickack=args.quickack)
             t_start = time.monotonic()
@@ -445,7 +449,7 @@ def emu_main(args: argparse.Namespace) -> dict[str, Any]:
     print(
         f"emulator, shared rings, {args.app} none, --emu-queue-packets "
         f"{args.emu_queue_packets}, {args.cc or 'host default'} TCP"
-        f"{', quickack' * args.quickack}{', no SACK' * args.no_sack}"
+        f"{', quickack' * args.quickack}{', no SACK' * args.no_sack}{', no RACK' * args.no_rack}"
         f"{', CPUs not split' * (not args.split_cpus)}; {args.repetitions} "
         f"repetitions, load {load0:.1f} -> {_load():.1f}"
     )
@@ -500,7 +504,13 @@ def main() -> int:
         "--no-sack",
         action="store_true",
         help="the namespaces' TCP without SACK (so without RACK): loss recovery as the "
-        "simulator's, which models no SACK",
+        "simulator's without [tcp] sack (NewReno)",
+    )
+    e.add_argument(
+        "--no-rack",
+        action="store_true",
+        help="the namespaces' TCP with SACK but without RACK (net.ipv4.tcp_recovery=0): "
+        "losses from the SACK scoreboard alone, as the simulator's with --set tcp.sack=true",
     )
     e.add_argument("--trace", type=Path, default=None, help="keep the emulator's traces here")
     for p in (s, e):

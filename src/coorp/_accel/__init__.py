@@ -52,7 +52,8 @@ __all__ = [
 #: ``_mypyc_build.MODULES``. ``coorp.policies`` needs the other two compiled as well.
 MODULES: dict[str, tuple[str, ...]] = {
     "coorp.sim": (
-        "events", "timing", "links", "packets", "station", "congestion", "tcp", "mac", "engine",
+        "events", "timing", "links", "packets", "station", "congestion", "sack", "tcp", "mac",
+        "engine",
     ),
     "coorp.control": (
         "_interval", "_ctt", "_residuals", "_linefit", "_timemodel", "_windows", "_gate_types",

@@ -32,7 +32,8 @@ from pathlib import Path
 #: The compiled modules per package; keep in step with ``coorp._accel.MODULES``.
 MODULES: dict[str, tuple[str, ...]] = {
     "coorp.sim": (
-        "events", "timing", "links", "packets", "station", "congestion", "tcp", "mac", "engine",
+        "events", "timing", "links", "packets", "station", "congestion", "sack", "tcp", "mac",
+        "engine",
     ),
     "coorp.control": (
         "_interval", "_ctt", "_residuals", "_linefit", "_timemodel", "_windows", "_gate_types",

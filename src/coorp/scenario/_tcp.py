@@ -72,6 +72,14 @@ class TcpConfig(_Model):
         "super-segment once; 0 (the default, the model's behaviour before this field): "
         "an ACK per two segments (RFC 5681)",
     )
+    sack: bool = Field(
+        False,
+        description="selective acknowledgments (RFC 2018): the receiver reports the "
+        "out-of-order blocks, the sender marks lost each segment with three SACKed above "
+        "it and resends them all in one recovery (Linux with tcp_sack = 1, tcp_recovery = 0: "
+        "no RACK; RFC 6675, ns-3's default); false (the default, the model's behaviour "
+        "before this field): NewReno, one hole per round trip",
+    )
     initial_rto_us: float = Field(
         1_000_000.0, gt=0, le=60_000_000, description="RTO before any RTT sample (RFC 6298: 1 s)"
     )

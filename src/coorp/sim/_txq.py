@@ -186,7 +186,8 @@ def kernel_segments(flow: FlowState, n: int) -> int:
 
 def tcp_dequeued(conn: TcpConnection, pkt: Packet) -> None:
     """The driver took ``pkt`` (a run of ``conn.head_run``) from ``conn``'s kernel queue:
-    its sequence numbers, and the receiver's MAC expects its pids (``conn._mac``)."""
+    its sequence numbers, the receiver's MAC expects its pids (``conn._mac``), and a
+    bounded or FIFO queue counts them out."""
     head = conn._queue[0]
     pkt.seq_base = head[0] - pkt.pid
     head[0] += pkt.count
@@ -199,6 +200,9 @@ def tcp_dequeued(conn: TcpConnection, pkt: Packet) -> None:
         mac[-1][1] = end
     else:
         mac.append([pkt.pid, end])
+    st = pkt.src
+    if st.kernel_limit or st.fifo:
+        kernel_out(st, pkt)
 
 
 def in_host(conn: TcpConnection, seq: int) -> bool:

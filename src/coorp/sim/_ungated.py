@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from coorp.sim._txq import tcp_dequeued
 from coorp.sim.packets import Packet
 
 if TYPE_CHECKING:
@@ -136,5 +137,5 @@ def _next_free_run(st: Station, room: int) -> Packet:
     transfer.flow.sent_packets += k
     pkt = Packet(st._alloc_pids(k), transfer.flow, size, transfer=transfer, count=k)
     if tcp is not None:
-        tcp.dequeued(pkt)
+        tcp_dequeued(tcp, pkt)
     return pkt

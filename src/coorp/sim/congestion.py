@@ -22,7 +22,8 @@ with nothing in flight. Integer arithmetic throughout, in Linux's units (jiffies
   with a table and one Newton step: off by at most one unit of 1/1024 s).
 
 Reductions (module functions on the connection, Linux's ``tcp_input.c``): the third
-duplicate ACK starts fast recovery (``tcp_enter_recovery``; no SACK: NewReno, RFC 6582),
+duplicate ACK starts fast recovery (``tcp_enter_recovery``; NewReno, RFC 6582, or with
+``[tcp] sack`` the scoreboard of ``coorp.sim.sack``),
 during which proportional rate reduction sets the window (``tcp_cwnd_reduction``, RFC
 6937); an RTO marks every outstanding segment lost with a window of one segment
 (``tcp_enter_loss``); an ACK showing the reduction was spurious restores the window
@@ -55,6 +56,7 @@ DUPACK_THRESHOLD: Final = 3
 LOST: Final = 1  # marked lost, not yet acknowledged
 RETRANS: Final = 2  # a retransmission of it is outstanding
 EVER_RETX: Final = 4  # sent more than once (Karn: no RTT sample)
+SACKED: Final = 8  # selectively acknowledged (``coorp.sim.sack``)
 
 #: Linux's jiffies: ``CONFIG_HZ = 1000``.
 HZ: Final = 1000
@@ -86,6 +88,7 @@ class TcpParams:
         self, *, initial_window: int, receive_window_bytes: int, delayed_ack_ns: int,
         initial_rto_ns: int, min_rto_ns: int, max_rto_ns: int, granularity_ns: int,
         slow_start_after_idle: bool, quickacks: int = 0, gro_segments: int = 0,
+        sack: bool = False,
     ) -> None:  # fmt: skip
         self.initial_window = initial_window
         self.receive_window_bytes = receive_window_bytes
@@ -97,6 +100,7 @@ class TcpParams:
         self.slow_start_after_idle = slow_start_after_idle
         self.quickacks = quickacks
         self.gro_segments = gro_segments
+        self.sack = sack
 
 
 def slow_start(c: TcpConnection, acked: int) -> int:
@@ -407,19 +411,24 @@ def on_dupack(c: TcpConnection) -> None:
     if state == OPEN:
         c.ca_state = state = DISORDER
     if state == DISORDER and c.sacked_out >= DUPACK_THRESHOLD:
-        c.fast_recoveries += 1
-        c.prior_ssthresh = current_ssthresh(c)
-        c.prior_cwnd = c.cwnd
-        c.high_seq = c.snd_nxt
-        c.cwnd_cnt = 0
-        c.prr_delivered = 0
-        c.prr_out = 0
-        c.ssthresh = c.cc.ssthresh(c)
-        c.ca_state = RECOVERY
+        enter_recovery(c)
         mark_lost(c, c.snd_una)
         prr(c, 1, 1, False)
     elif state == RECOVERY:
         prr(c, 1, 0, False)
+
+
+def enter_recovery(c: TcpConnection) -> None:
+    """``tcp_enter_recovery``: the window's reduction starts (PRR from here)."""
+    c.fast_recoveries += 1
+    c.prior_ssthresh = current_ssthresh(c)
+    c.prior_cwnd = c.cwnd
+    c.high_seq = c.snd_nxt
+    c.cwnd_cnt = 0
+    c.prr_delivered = 0
+    c.prr_out = 0
+    c.ssthresh = c.cc.ssthresh(c)
+    c.ca_state = RECOVERY
 
 
 def prr(c: TcpConnection, delivered: int, newly_lost: int, una_advanced: bool) -> None:
@@ -442,8 +451,11 @@ def prr(c: TcpConnection, delivered: int, newly_lost: int, una_advanced: bool) -
 
 
 def to_open(c: TcpConnection) -> None:
-    """Back to the Open state: no segment marked lost or retransmitted."""
+    """Back to the Open state: no segment marked lost or retransmitted (with SACK the
+    scoreboard stays, as Linux's ``tcp_try_undo_recovery`` leaves it)."""
     c.ca_state = OPEN
+    if c.sack:
+        return
     c.sacked_out = 0
     flags = c.flags
     for i in range(c.snd_una - c.base, c.snd_nxt - c.base):
@@ -459,6 +471,12 @@ def undo(c: TcpConnection) -> None:
         c.cwnd = c.cc.undo_cwnd(c)
         if c.prior_ssthresh > c.ssthresh:
             c.ssthresh = c.prior_ssthresh
+    if c.sack:  # the loss marks go (unmark_loss), the SACKed segments stay
+        flags = c.flags
+        for i in range(c.snd_una - c.base, c.snd_nxt - c.base):
+            flags[i] &= ~LOST
+        c.lost_out = 0
+        c.lost_hint, c.lost_cnt = c.snd_una, 0
     to_open(c)
 
 
@@ -475,7 +493,8 @@ def mark_lost(c: TcpConnection, seq: int) -> None:
 
 
 def enter_loss(c: TcpConnection, now: int) -> None:
-    """``tcp_enter_loss``: an RTO; every outstanding segment lost, a window of one."""
+    """``tcp_enter_loss``: an RTO; every outstanding segment lost (but a SACKed one), a
+    window of one."""
     state = c.ca_state
     if state <= DISORDER or c.high_seq <= c.snd_una or (state == LOSS and c.rto_count == 0):
         c.prior_ssthresh = current_ssthresh(c)
@@ -484,10 +503,12 @@ def enter_loss(c: TcpConnection, now: int) -> None:
         c.cc.on_loss(c, now)
     flags = c.flags
     for i in range(c.snd_una - c.base, c.snd_nxt - c.base):
-        flags[i] = (flags[i] | LOST) & ~RETRANS
-    c.lost_out = c.snd_nxt - c.snd_una
+        if not flags[i] & SACKED:
+            flags[i] = (flags[i] | LOST) & ~RETRANS
+    c.sacked_out = c.sacked_out if c.sack else 0
+    c.lost_out = c.snd_nxt - c.snd_una - c.sacked_out
     c.retrans_out = 0
-    c.sacked_out = 0
+    c.lost_hint, c.lost_cnt = c.snd_una, 0
     c.cwnd = 1
     c.cwnd_cnt = 0
     c.ca_state = LOSS

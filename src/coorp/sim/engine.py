@@ -17,6 +17,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from coorp._accel import mypyc_attr
 from coorp._errors import UsageError
 from coorp.scenario import (
     AccessCategory,
@@ -28,7 +29,6 @@ from coorp.scenario import (
     TcpSender,
     parse_scenario,
 )
-from coorp.sim._compat import mypyc_attr
 from coorp.sim.congestion import CONGESTION_CONTROLS, Cubic, TcpParams
 from coorp.sim.driver import AdmitAll, DriverHooks
 from coorp.sim.events import PRIO_CONTROL, PRIO_TRAFFIC, Event, EventLoop
@@ -130,6 +130,7 @@ class Simulation(Receiver):
                 slow_start_after_idle=tcp.slow_start_after_idle,
                 quickacks=tcp.quickacks,
                 gro_segments=tcp.gro_segments,
+                sack=tcp.sack,
             )
         for f in scenario.flows:
             self._install(f)

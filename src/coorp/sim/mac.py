@@ -45,10 +45,10 @@ import random
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Final, cast
 
+from coorp._accel import mypyc_attr
 from coorp._errors import InvariantError
 from coorp.phy import MAX_PPDU_NS, SIFS_NS, SLOT_NS
 from coorp.scenario import AccessCategory, AmpduGrouping, MacConfig, RetryPolicy
-from coorp.sim._compat import mypyc_attr
 from coorp.sim.driver import RunHooks
 from coorp.sim.events import PRIO_ACCESS, PRIO_CONTROL, PRIO_MEDIUM, EventLoop, SlotOwner
 from coorp.sim.links import LinkTable

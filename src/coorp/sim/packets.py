@@ -156,7 +156,7 @@ class Packet:
 
     __slots__ = (
         "ac", "bulk", "count", "dst", "flow", "hw_depth", "hw_enq_ns", "ip_bytes", "message",
-        "mpdu", "pid", "retries", "sealed", "seq_base", "src", "ticket", "transfer",
+        "mpdu", "pid", "retries", "sack", "sealed", "seq_base", "src", "ticket", "transfer",
     )  # fmt: skip
 
     def __init__(
@@ -194,6 +194,8 @@ class Packet:
         #: TCP segments of the category queued when this LS packet arrived, which must
         #: reach the ring before it; -1 otherwise.
         self.ticket = -1
+        #: An ack's SACK blocks (``coorp.sim.sack``), flat ``(first, end, ...)``.
+        self.sack: tuple[int, ...] = ()
 
     def split(self, k: int) -> Packet:
         """Detach the run's last ``count - k`` packets as a new run; keep the first ``k``."""

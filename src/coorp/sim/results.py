@@ -7,10 +7,11 @@ gives the columnar per-message / per-flow / per-station tables written as Parque
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import numpy as np
 
+from coorp.sim.congestion import rto_now
 from coorp.sim.packets import message_columns
 from coorp.stats import grouped_percentiles
 from coorp.units import NS_PER_MS
@@ -273,8 +274,20 @@ def _channel_summary(ch: ChannelStats, duration_ns: int) -> dict[str, Any]:
     }
 
 
+#: A TCP connection's counters ``SimResult.tcp`` reports, besides the congestion control,
+#: SRTT and RTO.
+_TCP_COUNTERS: Final = (
+    "segments_sent", "retransmits", "fast_recoveries", "timeouts", "spurious_timeouts",
+    "idle_restarts", "duplicate_segments", "dupacks_received", "delayed_acks", "cwnd",
+    "max_cwnd", "ssthresh",
+)  # fmt: skip
+
+
 def _tcp_stats(conn: Any) -> dict[str, Any]:
-    out: dict[str, Any] = dict(conn.stats())
+    out: dict[str, Any] = {"congestion_control": conn.cc.name}
+    out.update((name, getattr(conn, name)) for name in _TCP_COUNTERS)
+    out["srtt_us"] = conn.srtt_ns // 1000
+    out["rto_us"] = rto_now(conn) // 1000
     if conn.trace is not None:
         out["cwnd_trace"] = list(conn.trace)
     return out

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from coorp._errors import InvariantError
 from coorp.scenario import AccessCategory, HwQueueMode
-from coorp.sim._txq import fifo_refill, fifo_room, hold_acks, kernel_admit, kernel_out, ls_burst
+from coorp.sim._txq import fifo_refill, fifo_room, hold_acks, kernel_admit, ls_burst, tcp_dequeued
 from coorp.sim._ungated import refill_mixed, ungated_in
 from coorp.sim.driver import FOREVER, AckGateHooks, AdmitAll, DriverHooks, RunHooks
 from coorp.sim.events import PRIO_CONTROL, Event, EventLoop
@@ -504,9 +504,7 @@ class Station:
         self._bulk_ac = transfer.flow.ac
         pkt = Packet(self._alloc_pids(k), transfer.flow, size, transfer=transfer, count=k)
         if tcp is not None:
-            tcp.dequeued(pkt)
-            if self.kernel_limit or self.fifo:
-                kernel_out(self, pkt)
+            tcp_dequeued(tcp, pkt)  # the segments it carries, out of the kernel queue
         return pkt
 
     def next_bulk_packet(self) -> Packet | None:

@@ -14,13 +14,14 @@ from collections.abc import Callable
 from typing import Final
 
 from coorp._errors import UsageError
-from coorp.sim._txq import in_host, kernel_segments, tcp_dequeued
+from coorp.sim._txq import in_host, kernel_segments
 from coorp.sim.congestion import (
     EVER_RETX,
     LOST,
     OPEN,
     RECOVERY,
     RETRANS,
+    SACKED,
     CongestionControl,
     TcpParams,
     cwnd_restart,
@@ -33,6 +34,7 @@ from coorp.sim.congestion import (
 )  # fmt: skip
 from coorp.sim.events import PRIO_MEDIUM, PRIO_TRAFFIC, Event, EventLoop
 from coorp.sim.packets import TCP_ACK_BYTES, FlowState, Packet
+from coorp.sim.sack import ack_blocks, on_sack_ack, received_ahead, sack_ack_bytes, tag
 from coorp.sim.station import BulkTransfer
 
 __all__ = ["ACK_STEP", "TCP_IP_HEADER_BYTES", "TcpConnection"]
@@ -43,12 +45,6 @@ TCP_IP_HEADER_BYTES: Final = 52
 ACK_STEP: Final = 2
 #: A window that has not been reduced yet (Linux's TCP_INFINITE_SSTHRESH).
 INFINITE_SSTHRESH: Final = 0x7FFFFFFF
-#: What ``stats()`` reports besides the congestion control, SRTT and RTO.
-_COUNTERS: Final = (
-    "segments_sent", "retransmits", "fast_recoveries", "timeouts", "spurious_timeouts",
-    "idle_restarts", "duplicate_segments", "dupacks_received", "delayed_acks", "cwnd",
-    "max_cwnd", "ssthresh",
-)  # fmt: skip
 
 
 class TcpConnection:
@@ -85,7 +81,11 @@ class TcpConnection:
         self.prior_cwnd = self.prior_ssthresh = 0
         self.ca_state = OPEN
         self.high_seq = 0
-        self.sacked_out = 0  # duplicate ACKs standing for segments received (no SACK)
+        self.sacked_out = 0  # SACKed segments, or duplicate ACKs standing for them (no SACK)
+        self.sack = params.sack  # the scoreboard's state: coorp.sim.sack
+        self.sack_blocks: list[list[int]] = []
+        self.sack_seen: tuple[int, ...] = ()
+        self.newly_sacked = self.lost_hint = self.lost_cnt = self.high_sacked = 0
         self.lost_out = self.retrans_out = 0
         self.prr_delivered = self.prr_out = 0
         self.retx_hint = 0
@@ -247,7 +247,8 @@ class TcpConnection:
         """Resend lost segments in order while the window allows (Recovery: the head)."""
         sent = 0
         seq = max(self.retx_hint, self.snd_una)
-        end = self.snd_una + 1 if self.ca_state == RECOVERY else self.high_seq
+        newreno = self.ca_state == RECOVERY and not self.sack  # the head only
+        end = self.snd_una + 1 if newreno else self.snd_nxt if self.sack else self.high_seq
         while seq < min(end, self.snd_nxt):
             i = seq - self.base
             f = self.flags[i]
@@ -277,10 +278,6 @@ class TcpConnection:
         """(count, bytes each) of the next run the driver may take, at most ``k``."""
         head = self._queue[0]
         return (head[1] if head[1] < k else k), head[2]
-
-    def dequeued(self, pkt: Packet) -> None:
-        """The driver took ``pkt`` (a run of ``head_run``) from the kernel queue."""
-        tcp_dequeued(self, pkt)
 
     # -- the receiver ----------------------------------------------------------------------
     def on_data(self, p: Packet, pid: int, k: int, now: int) -> None:
@@ -379,6 +376,7 @@ class TcpConnection:
             flow.delivered_bytes += size
             if s > self.rcv_nxt:
                 ooo.add(s)
+                received_ahead(self, s, ooo)
                 self._ack_now()  # a duplicate ACK
                 continue
             end = s + 1
@@ -465,8 +463,10 @@ class TcpConnection:
         pid = self._alloc_pids(m)
         self.ack_flow.sent_packets += m
         if step == ACK_STEP:
-            ack = Packet(pid, self.ack_flow, TCP_ACK_BYTES, count=m)
+            blocks = ack_blocks(self) if self.sack_blocks else ()
+            ack = Packet(pid, self.ack_flow, sack_ack_bytes(TCP_ACK_BYTES, blocks), count=m)
             ack.seq_base = first_ack - ACK_STEP * pid
+            ack.sack = blocks
             self.ack_flow.src.send_ls([ack])
             return
         acks: list[Packet] = []
@@ -505,6 +505,8 @@ class TcpConnection:
         ack_flow = self.ack_flow
         ack_flow.delivered_packets += k
         ack_flow.delivered_bytes += k * p.ip_bytes
+        if p.sack:
+            tag(self, p.sack)
         for q in range(pid, pid + k):
             self._ack(p.seq_base + ACK_STEP * q, now)
         self._push(now)
@@ -516,11 +518,11 @@ class TcpConnection:
             return  # an old ACK, overtaken
         if ackno == una:
             if self.snd_nxt > una:
-                on_dupack(self)
+                on_sack_ack(self, 0, 0, False, now) if self.sack else on_dupack(self)
             return
         acked = ackno - una
-        first_t = -1
-        last_t = -1
+        first_t = last_t = -1
+        sacked = 0
         head_retx = False
         base = self.base
         flags = self.flags
@@ -532,8 +534,10 @@ class TcpConnection:
                     self.lost_out -= 1
                 if f & RETRANS:
                     self.retrans_out -= 1
-                if f & EVER_RETX:
-                    if i == una - base:
+                if f & SACKED:
+                    sacked += 1  # its ack gave no sample (Linux: its SACK's would)
+                if f & (EVER_RETX | SACKED):
+                    if f & EVER_RETX and i == una - base:
                         head_retx = True
                     continue
             if first_t < 0:
@@ -549,7 +553,10 @@ class TcpConnection:
             rtt_sample(self, now - first_t)
         if last_t >= 0:
             self.cc.pkts_acked(self, (now - last_t) // 1000, now)
-        on_new_ack(self, acked, head_retx, now)
+        if self.sack:
+            on_sack_ack(self, acked, sacked, head_retx, now)
+        else:
+            on_new_ack(self, acked, head_retx, now)
         if self.cwnd > self.max_cwnd:
             self.max_cwnd = self.cwnd
         if self.snd_nxt > self.snd_una:
@@ -590,11 +597,3 @@ class TcpConnection:
         tr = self.trace
         if tr is not None and (not tr or tr[-1][1] != self.cwnd or tr[-1][2] != self.ssthresh):
             tr.append((now, self.cwnd, self.ssthresh))
-
-    def stats(self) -> dict[str, int | str]:
-        """Counters of the connection (``SimResult.tcp``)."""
-        out: dict[str, int | str] = {"congestion_control": self.cc.name}
-        out.update((name, getattr(self, name)) for name in _COUNTERS)
-        out["srtt_us"] = self.srtt_ns // 1000
-        out["rto_us"] = rto_now(self) // 1000
-        return out

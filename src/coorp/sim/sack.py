@@ -1,0 +1,209 @@
+"""Selective acknowledgments for the simulated TCP connections (``[tcp] sack = true``).
+
+Off by default (the senders then recover as Linux's reno emulation does: NewReno, one
+hole per round trip). On, both ends do what Linux does with ``net.ipv4.tcp_sack = 1`` and
+``net.ipv4.tcp_recovery = 0`` (RACK off: loss is inferred from the SACK scoreboard, as
+RFC 6675 and ns-3's ``TcpTxBuffer`` do):
+
+* **The receiver** (RFC 2018, ``tcp_sack_new_ofo_skb``) keeps up to four blocks of
+  out-of-order segments, the one the latest segment joined first, and every ack it sends
+  while a hole is open carries the first three (what fits beside the timestamps option:
+  4 + 8 bytes per block on the ack). No D-SACK.
+* **The sender** (``tcp_sacktag_write_queue``) marks each segment a block covers SACKED
+  (it no longer counts as in flight, nor as lost or retransmitted); blocks the previous
+  ack carried are skipped, as Linux's ``recv_sack_cache`` does.
+* **Recovery** (``tcp_fastretrans_alert``): three SACKed segments (``tcp_reordering``)
+  start it; each duplicate ack then marks lost every segment with at least three SACKed
+  segments above it (``tcp_update_scoreboard`` → ``tcp_mark_head_lost``, walked from a
+  hint so an ack costs only what moved), every lost segment is sent again in order while
+  PRR's window allows, and recovery ends when ``high_seq`` is acknowledged. An RTO keeps
+  the SACKed segments (``tcp_timeout_mark_lost``). Not modelled: RACK and TLP, D-SACK
+  undo, RTT samples from SACKed segments, reneging.
+
+Functions on :class:`~coorp.sim.tcp.TcpConnection`'s state, like ``congestion``'s (the
+same import circle, for mypyc's native access).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from coorp.sim.congestion import (
+    DISORDER,
+    DUPACK_THRESHOLD,
+    LOSS,
+    LOST,
+    OPEN,
+    RECOVERY,
+    RETRANS,
+    SACKED,
+    enter_recovery,
+    mark_lost,
+    prr,
+    to_open,
+    undo,
+)  # fmt: skip
+
+if TYPE_CHECKING:
+    from coorp.sim.tcp import TcpConnection
+
+__all__ = ["MAX_BLOCKS", "ack_blocks", "on_sack_ack", "received_ahead", "sack_ack_bytes", "tag"]
+
+#: Blocks an ack carries beside the timestamps option (Linux: 3), and the receiver keeps
+#: (``TCP_NUM_SACKS``: 4).
+MAX_BLOCKS: Final = 3
+_KEPT_BLOCKS: Final = 4
+
+
+# -- the receiver -----------------------------------------------------------------------------
+def received_ahead(c: TcpConnection, s: int, ooo: set[int]) -> None:
+    """Segment ``s``, beyond a hole, joined ``ooo``: the block it joins goes first."""
+    if not c.sack:
+        return
+    blocks = c.sack_blocks
+    hit: list[int] | None = None
+    for b in blocks:
+        if b[1] == s:
+            b[1] = s + 1
+            hit = b
+            break
+        if b[0] == s + 1:
+            b[0] = s
+            hit = b
+            break
+    if hit is None:
+        hit = [s, s + 1]
+    while hit[0] - 1 in ooo:
+        hit[0] -= 1
+    while hit[1] in ooo:
+        hit[1] += 1
+    lo, hi = hit[0], hit[1]
+    kept = [hit]
+    for b in blocks:  # the others, oldest last, without those the block now covers
+        if b is not hit and (b[1] < lo or b[0] > hi) and len(kept) < _KEPT_BLOCKS:
+            kept.append(b)
+    c.sack_blocks = kept
+
+
+def ack_blocks(c: TcpConnection) -> tuple[int, ...]:
+    """The blocks the next ack carries, flat ``(first, end, ...)``: those above ``rcv_nxt``."""
+    rcv = c.rcv_nxt
+    blocks = [b for b in c.sack_blocks if b[1] > rcv]
+    c.sack_blocks = blocks
+    out: list[int] = []
+    for b in blocks[:MAX_BLOCKS]:
+        out.append(b[0])
+        out.append(b[1])
+    return tuple(out)
+
+
+def sack_ack_bytes(base: int, blocks: tuple[int, ...]) -> int:
+    """An ack's IP bytes with its SACK option (kind, length and two NOPs, 8 per block)."""
+    return base + 4 + 4 * len(blocks) if blocks else base
+
+
+# -- the sender -------------------------------------------------------------------------------
+def tag(c: TcpConnection, blocks: tuple[int, ...]) -> None:
+    """An ack's blocks reached the sender: mark what they newly cover SACKED."""
+    una, nxt, base, flags = c.snd_una, c.snd_nxt, c.base, c.flags
+    seen = c.sack_seen
+    newly = 0
+    for j in range(0, len(blocks), 2):
+        seq = max(blocks[j], una)
+        hi = min(blocks[j + 1], nxt)
+        while seq < hi:
+            skip = seq
+            for k in range(0, len(seen), 2):  # already tagged from the previous ack
+                if seen[k] <= seq < seen[k + 1]:
+                    skip = seen[k + 1]
+            if skip > seq:
+                seq = skip
+                continue
+            i = seq - base
+            f = flags[i]
+            if not f & SACKED:
+                if f & LOST:
+                    c.lost_out -= 1
+                if f & RETRANS:
+                    c.retrans_out -= 1
+                flags[i] = (f | SACKED) & ~(LOST | RETRANS)
+                newly += 1
+                if seq < c.lost_hint:
+                    c.lost_cnt += 1
+                if seq >= c.high_sacked:
+                    c.high_sacked = seq + 1
+            seq += 1
+    c.sack_seen = blocks
+    c.sacked_out += newly
+    c.newly_sacked += newly
+
+
+def _mark_head_lost(c: TcpConnection, packets: int) -> int:
+    """``tcp_mark_head_lost``: mark lost each segment below the point where more than
+    ``packets`` SACKed segments lie under it; how many were newly marked."""
+    base, flags, nxt = c.base, c.flags, c.snd_nxt
+    seq = c.lost_hint
+    cnt = c.lost_cnt
+    marked = 0
+    while seq < nxt:
+        f = flags[seq - base]
+        if f & SACKED:
+            if cnt + 1 > packets:
+                break
+            cnt += 1
+        elif not f & LOST:
+            mark_lost(c, seq)
+            marked += 1
+        seq += 1
+    c.lost_hint = seq
+    c.lost_cnt = cnt
+    return marked
+
+
+def on_sack_ack(c: TcpConnection, acked: int, sacked_acked: int, head_retx: bool, now: int) -> None:
+    """An ack (``acked`` segments newly acknowledged, ``sacked_acked`` of them SACKed
+    before; 0 for a duplicate ack) after its blocks were tagged: the recovery states, then
+    the window (``tcp_fastretrans_alert``, ``tcp_cong_control``)."""
+    newly = c.newly_sacked
+    c.newly_sacked = 0
+    c.sacked_out -= sacked_acked
+    if c.snd_una >= c.lost_hint:
+        c.lost_hint = c.snd_una
+        c.lost_cnt = 0
+    else:
+        c.lost_cnt -= sacked_acked
+    delivered = acked - sacked_acked + newly
+    if c.ca_state == LOSS:  # the lost segments go out as the window opens
+        if not acked:
+            return
+        if not head_retx:
+            undo(c)  # the original arrived: the timeout was spurious (F-RTO)
+        elif c.snd_una >= c.high_seq:
+            to_open(c)
+        if c.ca_state == LOSS:
+            c.cc.cong_avoid(c, delivered, now)  # slow start from one segment
+            return
+    if c.ca_state == RECOVERY and c.snd_una >= c.high_seq:
+        c.cwnd = c.ssthresh  # tcp_end_cwnd_reduction
+        to_open(c)
+    force = newly > 0 and c.high_sacked > c.snd_una + DUPACK_THRESHOLD
+    do_lost = acked == 0 or force
+    newly_lost = 0
+    if c.ca_state != RECOVERY:
+        if c.lost_out == 0 and c.sacked_out < DUPACK_THRESHOLD:  # tcp_time_to_recover
+            left = c.sacked_out or c.lost_out or c.retrans_out
+            c.ca_state = DISORDER if left else OPEN  # tcp_try_keep_open
+            if acked:
+                c.cc.cong_avoid(c, delivered, now)
+            return
+        enter_recovery(c)
+        do_lost = True
+        if c.sacked_out < DUPACK_THRESHOLD:  # entered on lost_out: the head at least
+            f = c.flags[c.snd_una - c.base]
+            if not f & (SACKED | LOST):
+                mark_lost(c, c.snd_una)
+                newly_lost = 1
+            do_lost = False
+    if do_lost:
+        newly_lost += _mark_head_lost(c, c.sacked_out - DUPACK_THRESHOLD)
+    prr(c, delivered, newly_lost, acked > 0)
