@@ -8,20 +8,21 @@ always has data (ns-3: ``BulkSendApplication``; coorp: a saturating bulk flow), 
 of 1448 payload bytes in 1500-byte IP packets, 52-byte ACKs (timestamps), one ACK per
 two segments after the first, which is acknowledged at once (ns-3's receiver; coorp's
 ``[tcp] quickacks = 1``), a 40 ms delayed-ACK timeout, RTO bounds of 200 ms .. 120 s
-with a 1 ms clock granularity, no SACK, a fixed receive window (``--rwnd``). Congestion
-control: ns-3's ``TcpLinuxReno`` against ``reno``, ``TcpCubic`` against ``cubic``
-(HyStart off on both sides unless ``--hystart on``: docs/validation.md says why); both
-recover with proportional rate reduction. ns-3 runs without a queue disc (its WiFi MAC
-queue holds 500 packets, more than the window: nothing is dropped there), with its
+with a 1 ms clock granularity, no SACK (``--sack on``: SACK on both sides), a fixed
+receive window (``--rwnd``). Congestion control: ns-3's ``TcpLinuxReno`` against
+``reno``, ``TcpCubic`` against ``cubic`` (HyStart off on both sides unless ``--hystart
+on``: docs/validation.md says why); both recover with proportional rate reduction. ns-3
+runs without a queue disc (its WiFi MAC queue holds 500 packets per access category,
+more than the window: nothing is dropped there, unless ``--queue-packets``), with its
 neighbour caches filled (no ARP) and its Block Ack agreements set up by a few UDP
-datagrams each way half a second before (coorp has them from the start). ns-3 sends
-its segments without the timestamps option (1460 payload bytes in the same 1500-byte
+datagrams each way half a second before (coorp has them from the start). ns-3 sends its
+segments without the timestamps option (1460 payload bytes in the same 1500-byte
 packets, 40-byte ACKs against coorp's 52): with it, ns-3 3.44 measures RTTs in whole
-milliseconds (a sub-millisecond RTT becomes 1 µs), which is not what Linux does.
-Both sides open every connection at the applications' start with a SYN and a SYN-ACK
-over the channel (44-byte IP packets), so the handshakes contend with each other and
-with the first connections' data as ns-3's do (``--starts ns3``: coorp's connections
-start instead at the instants ns-3's sent their first segment, without handshakes).
+milliseconds (a sub-millisecond RTT becomes 1 µs), which is not what Linux does. Both
+sides open every connection at the applications' start with a SYN and a SYN-ACK over the
+channel (44-byte IP packets), so the handshakes contend with each other and with the
+first connections' data as ns-3's do (``--starts ns3``: coorp's connections start
+instead at the instants ns-3's sent their first segment, without handshakes).
 
 Two things are compared per case:
 
@@ -43,6 +44,35 @@ Two things are compared per case:
   difference's 95% interval (resampling the seeds, both sides together) and what two
   random halves of ns-3's own seeds differ by ("ns-3 halves"): a difference inside
   that spread is what the seeds alone produce. ``--figure`` plots the mean windows.
+
+**Loss recovery** (``--queue-packets N``, ``--sack on|off``): every node, the AP too
+(where the ACKs wait), holds at most N packets per access category with tail drop, so
+that a window larger than that loses what does not fit and the senders recover (fast
+recovery, or a timeout). ns-3: its WiFi MAC queue's ``WifiMacQueue::MaxSize`` is N
+packets (still no queue disc; the limit is read back from a station's AC_BE queue). The
+queue keeps the MPDUs in flight until they are acknowledged. A full queue stops the
+device's transmit queue, so ns-3's traffic control layer drops the newest packet, the
+one IP hands it then (its ``TcDrop`` trace: all the drops seen here; the MAC queue's own
+``DropBeforeEnqueue`` is counted too, and stays 0). coorp: the NIC ring
+(``hw_queue.capacity_packets``, 128, which holds the MPDUs in flight too) and in front
+of it a FIFO kernel queue of the other N - 128 packets with tail drop
+(``hw_queue.kernel_queue_packets = N - 128``, ``kernel_queue_fifo = true``): N packets
+in all, as in ns-3, with the A-MPDUs built from a 128-packet ring as without the bound
+(so N <= 128 is refused). ``--sack on`` sets ``TcpSocketBase::Sack`` in ns-3 and
+``[tcp] sack = true`` in coorp; ``off`` (the default) leaves ns-3's off and coorp's
+``[tcp] sack`` unset (off). A second table counts over the whole run (warm-up included),
+summed over the connections, the mean per seed of: the stations' drops (ns-3:
+``TcDrop`` + ``DropBeforeEnqueue``; coorp: the kernel queue's), the AP's (ACKs), the
+retransmitted segments (ns-3's ``Retransmission`` trace; coorp's ``retransmits``), the
+fast recoveries (ns-3: entries into CA_RECOVERY; coorp's ``fast_recoveries``) and the
+retransmission timeouts (ns-3: ``ReTxTimeout`` doubling the RTO, which an expiry at its
+60 s cap would not show; coorp's ``timeouts``); and the throughput's mean over the seeds
+± the 95% interval of that mean (Student's t). coorp does not resend a segment that is
+still in the station's queues, as Linux does not; ns-3 does, so its retransmissions can
+count segments that were never lost.
+
+    python benchmarks/tcp_crosscheck.py --cases cubic-4 --rwnd 4194304 \\
+        --queue-packets 200 --sack on --seeds 5 --details results/tcp_loss.json
 
 ``--json PATH`` writes exactly ``{"rows": [{"case", "coorp_mbps", "ns3_mbps"}]}``;
 ``--details PATH`` everything (traces, metrics, the command, the load). Without ns-3 the
@@ -67,7 +97,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from coorp.scenario import AccessCategory, Scenario, parse_scenario
+from coorp import ScenarioError
+from coorp.scenario import AccessCategory, HwQueueConfig, Scenario, parse_scenario
 from coorp.sim import Simulation
 from ns3_crosscheck import INSTALL_HINT, import_ns3, ns3_version, place_and_address
 
@@ -86,6 +117,34 @@ SYN_IP_BYTES = 44
 #: Segments ns-3 3.44's receiver acknowledges at once at a connection's start.
 NS3_QUICKACKS = 1
 DEFAULT_CASES = "reno-1,cubic-1,reno-5,cubic-5,cubic-1-64k,cubic-5-64k"
+#: ns-3 3.44's ``WifiMacQueue::MaxSize`` (packets per access category): what it runs with
+#: without ``--queue-packets``.
+NS3_MAC_QUEUE_DEFAULT = 500
+#: coorp's NIC ring per access category (``hw_queue.capacity_packets``' default): with
+#: ``--queue-packets N`` the kernel queue in front of it holds the other ``N - RING``.
+RING_PACKETS = HwQueueConfig().capacity_packets
+
+
+@dataclass(frozen=True)
+class Loss:
+    """``--sack`` and ``--queue-packets``: SACK on both sides, and the packets a station
+    holds per access category (None: ns-3's 500, coorp's kernel queue unbounded)."""
+
+    sack: bool = False
+    queue_packets: int | None = None
+
+    @property
+    def kernel_packets(self) -> int | None:
+        """coorp's ``hw_queue.kernel_queue_packets``: the bound less the NIC ring."""
+        if self.queue_packets is None:
+            return None
+        if self.queue_packets <= RING_PACKETS:
+            raise ValueError(
+                f"--queue-packets {self.queue_packets}: coorp's stations hold their NIC ring "
+                f"({RING_PACKETS} packets, hw_queue.capacity_packets) and a kernel queue of "
+                f"the rest in front of it; give more than {RING_PACKETS}"
+            )
+        return self.queue_packets - RING_PACKETS
 
 
 @dataclass(frozen=True)
@@ -115,10 +174,27 @@ class Case:
         return cls(name, parts[0], n, rwnd)
 
 
-def coorp_scenario(case: Case, starts_ns: list[int] | None = None) -> Scenario:
+def coorp_scenario(case: Case, starts_ns: list[int] | None = None, loss: Loss = Loss()
+                   ) -> Scenario:  # fmt: skip
     """The case as a coorp scenario. With ``starts_ns`` connection ``i`` starts at
     ``starts_ns[i]``; without, the scenario has no flows and :func:`run_coorp` opens
-    each connection with a handshake."""
+    each connection with a handshake. ``loss``: SACK, and the stations' queue bound (the
+    ring and a FIFO kernel queue of the rest, tail drop)."""
+    tcp: dict[str, Any] = {
+        "sender": case.cc,
+        "receive_window_bytes": case.rwnd_bytes,
+        "delayed_ack_us": 40_000,
+        "min_rto_us": 200_000,
+        # ns-3 3.44's receiver acknowledges the first data segment at once and
+        # then every second one (TcpSocketBase::ProcessSynRcvd sets
+        # m_delAckCount = m_delAckMaxCount), Linux's the first 16.
+        "quickacks": NS3_QUICKACKS,
+    }
+    if loss.sack:  # (off: the default, so that a coorp without the field runs too)
+        tcp["sack"] = True
+    hw_queue: dict[str, Any] = {}
+    if loss.kernel_packets is not None:
+        hw_queue = {"kernel_queue_packets": loss.kernel_packets, "kernel_queue_fifo": True}
     flows = (
         [
             {
@@ -142,16 +218,8 @@ def coorp_scenario(case: Case, starts_ns: list[int] | None = None) -> Scenario:
             "links": {"mode": "fixed", "mcs": 7},
             "stations": [{"name": "ap"}] + [{"name": f"sta{i}"} for i in range(case.n)],
             "flows": flows,
-            "tcp": {
-                "sender": case.cc,
-                "receive_window_bytes": case.rwnd_bytes,
-                "delayed_ack_us": 40_000,
-                "min_rto_us": 200_000,
-                # ns-3 3.44's receiver acknowledges the first data segment at once and
-                # then every second one (TcpSocketBase::ProcessSynRcvd sets
-                # m_delAckCount = m_delAckMaxCount), Linux's the first 16.
-                "quickacks": NS3_QUICKACKS,
-            },
+            "tcp": tcp,
+            **({"hw_queue": hw_queue} if hw_queue else {}),
         }
     )
 
@@ -187,12 +255,13 @@ def _handshakes(sim: Simulation, case: Case, starts: list[int]) -> None:
 
 def run_coorp(
     case: Case, warmup_s: float, duration_s: float, seed: int, starts_ns: list[int] | None,
-    hystart: str = "on",
+    hystart: str = "on", loss: Loss = Loss(),
 ) -> dict[str, Any]:  # fmt: skip
-    """Throughput after the warm-up; each connection's (time, cwnd) from its start. With
-    ``starts_ns`` connection ``i`` starts at ``starts_ns[i]``; without, all open at time
-    0 with a handshake (:func:`_handshakes`)."""
-    sc = coorp_scenario(case, starts_ns)
+    """Throughput after the warm-up; each connection's (time, cwnd) from its start; the
+    losses and the recoveries (:func:`coorp_losses`). With ``starts_ns`` connection
+    ``i`` starts at ``starts_ns[i]``; without, all open at time 0 with a handshake
+    (:func:`_handshakes`)."""
+    sc = coorp_scenario(case, starts_ns, loss)
     sc = sc.model_copy(update={"tcp": sc.tcp.model_copy(update={"hystart": hystart == "on"})})
     sim = Simulation(sc, seed=seed, trace=True)
     starts = list(starts_ns) if starts_ns is not None else [-1] * case.n
@@ -216,36 +285,109 @@ def run_coorp(
         "starts_ns": starts,
         "traces": traces,
         "stats": {k: {s: v for s, v in t.items() if s != "cwnd_trace"} for k, t in res.tcp.items()},
+        "losses": coorp_losses(sim, res.tcp, case.n, sc.hw_queue),
+    }
+
+
+def coorp_losses(sim: Simulation, tcp: dict[str, Any], n: int, hw: HwQueueConfig
+                 ) -> dict[str, Any]:  # fmt: skip
+    """Over the whole run: the stations' kernel queue drops (the AP's apart), the MAC's
+    (retry limit), and per connection its retransmitted segments, fast recoveries and
+    retransmission timeouts."""
+    stas = [sim.stations[f"sta{i}"] for i in range(n)]
+    ups = [tcp[f"up{i}"] for i in range(n)]
+    ring_and_kernel = (
+        None if hw.kernel_queue_packets is None else hw.capacity_packets + hw.kernel_queue_packets
+    )
+    return {
+        "queue_limit_packets": ring_and_kernel,
+        "drops": sum(st.kernel_drops for st in stas),
+        "ap_drops": sim.stations["ap"].kernel_drops,
+        "mac_drops": sum(st.dropped_packets - st.kernel_drops for st in stas),
+        "retransmits": [u["retransmits"] for u in ups],
+        "fast_recoveries": [u["fast_recoveries"] for u in ups],
+        "timeouts": [u["timeouts"] for u in ups],
     }
 
 
 _TRACE_CPP = """
 #include "ns3/core-module.h"
 #include "ns3/internet-module.h"
+#include "ns3/wifi-module.h"
+#include <algorithm>
 #include <string>
 #include <vector>
 namespace coorp_tcp {
 std::vector<std::vector<int64_t>> t, w;
+// Per connection: retransmitted segments, entries into fast recovery, RTO expiries.
+std::vector<int64_t> retx, recov, rto;
+// Per node (0: the AP): packets the traffic control layer dropped at a stopped device
+// queue, that AC_BE's MAC queue refused when full, that the MAC gave up on.
+std::vector<int64_t> tcDrop, queueDrop, macDrop;
 void Cwnd(int idx, uint32_t, uint32_t cwnd) {
     t[idx].push_back(ns3::Simulator::Now().GetNanoSeconds());
     w[idx].push_back(cwnd);
 }
-void Connect(int n) {
+void Retx(int idx, ns3::Ptr<const ns3::Packet>, const ns3::TcpHeader&, const ns3::Address&,
+          const ns3::Address&, ns3::Ptr<const ns3::TcpSocketBase>) {
+    ++retx[idx];
+}
+void Cong(int idx, ns3::TcpSocketState::TcpCongState_t,
+          ns3::TcpSocketState::TcpCongState_t state) {
+    if (state == ns3::TcpSocketState::CA_RECOVERY) ++recov[idx];
+}
+// TcpSocketBase::ReTxTimeout doubles the RTO (at most 60 s) at each expiry; every other
+// change sets it from the RTT estimate.
+void Rto(int idx, ns3::Time before, ns3::Time after) {
+    if (after > before && after == std::min(before + before, ns3::Seconds(60))) ++rto[idx];
+}
+void TcDrop(int node, ns3::Ptr<const ns3::Packet>) { ++tcDrop[node]; }
+void QueueDrop(int node, ns3::Ptr<const ns3::WifiMpdu>) { ++queueDrop[node]; }
+void MacDrop(int node, ns3::Ptr<const ns3::Packet>) { ++macDrop[node]; }
+bool Connect(int n) {
     t.assign(n, {});
     w.assign(n, {});
+    retx.assign(n, 0);
+    recov.assign(n, 0);
+    rto.assign(n, 0);
+    tcDrop.assign(n + 1, 0);
+    queueDrop.assign(n + 1, 0);
+    macDrop.assign(n + 1, 0);
+    bool ok = true;
+    using ns3::Config::ConnectWithoutContextFailSafe;
+    using ns3::MakeBoundCallback;
     for (int i = 0; i < n; ++i) {
-        std::string path = "/NodeList/" + std::to_string(i + 1) +
-                           "/$ns3::TcpL4Protocol/SocketList/0/CongestionWindow";
-        ns3::Config::ConnectWithoutContext(path, ns3::MakeBoundCallback(&Cwnd, i));
+        std::string sock = "/NodeList/" + std::to_string(i + 1) +
+                           "/$ns3::TcpL4Protocol/SocketList/0/";
+        ns3::Config::ConnectWithoutContext(sock + "CongestionWindow", MakeBoundCallback(&Cwnd, i));
+        ok &= ConnectWithoutContextFailSafe(sock + "Retransmission", MakeBoundCallback(&Retx, i));
+        ok &= ConnectWithoutContextFailSafe(sock + "CongState", MakeBoundCallback(&Cong, i));
+        ok &= ConnectWithoutContextFailSafe(sock + "RTO", MakeBoundCallback(&Rto, i));
     }
+    for (int k = 0; k <= n; ++k) {
+        std::string node = "/NodeList/" + std::to_string(k);
+        std::string mac = node + "/DeviceList/*/$ns3::WifiNetDevice/Mac/";
+        ok &= ConnectWithoutContextFailSafe(node + "/$ns3::TrafficControlLayer/TcDrop",
+                                            MakeBoundCallback(&TcDrop, k));
+        ok &= ConnectWithoutContextFailSafe(mac + "BE_Txop/Queue/DropBeforeEnqueue",
+                                            MakeBoundCallback(&QueueDrop, k));
+        ok &= ConnectWithoutContextFailSafe(mac + "MacTxDrop", MakeBoundCallback(&MacDrop, k));
+    }
+    return ok;
+}
+// What AC_BE's MAC queue of a WiFi device holds at most (packets).
+uint32_t BeQueueLimit(ns3::Ptr<ns3::NetDevice> dev) {
+    auto wifi = ns3::DynamicCast<ns3::WifiNetDevice>(dev);
+    return wifi->GetMac()->GetTxopQueue(ns3::AC_BE)->GetMaxSize().GetValue();
 }
 }
 """
 
 
 def run_ns3(
-    ns: Any, case: Case, warmup_s: float, duration_s: float, seed: int, hystart: bool
-) -> dict[str, Any]:
+    ns: Any, case: Case, warmup_s: float, duration_s: float, seed: int, hystart: bool,
+    loss: Loss = Loss(),
+) -> dict[str, Any]:  # fmt: skip
     import cppyy
 
     if not hasattr(cppyy.gbl, "coorp_tcp"):
@@ -267,9 +409,13 @@ def run_ns3(
         "ns3::TcpSocket::DelAckTimeout": ns.TimeValue(ns.MilliSeconds(40)),
         "ns3::TcpSocketBase::MinRto": ns.TimeValue(ns.MilliSeconds(200)),
         "ns3::TcpSocketBase::ClockGranularity": ns.TimeValue(ns.MilliSeconds(1)),
-        "ns3::TcpSocketBase::Sack": ns.BooleanValue(False),
+        "ns3::TcpSocketBase::Sack": ns.BooleanValue(loss.sack),
         "ns3::TcpSocketBase::Timestamp": ns.BooleanValue(False),
         "ns3::WifiMacQueue::MaxDelay": ns.TimeValue(ns.Seconds(1000.0)),
+        # Set either way: a default stays set for the rest of the process.
+        "ns3::WifiMacQueue::MaxSize": ns.StringValue(
+            f"{loss.queue_packets or NS3_MAC_QUEUE_DEFAULT}p"
+        ),
     }
     for key, value in defaults.items():
         ns.Config.SetDefault(key, value)
@@ -298,10 +444,11 @@ def run_ns3(
     sta_devs = wifi.Install(phy, mac, stas)
     mac.SetType("ns3::ApWifiMac", "Ssid", ns.SsidValue(ssid), "BE_MaxAmpduSize", ampdu)
     ap_devs = wifi.Install(phy, mac, ap)
+    queue_limit = int(tr.BeQueueLimit(sta_devs.Get(0)))
     ap_if = place_and_address(ns, case.n, ap, stas, ap_devs, sta_devs)
     # No queue disc (assigning addresses installed fq_codel): the segments wait in the
-    # WiFi MAC queue (500 packets, more than the window), as they wait in coorp's kernel
-    # queue and ring; nothing is dropped.
+    # WiFi MAC queue (500 packets, more than the window, unless --queue-packets), as they
+    # wait in coorp's kernel queue and ring; nothing is dropped unless it is full.
     tch = ns.TrafficControlHelper()
     tch.Uninstall(ap_devs)
     tch.Uninstall(sta_devs)
@@ -320,7 +467,8 @@ def run_ns3(
     # The sockets exist once the applications have started: trace their windows then.
     ns.Simulator.Stop(ns.Seconds(NS3_APP_START_S + 1e-6))
     ns.Simulator.Run()
-    tr.Connect(case.n)
+    if not tr.Connect(case.n):
+        raise RuntimeError("ns-3: a TCP, traffic control or WiFi MAC trace did not connect")
     ns.Simulator.Stop(ns.Seconds(warmup_s - ns.Simulator.Now().GetSeconds()))  # relative
     ns.Simulator.Run()
     sink = ns.DynamicCast[ns.PacketSink](sinks.Get(0))
@@ -336,8 +484,21 @@ def run_ns3(
     for i in range(case.n):
         ts, ws = list(tr.t[i]), list(tr.w[i])
         traces.append([(t - app_start, w // NS3_MSS) for t, w in zip(ts, ws, strict=True)])
+    stations = range(1, case.n + 1)
+    losses = {
+        "queue_limit_packets": queue_limit,
+        "drops": sum(tr.tcDrop[k] + tr.queueDrop[k] for k in stations),
+        "ap_drops": int(tr.tcDrop[0] + tr.queueDrop[0]),
+        "tc_drops": [int(x) for x in tr.tcDrop],
+        "queue_drops": [int(x) for x in tr.queueDrop],
+        "mac_drops": sum(tr.macDrop[k] for k in stations),
+        "retransmits": [int(x) for x in tr.retx],
+        "fast_recoveries": [int(x) for x in tr.recov],
+        "timeouts": [int(x) for x in tr.rto],
+    }
     ns.Simulator.Destroy()
     return {
+        "losses": losses,
         "mbps": (rx1 - rx0) * 8 / duration_s / 1e6 * PACKET_BYTES / NS3_MSS,
         "wall_s": wall,
         "startup_s": startup,
@@ -502,6 +663,63 @@ def seed_noise(ours: list[list[float]], theirs: list[list[float]]
     return [float(lo), float(hi)], float(np.mean(halves))
 
 
+#: Student's t at 97.5% for 1..30 degrees of freedom (1.96 beyond).
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)  # fmt: skip
+
+
+def mean_ci95(xs: list[float]) -> tuple[float, float | None]:
+    """The mean and the half-width of its 95% interval (Student's t; None for one value)."""
+    n = len(xs)
+    mean = sum(xs) / n
+    if n < 2:
+        return mean, None
+    var = sum((x - mean) ** 2 for x in xs) / (n - 1)
+    t = _T975[n - 2] if n - 1 <= len(_T975) else 1.96
+    return mean, t * (var / n) ** 0.5
+
+
+def summarize_losses(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One side's runs of a case: the throughput's mean and 95% half-width over the seeds,
+    and the mean per seed of each count (summed over the connections)."""
+    mbps, half = mean_ci95([r["mbps"] for r in runs])
+    out: dict[str, Any] = {"mbps": mbps, "mbps_ci95": half}
+    out["queue_limit_packets"] = runs[0]["losses"]["queue_limit_packets"]
+    for key in ("drops", "ap_drops", "mac_drops", "retransmits", "fast_recoveries", "timeouts"):
+        per_seed = [r["losses"][key] for r in runs]
+        out[key] = sum(x if isinstance(x, int) else sum(x) for x in per_seed) / len(runs)
+    return out
+
+
+def loss_table(results: list[dict[str, Any]], loss: Loss) -> Table:
+    """Per case and side: throughput ± 95%, and drops, retransmissions, fast recoveries,
+    timeouts per seed."""
+    bound = (
+        f"{loss.queue_packets} packets per station (coorp: ring {RING_PACKETS} + kernel "
+        f"{loss.kernel_packets})"
+        if loss.queue_packets is not None
+        else f"unbounded (ns-3: {NS3_MAC_QUEUE_DEFAULT} packets)"
+    )
+    table = Table(title=f"Losses and recovery, SACK {'on' if loss.sack else 'off'}, queue {bound}")
+    for col in ("case", "side", "Mb/s ± 95%", "queue limit", "drops", "retransmits",
+                "fast recoveries", "timeouts", "AP drops", "MAC drops"):  # fmt: skip
+        table.add_column(col, justify="left" if col in ("case", "side") else "right")
+    for r in results:
+        for side, name in (("coorp", "coorp"), ("ns3", "ns-3")):
+            s = r["losses"][side]
+            if s is None:
+                continue
+            half = "" if s["mbps_ci95"] is None else f" ± {s['mbps_ci95']:.1f}"
+            limit = s["queue_limit_packets"]
+            table.add_row(
+                r["case"], name, f"{s['mbps']:.1f}{half}", "-" if limit is None else str(limit),
+                *(f"{s[k]:.1f}" for k in ("drops", "retransmits", "fast_recoveries", "timeouts",
+                                          "ap_drops", "mac_drops")),
+            )  # fmt: skip
+    return table
+
+
 def figure(path: Path, results: list[dict[str, Any]], trace_ms: float) -> None:
     import matplotlib
 
@@ -550,6 +768,16 @@ def main(argv: list[str] | None = None) -> int:
         "applications' start, as ns-3's do (default), or start at the instants ns-3's "
         "sent their first segment",
     )  # fmt: skip
+    ap.add_argument(
+        "--sack", choices=("on", "off"), default="off",
+        help="SACK on both sides (off by default: ns-3's off, coorp's [tcp] sack not set)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--queue-packets", type=int, metavar="N",
+        help="each station holds at most N packets per access category, tail drop: ns-3's "
+        f"WifiMacQueue::MaxSize, coorp's ring ({RING_PACKETS}) and a FIFO kernel queue of "
+        f"N - {RING_PACKETS} (default: ns-3's {NS3_MAC_QUEUE_DEFAULT}, coorp unbounded)",
+    )  # fmt: skip
     ap.add_argument("--no-ns3", action="store_true", help="skip ns-3 even if importable")
     ap.add_argument("--json", type=Path, help='write {"rows": [{case, coorp_mbps, ns3_mbps}]}')
     ap.add_argument("--details", type=Path, help="write every number and trace here")
@@ -566,6 +794,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.warmup <= 0 or args.duration <= 0 or args.trace_ms <= 0 or args.seeds < 1:
         console.print("error: --warmup, --duration, --trace-ms and --seeds must be > 0")
         return 2
+    loss = Loss(sack=args.sack == "on", queue_packets=args.queue_packets)
+    try:
+        coorp_scenario(cases[0], None, loss)
+    except (ValueError, ScenarioError) as exc:  # the bound; a coorp without [tcp] sack
+        console.print(f"error: {escape(str(exc))}")
+        return 2
     load_before = os.getloadavg()
     ns, import_s, why = (None, 0.0, "--no-ns3") if args.no_ns3 else import_ns3()
     if ns is None and not args.no_ns3:
@@ -579,9 +813,9 @@ def main(argv: list[str] | None = None) -> int:
             theirs = None
             if ns is not None:
                 theirs = run_ns3(ns, case, NS3_APP_START_S + args.warmup, args.duration,
-                                 seed, args.hystart == "on")  # fmt: skip
+                                 seed, args.hystart == "on", loss)  # fmt: skip
             starts = theirs["starts_ns"] if theirs is not None and args.starts == "ns3" else None
-            ours = run_coorp(case, args.warmup, args.duration, seed, starts, args.hystart)
+            ours = run_coorp(case, args.warmup, args.duration, seed, starts, args.hystart, loss)
             cwnd = (
                 compare_traces(ours, theirs, case.rwnd_bytes, args.trace_ms)
                 if theirs is not None
@@ -596,6 +830,10 @@ def main(argv: list[str] | None = None) -> int:
             "coorp_wall_s": sum(r["coorp"]["wall_s"] for r in runs),
             "ns3_wall_s": sum(r["ns3"]["wall_s"] for r in runs) if ns3_mbps else None,
             "cwnd": compare_seeds(runs, case.rwnd_bytes, args.trace_ms) if ns3_mbps else None,
+            "losses": {
+                "coorp": summarize_losses([r["coorp"] for r in runs]),
+                "ns3": summarize_losses([r["ns3"] for r in runs]) if ns3_mbps else None,
+            },
             "runs": runs,
         })  # fmt: skip
         console.print(f"[dim]done: {case.name}[/dim]")
@@ -629,6 +867,7 @@ def main(argv: list[str] | None = None) -> int:
             "-" if r["ns3_wall_s"] is None else f"{r['ns3_wall_s']:.1f}",
         )
     console.print(table)
+    console.print(loss_table(results, loss))
     load_after = os.getloadavg()
     console.print(f"load average (1, 5, 15 min): before {load_before}, after {load_after}")
     if args.json:
@@ -651,6 +890,10 @@ def main(argv: list[str] | None = None) -> int:
             "duration_s": args.duration,
             "trace_ms": args.trace_ms,
             "starts": args.starts,
+            "sack": loss.sack,
+            "queue_packets": loss.queue_packets,
+            "coorp_kernel_queue_packets": loss.kernel_packets,
+            "coorp_ring_packets": RING_PACKETS,
             "seeds": seeds,
             "results": results,
         }

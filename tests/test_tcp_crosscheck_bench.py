@@ -95,3 +95,44 @@ def test_seed_noise_bounds_the_mean_window_difference() -> None:
     assert xc.seed_noise(ours[:3], theirs[:3]) == (None, None)  # too few seeds to say
     # The same numbers again: the generator is seeded.
     assert xc.seed_noise(ours, theirs) == (interval, halves)
+
+
+def test_the_queue_bound_and_sack_map_onto_coorp(capsys: pytest.CaptureFixture[str]) -> None:
+    case = xc.Case.parse("cubic-2", 4 * 1024 * 1024)
+    sc = xc.coorp_scenario(case, None, xc.Loss(sack=True, queue_packets=200))
+    # The ring and the FIFO kernel queue in front of it hold the bound together.
+    assert sc.hw_queue.capacity_packets == xc.RING_PACKETS == 128
+    assert sc.hw_queue.kernel_queue_packets == 200 - 128 and sc.hw_queue.kernel_queue_fifo
+    assert sc.tcp.sack
+    plain = xc.coorp_scenario(case)
+    assert plain.hw_queue.kernel_queue_packets is None and not plain.tcp.sack
+    for bound in ("128", "50"):
+        assert xc.main(["--no-ns3", "--cases", "reno-1", "--queue-packets", bound]) == 2
+        assert "more than 128" in capsys.readouterr().out
+
+
+def test_a_bounded_queue_loses_segments_and_the_details_count_them(tmp_path: Path) -> None:
+    out, details = tmp_path / "tcp.json", tmp_path / "details.json"
+    args = ["--no-ns3", "--cases", "cubic-2", "--rwnd", "4194304", "--queue-packets", "150",
+            "--sack", "on", "--warmup", "0.2", "--duration", "0.3",
+            "--json", str(out), "--details", str(details)]  # fmt: skip
+    assert xc.main(args) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [list(r) for r in rows] == [["case", "coorp_mbps", "ns3_mbps"]]
+    full = json.loads(details.read_text())
+    assert full["queue_packets"] == 150 and full["coorp_kernel_queue_packets"] == 22
+    assert full["sack"] is True
+    r = full["results"][0]
+    s = r["losses"]["coorp"]
+    assert r["losses"]["ns3"] is None and s["queue_limit_packets"] == 150
+    assert s["drops"] > 0 and s["retransmits"] > 0 and s["fast_recoveries"] > 0
+    assert s["mbps"] == r["coorp_mbps"] and s["mbps_ci95"] is None  # one seed: no interval
+    per_run = r["runs"][0]["coorp"]["losses"]
+    assert len(per_run["retransmits"]) == 2 and s["retransmits"] == sum(per_run["retransmits"])
+
+
+def test_mean_ci95() -> None:
+    assert xc.mean_ci95([5.0]) == (5.0, None)
+    mean, half = xc.mean_ci95([1.0, 3.0])  # s = √2, s/√2 = 1, t(1) = 12.706
+    assert mean == 2.0 and half == pytest.approx(12.706)
+    assert xc.mean_ci95([2.0] * 40) == (2.0, 0.0)
