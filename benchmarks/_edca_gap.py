@@ -40,6 +40,10 @@ from coorp.scenario import AccessCategory
 from coorp.stats import mean_ci
 
 SAMPLE_NS = 10_000_000
+#: The IP size of the last fragment of the DDS loop's 12.1 KB perception (Cyclone DDS
+#: fragments it into 1500-byte datagrams and this tail; no other frame of the cell has
+#: it): the emulator's trace finds each perception's time on the channel by it.
+PERCEPTION_TAIL_BYTES = 284
 BE = AccessCategory.BE
 
 
@@ -80,8 +84,10 @@ def sim_seed(seed: int, overrides: list[str], warmup_s: float, window_s: float) 
             float(ap.kernel_queued(BE)),
         ]
         for r, c in zip(robots, conns, strict=True):
+            segments = (c.sock.remaining_bytes or 0) / sc.packet_bytes
             row += [
-                (c.sock.remaining_bytes or 0) / sc.packet_bytes + r.kernel_queued(BE),
+                # with a bound the kernel queue's count has the TCP segments already
+                float(r.kernel_queued(BE)) if r.kernel_limit else segments + r.kernel_queued(BE),
                 float(r.rings[BE].n),
                 float(c.cwnd),
                 float(c.in_flight()),
@@ -124,6 +130,9 @@ def sim_seed(seed: int, overrides: list[str], warmup_s: float, window_s: float) 
         "ap_kernel_queue": float(x[:, 2].mean()),
         "robot_kernel_queue": float(robot_q.mean()),
         "robot_ring": float(x[:, 4::4].mean()),
+        # kernel queue + ring per robot and sample: what a perception waits behind
+        "robot_queue_p50": float(np.percentile(x[:, 3::4] + x[:, 4::4], 50)),
+        "robot_queue_p95": float(np.percentile(x[:, 3::4] + x[:, 4::4], 95)),
         "cwnd": float(x[:, 5::4].mean()),
         "in_flight": float(x[:, 6::4].mean()),
         "retransmits": sum(c.retransmits for c in conns) - sum(ret0),
@@ -264,12 +273,13 @@ def trace_queues(trace: Path, windows: list[tuple[int, int]], ap: int) -> list[d
     for a, b in windows:
         grid = np.arange(a, b, SAMPLE_NS)
 
-        def occ(sel: Any, grid: Any = grid) -> float:
+        def series(sel: Any, grid: Any = grid) -> Any:
             e = np.sort(enq[sel])
             d = np.sort(done[sel])
-            return float(
-                (np.searchsorted(e, grid, "right") - np.searchsorted(d, grid, "right")).mean()
-            )
+            return np.searchsorted(e, grid, "right") - np.searchsorted(d, grid, "right")
+
+        def occ(sel: Any) -> float:
+            return float(series(sel).mean())
 
         queued = outc != 2
         in_w = (enq >= a) & (enq < b)
@@ -279,11 +289,21 @@ def trace_queues(trace: Path, windows: list[tuple[int, int]], ap: int) -> list[d
         dropped = outc[cmd_all] == 2
         wl = (w_at >= a) & (w_at < b)
         robots = [s for s in np.unique(src) if s != ap and s >= 0]
+        robot_series = np.concatenate([series((src == s) & queued) for s in robots])
+        tail = (src != ap) & (size == PERCEPTION_TAIL_BYTES) & in_w
+        tail_soj = np.where(outc[tail] == 2, np.inf, (done - enq)[tail])
         out.append(
             {
                 "ap_queue": occ((src == ap) & queued),
                 "ap_acks_queue": occ((src == ap) & (size <= 100) & queued),
                 "robot_queue": float(np.mean([occ((src == s) & queued) for s in robots])),
+                "robot_queue_p50": float(np.percentile(robot_series, 50)),
+                "robot_queue_p95": float(np.percentile(robot_series, 95)),
+                # A perception's last fragment (its 284-byte tail) waits behind the
+                # others: its sojourn is the message's time on the channel.
+                "perception_channel_miss": float((tail_soj > 33e6).mean())
+                if tail_soj.size
+                else None,
                 "command_sojourn_p50_ms": float(np.percentile((done - enq)[cmd], 50) / 1e6)
                 if cmd.any()
                 else None,
