@@ -288,6 +288,7 @@ KEPT_CIRCLES = {
             "coorp.sim.station",
             "coorp.sim.tcp",
             "coorp.sim.congestion",
+            "coorp.sim.sack",
             "coorp.sim._txq",
         }
     ),

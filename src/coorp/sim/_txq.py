@@ -27,9 +27,9 @@ fq_codel's sparse-flow priority. The bulk stops at the oldest waiting LS packet'
 (:func:`fifo_refill`). :func:`hold_acks`: what the driver does when hooks hold acks.
 
 The one import circle kept on purpose (speed): ``packets``, ``station``, ``mac``,
-``_ungated``, ``_txq``, ``tcp`` and ``congestion`` name each other's classes (mostly for
-typing only) so that mypyc compiles every access between packets, stations, TCP
-connections and the channel to a native field access.
+``_ungated``, ``_txq``, ``tcp``, ``congestion`` and ``sack`` name each other's classes
+(mostly for typing only) so that mypyc compiles every access between packets, stations,
+TCP connections and the channel to a native field access.
 """
 
 from __future__ import annotations

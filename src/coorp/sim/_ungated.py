@@ -8,9 +8,9 @@ in ``Station.free_transfers`` and :func:`refill_mixed` serves them beside the ga
 traffic outside the team take this path, so it stays apart from the hot one.
 
 The one import circle kept on purpose (speed): ``packets``, ``station``, ``mac``,
-``_ungated``, ``_txq``, ``tcp`` and ``congestion`` name each other's classes (mostly for
-typing only) so that mypyc compiles every access between packets, stations, TCP
-connections and the channel to a native field access.
+``_ungated``, ``_txq``, ``tcp``, ``congestion`` and ``sack`` name each other's classes
+(mostly for typing only) so that mypyc compiles every access between packets, stations,
+TCP connections and the channel to a native field access.
 """
 
 from __future__ import annotations

@@ -31,9 +31,9 @@ during which proportional rate reduction sets the window (``tcp_cwnd_reduction``
 restarts the window (``tcp_cwnd_restart``). The RTO is RFC 6298's.
 
 The one import circle kept on purpose (speed): ``packets``, ``station``, ``mac``,
-``_ungated``, ``_txq``, ``tcp`` and ``congestion`` name each other's classes (mostly for
-typing only) so that mypyc compiles every access between packets, stations, TCP
-connections and the channel to a native field access.
+``_ungated``, ``_txq``, ``tcp``, ``congestion`` and ``sack`` name each other's classes
+(mostly for typing only) so that mypyc compiles every access between packets, stations,
+TCP connections and the channel to a native field access.
 """
 
 from __future__ import annotations

@@ -33,9 +33,9 @@ channel state already lives in its own module: exchange timing (``timing``), rin
 EDCAFs (``station``), links (``links``), the event loop (``events``).
 
 The one import circle kept on purpose (speed): ``packets``, ``station``, ``mac``,
-``_ungated``, ``_txq``, ``tcp`` and ``congestion`` name each other's classes (mostly for
-typing only) so that mypyc compiles every access between packets, stations, TCP
-connections and the channel to a native field access.
+``_ungated``, ``_txq``, ``tcp``, ``congestion`` and ``sack`` name each other's classes
+(mostly for typing only) so that mypyc compiles every access between packets, stations,
+TCP connections and the channel to a native field access.
 """
 
 from __future__ import annotations

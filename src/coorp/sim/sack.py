@@ -20,8 +20,10 @@ RFC 6675 and ns-3's ``TcpTxBuffer`` do):
   the SACKed segments (``tcp_timeout_mark_lost``). Not modelled: RACK and TLP, D-SACK
   undo, RTT samples from SACKed segments, reneging.
 
-Functions on :class:`~coorp.sim.tcp.TcpConnection`'s state, like ``congestion``'s (the
-same import circle, for mypyc's native access).
+Functions on :class:`~coorp.sim.tcp.TcpConnection`'s state, like ``congestion``'s. The one
+import circle kept on purpose (speed): ``packets``, ``station``, ``mac``, ``_ungated``,
+``_txq``, ``tcp``, ``congestion`` and this module name each other's classes for mypyc's
+native access.
 """
 
 from __future__ import annotations
@@ -186,7 +188,8 @@ def on_sack_ack(c: TcpConnection, acked: int, sacked_acked: int, head_retx: bool
     if c.ca_state == RECOVERY and c.snd_una >= c.high_seq:
         c.cwnd = c.ssthresh  # tcp_end_cwnd_reduction
         to_open(c)
-    force = newly > 0 and c.high_sacked > c.snd_una + DUPACK_THRESHOLD
+    # tcp_force_fast_retransmit: the highest SACKed segment starts beyond snd_una + 3
+    force = newly > 0 and c.high_sacked - 1 > c.snd_una + DUPACK_THRESHOLD
     do_lost = acked == 0 or force
     newly_lost = 0
     if c.ca_state != RECOVERY:

@@ -10,9 +10,9 @@ This module owns the driver view a policy sees (:class:`Station` implements
 :class:`~coorp.sim.driver.DriverView`).
 
 The one import circle kept on purpose (speed): ``packets``, ``station``, ``mac``,
-``_ungated``, ``_txq``, ``tcp`` and ``congestion`` name each other's classes (mostly for
-typing only) so that mypyc compiles every access between packets, stations, TCP
-connections and the channel to a native field access.
+``_ungated``, ``_txq``, ``tcp``, ``congestion`` and ``sack`` name each other's classes
+(mostly for typing only) so that mypyc compiles every access between packets, stations,
+TCP connections and the channel to a native field access.
 """
 
 from __future__ import annotations

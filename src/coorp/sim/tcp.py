@@ -4,8 +4,8 @@ whose window gates the station's kernel queue (Linux's ``tcp_write_xmit``; its b
 ``coorp.sim._txq``), a receiver whose delayed ACKs (and quickacks) clock it, ``tcp_ack``'s
 growth, fast recovery with PRR, the RTO with F-RTO undo and slow start after idle. The model and
 what it leaves out: docs/simulator.md, "TCP senders". The one import circle kept on purpose
-(speed): this module, ``congestion``, ``packets``, ``station``, ``mac``, ``_ungated`` and
-``_txq`` name each other's classes for mypyc's native access."""
+(speed): this module, ``congestion``, ``sack``, ``packets``, ``station``, ``mac``, ``_ungated``
+and ``_txq`` name each other's classes for mypyc's native access."""
 
 from __future__ import annotations
 
