@@ -8,11 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coorp.scenario import AccessCategory, parse_scenario
 from coorp.sim import Simulation
 from coorp.sim.congestion import LOST, RECOVERY, RETRANS, SACKED
-from coorp.sim.sack import sack_ack_bytes
+from coorp.sim.sack import MAX_BLOCKS, ack_blocks, sack_ack_bytes
 from coorp.sim.tcp import TcpConnection
 from golden_digest import digest
 
@@ -137,6 +139,36 @@ def test_a_lost_tail_is_still_left_to_the_rto() -> None:
     assert (conn.timeouts, conn.retransmits, conn.fast_recoveries) == (1, 1, 0)
     assert len(done) == 1 and done[0] > 200 * MS
     assert t.delivered_bytes == 15_000 == sim.flows["up"].delivered_bytes
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 40), min_size=1, max_size=60))
+def test_the_receivers_blocks_are_the_runs_it_holds_beyond_the_hole(arrivals: list[int]) -> None:
+    # Segments reach the receiver's TCP in any order, some twice: after each, the blocks
+    # its ack carries are at most three disjoint maximal runs of the segments it holds
+    # beyond rcv_nxt, the first the run of the segment that just arrived.
+    sim = _sim(True)
+    sim.flow("up", "sta", "ap", BE, bulk=True)
+    sim.start_transfer(sim.flows["up"], None)
+    conn = sim.tcp["up"]
+    held: set[int] = set()
+    for s in arrivals:
+        new = s not in held
+        conn._receive(s, 1, 1500, 0)
+        held.add(s)
+        blocks = ack_blocks(conn)
+        pairs = list(zip(blocks[::2], blocks[1::2], strict=True))
+        assert len(pairs) <= MAX_BLOCKS
+        ahead = {x for x in held if x >= conn.rcv_nxt}
+        assert (pairs == []) == (not ahead)
+        for lo, hi in pairs:
+            assert conn.rcv_nxt < lo < hi
+            assert set(range(lo, hi)) <= ahead  # held
+            assert lo - 1 not in ahead and hi not in ahead  # maximal
+        covered = [x for lo, hi in pairs for x in range(lo, hi)]
+        assert len(covered) == len(set(covered))  # disjoint
+        if new and s > conn.rcv_nxt:
+            assert pairs[0][0] <= s < pairs[0][1]  # the latest segment's run first
 
 
 def test_an_ack_with_blocks_is_longer_by_its_sack_option() -> None:
