@@ -91,26 +91,31 @@ def sim_seed(seed: int, overrides: list[str], warmup_s: float, window_s: float) 
                 float(r.rings[BE].n),
                 float(c.cwnd),
                 float(c.in_flight()),
+                # delivered, not yet acknowledged to the sender: the acks on their way
+                # back (and at most a GRO batch or a delayed ack at the receiver)
+                float(c.rcv_nxt - c.snd_una),
             ]
         rows.append(row)
         if t + SAMPLE_NS < b:
             sim.loop.call_at(t + SAMPLE_NS, PRIO_CONTROL, sample)
 
     sim.loop.call_at(a, PRIO_CONTROL, sample)
-    counts: list[tuple[int, int]] = []  # (segments delivered, acks sent) at a and at b
+    # (segments delivered, acks sent, retransmits, AP's drops, robots' drops) at a and b
+    counts: list[tuple[int, int, int, int, int]] = []
 
     def count() -> None:
         counts.append(
             (
                 sum(c.flow.delivered_packets for c in conns),
                 sum(c.ack_flow.sent_packets for c in conns),
+                sum(c.retransmits for c in conns),
+                ap.kernel_drops,
+                sum(r.kernel_drops for r in robots),
             )
         )
 
     sim.loop.call_at(a, PRIO_CONTROL, count)
     sim.loop.call_at(b, PRIO_CONTROL, count)
-    ret0 = [c.retransmits for c in conns]
-    drops0 = [r.kernel_drops for r in [ap, *robots]]
     res = _run_window(sim, conns, a, b)
     res.update(
         _ap_exchanges(
@@ -118,9 +123,9 @@ def sim_seed(seed: int, overrides: list[str], warmup_s: float, window_s: float) 
         )
     )
     x = np.array(rows)
-    (seg0, ack0), (seg1, ack1) = counts
+    (seg0, ack0, ret0, apd0, rd0), (seg1, ack1, ret1, apd1, rd1) = counts
     res["ack_ratio"] = (seg1 - seg0) / max(ack1 - ack0, 1)  # segments per ack, as the emulator's
-    robot_q = x[:, 3::4].mean(axis=0)
+    robot_q = x[:, 3::5].mean(axis=0)
     return {
         "seed": seed,
         **res,
@@ -129,15 +134,17 @@ def sim_seed(seed: int, overrides: list[str], warmup_s: float, window_s: float) 
         "ap_ring": float(x[:, 1].mean()),
         "ap_kernel_queue": float(x[:, 2].mean()),
         "robot_kernel_queue": float(robot_q.mean()),
-        "robot_ring": float(x[:, 4::4].mean()),
+        "robot_ring": float(x[:, 4::5].mean()),
         # kernel queue + ring per robot and sample: what a perception waits behind
-        "robot_queue_p50": float(np.percentile(x[:, 3::4] + x[:, 4::4], 50)),
-        "robot_queue_p95": float(np.percentile(x[:, 3::4] + x[:, 4::4], 95)),
-        "cwnd": float(x[:, 5::4].mean()),
-        "in_flight": float(x[:, 6::4].mean()),
-        "retransmits": sum(c.retransmits for c in conns) - sum(ret0),
-        "kernel_drops_ap": ap.kernel_drops - drops0[0],
-        "kernel_drops_robots": sum(r.kernel_drops for r in robots) - sum(drops0[1:]),
+        "robot_queue_p50": float(np.percentile(x[:, 3::5] + x[:, 4::5], 50)),
+        "robot_queue_p95": float(np.percentile(x[:, 3::5] + x[:, 4::5], 95)),
+        "cwnd": float(x[:, 5::5].mean()),
+        "in_flight": float(x[:, 6::5].mean()),
+        "acked_data_in_transit": float(x[:, 7::5].mean()),
+        # in the window, as the emulator's
+        "retransmits": ret1 - ret0,
+        "kernel_drops_ap": apd1 - apd0,
+        "kernel_drops_robots": rd1 - rd0,
     }
 
 
