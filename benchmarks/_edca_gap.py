@@ -40,6 +40,7 @@ from coorp.scenario import AccessCategory
 from coorp.stats import mean_ci
 
 SAMPLE_NS = 10_000_000
+ROBOTS = ["r1", "r2", "r3", "r4"]
 #: The IP size of the last fragment of the DDS loop's 12.1 KB perception (Cyclone DDS
 #: fragments it into 1500-byte datagrams and this tail; no other frame of the cell has
 #: it): the emulator's trace finds each perception's time on the channel by it.
@@ -101,7 +102,7 @@ def sim_seed(seed: int, overrides: list[str], warmup_s: float, window_s: float) 
 
     sim.loop.call_at(a, PRIO_CONTROL, sample)
     # (segments delivered, acks sent, retransmits, AP's drops, robots' drops) at a and b
-    counts: list[tuple[int, int, int, int, int]] = []
+    counts: list[tuple[int, ...]] = []  # ... and fast recoveries and timeouts
 
     def count() -> None:
         counts.append(
@@ -111,6 +112,8 @@ def sim_seed(seed: int, overrides: list[str], warmup_s: float, window_s: float) 
                 sum(c.retransmits for c in conns),
                 ap.kernel_drops,
                 sum(r.kernel_drops for r in robots),
+                sum(c.fast_recoveries for c in conns),
+                sum(c.timeouts for c in conns),
             )
         )
 
@@ -123,7 +126,7 @@ def sim_seed(seed: int, overrides: list[str], warmup_s: float, window_s: float) 
         )
     )
     x = np.array(rows)
-    (seg0, ack0, ret0, apd0, rd0), (seg1, ack1, ret1, apd1, rd1) = counts
+    (seg0, ack0, ret0, apd0, rd0, _, _), (seg1, ack1, ret1, apd1, rd1, fr1, to1) = counts
     res["ack_ratio"] = (seg1 - seg0) / max(ack1 - ack0, 1)  # segments per ack, as the emulator's
     robot_q = x[:, 3::5].mean(axis=0)
     return {
@@ -141,6 +144,10 @@ def sim_seed(seed: int, overrides: list[str], warmup_s: float, window_s: float) 
         "cwnd": float(x[:, 5::5].mean()),
         "in_flight": float(x[:, 6::5].mean()),
         "acked_data_in_transit": float(x[:, 7::5].mean()),
+        # the uploads' whole run (warm-up and window), as the emulator's run_* keys
+        "run_fast_recoveries": fr1,
+        "run_timeouts": to1,
+        "run_retransmits": ret1,
         # in the window, as the emulator's
         "retransmits": ret1 - ret0,
         "kernel_drops_ap": apd1 - apd0,
@@ -222,6 +229,32 @@ def sim_main(args: argparse.Namespace) -> dict[str, Any]:
 _CWND = re.compile(r"\bcwnd:(\d+)")
 _UNACKED = re.compile(r"\bunacked:(\d+)")
 _CC = re.compile(r"^\s+(\w+) wscale", re.M)
+
+
+#: Linux's TCP counters (``nstat``) per robot namespace, summed over a repetition, against
+#: the simulator's ``fast_recoveries``, ``timeouts`` and ``retransmits`` over its run.
+_NSTAT = {
+    "fast_recoveries": "TcpExtTCPSackRecovery",
+    "timeouts": "TcpExtTCPTimeouts",
+    "retransmits": "TcpRetransSegs",
+    "loss_probes": "TcpExtTCPLossProbes",
+}
+
+
+def _nstat(net: Any, hosts: list[str]) -> dict[str, int]:
+    """The robots' TCP counters of :data:`_NSTAT`, summed (absolute: ``nstat -az``)."""
+    out = dict.fromkeys(_NSTAT, 0)
+    for h in hosts:
+        got = subprocess.run(
+            ["ip", "netns", "exec", net.ns(h), "nstat", "-azj", *_NSTAT.values()],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+        kernel = json.loads(got or "{}").get("kernel", {})
+        for key, name in _NSTAT.items():
+            out[key] += int(kernel.get(name, 0))
+    return out
 
 
 def _sample_hosts(net: Any, hosts: list[str], stop: threading.Event, out: list[Any]) -> None:
@@ -400,13 +433,14 @@ def emu_main(args: argparse.Namespace) -> dict[str, Any]:
             ).stdout
             for rep in range(args.repetitions):
                 stop = threading.Event()
-                th = threading.Thread(
-                    target=_sample_hosts, args=(net, ["r1", "r2", "r3", "r4"], stop, samples)
-                )
+                th = threading.Thread(target=_sample_hosts, args=(net, ROBOTS, stop, samples))
                 th.start()
                 t0 = time.monotonic()
+                tcp0 = _nstat(net, ROBOTS)
                 row = tb.measure(net, Path(tmp), targs, app=args.app, mode="none", medium="wifi")
+                tcp1 = _nstat(net, ROBOTS)
                 t1 = time.monotonic()
+                row["linux_tcp"] = {k: tcp1[k] - tcp0[k] for k in tcp0}
                 stop.set()
                 th.join()
                 spans.append((t0, t1))
@@ -465,6 +499,8 @@ def emu_main(args: argparse.Namespace) -> dict[str, Any]:
             "linux_cc": ",".join(ccs),
             "linux_cwnd": float(np.mean([s["cwnd"] for s in mine])) if mine else None,
             "linux_unacked": float(np.mean([s["unacked"] for s in mine])) if mine else None,
+            # the robots' whole repetition (the uploads' warm-up and window, ~12 s)
+            **{f"run_{k}": v for k, v in row["linux_tcp"].items()},
             **q,
         }
         per_rep.append(rec)
