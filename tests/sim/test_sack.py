@@ -127,6 +127,32 @@ def test_without_sack_no_segment_is_ever_sacked() -> None:
     assert all(s[5][0] == 0 and s[4] == [] for s in states)
 
 
+@pytest.mark.parametrize("sack", [False, True])
+def test_sacked_segments_give_rtt_samples_while_the_first_is_missing(sack: bool) -> None:
+    # The first segment of the connection is lost: before its retransmission is acked
+    # the only samples are those the SACKed segments give (Linux's sack_rtt, Karn's rule
+    # kept: they were sent once), so the sender has an RTT when recovery starts with
+    # SACK, and none without.
+    sim = _sim(sack, "reno")
+    flow = sim.flow("up", "sta", "ap", BE, bulk=True)
+    sim.start_transfer(flow, 30_000)
+    conn = sim.tcp["up"]
+    sim.call_at(0, lambda: _drop_queued(sim, conn, [0]))
+    at_recovery: list[int] = []
+
+    def watch() -> None:
+        if conn.fast_recoveries and not at_recovery:
+            at_recovery.append(conn.srtt_ns)
+
+    for t in range(400):
+        sim.call_at(t * 10_000, watch)
+    sim.run(100 * MS)
+    assert conn.fast_recoveries == 1 and conn.timeouts == 0 and conn.retransmits == 1
+    assert len(at_recovery) == 1
+    assert (at_recovery[0] > 0) == sack
+    assert conn.srtt_ns > 0 and sim.flows["up"].delivered_bytes == 30_000
+
+
 def test_a_lost_tail_is_still_left_to_the_rto() -> None:
     # Nothing above the last segment to SACK: no duplicate ack, the RTO resends it.
     sim = _sim(True, "reno")

@@ -17,8 +17,9 @@ RFC 6675 and ns-3's ``TcpTxBuffer`` do):
   segments above it (``tcp_update_scoreboard`` → ``tcp_mark_head_lost``, walked from a
   hint so an ack costs only what moved), every lost segment is sent again in order while
   PRR's window allows, and recovery ends when ``high_seq`` is acknowledged. An RTO keeps
-  the SACKed segments (``tcp_timeout_mark_lost``). Not modelled: RACK and TLP, D-SACK
-  undo, RTT samples from SACKed segments, reneging.
+  the SACKed segments (``tcp_timeout_mark_lost``). An ack whose cumulative part gives no
+  RTT sample takes the SACKed segments' (sent once: Karn), as ``tcp_ack_update_rtt``
+  does. Not modelled: RACK and TLP, D-SACK undo, reneging.
 
 Functions on :class:`~coorp.sim.tcp.TcpConnection`'s state, like ``congestion``'s. The one
 import circle kept on purpose (speed): ``packets``, ``station``, ``mac``, ``_ungated``,
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING, Final
 from coorp.sim.congestion import (
     DISORDER,
     DUPACK_THRESHOLD,
+    EVER_RETX,
     LOSS,
     LOST,
     OPEN,
@@ -42,6 +44,7 @@ from coorp.sim.congestion import (
     enter_recovery,
     mark_lost,
     prr,
+    rtt_sample,
     to_open,
     undo,
 )  # fmt: skip
@@ -110,6 +113,7 @@ def tag(c: TcpConnection, blocks: tuple[int, ...]) -> None:
     una, nxt, base, flags = c.snd_una, c.snd_nxt, c.base, c.flags
     seen = c.sack_seen
     newly = 0
+    lo_seq = hi_seq = -1  # the lowest and highest newly SACKed segments sent once
     for j in range(0, len(blocks), 2):
         seq = max(blocks[j], una)
         hi = min(blocks[j + 1], nxt)
@@ -130,6 +134,11 @@ def tag(c: TcpConnection, blocks: tuple[int, ...]) -> None:
                     c.retrans_out -= 1
                 flags[i] = (f | SACKED) & ~(LOST | RETRANS)
                 newly += 1
+                if not f & EVER_RETX:  # Karn: a sample only from a segment sent once
+                    if lo_seq < 0 or seq < lo_seq:
+                        lo_seq = seq
+                    if seq > hi_seq:
+                        hi_seq = seq
                 if seq < c.lost_hint:
                     c.lost_cnt += 1
                 if seq >= c.high_sacked:
@@ -138,6 +147,9 @@ def tag(c: TcpConnection, blocks: tuple[int, ...]) -> None:
     c.sack_seen = blocks
     c.sacked_out += newly
     c.newly_sacked += newly
+    if lo_seq >= 0:  # Linux's first_sackt and last_sackt, in sequence order
+        c.sack_first_t = c.seg_sent[lo_seq - base]
+        c.sack_last_t = c.seg_sent[hi_seq - base]
 
 
 def _mark_head_lost(c: TcpConnection, packets: int) -> int:
@@ -162,12 +174,21 @@ def _mark_head_lost(c: TcpConnection, packets: int) -> int:
     return marked
 
 
-def on_sack_ack(c: TcpConnection, acked: int, sacked_acked: int, head_retx: bool, now: int) -> None:
+def on_sack_ack(
+    c: TcpConnection, acked: int, sacked_acked: int, head_retx: bool, sampled: bool, now: int
+) -> None:
     """An ack (``acked`` segments newly acknowledged, ``sacked_acked`` of them SACKed
-    before; 0 for a duplicate ack) after its blocks were tagged: the recovery states, then
-    the window (``tcp_fastretrans_alert``, ``tcp_cong_control``)."""
+    before; 0 for a duplicate ack; ``sampled``: the cumulative ack gave an RTT sample)
+    after its blocks were tagged: the SACK's RTT sample if the cumulative ack gave none
+    (``tcp_ack_update_rtt``), the recovery states, then the window
+    (``tcp_fastretrans_alert``, ``tcp_cong_control``)."""
     newly = c.newly_sacked
     c.newly_sacked = 0
+    first_t, last_t = c.sack_first_t, c.sack_last_t
+    c.sack_first_t = c.sack_last_t = -1
+    if first_t >= 0 and not sampled:
+        rtt_sample(c, now - first_t)
+        c.cc.pkts_acked(c, (now - last_t) // 1000, now)
     c.sacked_out -= sacked_acked
     if c.snd_una >= c.lost_hint:
         c.lost_hint = c.snd_una

@@ -86,6 +86,7 @@ class TcpConnection:
         self.sack_blocks: list[list[int]] = []
         self.sack_seen: tuple[int, ...] = ()
         self.newly_sacked = self.lost_hint = self.lost_cnt = self.high_sacked = 0
+        self.sack_first_t = self.sack_last_t = -1  # send times of what an ack newly SACKed
         self.lost_out = self.retrans_out = 0
         self.prr_delivered = self.prr_out = 0
         self.retx_hint = 0
@@ -518,7 +519,7 @@ class TcpConnection:
             return  # an old ACK, overtaken
         if ackno == una:
             if self.snd_nxt > una:
-                on_sack_ack(self, 0, 0, False, now) if self.sack else on_dupack(self)
+                on_sack_ack(self, 0, 0, False, False, now) if self.sack else on_dupack(self)
             return
         acked = ackno - una
         first_t = last_t = -1
@@ -554,7 +555,7 @@ class TcpConnection:
         if last_t >= 0:
             self.cc.pkts_acked(self, (now - last_t) // 1000, now)
         if self.sack:
-            on_sack_ack(self, acked, sacked, head_retx, now)
+            on_sack_ack(self, acked, sacked, head_retx, first_t >= 0, now)
         else:
             on_new_ack(self, acked, head_retx, now)
         if self.cwnd > self.max_cwnd:
