@@ -114,6 +114,7 @@ def sim_seed(seed: int, overrides: list[str], warmup_s: float, window_s: float) 
                 sum(r.kernel_drops for r in robots),
                 sum(c.fast_recoveries for c in conns),
                 sum(c.timeouts for c in conns),
+                sum(c.loss_probes for c in conns),
             )
         )
 
@@ -126,7 +127,7 @@ def sim_seed(seed: int, overrides: list[str], warmup_s: float, window_s: float) 
         )
     )
     x = np.array(rows)
-    (seg0, ack0, ret0, apd0, rd0, _, _), (seg1, ack1, ret1, apd1, rd1, fr1, to1) = counts
+    (seg0, ack0, ret0, apd0, rd0, _, _, _), (seg1, ack1, ret1, apd1, rd1, fr1, to1, lp1) = counts
     res["ack_ratio"] = (seg1 - seg0) / max(ack1 - ack0, 1)  # segments per ack, as the emulator's
     robot_q = x[:, 3::5].mean(axis=0)
     return {
@@ -148,6 +149,7 @@ def sim_seed(seed: int, overrides: list[str], warmup_s: float, window_s: float) 
         "run_fast_recoveries": fr1,
         "run_timeouts": to1,
         "run_retransmits": ret1,
+        "run_loss_probes": lp1,
         # in the window, as the emulator's
         "retransmits": ret1 - ret0,
         "kernel_drops_ap": apd1 - apd0,
@@ -533,6 +535,60 @@ def emu_main(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+#: Delivery bursts by size (data segments one exchange delivered at once): small, part
+#: of an A-MPDU, most of one.
+BURST_CLASSES = ((1, 8), (8, 32), (32, 1 << 30))
+
+
+def ack_batches(frames: Path, leader: int = 0) -> dict[str, Any]:
+    """How a TCP receiver acks what the air delivers in bursts, from an emulator's frames
+    table (``--trace``): per station sending data (frames of >= 1000 bytes delivered to
+    ``leader``), the data delivered at one instant (a burst, one exchange) and the acks
+    (frames of <= 120 bytes from ``leader``) enqueued before the next burst — the
+    simulator's ``[tcp] gro_segments`` is the segments per ack in a large burst."""
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(frames, columns=["src", "final", "bytes", "outcome", "enq_ns", "done_ns"])
+    d = {c: t.column(c).to_numpy() for c in t.column_names}
+    per: list[dict[str, Any]] = []
+    totals = np.zeros((len(BURST_CLASSES), 3))  # bursts, segments, acks
+    for src in sorted(set(d["src"].tolist()) - {leader, -1}):
+        data = (d["src"] == src) & (d["final"] == leader) & (d["bytes"] >= 1000)
+        data &= d["outcome"] == 0
+        acks = (d["src"] == leader) & (d["final"] == src) & (d["bytes"] <= 120)
+        if not data.any() or not acks.any():
+            continue
+        bursts, size = np.unique(d["done_ns"][data], return_counts=True)
+        at = np.sort(d["enq_ns"][acks])
+        k = np.searchsorted(at, bursts, side="left")
+        n_acks = np.diff(np.append(k, len(at)))  # enqueued from this burst to the next
+        per_ack = float(size.sum() / max(n_acks.sum(), 1))
+        row: dict[str, Any] = {"station": src, "bursts": len(bursts), "segments_per_ack": per_ack}
+        for i, (lo, hi) in enumerate(BURST_CLASSES):
+            sel = (size >= lo) & (size < hi)
+            totals[i] += (sel.sum(), size[sel].sum(), n_acks[sel].sum())
+            row[f"segments_per_ack_{lo}_{hi if hi < 1 << 30 else 'up'}"] = (
+                float(size[sel].sum() / n_acks[sel].sum()) if n_acks[sel].sum() else None
+            )
+        per.append(row)
+    classes = [
+        {"burst": f"{lo}-{hi - 1}" if hi < 1 << 30 else f"{lo}+", "bursts": int(b),
+         "segments": int(sg), "acks_per_burst": float(a / b) if b else None,
+         "segments_per_ack": float(sg / a) if a else None}
+        for (lo, hi), (b, sg, a) in zip(BURST_CLASSES, totals, strict=True)
+    ]  # fmt: skip
+    return {"stations": per, "classes": classes}
+
+
+def acks_main(args: argparse.Namespace) -> dict[str, Any]:
+    out = ack_batches(args.frames, args.leader)
+    for c in out["classes"]:
+        print(f"bursts of {c['burst']:>6} segments: {c['bursts']:6d} bursts, "
+              f"{c['acks_per_burst'] or 0:.2f} acks each, {c['segments_per_ack'] or 0:.1f} "
+              "segments per ack")  # fmt: skip
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="side", required=True)
@@ -576,6 +632,10 @@ def main() -> int:
         "losses from the SACK scoreboard alone, as the simulator's with --set tcp.sack=true",
     )
     e.add_argument("--trace", type=Path, default=None, help="keep the emulator's traces here")
+    k = sub.add_parser("acks", help="the receivers' acks per delivered burst, from a trace")
+    k.add_argument("frames", type=Path, help="frames.parquet of an emu --trace folder")
+    k.add_argument("--leader", type=int, default=0, help="the receiving station's index")
+    k.add_argument("--json", type=Path, default=None)
     for p in (s, e):
         p.add_argument("--warmup", type=float, default=2.0)
         p.add_argument("--window", type=float, default=10.0)
@@ -583,7 +643,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.side == "emu" and args.quickack and not args.cc:
         ap.error("--quickack needs --cc (both are options of the routes)")
-    out = sim_main(args) if args.side == "sim" else emu_main(args)
+    mains = {"sim": sim_main, "emu": emu_main, "acks": acks_main}
+    out = mains[args.side](args)
     if args.json is not None:
         args.json.write_text(json.dumps(out, indent=1, default=str))
     return 0

@@ -49,7 +49,7 @@ from ._models import (
     StationConfig,
 )
 from ._overrides import OverrideError, apply_overrides, canonical_key, override_label
-from ._tcp import TcpConfig, TcpSender
+from ._tcp import RtoEstimator, TcpConfig, TcpSender
 from ._timing import LinkChange, LsFlowConfig
 from ._workload import (
     CoorpOptions,
@@ -106,6 +106,7 @@ __all__ = [
     "RetryPolicy",
     "RoamingConfig",
     "RouteConfig",
+    "RtoEstimator",
     "RtwtOptions",
     "Scenario",
     "SchedWifiOptions",

@@ -15,7 +15,7 @@ from pydantic import Field, model_validator
 
 from coorp.scenario._radio import _Model
 
-__all__ = ["TcpConfig", "TcpSender"]
+__all__ = ["RtoEstimator", "TcpConfig", "TcpSender"]
 
 
 class TcpSender(StrEnum):
@@ -24,6 +24,13 @@ class TcpSender(StrEnum):
     NONE = "none"
     RENO = "reno"
     CUBIC = "cubic"
+
+
+class RtoEstimator(StrEnum):
+    """How the senders' RTO follows the RTT samples."""
+
+    RFC6298 = "rfc6298"
+    LINUX = "linux"
 
 
 class TcpConfig(_Model):
@@ -80,6 +87,20 @@ class TcpConfig(_Model):
         "no RACK; RFC 6675, ns-3's default); false (the default, the model's behaviour "
         "before this field): NewReno, one hole per round trip",
     )
+    loss_probe: bool = Field(
+        False,
+        description="tail loss probes (Linux's TLP, tcp_early_retrans = 3; needs sack): in "
+        "the Open state a silence of 2 SRTT (+ 2 ms) sends one segment past the window, "
+        "new or the last one again: a lost tail is resent without the RTO's window of one; "
+        "false (the default, the model's behaviour before this field): the RTO alone",
+    )
+    rto_estimator: RtoEstimator = Field(
+        RtoEstimator.RFC6298,
+        description="rfc6298 (the default, the model's behaviour before this field; "
+        "ns-3's): RTO = max(SRTT + max(G, 4 RTTVAR), min_rto_us); linux (tcp_rtt_estimator): "
+        "RTO = SRTT + the last round trip's largest 4 x mean deviation, at least min_rto_us "
+        "(about SRTT + 200 ms)",
+    )
     initial_rto_us: float = Field(
         1_000_000.0, gt=0, le=60_000_000, description="RTO before any RTT sample (RFC 6298: 1 s)"
     )
@@ -105,5 +126,10 @@ class TcpConfig(_Model):
             raise ValueError(
                 f"need min_rto_us <= initial_rto_us <= max_rto_us; got "
                 f"{self.min_rto_us:g} <= {self.initial_rto_us:g} <= {self.max_rto_us:g}"
+            )
+        if self.loss_probe and not self.sack:
+            raise ValueError(
+                "loss_probe = true needs sack = true (Linux sends tail loss probes only on "
+                "SACK connections)"
             )
         return self

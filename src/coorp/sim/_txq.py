@@ -26,6 +26,11 @@ fq_codel's sparse-flow priority. The bulk stops at the oldest waiting LS packet'
 (:func:`fifo_room`) and the LS go on when the segments ahead have left
 (:func:`fifo_refill`). :func:`hold_acks`: what the driver does when hooks hold acks.
 
+A TCP connection's packets between the two drivers: :func:`tcp_dequeued` hands a run of
+segments from the kernel queue to the MAC, which the receiver's MAC then expects in that
+order; :func:`mac_done` and :func:`release_held` are its reordering buffer (802.11-2016
+10.24.4): packets delivered ahead of one still on its way wait for it, or for its drop.
+
 The one import circle kept on purpose (speed): ``packets``, ``station``, ``mac``,
 ``_ungated``, ``_txq``, ``tcp``, ``congestion`` and ``sack`` name each other's classes
 (mostly for typing only) so that mypyc compiles every access between packets, stations,
@@ -49,7 +54,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "fifo_refill", "fifo_room", "hold_acks", "in_host", "kernel_admit", "kernel_out",
-    "kernel_segments", "ls_burst", "tcp_dequeued",
+    "kernel_segments", "ls_burst", "mac_done", "release_held", "tcp_dequeued",
 ]  # fmt: skip
 
 
@@ -203,6 +208,37 @@ def tcp_dequeued(conn: TcpConnection, pkt: Packet) -> None:
     st = pkt.src
     if st.kernel_limit or st.fifo:
         kernel_out(st, pkt)
+
+
+def mac_done(conn: TcpConnection, pid: int, k: int) -> None:
+    """Packets ``pid .. pid + k - 1`` of ``conn`` are no longer outstanding at the MAC
+    (delivered or dropped): the receiver's MAC stops waiting for them."""
+    mac = conn._mac
+    for i, iv in enumerate(mac):
+        lo, hi = iv
+        if lo <= pid < hi:
+            if pid == lo:
+                iv[0] = pid + k
+            elif pid + k == hi:
+                iv[1] = pid
+            else:
+                mac.insert(i + 1, [pid + k, hi])
+                iv[1] = pid
+            if iv[0] == iv[1]:
+                del mac[i]
+            return
+
+
+def release_held(conn: TcpConnection, now: int) -> None:
+    """The receiver's MAC passes up the held packets ahead of the oldest outstanding one,
+    in order (its reordering buffer, 802.11-2016 10.24.4)."""
+    oldest = conn._mac[0][0] if conn._mac else -1
+    held = conn._held
+    for pid in sorted(held):
+        if 0 <= oldest < pid:
+            break
+        seq, k, size = held.pop(pid)
+        conn._receive(seq, k, size, now)
 
 
 def in_host(conn: TcpConnection, seq: int) -> bool:

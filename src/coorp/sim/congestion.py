@@ -28,7 +28,7 @@ during which proportional rate reduction sets the window (``tcp_cwnd_reduction``
 6937); an RTO marks every outstanding segment lost with a window of one segment
 (``tcp_enter_loss``); an ACK showing the reduction was spurious restores the window
 (``tcp_undo_cwnd_reduction``); data written after an idle period longer than the RTO
-restarts the window (``tcp_cwnd_restart``). The RTO is RFC 6298's.
+restarts the window (``tcp_cwnd_restart``). The RTO is RFC 6298's or Linux's (``rto_linux``).
 
 The one import circle kept on purpose (speed): ``packets``, ``station``, ``mac``,
 ``_ungated``, ``_txq``, ``tcp``, ``congestion`` and ``sack`` name each other's classes
@@ -88,7 +88,7 @@ class TcpParams:
         self, *, initial_window: int, receive_window_bytes: int, delayed_ack_ns: int,
         initial_rto_ns: int, min_rto_ns: int, max_rto_ns: int, granularity_ns: int,
         slow_start_after_idle: bool, quickacks: int = 0, gro_segments: int = 0,
-        sack: bool = False,
+        sack: bool = False, rto_linux: bool = False, loss_probe: bool = False,
     ) -> None:  # fmt: skip
         self.initial_window = initial_window
         self.receive_window_bytes = receive_window_bytes
@@ -101,6 +101,8 @@ class TcpParams:
         self.quickacks = quickacks
         self.gro_segments = gro_segments
         self.sack = sack
+        self.rto_linux = rto_linux  # Linux's tcp_rtt_estimator (rtt_sample), not RFC 6298's
+        self.loss_probe = loss_probe  # tail loss probes (coorp.sim.sack), with sack only
 
 
 def slow_start(c: TcpConnection, acked: int) -> int:
@@ -429,6 +431,7 @@ def enter_recovery(c: TcpConnection) -> None:
     c.prr_out = 0
     c.ssthresh = c.cc.ssthresh(c)
     c.ca_state = RECOVERY
+    c.tlp_high_seq = 0  # tcp_init_cwnd_reduction: a probe's episode ends
 
 
 def prr(c: TcpConnection, delivered: int, newly_lost: int, una_advanced: bool) -> None:
@@ -513,21 +516,48 @@ def enter_loss(c: TcpConnection, now: int) -> None:
     c.cwnd_cnt = 0
     c.ca_state = LOSS
     c.high_seq = c.snd_nxt
+    c.tlp_high_seq = 0
     c.retx_hint = c.snd_una
     c.rto_count += 1
 
 
 def rtt_sample(c: TcpConnection, r: int) -> None:
-    """RFC 6298 (2.2, 2.3): SRTT, RTTVAR, RTO; a sample ends the backoff (5.7)."""
-    if c.srtt_ns == 0:
-        c.srtt_ns = max(r, 1)
-        c.rttvar_ns = r // 2
-    else:
-        c.rttvar_ns = (3 * c.rttvar_ns + abs(c.srtt_ns - r)) // 4
-        c.srtt_ns = max((7 * c.srtt_ns + r) // 8, 1)
+    """An RTT sample ``r``: SRTT, the variation and the RTO, and the backoff ends (RFC 6298
+    5.7). RFC 6298 (2.2, 2.3): RTO = max(SRTT + max(G, 4 RTTVAR), min). Linux's
+    ``tcp_rtt_estimator`` (``rto_linux``): RTO = SRTT + ``rttvar``, where ``rttvar`` is the
+    largest 4 x mean deviation of the last round trip but at least the minimum RTO (so
+    about SRTT + 200 ms), decaying by a quarter per round; a sample below SRTT moves the
+    deviation by 1/32 rather than 1/4."""
     p = c.params
-    rto = c.srtt_ns + max(p.granularity_ns, 4 * c.rttvar_ns)
-    c.rto_ns = min(max(rto, p.min_rto_ns), p.max_rto_ns)
+    if p.rto_linux:
+        if c.srtt_ns == 0:
+            c.srtt_ns = max(r, 1)
+            c.mdev_ns = 2 * r  # 4 x the mean deviation (Linux's mdev_us): r / 2
+            c.rttvar_ns = c.mdev_max_ns = max(c.mdev_ns, p.min_rto_ns)
+            c.rtt_seq = c.snd_nxt
+        else:
+            err = r - c.srtt_ns
+            c.srtt_ns = max(c.srtt_ns + (err >> 3), 1)
+            e = abs(err) - (c.mdev_ns >> 2)
+            c.mdev_ns += e >> 3 if err < 0 and e > 0 else e
+            if c.mdev_ns > c.mdev_max_ns:
+                c.mdev_max_ns = c.mdev_ns
+                c.rttvar_ns = max(c.rttvar_ns, c.mdev_max_ns)
+            if c.snd_una > c.rtt_seq:  # a round trip since the last: the variation decays
+                if c.mdev_max_ns < c.rttvar_ns:
+                    c.rttvar_ns -= (c.rttvar_ns - c.mdev_max_ns) >> 2
+                c.rtt_seq = c.snd_nxt
+                c.mdev_max_ns = p.min_rto_ns
+        c.rto_ns = min(c.srtt_ns + c.rttvar_ns, p.max_rto_ns)
+    else:
+        if c.srtt_ns == 0:
+            c.srtt_ns = max(r, 1)
+            c.rttvar_ns = r // 2
+        else:
+            c.rttvar_ns = (3 * c.rttvar_ns + abs(c.srtt_ns - r)) // 4
+            c.srtt_ns = max((7 * c.srtt_ns + r) // 8, 1)
+        rto = c.srtt_ns + max(p.granularity_ns, 4 * c.rttvar_ns)
+        c.rto_ns = min(max(rto, p.min_rto_ns), p.max_rto_ns)
     c.backoff = 0
 
 

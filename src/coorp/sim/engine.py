@@ -25,6 +25,7 @@ from coorp.scenario import (
     BulkFlow,
     DatagramFlow,
     HwQueueMode,
+    RtoEstimator,
     Scenario,
     TcpSender,
     parse_scenario,
@@ -131,6 +132,8 @@ class Simulation(Receiver):
                 quickacks=tcp.quickacks,
                 gro_segments=tcp.gro_segments,
                 sack=tcp.sack,
+                rto_linux=tcp.rto_estimator is RtoEstimator.LINUX,
+                loss_probe=tcp.loss_probe,
             )
         for f in scenario.flows:
             self._install(f)

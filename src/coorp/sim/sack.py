@@ -19,7 +19,14 @@ RFC 6675 and ns-3's ``TcpTxBuffer`` do):
   PRR's window allows, and recovery ends when ``high_seq`` is acknowledged. An RTO keeps
   the SACKed segments (``tcp_timeout_mark_lost``). An ack whose cumulative part gives no
   RTT sample takes the SACKed segments' (sent once: Karn), as ``tcp_ack_update_rtt``
-  does. Not modelled: RACK and TLP, D-SACK undo, reneging.
+  does. Not modelled: RACK, D-SACK undo, reneging.
+* **Tail loss probes** (``[tcp] loss_probe``; Linux's TLP, ``tcp_early_retrans = 3``):
+  in the Open state every ack that acknowledges data and every send arms the timer for
+  a probe 2 SRTT later (+ 2 ms, or + the minimum RTO with one segment out; never later
+  than the RTO) instead of the RTO (:func:`schedule_probe`). If it fires, one segment
+  goes out past the window — the next new one, or the last sent again — and the RTO is
+  armed from then (:func:`loss_probe`); an ack beyond a resent probe means it repaired a
+  loss: the window is reduced as by a CWR (``tcp_process_tlp_ack``).
 
 Functions on :class:`~coorp.sim.tcp.TcpConnection`'s state, like ``congestion``'s. The one
 import circle kept on purpose (speed): ``packets``, ``station``, ``mac``, ``_ungated``,
@@ -31,6 +38,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from coorp.sim._txq import in_host
 from coorp.sim.congestion import (
     DISORDER,
     DUPACK_THRESHOLD,
@@ -44,6 +52,7 @@ from coorp.sim.congestion import (
     enter_recovery,
     mark_lost,
     prr,
+    rto_now,
     rtt_sample,
     to_open,
     undo,
@@ -52,8 +61,14 @@ from coorp.sim.congestion import (
 if TYPE_CHECKING:
     from coorp.sim.tcp import TcpConnection
 
-__all__ = ["MAX_BLOCKS", "ack_blocks", "on_sack_ack", "received_ahead", "sack_ack_bytes", "tag"]
+__all__ = [
+    "MAX_BLOCKS", "ack_blocks", "loss_probe", "on_sack_ack", "received_ahead",
+    "sack_ack_bytes", "schedule_probe", "tag",
+]  # fmt: skip
 
+#: A tail loss probe's allowance beside 2 SRTT with more than one segment out
+#: (``TCP_TIMEOUT_MIN_US``, 2 ms).
+_TLP_MIN_NS: Final = 2_000_000
 #: Blocks an ack carries beside the timestamps option (Linux: 3), and the receiver keeps
 #: (``TCP_NUM_SACKS``: 4).
 MAX_BLOCKS: Final = 3
@@ -196,6 +211,8 @@ def on_sack_ack(
     else:
         c.lost_cnt -= sacked_acked
     delivered = acked - sacked_acked + newly
+    if c.tlp_high_seq and c.snd_una >= c.tlp_high_seq:
+        _probe_acked(c, acked == 0 and newly == 0)
     if c.ca_state == LOSS:  # the lost segments go out as the window opens
         if not acked:
             return
@@ -231,3 +248,67 @@ def on_sack_ack(
     if do_lost:
         newly_lost += _mark_head_lost(c, c.sacked_out - DUPACK_THRESHOLD)
     prr(c, delivered, newly_lost, acked > 0)
+
+
+def _probe_acked(c: TcpConnection, dupack: bool) -> None:
+    """``tcp_process_tlp_ack`` (no D-SACK): an ack at or beyond the probe's ``snd_nxt``."""
+    if not c.tlp_retrans:
+        c.tlp_high_seq = 0  # a new segment's probe, acknowledged
+    elif c.snd_una > c.tlp_high_seq:  # the resent segment repaired a loss: CWR, at once
+        c.tlp_high_seq = 0
+        c.probe_recoveries += 1
+        c.high_seq = c.snd_nxt
+        c.cwnd_cnt = 0
+        c.ssthresh = c.cc.ssthresh(c)
+        c.cwnd = c.ssthresh
+    elif dupack:
+        c.tlp_high_seq = 0  # the original and the probe both arrived: no loss
+
+
+def schedule_probe(c: TcpConnection, now: int, advancing: bool) -> bool:
+    """``tcp_schedule_loss_probe``: in the Open state with data out, the timer becomes a
+    probe's, 2 SRTT from now (+ 2 ms, or + the minimum RTO with one segment out: the
+    receiver's delayed ack) and no later than the RTO (from now when an ack ``advancing``
+    it, else from the oldest segment's send); False otherwise (the RTO stays)."""
+    out = c.snd_nxt - c.snd_una
+    if out == 0 or c.ca_state != OPEN:
+        return False
+    if c.srtt_ns:
+        pto = 2 * c.srtt_ns + (c.params.min_rto_ns if out == 1 else _TLP_MIN_NS)
+    else:
+        pto = c.params.initial_rto_ns
+    rto = rto_now(c) if advancing else c.seg_sent[c.snd_una - c.base] + rto_now(c) - now
+    c.arm_timer(now + (min(pto, rto) if rto > 0 else pto), True)
+    return True
+
+
+def loss_probe(c: TcpConnection, now: int) -> None:
+    """``tcp_send_loss_probe``: one probe per episode, past the window: a new segment if
+    the application has one and the receive window room, else the last one sent again
+    (not if a copy still waits in the station). The RTO then runs from now; without a
+    probe it runs from the oldest segment's send."""
+    if not c.tlp_high_seq:
+        c.tlp_retrans = False
+        sent = 0
+        was_empty = not c.sock.remaining_bytes
+        if c._app and c.snd_nxt - c.snd_una < c.rwnd:
+            sent = c._new_segments(c._app[0], 1, now)
+        elif not in_host(c, c.snd_nxt - 1):
+            s = c.snd_nxt - 1
+            i = s - c.base
+            c.flags[i] |= EVER_RETX  # not RETRANS: Linux's probe is not in retrans_out
+            c.seg_sent[i] = now
+            c.retransmits += 1
+            c.flow.retransmitted_packets += 1
+            c._send_event(now)
+            c._enqueue(s, 1, c.seg_size[i])
+            c.tlp_retrans = True
+            sent = 1
+        if was_empty and c.sock.remaining_bytes:
+            c.flow.src.add_transfer(c.sock)
+        if sent:
+            c.tlp_high_seq = c.snd_nxt
+            c.loss_probes += 1
+            c.arm_timer(now + rto_now(c))
+            return
+    c.arm_timer(max(c.seg_sent[c.snd_una - c.base] + rto_now(c), now + 1))

@@ -2,10 +2,11 @@
 One :class:`TcpConnection` per bulk flow with TCP acks, in segments numbered from 0: a sender
 whose window gates the station's kernel queue (Linux's ``tcp_write_xmit``; its bound and order:
 ``coorp.sim._txq``), a receiver whose delayed ACKs (and quickacks) clock it, ``tcp_ack``'s
-growth, fast recovery with PRR, the RTO with F-RTO undo and slow start after idle. The model and
-what it leaves out: docs/simulator.md, "TCP senders". The one import circle kept on purpose
-(speed): this module, ``congestion``, ``sack``, ``packets``, ``station``, ``mac``, ``_ungated``
-and ``_txq`` name each other's classes for mypyc's native access."""
+growth, fast recovery with PRR, the RTO with F-RTO undo (with SACK, tail loss probes:
+``coorp.sim.sack``) and slow start after idle. The model and what it leaves out:
+docs/simulator.md, "TCP senders". The one import circle kept on purpose (speed): this module,
+``congestion``, ``sack``, ``packets``, ``station``, ``mac``, ``_ungated`` and ``_txq`` name
+each other's classes for mypyc's native access."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from collections.abc import Callable
 from typing import Final
 
 from coorp._errors import UsageError
-from coorp.sim._txq import in_host, kernel_segments
+from coorp.sim._txq import in_host, kernel_segments, mac_done, release_held
 from coorp.sim.congestion import (
     EVER_RETX,
     LOST,
@@ -34,7 +35,15 @@ from coorp.sim.congestion import (
 )  # fmt: skip
 from coorp.sim.events import PRIO_MEDIUM, PRIO_TRAFFIC, Event, EventLoop
 from coorp.sim.packets import TCP_ACK_BYTES, FlowState, Packet
-from coorp.sim.sack import ack_blocks, on_sack_ack, received_ahead, sack_ack_bytes, tag
+from coorp.sim.sack import (
+    ack_blocks,
+    loss_probe,
+    on_sack_ack,
+    received_ahead,
+    sack_ack_bytes,
+    schedule_probe,
+    tag,
+)  # fmt: skip
 from coorp.sim.station import BulkTransfer
 
 __all__ = ["ACK_STEP", "TCP_IP_HEADER_BYTES", "TcpConnection"]
@@ -101,14 +110,17 @@ class TcpConnection:
         self.max_packets_out = 0
         self.cwnd_usage_seq = 0
         self.lsndtime = -1
-        self.srtt_ns = 0  # RTO (RFC 6298) from here
-        self.rttvar_ns = 0
+        self.srtt_ns = 0  # RTO (RFC 6298 or Linux's: congestion.rtt_sample) from here
+        self.rttvar_ns = self.mdev_ns = self.mdev_max_ns = self.rtt_seq = 0
         self.rto_ns = params.initial_rto_ns
         self.backoff = 0
         #: Timeouts since the last ACK of new data (Linux's icsk_retransmits).
         self.rto_count = 0
         self._rto_deadline = -1
         self._rto_event: Event | None = None
+        self.probe_pending = False  # the timer is a tail loss probe's (coorp.sim.sack)
+        self.tlp_high_seq = self.loss_probes = self.probe_recoveries = 0
+        self.tlp_retrans = False
         self.rcv_nxt = 0
         self._ooo: set[int] = set()
         #: The receiver's MAC reordering (802.11-2016 10.24.4): [first, end) pid ranges
@@ -185,6 +197,8 @@ class TcpConnection:
             limited = self.in_flight() >= self.cwnd and bool(app)
             if sent or limited:
                 cwnd_validate(self, limited)
+                if self.params.loss_probe:
+                    schedule_probe(self, now, False)  # tcp_write_xmit's, after sending
         if was_empty and self.sock.remaining_bytes:
             self.flow.src.add_transfer(self.sock)
 
@@ -213,7 +227,7 @@ class TcpConnection:
                 self._open_span_start = -1
         self._send_event(now)
         if self.packets_out == 0:
-            self._arm_rto(now + self.rto_ns)
+            self.arm_timer(now + self.rto_ns)
         self.seg_size.extend([size] * n)
         self.seg_sent.extend([now] * n)
         self.flags.extend([0] * n)
@@ -293,44 +307,17 @@ class TcpConnection:
                 mac.popleft()
             self._receive(p.seq_base + pid, k, p.ip_bytes, now)
             if self._held:
-                self._release(now)
+                release_held(self, now)
             return
-        self._mac_done(pid, k)
+        mac_done(self, pid, k)
         self._held[pid] = (p.seq_base + pid, k, p.ip_bytes)
 
     def on_mac_drop(self, pid: int, now: int) -> None:
         """The MAC gave up on packet ``pid`` (its retry limit): the segment is lost, and
         the receiver's MAC passes up the ones it held behind it."""
-        self._mac_done(pid, 1)
+        mac_done(self, pid, 1)
         if self._held:
-            self._release(now)
-
-    def _mac_done(self, pid: int, k: int) -> None:
-        """Packets ``pid .. pid + k - 1`` are no longer outstanding at the MAC."""
-        mac = self._mac
-        for i, iv in enumerate(mac):
-            lo, hi = iv
-            if lo <= pid < hi:
-                if pid == lo:
-                    iv[0] = pid + k
-                elif pid + k == hi:
-                    iv[1] = pid
-                else:
-                    mac.insert(i + 1, [pid + k, hi])
-                    iv[1] = pid
-                if iv[0] == iv[1]:
-                    del mac[i]
-                return
-
-    def _release(self, now: int) -> None:
-        """Pass up the held packets ahead of the oldest outstanding one, in order."""
-        oldest = self._mac[0][0] if self._mac else -1
-        held = self._held
-        for pid in sorted(held):
-            if 0 <= oldest < pid:
-                break
-            seq, k, size = held.pop(pid)
-            self._receive(seq, k, size, now)
+            release_held(self, now)
 
     def _receive(self, seq: int, k: int, size: int, now: int) -> None:
         """Segments ``seq .. seq + k - 1`` (``size`` bytes each) reached TCP."""
@@ -561,13 +548,16 @@ class TcpConnection:
         if self.cwnd > self.max_cwnd:
             self.max_cwnd = self.cwnd
         if self.snd_nxt > self.snd_una:
-            self._arm_rto(now + rto_now(self))
+            if not (self.params.loss_probe and schedule_probe(self, now, True)):
+                self.arm_timer(now + rto_now(self))
         else:
             self._rto_deadline = -1
 
-    # -- RTO -------------------------------------------------------------------------------
-    def _arm_rto(self, deadline: int) -> None:
+    # -- RTO and tail loss probe ------------------------------------------------------------
+    def arm_timer(self, deadline: int, probe: bool = False) -> None:
+        """The retransmission timer at ``deadline``: a tail loss probe's or the RTO."""
         self._rto_deadline = deadline
+        self.probe_pending = probe
         ev = self._rto_event
         if ev is not None and ev.time_ns <= deadline:
             return  # fires early, finds the later deadline and waits again
@@ -585,12 +575,14 @@ class TcpConnection:
             self._rto_event = self.loop.call_at(deadline, PRIO_TRAFFIC, self._rto_timer)
             return
         self._rto_deadline = -1
-        if self.snd_nxt > self.snd_una:
+        if self.probe_pending and self.snd_nxt > self.snd_una:
+            loss_probe(self, now)
+        elif self.snd_nxt > self.snd_una:
             self.timeouts += 1  # tcp_retransmit_timer
             enter_loss(self, now)
             self._push(now)
             self.backoff += 1
-            self._arm_rto(now + rto_now(self))
+            self.arm_timer(now + rto_now(self))
             self.record(now)
 
     # -- results ---------------------------------------------------------------------------

@@ -1,0 +1,42 @@
+"""``benchmarks/_edca_gap.py acks``: the receivers' acks per delivered burst, counted from
+an emulator's frames table (a synthetic one here, every count known)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import _edca_gap as gap
+
+
+def _table(rows: list[tuple[int, int, int, int, int, int]], path: Path) -> Path:
+    cols = ("src", "final", "bytes", "outcome", "enq_ns", "done_ns")
+    pq.write_table(pa.table({c: [r[i] for r in rows] for i, c in enumerate(cols)}), path)
+    return path
+
+
+def test_acks_are_counted_per_delivered_burst(tmp_path: Path) -> None:
+    rows = []
+    # Station 1 to the leader (0): a burst of 64 at t=1000 acked 4 times, one of 10 at
+    # t=5000 acked twice, one of 3 at t=9000 acked once; a dropped frame is no data.
+    for t, n, acks in ((1000, 64, 4), (5000, 10, 2), (9000, 3, 1)):
+        rows += [(1, 0, 1500, 0, t - 500, t)] * n
+        rows += [(0, 1, 76, 0, t + 600 + 10 * a, t + 900) for a in range(acks)]
+    rows.append((1, 0, 1500, 2, 9500, 9600))
+    # Station 2: one burst of 40 acked 5 times; a datagram of the leader's (big) is no ack.
+    rows += [(2, 0, 1500, 0, 1900, 2000)] * 40
+    rows += [(0, 2, 64, 0, 2500 + a, 2600) for a in range(5)] + [(0, 2, 1400, 0, 2700, 2800)]
+    out = gap.ack_batches(_table(rows, tmp_path / "frames.parquet"))
+    small, mid, big = out["classes"]
+    assert (small["bursts"], small["segments"], small["acks_per_burst"]) == (1, 3, 1.0)
+    assert (mid["bursts"], mid["segments"], mid["segments_per_ack"]) == (1, 10, 5.0)
+    assert (big["bursts"], big["segments"], big["acks_per_burst"]) == (2, 104, 4.5)
+    assert big["segments_per_ack"] == 104 / 9
+    s1, s2 = out["stations"]
+    assert (s1["station"], s1["bursts"], s1["segments_per_ack"]) == (1, 3, 77 / 7)
+    assert (s2["station"], s2["segments_per_ack_32_up"]) == (2, 8.0)
+    assert s2["segments_per_ack_1_8"] is None
