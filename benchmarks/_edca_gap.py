@@ -115,6 +115,8 @@ def sim_seed(seed: int, overrides: list[str], warmup_s: float, window_s: float) 
                 sum(c.fast_recoveries for c in conns),
                 sum(c.timeouts for c in conns),
                 sum(c.loss_probes for c in conns),
+                sum(c.probe_recoveries for c in conns),
+                sum(c.spurious_timeouts for c in conns),
             )
         )
 
@@ -127,7 +129,8 @@ def sim_seed(seed: int, overrides: list[str], warmup_s: float, window_s: float) 
         )
     )
     x = np.array(rows)
-    (seg0, ack0, ret0, apd0, rd0, _, _, _), (seg1, ack1, ret1, apd1, rd1, fr1, to1, lp1) = counts
+    (seg0, ack0, ret0, apd0, rd0, *_) = counts[0]
+    seg1, ack1, ret1, apd1, rd1, fr1, to1, lp1, pr1, sp1 = counts[1]
     res["ack_ratio"] = (seg1 - seg0) / max(ack1 - ack0, 1)  # segments per ack, as the emulator's
     robot_q = x[:, 3::5].mean(axis=0)
     return {
@@ -150,6 +153,8 @@ def sim_seed(seed: int, overrides: list[str], warmup_s: float, window_s: float) 
         "run_timeouts": to1,
         "run_retransmits": ret1,
         "run_loss_probes": lp1,
+        "run_probe_recoveries": pr1,
+        "run_spurious_rtos": sp1,
         # in the window, as the emulator's
         "retransmits": ret1 - ret0,
         "kernel_drops_ap": apd1 - apd0,
@@ -240,6 +245,11 @@ _NSTAT = {
     "timeouts": "TcpExtTCPTimeouts",
     "retransmits": "TcpRetransSegs",
     "loss_probes": "TcpExtTCPLossProbes",
+    "probe_recoveries": "TcpExtTCPLossProbeRecovery",
+    "undos": "TcpExtTCPFullUndo",
+    "partial_undos": "TcpExtTCPPartialUndo",
+    "dsack_undos": "TcpExtTCPDSACKUndo",
+    "spurious_rtos": "TcpExtTCPSpuriousRTOs",
 }
 
 
@@ -448,7 +458,8 @@ def emu_main(args: argparse.Namespace) -> dict[str, Any]:
                 spans.append((t0, t1))
                 rows.append(row | {"repetition": rep})
                 print(f"emu rep {rep}: {tb._line(rep, row)} (load {_load():.1f})", flush=True)
-            report = net.stop().data
+            # its traces are written as it stops: ~10 s per repetition on 2 cores
+            report = net.stop(timeout_s=60.0 + 20.0 * args.repetitions).data
         if args.json is not None:  # the runs, kept before the trace is read
             args.json.with_suffix(".runs.json").write_text(
                 json.dumps(

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from coorp import ScenarioError
 from coorp.scenario import AccessCategory, parse_scenario
 from coorp.sim import Simulation
 from coorp.sim.congestion import LOST, RECOVERY, RETRANS, SACKED
@@ -252,3 +253,54 @@ def test_sack_same_seed_same_results_and_it_changes_the_run() -> None:
     assert digest(a, a.tcp) == digest(b, b.tcp)
     c, _, _ = _lossy(5, False)
     assert digest(c, c.tcp) != digest(a, a.tcp)
+
+
+def _compressing(nr: int) -> tuple[Simulation, TcpConnection]:
+    tcp = {"sender": "cubic", "sack": True, "comp_sack_nr": nr}
+    sc = parse_scenario({"name": "c", "stations": [{"name": "ap"}, {"name": "sta"}], "tcp": tcp})
+    sim = Simulation(sc)
+    sim.flow("up", "sta", "ap", BE, bulk=True)
+    return sim, sim.tcp["up"]
+
+
+@pytest.mark.parametrize("nr", [0, 44])
+def test_the_receiver_compresses_its_sacks_after_three(nr: int) -> None:
+    # Segment 0 is missing and 1..50 arrive at one instant. Without compression each is
+    # acked (50); with tcp_comp_sack_nr = 44 the first three are (the sender's dupack
+    # threshold), the next 44 wait, the 45th goes out with them, and the last two wait
+    # for the timer: 3 + 1 + 1 acks. The segment that fills the hole is acked at once.
+    sim, conn = _compressing(nr)
+    sent = conn.ack_flow
+    for s in range(1, 51):
+        conn._receive(s, 1, 1500, 0)
+    assert sent.sent_packets == (50 if not nr else 4)
+    assert conn.compressed_acks == (0 if not nr else 2)
+    sim.run(1 * MS)
+    assert sent.sent_packets == (50 if not nr else 5) and conn.compressed_acks == 0
+    conn._receive(0, 1, 1500, sim.now_ns)
+    assert conn.rcv_nxt == 51 and sent.sent_packets == (51 if not nr else 6)
+    # A new hole (at 51): three more at once again, the counter restarts with rcv_nxt.
+    for s in range(52, 57):
+        conn._receive(s, 1, 1500, sim.now_ns)
+    assert sent.sent_packets == (56 if not nr else 9)
+
+
+@pytest.mark.parametrize(("srtt", "wait"), [(100 * MS, 1 * MS), (10 * MS, 500_000)])
+def test_compressed_sacks_wait_a_twentieth_of_the_rtt_at_most_1_ms(srtt: int, wait: int) -> None:
+    sim, conn = _compressing(44)
+    conn.srtt_ns = srtt
+    for s in range(1, 5):  # segment 0 missing: three acked at once, the fourth waits
+        conn._receive(s, 1, 1500, 0)
+    assert conn.compressed_acks == 1 and conn.comp_deadline == wait
+    assert conn.ack_flow.sent_packets == 3
+    sim.run(wait - 1)
+    assert conn.ack_flow.sent_packets == 3  # still held
+    sim.run(wait)
+    assert conn.ack_flow.sent_packets == 4 and conn.comp_deadline == -1
+
+
+def test_comp_sack_nr_needs_sack() -> None:
+    tcp = {"sender": "cubic", "comp_sack_nr": 44}
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario({"name": "c", "stations": [{"name": "a"}, {"name": "b"}], "tcp": tcp})
+    assert "comp_sack_nr > 0 needs sack = true" in str(info.value)

@@ -94,6 +94,15 @@ class TcpConfig(_Model):
         "new or the last one again: a lost tail is resent without the RTO's window of one; "
         "false (the default, the model's behaviour before this field): the RTO alone",
     )
+    comp_sack_nr: int = Field(
+        0,
+        ge=0,
+        le=255,
+        description="the receiver's SACK compression (Linux's tcp_comp_sack_nr: 44; needs "
+        "sack): while it holds out-of-order data it acks the first three segments past "
+        "each hole at once, then one ack per this many or per min(1 ms, SRTT/20); 0 (the "
+        "default, the model's behaviour before this field): an ack per out-of-order segment",
+    )
     rto_estimator: RtoEstimator = Field(
         RtoEstimator.RFC6298,
         description="rfc6298 (the default, the model's behaviour before this field; "
@@ -127,6 +136,8 @@ class TcpConfig(_Model):
                 f"need min_rto_us <= initial_rto_us <= max_rto_us; got "
                 f"{self.min_rto_us:g} <= {self.initial_rto_us:g} <= {self.max_rto_us:g}"
             )
+        if self.comp_sack_nr and not self.sack:
+            raise ValueError("comp_sack_nr > 0 needs sack = true (Linux compresses only SACK acks)")
         if self.loss_probe and not self.sack:
             raise ValueError(
                 "loss_probe = true needs sack = true (Linux sends tail loss probes only on "

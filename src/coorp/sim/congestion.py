@@ -89,6 +89,7 @@ class TcpParams:
         initial_rto_ns: int, min_rto_ns: int, max_rto_ns: int, granularity_ns: int,
         slow_start_after_idle: bool, quickacks: int = 0, gro_segments: int = 0,
         sack: bool = False, rto_linux: bool = False, loss_probe: bool = False,
+        comp_sack_nr: int = 0,
     ) -> None:  # fmt: skip
         self.initial_window = initial_window
         self.receive_window_bytes = receive_window_bytes
@@ -103,6 +104,7 @@ class TcpParams:
         self.sack = sack
         self.rto_linux = rto_linux  # Linux's tcp_rtt_estimator (rtt_sample), not RFC 6298's
         self.loss_probe = loss_probe  # tail loss probes (coorp.sim.sack), with sack only
+        self.comp_sack_nr = comp_sack_nr  # the receiver's SACK compression (sack.ofo_ack)
 
 
 def slow_start(c: TcpConnection, acked: int) -> int:

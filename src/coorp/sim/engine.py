@@ -134,6 +134,7 @@ class Simulation(Receiver):
                 sack=tcp.sack,
                 rto_linux=tcp.rto_estimator is RtoEstimator.LINUX,
                 loss_probe=tcp.loss_probe,
+                comp_sack_nr=tcp.comp_sack_nr,
             )
         for f in scenario.flows:
             self._install(f)

@@ -27,6 +27,10 @@ RFC 6675 and ns-3's ``TcpTxBuffer`` do):
   goes out past the window — the next new one, or the last sent again — and the RTO is
   armed from then (:func:`loss_probe`); an ack beyond a resent probe means it repaired a
   loss: the window is reduced as by a CWR (``tcp_process_tlp_ack``).
+* **SACK compression** (``[tcp] comp_sack_nr``; Linux's ``tcp_comp_sack_nr``, 44): a
+  receiver holding out-of-order data acks the first three segments past each
+  ``rcv_nxt`` at once (``dup_ack_counter``), then one ack for up to ``comp_sack_nr`` of
+  them, or after min(1 ms, SRTT / 20) (:func:`ofo_ack`); any ack sent ends the wait.
 
 Functions on :class:`~coorp.sim.tcp.TcpConnection`'s state, like ``congestion``'s. The one
 import circle kept on purpose (speed): ``packets``, ``station``, ``mac``, ``_ungated``,
@@ -57,18 +61,21 @@ from coorp.sim.congestion import (
     to_open,
     undo,
 )  # fmt: skip
+from coorp.sim.events import PRIO_TRAFFIC
 
 if TYPE_CHECKING:
     from coorp.sim.tcp import TcpConnection
 
 __all__ = [
-    "MAX_BLOCKS", "ack_blocks", "loss_probe", "on_sack_ack", "received_ahead",
+    "MAX_BLOCKS", "ack_blocks", "loss_probe", "ofo_ack", "on_sack_ack", "received_ahead",
     "sack_ack_bytes", "schedule_probe", "tag",
 ]  # fmt: skip
 
 #: A tail loss probe's allowance beside 2 SRTT with more than one segment out
 #: (``TCP_TIMEOUT_MIN_US``, 2 ms).
 _TLP_MIN_NS: Final = 2_000_000
+#: How long a receiver holds a compressed SACK at most (``tcp_comp_sack_delay_ns``).
+_COMP_SACK_DELAY_NS: Final = 1_000_000
 #: Blocks an ack carries beside the timestamps option (Linux: 3), and the receiver keeps
 #: (``TCP_NUM_SACKS``: 4).
 MAX_BLOCKS: Final = 3
@@ -312,3 +319,45 @@ def loss_probe(c: TcpConnection, now: int) -> None:
             c.arm_timer(now + rto_now(c))
             return
     c.arm_timer(max(c.seg_sent[c.snd_una - c.base] + rto_now(c), now + 1))
+
+
+def ofo_ack(c: TcpConnection, now: int) -> None:
+    """``__tcp_ack_snd_check`` for a segment that arrived out of order, with SACK
+    compression: the first three past each ``rcv_nxt`` are acked at once (the sender's
+    duplicate-ack threshold), later ones wait for the ``comp_sack_nr``-th or for the timer,
+    min(1 ms, SRTT / 20) after the first of them (the receiver's RTT taken as the path's:
+    Linux's ``rcv_rtt_est``); any ack sent meanwhile takes them along."""
+    if c.compressed_acks >= c.params.comp_sack_nr:
+        c._ack_now()
+        return
+    if c.comp_rcv_nxt != c.rcv_nxt:
+        c.comp_rcv_nxt = c.rcv_nxt
+        c.dup_ack_counter = 0
+    if c.dup_ack_counter < DUPACK_THRESHOLD:
+        c.dup_ack_counter += 1
+        c._ack_now()
+        return
+    c.compressed_acks += 1
+    if c.comp_deadline >= 0:
+        return  # the timer is running
+    c.comp_deadline = now + min(_COMP_SACK_DELAY_NS, c.srtt_ns // 20)
+    ev = c.comp_event
+    if ev is None or ev.time_ns > c.comp_deadline:
+        if ev is not None:
+            ev.cancel()
+        c.comp_event = c.loop.call_at(c.comp_deadline, PRIO_TRAFFIC, _comp_sack_timer, c)
+
+
+def _comp_sack_timer(c: TcpConnection) -> None:
+    """``tcp_compressed_ack_kick``: the compressed SACKs go out as one ack."""
+    c.comp_event = None
+    deadline = c.comp_deadline
+    if deadline < 0:
+        return  # an ack went out meanwhile
+    now = c.loop.now_ns
+    if now < deadline:  # an earlier timer, since cancelled by an ack and armed again
+        c.comp_event = c.loop.call_at(deadline, PRIO_TRAFFIC, _comp_sack_timer, c)
+        return
+    c.comp_deadline = -1
+    if c.compressed_acks:
+        c._ack_now()

@@ -38,6 +38,7 @@ from coorp.sim.packets import TCP_ACK_BYTES, FlowState, Packet
 from coorp.sim.sack import (
     ack_blocks,
     loss_probe,
+    ofo_ack,
     on_sack_ack,
     received_ahead,
     sack_ack_bytes,
@@ -137,6 +138,9 @@ class TcpConnection:
         self._lrcv = -1  # when in-order data last arrived (icsk_ack.lrcvtime)
         self._delack_deadline = -1
         self._delack_event: Event | None = None
+        self.compressed_acks = self.dup_ack_counter = self.comp_rcv_nxt = 0  # sack.ofo_ack
+        self.comp_deadline = -1
+        self.comp_event: Event | None = None
         self.segments_sent = self.retransmits = self.fast_recoveries = self.timeouts = 0
         self.spurious_timeouts = self.idle_restarts = self.duplicate_segments = 0
         self.dupacks_received = self.delayed_acks = 0
@@ -365,7 +369,7 @@ class TcpConnection:
             if s > self.rcv_nxt:
                 ooo.add(s)
                 received_ahead(self, s, ooo)
-                self._ack_now()  # a duplicate ACK
+                ofo_ack(self, now) if self.params.comp_sack_nr else self._ack_now()  # a dupack
                 continue
             end = s + 1
             filled = bool(ooo)
@@ -448,6 +452,7 @@ class TcpConnection:
         if q:
             self._quick = q - m if q > m else 0
         self._delack_deadline = -1  # any ACK sent clears it (tcp_event_ack_sent; ns-3 too)
+        self.compressed_acks, self.comp_deadline = 0, -1  # and the compressed SACKs
         pid = self._alloc_pids(m)
         self.ack_flow.sent_packets += m
         if step == ACK_STEP:
