@@ -174,7 +174,8 @@ def _ap_exchanges(ex: list[Any], ap: str, a: int, b: int) -> dict[str, float]:
 
 
 def _run_window(sim: Any, conns: list[Any], a: int, b: int) -> dict[str, Any]:
-    """As ``_emulate_edca.simulate``: bulk in the window, LS messages created in it."""
+    """As ``_emulate_edca.simulate``: bulk in the window (TCP payload, as the emulated
+    programs count what they read), LS messages created in it."""
     import _emulate_edca as edca
 
     uploads = [f for name, f in sim.flows.items() if name.startswith("upload-")]
@@ -182,6 +183,9 @@ def _run_window(sim: Any, conns: list[Any], a: int, b: int) -> dict[str, Any]:
     before = sum(f.delivered_bytes for f in uploads)
     sim.loop.run(b)
     bulk = (sum(f.delivered_bytes for f in uploads) - before) * 8e3 / (b - a)
+    # TCP payload (MSS of each IP packet) as the emulated programs count what they read
+    if conns:
+        bulk *= conns[0].mss / conns[0].packet_bytes
     m = sim.run(b + 1_000_000_000).messages
     out: dict[str, Any] = {"bulk_mbps": bulk}
     for kind in ("perception", "command"):
@@ -192,6 +196,42 @@ def _run_window(sim: Any, conns: list[Any], a: int, b: int) -> dict[str, Any]:
         out[f"{kind}_p50_ms"] = float(np.percentile(lat[lat >= 0], 50))
     out["ls_miss"] = (out["perception_miss"] + out["command_miss"]) / 2
     return out
+
+
+def _ack_spread(spread_ns: int) -> None:
+    """What-if: a GRO receiver's acks for one delivered burst leave ``spread_ns`` apart,
+    the first ``spread_ns`` after the burst (as the emulator writes a burst's frames one
+    by one), not at its instant (``TcpConnection._gro_acks`` patched in this process
+    only; needs ``COORP_PURE=1``)."""
+    import coorp.sim.tcp as tcp
+    from coorp.sim.events import PRIO_MEDIUM
+
+    if not tcp.__file__ or not tcp.__file__.endswith(".py"):
+        raise SystemExit("--ack-spread-us needs COORP_PURE=1 (compiled code cannot be patched)")
+
+    def gro_acks(self: Any) -> None:
+        seq, k, g, now = self._gro_seq, self._gro_k, self._gro, self.loop.now_ns
+        if not k:
+            return
+        self._gro_k = 0
+        full, rest = divmod(k, g)
+        if full == 0 and rest + self._pending < 2:
+            self._pending += rest
+            self._arm_delack(now)
+            return
+        at = [(seq + g * (j + 1), now + (j + 1) * spread_ns) for j in range(full)]
+        if rest >= 2 or (rest == 1 and not full):
+            at.append((seq + k, now + (full + 1) * spread_ns))
+            self._pending = 0
+        elif rest == 1:
+            self._pending = 1
+            self._arm_delack(now)
+        else:
+            self._pending = 0
+        for ackno, t in at:
+            self.loop.call_at(t, PRIO_MEDIUM, self._send_acks, ackno, 1, g)
+
+    tcp.TcpConnection._gro_acks = gro_acks  # type: ignore[method-assign]
 
 
 def _ack_step(k: int) -> None:
@@ -212,6 +252,8 @@ def _ack_step(k: int) -> None:
 def sim_main(args: argparse.Namespace) -> dict[str, Any]:
     if args.ack_step != 2:
         _ack_step(args.ack_step)
+    if args.ack_spread_us:
+        _ack_spread(round(args.ack_spread_us * 1000))
     t0 = time.time()
     load0 = _load()
     seeds = [sim_seed(s, args.set, args.warmup, args.window) for s in range(1, args.seeds + 1)]
@@ -221,9 +263,10 @@ def sim_main(args: argparse.Namespace) -> dict[str, Any]:
             json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in s.items()}),
             flush=True,
         )
+    spread = f", acks spread {args.ack_spread_us:g} us" if args.ack_spread_us else ""
     print(
         f"simulator, shared rings, everything best effort, --set {args.set or '-'}, "
-        f"ack every {args.ack_step}; "
+        f"ack every {args.ack_step}{spread}; "
         f"{args.seeds} seeds, {time.time() - t0:.0f} s wall, load {load0:.1f} -> {_load():.1f}"
     )
     for k in seeds[0]:
@@ -299,6 +342,16 @@ def _sample_hosts(net: Any, hosts: list[str], stop: threading.Event, out: list[A
                     "ss": ss,
                 }
             )
+
+
+def _in_window(mine: list[dict[str, Any]], warmup: float, window: float) -> list[dict[str, Any]]:
+    """The ``ss`` samples of one repetition in its window, as the trace's: from the first
+    sample with an upload (its start, to the second) past ``warmup``, ``window`` seconds
+    (the first slow start left out, as the simulator's window leaves it out)."""
+    if not mine:
+        return []
+    start = min(s["t"] for s in mine) + warmup
+    return [s for s in mine if start <= s["t"] <= start + window]
 
 
 def _frames(trace: Path) -> dict[str, Any]:
@@ -504,6 +557,7 @@ def emu_main(args: argparse.Namespace) -> dict[str, Any]:
     for row, q, (t0, t1) in zip(rows, queues, spans, strict=False):
         mine = [s for s in samples if t0 <= s["t"] <= t1 and s["cwnd"] > 0]
         ccs = sorted({m for s in mine for m in _CC.findall(s["ss"])})
+        mine = _in_window(mine, args.warmup, args.window)
         rec = {
             "ls_miss": tb.pooled([row])["ls_miss_rate"],
             "bulk_mbps": row["bulk_mbps"],
@@ -607,6 +661,12 @@ def main() -> int:
     s.add_argument("--seeds", type=int, default=5)
     s.add_argument("--set", action="append", default=[], help="scenario override KEY=VALUE")
     s.add_argument("--ack-step", type=int, default=2, help="what-if: ack every K-th segment")
+    s.add_argument(
+        "--ack-spread-us",
+        type=float,
+        default=0.0,
+        help="what-if (COORP_PURE=1): a GRO receiver's acks of one burst leave this far apart",
+    )
     e = sub.add_parser("emu")
     e.add_argument("--repetitions", type=int, default=5)
     e.add_argument("--app", default="dds", choices=("dds", "zenoh"))

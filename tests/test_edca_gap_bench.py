@@ -40,3 +40,12 @@ def test_acks_are_counted_per_delivered_burst(tmp_path: Path) -> None:
     assert (s1["station"], s1["bursts"], s1["segments_per_ack"]) == (1, 3, 77 / 7)
     assert (s2["station"], s2["segments_per_ack_32_up"]) == (2, 8.0)
     assert s2["segments_per_ack_1_8"] is None
+
+
+def test_the_emulated_windows_are_sampled_in_the_window_only() -> None:
+    # One sample a second from t=100 (the upload's first, in slow start): with a 2 s
+    # warm-up and a 3 s window only those at 102..105 count.
+    samples = [{"t": 100.0 + k, "cwnd": 10 * (k + 1)} for k in range(8)]
+    kept = gap._in_window(samples, 2.0, 3.0)
+    assert [s["t"] for s in kept] == [102.0, 103.0, 104.0, 105.0]
+    assert gap._in_window([], 2.0, 3.0) == []
