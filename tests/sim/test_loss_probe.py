@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from tcp_losses import assert_delivered_once, drop_queued, lossy_scenario
 
 from coorp import ScenarioError
 from coorp.scenario import AccessCategory, parse_scenario
@@ -27,28 +28,6 @@ def _sim(probe: bool, estimator: str = "linux", **tcp: Any) -> Simulation:
            "loss_probe": probe, "rto_estimator": estimator, **tcp}  # fmt: skip
     sc = parse_scenario({"name": "tlp", "stations": [{"name": "ap"}, {"name": "sta"}], "tcp": tcp})
     return Simulation(sc)
-
-
-def _drop_queued(sim: Simulation, conn: TcpConnection, offsets: list[int]) -> None:
-    """Drop the segments ``offsets`` after the first one still queued in the sender's ring,
-    as the MAC does at its retry limit."""
-    ring = sim.station("sta").rings[BE]
-    first = next(r.seq_base + r.pid for r in ring if not r.sealed)
-    for seq in (first + k for k in offsets):
-        for i, run in enumerate(list(ring)):
-            lo = run.seq_base + run.pid
-            if run.flow is conn.flow and not run.sealed and lo <= seq < lo + run.count:
-                if seq > lo:
-                    run = run.split(seq - lo)
-                    i += 1
-                    ring.insert(i, run)
-                if run.count > 1:
-                    ring.insert(i + 1, run.split(1))
-                run.retries = sim.scenario.mac.retry_limit
-                assert sim.channel._count_retry(run, sim.now_ns)
-                break
-        else:
-            raise AssertionError(f"segment {seq} is not queued")
 
 
 def _conn(estimator: str) -> TcpConnection:
@@ -129,7 +108,7 @@ def _tail(probe: bool, second_at_ms: int | None = None) -> tuple[Simulation, Tcp
     flow = sim.flow("up", "sta", "ap", BE, bulk=True)
     sim.start_transfer(flow, 15_000)
     conn = sim.tcp["up"]
-    sim.call_at(0, lambda: _drop_queued(sim, conn, [9]))
+    sim.call_at(0, lambda: drop_queued(sim, conn, [9]))
     if second_at_ms is not None:
         sim.call_at(second_at_ms * MS, lambda: sim.start_transfer(flow, 150_000))
     return sim, conn
@@ -209,14 +188,8 @@ def test_the_probe_waits_two_round_trips_after_the_last_ack() -> None:
 
 
 def _lossy(seed: int, probe: bool) -> tuple[Any, list[Any], list[TcpConnection]]:
-    sc = parse_scenario({
-        # MCS 9 a little too far for it: MPDUs lost to errors, dropped after two attempts.
-        "name": "lossy", "mac": {"retry_limit": 1},
-        "links": {"mode": "fixed", "mcs": 9, "packet_errors": True},
-        "stations": [{"name": "ap"}, {"name": "a", "position_m": [6.0, 0.0]},
-                     {"name": "b", "position_m": [0.0, 6.5]}],
-        "tcp": {"sender": "cubic", "sack": True, "loss_probe": probe, "rto_estimator": "linux"},
-    })  # fmt: skip
+    tcp = {"sender": "cubic", "sack": True, "loss_probe": probe, "rto_estimator": "linux"}
+    sc = lossy_scenario(tcp)
     sim = Simulation(sc, seed=seed)
     transfers: list[Any] = []
     for name in ("a", "b"):
@@ -231,11 +204,7 @@ def _lossy(seed: int, probe: bool) -> tuple[Any, list[Any], list[TcpConnection]]
 def test_every_byte_is_delivered_once_with_probes_through_mac_losses() -> None:
     res, transfers, conns = _lossy(3, True)
     assert sum(c.loss_probes for c in conns) > 0  # probes happened
-    for t in transfers:
-        assert t.delivered_bytes == t.total_bytes
-    for name in ("up-a", "up-b"):
-        mine = [t for t in transfers if t.flow.name == name]
-        assert res.flows[name].delivered_bytes == sum(t.total_bytes for t in mine)
+    assert_delivered_once(res, transfers)
 
 
 def test_probes_same_seed_same_results_and_they_change_the_run() -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tcp_losses import assert_delivered_once, drop_queued, lossy_scenario
 
 from coorp import ScenarioError
 from coorp.scenario import AccessCategory, parse_scenario
@@ -27,30 +28,6 @@ def _sim(sack: bool, cc: str = "cubic") -> Simulation:
     tcp = {"sender": cc, "receive_window_bytes": 4_194_304, "sack": sack}
     sc = parse_scenario({"name": "sack", "stations": [{"name": "ap"}, {"name": "sta"}], "tcp": tcp})
     return Simulation(sc)
-
-
-def _drop_queued(sim: Simulation, conn: TcpConnection, offsets: list[int]) -> list[int]:
-    """Drop the segments ``offsets`` after the first one still queued in the sender's ring
-    (not on the air), as the MAC does at its retry limit; their sequence numbers."""
-    ring = sim.station("sta").rings[BE]
-    first = next(r.seq_base + r.pid for r in ring if not r.sealed)
-    seqs = [first + k for k in offsets]
-    for seq in seqs:
-        for i, run in enumerate(list(ring)):
-            lo = run.seq_base + run.pid
-            if run.flow is conn.flow and not run.sealed and lo <= seq < lo + run.count:
-                if seq > lo:
-                    run = run.split(seq - lo)
-                    i += 1
-                    ring.insert(i, run)
-                if run.count > 1:
-                    ring.insert(i + 1, run.split(1))
-                run.retries = sim.scenario.mac.retry_limit
-                assert sim.channel._count_retry(run, sim.now_ns)
-                break
-        else:
-            raise AssertionError(f"segment {seq} is not queued")
-    return seqs
 
 
 def _scoreboard(conn: TcpConnection) -> tuple[int, int, int]:
@@ -71,7 +48,7 @@ def _four_holes(sack: bool) -> tuple[TcpConnection, list[int], list[tuple[Any, .
     sim.start_transfer(flow, None)
     conn = sim.tcp["up"]
     holes: list[int] = []
-    sim.call_at(3 * MS, lambda: holes.extend(_drop_queued(sim, conn, [1, 4, 7, 10])))
+    sim.call_at(3 * MS, lambda: holes.extend(drop_queued(sim, conn, [1, 4, 7, 10])))
     states: list[tuple[Any, ...]] = []
 
     def sample() -> None:
@@ -138,7 +115,7 @@ def test_sacked_segments_give_rtt_samples_while_the_first_is_missing(sack: bool)
     flow = sim.flow("up", "sta", "ap", BE, bulk=True)
     sim.start_transfer(flow, 30_000)
     conn = sim.tcp["up"]
-    sim.call_at(0, lambda: _drop_queued(sim, conn, [0]))
+    sim.call_at(0, lambda: drop_queued(sim, conn, [0]))
     at_recovery: list[int] = []
 
     def watch() -> None:
@@ -161,7 +138,7 @@ def test_a_lost_tail_is_still_left_to_the_rto() -> None:
     done: list[int] = []
     t = sim.start_transfer(flow, 15_000, lambda _t, now: done.append(now))
     conn = sim.tcp["up"]
-    sim.call_at(0, lambda: _drop_queued(sim, conn, [9]))
+    sim.call_at(0, lambda: drop_queued(sim, conn, [9]))
     sim.run(2_000 * MS)
     assert (conn.timeouts, conn.retransmits, conn.fast_recoveries) == (1, 1, 0)
     assert len(done) == 1 and done[0] > 200 * MS
@@ -205,15 +182,7 @@ def test_an_ack_with_blocks_is_longer_by_its_sack_option() -> None:
 
 
 def _lossy(seed: int, sack: bool) -> tuple[Any, list[Any], list[TcpConnection]]:
-    sc = parse_scenario({
-        # MCS 9 a little too far for it: MPDUs lost to errors, and after two attempts
-        # dropped by the MAC (retry limit 1): holes in every window.
-        "name": "lossy", "mac": {"retry_limit": 1},
-        "links": {"mode": "fixed", "mcs": 9, "packet_errors": True},
-        "stations": [{"name": "ap"}, {"name": "a", "position_m": [6.0, 0.0]},
-                     {"name": "b", "position_m": [0.0, 6.5]}],
-        "tcp": {"sender": "cubic", "sack": sack},
-    })  # fmt: skip
+    sc = lossy_scenario({"sender": "cubic", "sack": sack})
     sim = Simulation(sc, seed=seed)
     transfers = []
     for name in ("a", "b"):
@@ -240,11 +209,7 @@ def test_every_byte_is_delivered_once_with_sack_through_mac_losses() -> None:
     res, transfers, conns = _lossy(3, True)
     assert sum(c.retransmits for c in conns) > 5  # losses happened
     assert sum(c.fast_recoveries for c in conns) > 0
-    for t in transfers:
-        assert t.delivered_bytes == t.total_bytes
-    for name in ("up-a", "up-b"):
-        mine = [t for t in transfers if t.flow.name == name]
-        assert res.flows[name].delivered_bytes == sum(t.total_bytes for t in mine)
+    assert_delivered_once(res, transfers)
 
 
 def test_sack_same_seed_same_results_and_it_changes_the_run() -> None:
