@@ -164,12 +164,16 @@ def sim_seed(seed: int, overrides: list[str], warmup_s: float, window_s: float) 
 
 def _ap_exchanges(ex: list[Any], ap: str, a: int, b: int) -> dict[str, float]:
     """The AP's share of the successful exchanges in [a, b) and its MPDUs per exchange
-    (an A-MPDU of acks and commands): how fast its queue drains."""
+    (an A-MPDU of acks and commands: mean, median, share of at most 4): how fast its queue
+    drains."""
     mine = [(st, m) for t, col, st, m in ex if a <= t < b and not col and len(st) == 1]
     ap_m = [m[0] for st, m in mine if st[0] == ap]
     return {
         "ap_exchange_share": len(ap_m) / max(len(mine), 1),
         "ap_mpdus_per_exchange": float(np.mean(ap_m)) if ap_m else float("nan"),
+        # the AP's A-MPDUs of one receiver's acks: their median, and how many are small
+        "ap_mpdus_p50": float(np.median(ap_m)) if ap_m else float("nan"),
+        "ap_small_exchanges": float(np.mean(np.array(ap_m) <= 4)) if ap_m else float("nan"),
     }
 
 
@@ -198,11 +202,11 @@ def _run_window(sim: Any, conns: list[Any], a: int, b: int) -> dict[str, Any]:
     return out
 
 
-def _ack_spread(spread_ns: int) -> None:
-    """What-if: a GRO receiver's acks for one delivered burst leave ``spread_ns`` apart,
-    the first ``spread_ns`` after the burst (as the emulator writes a burst's frames one
-    by one), not at its instant (``TcpConnection._gro_acks`` patched in this process
-    only; needs ``COORP_PURE=1``)."""
+def _ack_spread(spread_ns: int, delay_ns: int = 0) -> None:
+    """What-if: a GRO receiver's acks for one delivered burst leave ``delay_ns`` after it
+    and ``spread_ns`` apart (the first ``delay_ns + spread_ns`` after it), not at its
+    instant, as the emulated leader's host takes time to process a burst
+    (``TcpConnection._gro_acks`` patched in this process only; needs ``COORP_PURE=1``)."""
     import coorp.sim.tcp as tcp
     from coorp.sim.events import PRIO_MEDIUM
 
@@ -219,9 +223,10 @@ def _ack_spread(spread_ns: int) -> None:
             self._pending += rest
             self._arm_delack(now)
             return
-        at = [(seq + g * (j + 1), now + (j + 1) * spread_ns) for j in range(full)]
+        t0 = now + delay_ns
+        at = [(seq + g * (j + 1), t0 + (j + 1) * spread_ns) for j in range(full)]
         if rest >= 2 or (rest == 1 and not full):
-            at.append((seq + k, now + (full + 1) * spread_ns))
+            at.append((seq + k, t0 + (full + 1) * spread_ns))
             self._pending = 0
         elif rest == 1:
             self._pending = 1
@@ -252,8 +257,8 @@ def _ack_step(k: int) -> None:
 def sim_main(args: argparse.Namespace) -> dict[str, Any]:
     if args.ack_step != 2:
         _ack_step(args.ack_step)
-    if args.ack_spread_us:
-        _ack_spread(round(args.ack_spread_us * 1000))
+    if args.ack_spread_us or args.ack_delay_us:
+        _ack_spread(round(args.ack_spread_us * 1000), round(args.ack_delay_us * 1000))
     t0 = time.time()
     load0 = _load()
     seeds = [sim_seed(s, args.set, args.warmup, args.window) for s in range(1, args.seeds + 1)]
@@ -264,6 +269,7 @@ def sim_main(args: argparse.Namespace) -> dict[str, Any]:
             flush=True,
         )
     spread = f", acks spread {args.ack_spread_us:g} us" if args.ack_spread_us else ""
+    spread += f", acks {args.ack_delay_us:g} us late" if args.ack_delay_us else ""
     print(
         f"simulator, shared rings, everything best effort, --set {args.set or '-'}, "
         f"ack every {args.ack_step}{spread}; "
@@ -617,6 +623,7 @@ def ack_batches(frames: Path, leader: int = 0) -> dict[str, Any]:
     d = {c: t.column(c).to_numpy() for c in t.column_names}
     per: list[dict[str, Any]] = []
     totals = np.zeros((len(BURST_CLASSES), 3))  # bursts, segments, acks
+    first_ack: list[float] = []  # after a large burst: its first ack's delay, ns
     for src in sorted(set(d["src"].tolist()) - {leader, -1}):
         data = (d["src"] == src) & (d["final"] == leader) & (d["bytes"] >= 1000)
         data &= d["outcome"] == 0
@@ -627,6 +634,8 @@ def ack_batches(frames: Path, leader: int = 0) -> dict[str, Any]:
         at = np.sort(d["enq_ns"][acks])
         k = np.searchsorted(at, bursts, side="left")
         n_acks = np.diff(np.append(k, len(at)))  # enqueued from this burst to the next
+        big = (size >= BURST_CLASSES[-1][0]) & (n_acks > 0)
+        first_ack += (at[np.minimum(k[big], len(at) - 1)] - bursts[big]).tolist()
         per_ack = float(size.sum() / max(n_acks.sum(), 1))
         row: dict[str, Any] = {"station": src, "bursts": len(bursts), "segments_per_ack": per_ack}
         for i, (lo, hi) in enumerate(BURST_CLASSES):
@@ -642,11 +651,36 @@ def ack_batches(frames: Path, leader: int = 0) -> dict[str, Any]:
          "segments_per_ack": float(sg / a) if a else None}
         for (lo, hi), (b, sg, a) in zip(BURST_CLASSES, totals, strict=True)
     ]  # fmt: skip
-    return {"stations": per, "classes": classes}
+    # The leader's acks in the order they reached its queue: runs to one receiver (what
+    # the AP's shared ring can aggregate; a GRO receiver sends a burst's acks in one run).
+    leader_acks = (d["src"] == leader) & (d["bytes"] <= 120)
+    order = np.argsort(d["enq_ns"][leader_acks], kind="stable")
+    dst = d["final"][leader_acks][order]
+    runs = np.diff(np.flatnonzero(np.r_[True, dst[1:] != dst[:-1], True]))
+    ack_runs = {
+        "mean": float(runs.mean()) if len(runs) else None,
+        "p50": float(np.median(runs)) if len(runs) else None,
+        "share_in_runs_of_4_up": float(runs[runs >= 4].sum() / runs.sum()) if len(runs) else None,
+    }
+    delay = np.array(first_ack) / 1e3
+    first_ack_us = (
+        dict(zip(("p10", "p50", "p90"), np.percentile(delay, [10, 50, 90]).tolist(), strict=True))
+        if len(delay)
+        else None
+    )
+    return {"stations": per, "classes": classes, "ack_runs": ack_runs, "first_ack_us": first_ack_us}
 
 
 def acks_main(args: argparse.Namespace) -> dict[str, Any]:
     out = ack_batches(args.frames, args.leader)
+    r = out["ack_runs"]
+    share = r["share_in_runs_of_4_up"]
+    print(f"the leader's acks in queue order: runs to one receiver of {r['mean']:.2f} (median "
+          f"{r['p50']:g}), {share:.0%} of acks in runs of 4 or more")  # fmt: skip
+    if out["first_ack_us"]:
+        f = out["first_ack_us"]
+        print(f"the first ack after a burst of 32+: {f['p50']:.0f} us (p10 {f['p10']:.0f}, "
+              f"p90 {f['p90']:.0f})")  # fmt: skip
     for c in out["classes"]:
         print(f"bursts of {c['burst']:>6} segments: {c['bursts']:6d} bursts, "
               f"{c['acks_per_burst'] or 0:.2f} acks each, {c['segments_per_ack'] or 0:.1f} "
@@ -666,6 +700,12 @@ def main() -> int:
         type=float,
         default=0.0,
         help="what-if (COORP_PURE=1): a GRO receiver's acks of one burst leave this far apart",
+    )
+    s.add_argument(
+        "--ack-delay-us",
+        type=float,
+        default=0.0,
+        help="what-if (COORP_PURE=1): a GRO receiver's acks of one burst leave this late",
     )
     e = sub.add_parser("emu")
     e.add_argument("--repetitions", type=int, default=5)

@@ -40,6 +40,14 @@ def test_acks_are_counted_per_delivered_burst(tmp_path: Path) -> None:
     assert (s1["station"], s1["bursts"], s1["segments_per_ack"]) == (1, 3, 77 / 7)
     assert (s2["station"], s2["segments_per_ack_32_up"]) == (2, 8.0)
     assert s2["segments_per_ack_1_8"] is None
+    # The leader's 7 acks to 1 (4, 2 and 1 at three times) and 5 to 2 (between the first
+    # two of 1's) in queue order: runs of 4, 5 and 3 (1's last two groups follow each
+    # other); the 1400-byte datagram to 2 is no ack.
+    runs = out["ack_runs"]
+    assert (runs["mean"], runs["p50"]) == (4.0, 4.0)
+    assert runs["share_in_runs_of_4_up"] == 9 / 12
+    # The large bursts' first acks: 600 ns after 1's, 500 ns after 2's.
+    assert out["first_ack_us"]["p50"] == 0.55
 
 
 def test_the_emulated_windows_are_sampled_in_the_window_only() -> None:
@@ -49,3 +57,16 @@ def test_the_emulated_windows_are_sampled_in_the_window_only() -> None:
     kept = gap._in_window(samples, 2.0, 3.0)
     assert [s["t"] for s in kept] == [102.0, 103.0, 104.0, 105.0]
     assert gap._in_window([], 2.0, 3.0) == []
+
+
+def test_the_aps_exchanges_are_counted_in_the_window_only() -> None:
+    # (start, collided, stations, mpdus): the AP's successful exchanges of 1, 3, 9 and 20
+    # MPDUs in [10, 100), one outside, a collision and a robot's exchange not its own.
+    ex = [(10, False, ("leader",), (1,)), (20, False, ("leader",), (3,)),
+          (30, False, ("r1",), (64,)), (40, True, ("leader", "r2"), (5, 64)),
+          (50, False, ("leader",), (9,)), (60, False, ("leader",), (20,)),
+          (100, False, ("leader",), (64,))]  # fmt: skip
+    out = gap._ap_exchanges(ex, "leader", 10, 100)
+    assert out["ap_exchange_share"] == 4 / 5
+    assert out["ap_mpdus_per_exchange"] == (1 + 3 + 9 + 20) / 4
+    assert out["ap_mpdus_p50"] == 6.0 and out["ap_small_exchanges"] == 0.5
