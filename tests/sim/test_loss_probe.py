@@ -6,14 +6,19 @@ delivered once through MAC losses."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 from tcp_losses import assert_delivered_once, drop_queued, lossy_scenario
 
 from coorp import ScenarioError
+from coorp._accel import describe
 from coorp.scenario import AccessCategory, parse_scenario
-from coorp.sim import Simulation
+from coorp.sim import COMPILED, Simulation
 from coorp.sim.congestion import DISORDER, EVER_RETX, OPEN, rto_now, rtt_sample
 from coorp.sim.sack import loss_probe, schedule_probe
 from coorp.sim.tcp import TcpConnection
@@ -187,8 +192,9 @@ def test_the_probe_waits_two_round_trips_after_the_last_ack() -> None:
     assert not schedule_probe(conn, now, True)
 
 
-def _lossy(seed: int, probe: bool) -> tuple[Any, list[Any], list[TcpConnection]]:
-    tcp = {"sender": "cubic", "sack": True, "loss_probe": probe, "rto_estimator": "linux"}
+def _lossy(seed: int, probe: bool, comp: int = 0) -> tuple[Any, list[Any], list[TcpConnection]]:
+    tcp = {"sender": "cubic", "sack": True, "loss_probe": probe, "rto_estimator": "linux",
+           "comp_sack_nr": comp}  # fmt: skip
     sc = lossy_scenario(tcp)
     sim = Simulation(sc, seed=seed)
     transfers: list[Any] = []
@@ -213,3 +219,25 @@ def test_probes_same_seed_same_results_and_they_change_the_run() -> None:
     assert digest(a, a.tcp) == digest(b, b.tcp)
     c, _, _ = _lossy(5, False)
     assert digest(c, c.tcp) != digest(a, a.tcp)
+
+
+def _linux_digest() -> str:
+    """Probes, Linux's RTO and SACK compression together through MAC losses."""
+    res, _, _ = _lossy(5, True, comp=44)
+    return digest(res, res.tcp)
+
+
+@pytest.mark.skipif(not COMPILED, reason=f"simulator: {describe(COMPILED)}")
+def test_the_plain_python_tcp_computes_what_the_compiled_one_does() -> None:
+    # The golden digests have no TCP case: this one pins the compiled modules against
+    # the plain ones for the Linux mechanisms (each run's digest is its whole result).
+    code = (
+        "import sys; sys.path[:0] = sys.argv[1:]; "
+        "import test_loss_probe as t; print(t._linux_digest())"
+    )
+    here = Path(__file__).parent
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(here), str(here.parent)],
+        env={**os.environ, "COORP_PURE": "1"}, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert out.stdout.strip() == _linux_digest()
