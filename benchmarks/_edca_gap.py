@@ -8,7 +8,9 @@ up) and command (1.1 KB down), everything best effort (``benchmarks/_emulate_edc
 --medium wifi --apps dds``). Each side prints, per seed or repetition and as mean ± 95%
 CI: LS misses (perceptions, commands), bulk Mb/s, and what waits where — the AP's
 best-effort queue (TCP acks, the commands) and each robot's (its upload), in packets,
-sampled every 10 ms; the TCP windows; the kernel-queue drops.
+sampled every 10 ms; the TCP windows; the kernel-queue drops. Both sides measure the
+loop's window: the emulated one starts ~4.2 s after its uploads (``transparent.py``'s
+warm-up and lead; ``window_after_uploads_s``), the simulator's ``--warmup`` (4.2 s).
 
 ::
 
@@ -350,13 +352,9 @@ def _sample_hosts(net: Any, hosts: list[str], stop: threading.Event, out: list[A
             )
 
 
-def _in_window(mine: list[dict[str, Any]], warmup: float, window: float) -> list[dict[str, Any]]:
-    """The ``ss`` samples of one repetition in its window, as the trace's: from the first
-    sample with an upload (its start, to the second) past ``warmup``, ``window`` seconds
-    (the first slow start left out, as the simulator's window leaves it out)."""
-    if not mine:
-        return []
-    start = min(s["t"] for s in mine) + warmup
+def _in_window(mine: list[dict[str, Any]], start: float, window: float) -> list[dict[str, Any]]:
+    """The ``ss`` samples of one repetition in its window (``time.monotonic()`` seconds:
+    the loop's and the bulk's window, ``start`` to ``start + window``)."""
     return [s for s in mine if start <= s["t"] <= start + window]
 
 
@@ -470,6 +468,8 @@ def emu_main(args: argparse.Namespace) -> dict[str, Any]:
         lead=3.0,
         emu_queue_packets=args.emu_queue_packets,
         emu_split_cpus=args.split_cpus,
+        emu_gro=args.gro,
+        sink_rt_priority=args.sink_rt,
     )
     rows: list[dict[str, Any]] = []
     samples: list[Any] = []
@@ -487,6 +487,7 @@ def emu_main(args: argparse.Namespace) -> dict[str, Any]:
             if args.cc:
                 tb.route_congestion_control(net, args.cc, quickack=args.quickack)
             t_start = time.monotonic()
+            started_at = net.started_at or t_start  # the emulator's zero (monotonic s)
             qdisc = {
                 h: subprocess.run(
                     ["ip", "netns", "exec", net.ns(h), "tc", "qdisc", "show"],
@@ -530,9 +531,10 @@ def emu_main(args: argparse.Namespace) -> dict[str, Any]:
                     default=str,
                 )
             )
-        # The window of each run in emulator time: the uploads' active span (over 500
-        # frames of >= 1400 bytes from the robots per 100 ms: the loop alone sends ~110),
-        # its first warm-up seconds left out, --window seconds kept.
+        # The window of each run in emulator time: the loop's and the bulk's (from the
+        # run's start_at_ns), and how long after its uploads started (their active span:
+        # over 500 frames of >= 1400 bytes from the robots per 100 ms, the loop alone
+        # sends ~110), which the simulator's --warmup should be.
         ap_idx = 0
         f = _frames(targs.emu_trace)
         src, size, enq = np.asarray(f["src"]), np.asarray(f["bytes"]), np.asarray(f["enq_ns"])
@@ -541,10 +543,14 @@ def emu_main(args: argparse.Namespace) -> dict[str, Any]:
         starts = [int(active[0])] + [int(x) for i, x in enumerate(active[1:]) if x - active[i] > 10]
         windows = [
             (
-                round((s0 / 10 + args.warmup) * 1e9),
-                round((s0 / 10 + args.warmup + args.window) * 1e9),
+                round(row["start_at_ns"] - started_at * 1e9),
+                round(row["start_at_ns"] - started_at * 1e9 + args.window * 1e9),
             )
-            for s0 in starts
+            for row in rows
+        ]
+        after = [
+            next((a / 1e9 - s0 / 10 for s0 in reversed(starts) if s0 / 10 <= a / 1e9), math.nan)
+            for a, _ in windows
         ]
         del t_start
         queues = trace_queues(targs.emu_trace, windows, ap_idx)
@@ -560,12 +566,13 @@ def emu_main(args: argparse.Namespace) -> dict[str, Any]:
         for q, (a, b) in zip(queues, windows, strict=True):
             q.update(_ap_exchanges(ex, "leader", a, b))
     per_rep = []
-    for row, q, (t0, t1) in zip(rows, queues, spans, strict=False):
+    for row, q, (t0, t1), lead in zip(rows, queues, spans, after, strict=False):
         mine = [s for s in samples if t0 <= s["t"] <= t1 and s["cwnd"] > 0]
         ccs = sorted({m for s in mine for m in _CC.findall(s["ss"])})
-        mine = _in_window(mine, args.warmup, args.window)
+        mine = _in_window(mine, row["start_at_ns"] / 1e9, args.window)
         rec = {
             "ls_miss": tb.pooled([row])["ls_miss_rate"],
+            "window_after_uploads_s": lead,
             "bulk_mbps": row["bulk_mbps"],
             "perception_miss": _dir_miss(row, "perception_ms"),
             "command_miss": _dir_miss(row, "command_ms"),
@@ -586,7 +593,9 @@ def emu_main(args: argparse.Namespace) -> dict[str, Any]:
         f"emulator, shared rings, {args.app} none, --emu-queue-packets "
         f"{args.emu_queue_packets}, {args.cc or 'host default'} TCP"
         f"{', quickack' * args.quickack}{', no SACK' * args.no_sack}{', no RACK' * args.no_rack}"
-        f"{', CPUs not split' * (not args.split_cpus)}; {args.repetitions} "
+        f"{', CPUs not split' * (not args.split_cpus)}"
+        f"{', GRO' if args.gro else ', frame by frame'}"
+        f"{f', sink at SCHED_FIFO {args.sink_rt}' * bool(args.sink_rt)}; {args.repetitions} "
         f"repetitions, load {load0:.1f} -> {_load():.1f}"
     )
     for k in per_rep[0]:
@@ -594,11 +603,31 @@ def emu_main(args: argparse.Namespace) -> dict[str, Any]:
         if vals:
             print(f"  {k:22s} {_ci(vals)}")
     print("qdisc (leader, r1):", json.dumps(qdisc), "\nr1 link:", txq.strip())
-    print("emulator:", report.get("verdict"), "frame lag", json.dumps(report.get("frame_lag")))
+    print(
+        "emulator:",
+        report.get("verdict"),
+        "frame lag",
+        json.dumps(report.get("frame_lag")),
+        "GRO writes",
+        report.get("gro_writes"),
+        "carrying",
+        report.get("gro_frames"),
+        "frames",
+    )
+    # The emulator's own cost over the whole emulation (CPU per frame written).
+    keys = ("cpu_s", "cpu_system_s", "wall_s", "frames_in", "frames_out", "gro", "gro_writes",
+            "gro_frames")  # fmt: skip
+    cost = {k: report.get(k) for k in keys}
+    if cost["cpu_s"] is not None and cost["frames_out"]:
+        cost["cpu_us_per_frame"] = cost["cpu_s"] * 1e6 / cost["frames_out"]
+        print(f"emulator CPU (tracing included): {cost['cpu_s']:.1f} s "
+              f"({cost['cpu_system_s']:.1f} s kernel) in {cost['wall_s']:.0f} s, "
+              f"{cost['cpu_us_per_frame']:.2f} µs per frame written")  # fmt: skip
     return {
         "repetitions": per_rep,
         "frame_lag": report.get("frame_lag"),
         "verdict": report.get("verdict"),
+        "emulator": cost,
         "qdisc": qdisc,
         "link": txq,
         "load": [load0, _load()],
@@ -742,13 +771,37 @@ def main() -> int:
         help="the namespaces' TCP with SACK but without RACK (net.ipv4.tcp_recovery=0): "
         "losses from the SACK scoreboard alone, as the simulator's with --set tcp.sack=true",
     )
+    e.add_argument(
+        "--gro",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the receivers' stacks get each exchange's TCP segments coalesced as a NIC "
+        "driver's GRO hands them (coorp emulate --gro, the default; compare with the "
+        "simulator's --set tcp.gro_segments=45); --no-gro: one packet per frame",
+    )
+    e.add_argument(
+        "--sink-rt",
+        type=int,
+        default=0,
+        help="the leader's receiving program at this SCHED_FIFO priority (0: ordinary "
+        "scheduling): it reads, and so acks, as soon as data is there",
+    )
     e.add_argument("--trace", type=Path, default=None, help="keep the emulator's traces here")
     k = sub.add_parser("acks", help="the receivers' acks per delivered burst, from a trace")
     k.add_argument("frames", type=Path, help="frames.parquet of an emu --trace folder")
     k.add_argument("--leader", type=int, default=0, help="the receiving station's index")
     k.add_argument("--json", type=Path, default=None)
+    s.add_argument(
+        "--warmup",
+        type=float,
+        default=4.2,
+        help="the window starts this long after the uploads, as the emulated one does: "
+        "transparent.py starts the loop's window 2 s (its warm-up) + 3 s (its lead) after "
+        "launching the programs, the uploads' first segments leave ~0.8 s after the launch "
+        "(`emu`'s window_after_uploads_s: 4.27 ± 0.08 s over 8 repetitions)",
+    )
+    e.add_argument("--warmup", type=float, default=2.0, help="transparent.py's --warmup")
     for p in (s, e):
-        p.add_argument("--warmup", type=float, default=2.0)
         p.add_argument("--window", type=float, default=10.0)
         p.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()

@@ -137,6 +137,7 @@ def transparent_wifi(args: Any, details: dict[str, Any]) -> list[dict[str, Any]]
             ack_category=getattr(args, "tw_ack_category", "") or None,
             ls_category=getattr(args, "tw_ls_category", "") or None,
             emu_split_cpus=getattr(args, "split_cpus", True),
+            emu_gro=getattr(args, "gro", True),
         )  # fmt: skip
         measured: list[dict[str, Any]] = []
         with (

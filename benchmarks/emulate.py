@@ -55,7 +55,7 @@ from typing import Any
 
 from coorp._manifest import build_manifest, write_json
 from coorp.analysis import saturation_throughput
-from coorp.emulate import emulation_unavailable
+from coorp.emulate import GRO_DEFAULT, emulation_unavailable
 from coorp.emulate._validate import run_load, saturation_scenario, simulated_saturation, uplinks
 from coorp.scenario import Scenario, apply_overrides, load_scenario, resolve_scenario
 
@@ -116,7 +116,7 @@ def realtime(args: argparse.Namespace, details: dict[str, Any]) -> list[dict[str
         load = os.getloadavg()
         r = run_load(sc, flows, pps=pps, warmup_s=args.warmup, window_s=args.window, seed=1,
                      rt_priority=args.rt_priority, sender_rt_priority=args.sender_rt,
-                     split_cpus=args.split_cpus)  # fmt: skip
+                     split_cpus=args.split_cpus, gro=args.gro)  # fmt: skip
         row = {"scenario": f"{label}, saturated", "stations": len(sc.stations),
                "aggregate_mbps": round(r.mbps, 3), "lag_p99_ms": round(r.report.lag_p99_ms, 4),
                "late_frames": r.report.late_frames}  # fmt: skip
@@ -131,7 +131,7 @@ def realtime(args: argparse.Namespace, details: dict[str, Any]) -> list[dict[str
         load = os.getloadavg()
         r = run_load(sc, robots, pps=pps, warmup_s=args.warmup, window_s=args.window, seed=1,
                      rt_priority=args.rt_priority, sender_rt_priority=args.sender_rt,
-                     split_cpus=args.split_cpus)  # fmt: skip
+                     split_cpus=args.split_cpus, gro=args.gro)  # fmt: skip
         row = {"scenario": f"{label}, {total:g} Mb/s offered up", "stations": len(sc.stations),
                "aggregate_mbps": round(r.mbps, 3), "lag_p99_ms": round(r.report.lag_p99_ms, 4),
                "late_frames": r.report.late_frames}  # fmt: skip
@@ -156,7 +156,7 @@ def saturation(args: argparse.Namespace, details: dict[str, Any]) -> list[dict[s
         load = os.getloadavg()
         rs = [run_load(sc, flows, pps=pps, warmup_s=args.warmup, window_s=args.window,
                        seed=s, rt_priority=args.rt_priority, sender_rt_priority=args.sender_rt,
-                       split_cpus=args.split_cpus)
+                       split_cpus=args.split_cpus, gro=args.gro)
               for s in range(1, args.emu_seeds + 1)]  # fmt: skip
         emu = statistics.fmean(r.mbps for r in rs)
         model = saturation_throughput(n, payload_bytes=sc.packet_bytes, mcs=sc.links.mcs,
@@ -194,6 +194,13 @@ def main() -> int:
         action="store_false",
         help="every section: the emulator not pinned and the stations' receives not "
         "steered to the other CPUs (Emulation(split_cpus=False); the default splits)",
+    )
+    ap.add_argument(
+        "--gro",
+        action=argparse.BooleanOptionalAction,
+        default=GRO_DEFAULT,
+        help="every section: the receivers' stacks get each exchange's TCP segments "
+        "coalesced as a NIC driver's GRO hands them (coorp emulate --gro)",
     )
     ap.add_argument("--tw-apps", default="dds,zenoh", help="transparent_wifi: middleware")
     ap.add_argument("--tw-modes", default="none,marking,transparent,api")

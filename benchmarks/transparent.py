@@ -248,8 +248,10 @@ def measure(
             "--start-at", str(start_at), "--duration", str(args.duration),
             "--warmup", str(args.warmup), "--seed", str(args.seed),
         ]  # fmt: skip
+        # start_at_ns: the window's start (time.monotonic_ns), where the bulk programs
+        # started about args.warmup + args.lead before it
         cell = {"direction": direction, "streams": streams, "medium": medium,
-                "cpu_hog": args.cpu_hog}  # fmt: skip
+                "cpu_hog": args.cpu_hog, "start_at_ns": start_at}  # fmt: skip
         rt = _ls_priority(args, medium)
         if mode == "api":
             row = _measure_api(run, net, team, window, timeout, direction, streams, rt)
@@ -584,7 +586,8 @@ def network(args: argparse.Namespace, medium: str) -> Any:
     return EmulatedStar(hosts, sc, tag="coorptb", seed=args.seed,
                         queue_packets=getattr(args, "emu_queue_packets", 1000),
                         trace_dir=getattr(args, "emu_trace", None),
-                        split_cpus=getattr(args, "emu_split_cpus", True))  # fmt: skip
+                        split_cpus=getattr(args, "emu_split_cpus", True),
+                        gro=getattr(args, "emu_gro", True))  # fmt: skip
 
 
 def route_congestion_control(net: Any, cc: str, *, quickack: bool = False) -> None:
@@ -665,6 +668,14 @@ def main() -> int:
     p.add_argument("--emu-no-split-cpus", dest="emu_split_cpus", action="store_false",
                    help="--medium wifi: the emulator not pinned to one CPU and the "
                    "stations' receives not steered to the others (the default splits)")  # fmt: skip
+    p.add_argument(
+        "--emu-gro",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="--medium wifi: the receivers' stacks get each exchange's TCP segments "
+        "coalesced, as a NIC driver's GRO hands them (coorp emulate --gro, the default); "
+        "--no-emu-gro: one packet per frame, as before 2026-12-03's GRO writes",
+    )
     p.add_argument("--emu-queue-packets", type=int, default=1000,
                    help="--medium wifi: each station's kernel queue per access category "
                    "(coorp emulate --queue-packets)")  # fmt: skip

@@ -51,12 +51,12 @@ def test_acks_are_counted_per_delivered_burst(tmp_path: Path) -> None:
 
 
 def test_the_emulated_windows_are_sampled_in_the_window_only() -> None:
-    # One sample a second from t=100 (the upload's first, in slow start): with a 2 s
-    # warm-up and a 3 s window only those at 102..105 count.
+    # One sample a second from t=100 (the upload's first, in slow start): with the
+    # loop's window from 102 for 3 s only those at 102..105 count.
     samples = [{"t": 100.0 + k, "cwnd": 10 * (k + 1)} for k in range(8)]
-    kept = gap._in_window(samples, 2.0, 3.0)
+    kept = gap._in_window(samples, 102.0, 3.0)
     assert [s["t"] for s in kept] == [102.0, 103.0, 104.0, 105.0]
-    assert gap._in_window([], 2.0, 3.0) == []
+    assert gap._in_window([], 102.0, 3.0) == []
 
 
 def test_the_aps_exchanges_are_counted_in_the_window_only() -> None:

@@ -11,6 +11,7 @@ killed with SIGKILL is cleaned by the next start.
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
@@ -25,6 +26,7 @@ import pytest
 from test_air import _window_tolerance
 
 from coorp.emulate import (
+    GRO_DEFAULT,
     Air,
     Emulation,
     FrameLog,
@@ -70,6 +72,23 @@ for k in range(n):
 print(json.dumps(got))
 """
 
+TCP_SINK = """
+import hashlib, socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 7001)); s.listen(1); print("up", flush=True)
+c, _ = s.accept(); c.settimeout(30); h = hashlib.sha256(); n = 0
+while d := c.recv(1 << 16):
+    h.update(d); n += len(d)
+print(n, h.hexdigest(), flush=True)
+"""
+
+TCP_SOURCE = """
+import hashlib, random, socket, sys
+data = random.Random(7).randbytes(int(sys.argv[2]))
+s = socket.create_connection((sys.argv[1], 7001), timeout=30); s.sendall(data); s.close()
+print(len(data), hashlib.sha256(data).hexdigest())
+"""
+
 
 @pytest.fixture(autouse=True)
 def _needs_namespaces() -> None:
@@ -103,6 +122,28 @@ def test_real_udp_crosses_the_air_and_between_robots_through_the_ap() -> None:
     assert st["r2"]["rx_frames"] == 20 and st["r2"]["sent_packets"] == 20
     assert rep.data["relayed"] == 40  # both directions between r1 and r2
     assert rep.data["frames_out"] == 120 and rep.data["no_route"] == 0
+
+
+def test_gro_writes_carry_a_tcp_upload_intact_and_udp_as_before() -> None:
+    """With ``gro`` the leader's stack gets the upload's segments coalesced (GSO packets
+    through the virtio-net header), every byte once and in order; UDP both ways still
+    crosses (the headers read are stripped, the ones written empty)."""
+    with Emulation(three(), seed=2, gro=True) as em:  # type: ignore[arg-type]
+        sink = em.start("leader", [sys.executable, "-c", TCP_SINK])
+        sink.expect("up", timeout=30)
+        sent = em.run("r1", [sys.executable, "-c", TCP_SOURCE, em.addr("leader"), "2000000"])
+        got = sink.read_line(30)
+        _echo(em, "leader")
+        echoed = em.run("r2", [sys.executable, "-c", CLIENT, "leader", "20", "1400"])
+        rep = em.stop()
+    assert got.split() == sent.split() and got.split()[0] == "2000000"
+    assert eval(echoed) == list(range(20))
+    d = rep.data
+    assert d["gro"] is True and d["malformed"] == 0 and d["write_errors"] == 0
+    # most of the upload went up as super-segments of several frames each
+    assert d["gro_writes"] > 0 and d["gro_frames"] >= 3 * d["gro_writes"]
+    assert d["gro_frames"] > 2_000_000 / 1500 / 2
+    assert d["gro_frames"] < d["frames_out"]  # the acks, the handshake, UDP: one each
 
 
 def _rps(em: Emulation, station: str) -> int:
@@ -307,12 +348,18 @@ def test_ctrl_c_and_sigterm_remove_everything(sig: signal.Signals, reaped: None)
     assert _ours(p.pid) == []
 
 
-def test_a_command_runs_in_a_station_and_its_exit_code_is_returned() -> None:
+@pytest.mark.parametrize("gro", [None, "--gro", "--no-gro"])
+def test_a_command_runs_in_a_station_and_its_exit_code_is_returned(
+    gro: str | None, tmp_path: Path
+) -> None:
     p = subprocess.run(
-        [*COORP, "emulate", "example-minimal", "-q", "--at", "robot", "--",
+        [*COORP, "emulate", "example-minimal", "-q", "--json", str(tmp_path / "r.json"),
+         *([gro] if gro else []), "--at", "robot", "--",
          sys.executable, "-c", "import os, socket; print(socket.gethostbyname('leader'), "
          "os.environ['COORP_EMU_ADDR_robot']); raise SystemExit(3)"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert p.returncode == 3, p.stderr
     assert p.stdout.split() == ["10.77.0.1", "10.77.0.11"]
+    want = GRO_DEFAULT if gro is None else gro == "--gro"
+    assert json.loads((tmp_path / "r.json").read_text())["report"]["gro"] is want

@@ -61,7 +61,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     ),
     "coorp.policies": ("_hooks",),
     "coorp.workload": ("_fleetloop",),
-    "coorp.emulate": ("_ip", "_lag", "_air", "_pump"),
+    "coorp.emulate": ("_ip", "_lag", "_air", "_gro", "_pump"),
 }  # fmt: skip
 #: mypyc's shared library for all of them, in this package (the modules are thin shims).
 NATIVE = "_native__mypyc"

@@ -41,7 +41,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     ),
     "coorp.policies": ("_hooks",),
     "coorp.workload": ("_fleetloop",),
-    "coorp.emulate": ("_ip", "_lag", "_air", "_pump"),
+    "coorp.emulate": ("_ip", "_lag", "_air", "_gro", "_pump"),
 }  # fmt: skip
 #: mypyc's shared library for the group (one group: calls between the modules are native).
 NATIVE_LIB = "coorp._accel._native"

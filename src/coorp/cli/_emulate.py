@@ -121,6 +121,16 @@ def register(app: typer.Typer) -> None:
                 "Needs two CPUs; on one, nothing is split.",
             ),
         ] = True,
+        gro: Annotated[
+            bool,
+            typer.Option(
+                "--gro/--no-gro",
+                help="Hand each station's stack the TCP segments one exchange delivers "
+                "coalesced as a NIC driver's GRO does (one GSO packet per flow, up to 64 "
+                "KiB; the interfaces carry virtio-net headers), not one packet per frame "
+                "(docs/emulate.md).",
+            ),
+        ] = True,  # coorp.emulate.GRO_DEFAULT (the CLI does not import the emulator early)
         trace: Annotated[
             Path | None,
             typer.Option(
@@ -183,6 +193,7 @@ def register(app: typer.Typer) -> None:
             background=background, duration_s=duration if not cmd else None,
             trace_dir=trace, record_arrivals=trace is not None, status=not quiet,
             rt_priority=rt_priority, source=str(path), split_cpus=split_cpus,
+            gro=gro,
         )  # fmt: skip
         why = emulation_unavailable()
         if why is not None:

@@ -8,7 +8,7 @@ namespace at their simulated delivery time, with the simulator's clock following
 wall clock. See ``docs/emulate.md``.
 
 The real-time loop and the channel's per-packet code (``_ip``, ``_lag``, ``_air``,
-``_pump``) are compiled with mypyc alongside the simulator when the build is fresh
+``_gro``, ``_pump``) are compiled with mypyc alongside the simulator when the build is fresh
 (``coorp._accel``): the same source, 10-12 % less CPU per frame (docs/emulate.md).
 """
 
@@ -32,6 +32,7 @@ from coorp.emulate._hosts import remove_stale, stale_namespaces  # noqa: E402
 from coorp.emulate._ip import parse_header  # noqa: E402
 from coorp.emulate._lag import LagMeter, LagSummary  # noqa: E402
 from coorp.emulate._network import (  # noqa: E402
+    GRO_DEFAULT,
     EmulatedStar,
     Emulation,
     EmulationReport,
@@ -43,6 +44,7 @@ from coorp.emulate._trace import FrameLog, read_arrivals, write_traces  # noqa: 
 __all__ = [
     "AC_OF_DSCP",
     "GROUP",
+    "GRO_DEFAULT",
     "UP_OF_DSCP",
     "Air",
     "AirCounters",

@@ -46,6 +46,7 @@ _ETC_NETNS = Path("/etc/netns")
 _TUNSETIFF = 0x400454CA
 _IFF_TUN = 0x0001
 _IFF_NO_PI = 0x1000
+_IFF_VNET_HDR = 0x4000
 _CLONE_NEWNET = 0x40000000
 _counter = itertools.count()
 
@@ -72,10 +73,19 @@ def _setns(path: str) -> None:
         os.close(fd)
 
 
-def open_tun(namespace: str, ifname: str = "wlan0", *, sysctls: Mapping[str, str] = {}) -> int:
+def open_tun(
+    namespace: str,
+    ifname: str = "wlan0",
+    *,
+    sysctls: Mapping[str, str] = {},
+    vnet_hdr: bool = False,
+) -> int:
     """Create TUN interface ``ifname`` inside ``namespace``; its file descriptor
     (non-blocking). ``sysctls``: /proc/sys paths (relative, ``net/ipv6/...``) written
-    from inside the namespace."""
+    from inside the namespace. ``vnet_hdr``: every packet read or written carries a
+    ``virtio_net_hdr`` first (``IFF_VNET_HDR``), so a write can be a GSO packet; no
+    offload is turned on (``TUNSETOFFLOAD``), so the packets read are never one."""
+    flags = _IFF_TUN | _IFF_NO_PI | (_IFF_VNET_HDR if vnet_hdr else 0)
     box: dict[str, object] = {}
 
     def work() -> None:
@@ -83,9 +93,7 @@ def open_tun(namespace: str, ifname: str = "wlan0", *, sysctls: Mapping[str, str
             _setns(str(NETNS_DIR / namespace))
             fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
             try:
-                fcntl.ioctl(
-                    fd, _TUNSETIFF, struct.pack("16sH", ifname.encode(), _IFF_TUN | _IFF_NO_PI)
-                )
+                fcntl.ioctl(fd, _TUNSETIFF, struct.pack("16sH", ifname.encode(), flags))
                 for key, value in sysctls.items():
                     Path("/proc/sys", key).write_text(value)
             except BaseException:
@@ -177,6 +185,7 @@ class Hosts:
         tag: str = "cemu",
         mtu: int = 1500,
         ifname: str = "wlan0",
+        vnet_hdr: bool = False,
     ) -> None:
         if not re.fullmatch(r"[a-z0-9]{1,12}", tag):
             raise UsageError(f"namespace tag {tag!r}: 1-12 lowercase letters or digits")
@@ -186,6 +195,7 @@ class Hosts:
         self.prefix = f"{tag}-{os.getpid()}-{next(_counter)}-"
         self.mtu = mtu
         self.ifname = ifname
+        self.vnet_hdr = vnet_hdr
         self.fds: dict[str, int] = {}
         self.created: list[str] = []
 
@@ -209,7 +219,8 @@ class Hosts:
             for kv in sysctls:
                 key, _, value = kv.partition("=")
                 settings[key.strip().replace(".", "/")] = value.strip()
-            self.fds[st] = open_tun(ns, self.ifname, sysctls=settings)
+            self.fds[st] = open_tun(ns, self.ifname, sysctls=settings,
+                                     vnet_hdr=self.vnet_hdr)  # fmt: skip
             run_checked(["ip", "-n", ns, "link", "set", "lo", "up"])
             run_checked(["ip", "-n", ns, "link", "set", self.ifname, "mtu", str(self.mtu),
                          "txqueuelen", "1000", "up"])  # fmt: skip

@@ -40,7 +40,14 @@ from coorp.emulate._air import choose_ap, station_addresses
 from coorp.emulate._hosts import Hosts, cpu_split, remove_stale
 from coorp.scenario import Scenario
 
-__all__ = ["EmulatedStar", "Emulation", "EmulationReport", "emulation_unavailable"]
+__all__ = [
+    "GRO_DEFAULT", "EmulatedStar", "Emulation", "EmulationReport", "emulation_unavailable",
+]  # fmt: skip
+
+#: Whether :class:`Emulation` hands the stations' stacks GRO-coalesced TCP segments
+#: (``coorp.emulate._gro``) unless told otherwise.
+GRO_DEFAULT = True
+
 
 _PR_SET_PDEATHSIG = 1
 
@@ -125,6 +132,7 @@ class Emulation(NamespacePrograms):
         stderr: IO[bytes] | int | None = None,
         ifname: str = "wlan0",
         split_cpus: bool = True,
+        gro: bool = GRO_DEFAULT,
     ) -> None:
         self.scenario = scenario
         self.stations = [s.name for s in scenario.stations]
@@ -133,7 +141,7 @@ class Emulation(NamespacePrograms):
         self.subnet = subnet
         #: The namespaces and TUN interfaces (``coorp.emulate._hosts.Hosts``).
         self.netns = Hosts(self.stations, self.addresses, tag=tag, mtu=scenario.packet_bytes,
-                           ifname=ifname)  # fmt: skip
+                           ifname=ifname, vnet_hdr=gro)  # fmt: skip
         #: The hosts by the names :meth:`ns` and :meth:`addr` take (StarNetwork's
         #: ``hosts``): the scenario's stations.
         self.hosts = list(self.stations)
@@ -143,6 +151,7 @@ class Emulation(NamespacePrograms):
             "background": background, "duration_s": duration_s,
             "trace_dir": None if trace_dir is None else str(trace_dir),
             "record_arrivals": record_arrivals, "status": status, "rt_priority": rt_priority,
+            "gro": gro,
         }  # fmt: skip
         if record_arrivals and trace_dir is None:
             raise UsageError("record_arrivals needs a trace_dir to write them to")

@@ -57,6 +57,9 @@ def report_of(air: Air, pump: Pump, extra: dict[str, Any]) -> dict[str, Any]:
         "frames_out": st.frames_out,
         "bytes_out": st.bytes_out,
         "write_errors": st.write_errors,
+        "gro": pump.gro,
+        "gro_writes": st.gro_writes,
+        "gro_frames": st.gro_frames,
         "turns": st.turns,
         "frame_lag": lag.as_dict(),
         "wake_lag": st.wake_lag.summary().as_dict(),
@@ -113,7 +116,8 @@ def main(argv: list[str]) -> int:
     )  # fmt: skip
     log = FrameLog() if trace_dir is not None else None
     air.log = log
-    pump = Pump(air, [int(fd) for fd in cfg["fds"]], trace_writes=trace_dir is not None)
+    pump = Pump(air, [int(fd) for fd in cfg["fds"]], trace_writes=trace_dir is not None,
+                gro=bool(cfg.get("gro")))  # fmt: skip
     rt = int(cfg.get("rt_priority", 0))
     rt_note = None
     if rt > 0:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from coorp._errors import ConfigurationError
-from coorp.emulate._network import Emulation, EmulationReport
+from coorp.emulate._network import GRO_DEFAULT, Emulation, EmulationReport
 from coorp.scenario import AccessCategory, Scenario, parse_scenario
 from coorp.sim import Simulation
 
@@ -125,6 +125,7 @@ def run_load(
     tag: str = "cemu",
     sender_rt_priority: int = 0,
     split_cpus: bool = True,
+    gro: bool = GRO_DEFAULT,
 ) -> LoadResult:
     """Emulate ``scenario`` with one real UDP sender per flow at ``pps`` packets/s of
     ``packet_bytes`` IP packets; the throughput in the window. ``sender_rt_priority``
@@ -133,7 +134,7 @@ def run_load(
     size = scenario.packet_bytes - _UDP_IP
     duration = warmup_s + window_s
     with Emulation(scenario, seed=seed, rt_priority=rt_priority, queue_packets=queue_packets,
-                   tag=tag, split_cpus=split_cpus) as em:  # fmt: skip
+                   tag=tag, split_cpus=split_cpus, gro=gro) as em:  # fmt: skip
         argv = [sys.executable, str(_BLAST), "--pps", str(pps), "--size", str(size),
                 "--dscp", str(dscp), "--duration", f"{duration + 1.0:.3f}",
                 "--warmup", str(warmup_s), "--rt", str(sender_rt_priority)]  # fmt: skip
