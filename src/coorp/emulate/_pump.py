@@ -221,40 +221,28 @@ class Pump:
                     break
 
     def _write(self, out: list[tuple[int, int, bytes, int]], t0: int) -> None:
+        """Write the deliveries ``out`` (time, station, packet, frame id) to their
+        stations' interfaces, one packet each (or coalesced, with ``gro``)."""
         if self.gro:
             self._write_gro(out, t0)
             return
         fds = self.fds
         write = os.write
-        stats = self.stats
-        lag = stats.frame_lag
-        window = self.window
         clock = self.clock
-        writes = stats.writes
-        for t, dst, packet, fid in out:
+        for k in range(len(out)):
             try:
-                write(fds[dst], packet)
+                write(fds[out[k][1]], out[k][2])
             except OSError:
-                stats.write_errors += 1
+                self.stats.write_errors += 1
                 continue
-            w = clock() - t0
-            lag.add(w - t)
-            window.add(w - t)
-            stats.frames_out += 1
-            stats.bytes_out += len(packet)
-            if writes is not None:
-                writes.append((fid, t, w))
+            self._written(out, (k,), clock() - t0)
 
     def _write_gro(self, out: list[tuple[int, int, bytes, int]], t0: int) -> None:
         """Write ``out`` (in order of delivery time) as one GRO batch per instant and
         receiver: what a driver's NAPI poll hands up after one exchange."""
         fds = self.fds
         write = os.write
-        stats = self.stats
-        lag = stats.frame_lag
-        window = self.window
         clock = self.clock
-        writes = stats.writes
         i = 0
         n = len(out)
         while i < n:
@@ -277,20 +265,31 @@ class Pump:
                     try:
                         write(fds[dst], data)
                     except OSError:
-                        stats.write_errors += len(which)
+                        self.stats.write_errors += len(which)
                         continue
                     w = clock() - t0
                     if len(which) > 1:
-                        stats.gro_writes += 1
-                        stats.gro_frames += len(which)
-                    for q in which:
-                        d = out[idx[q]]
-                        lag.add(w - t)
-                        window.add(w - t)
-                        stats.frames_out += 1
-                        stats.bytes_out += len(d[2])
-                        if writes is not None:
-                            writes.append((d[3], t, w))
+                        self.stats.gro_writes += 1
+                        self.stats.gro_frames += len(which)
+                    self._written(out, [idx[q] for q in which], w)
+
+    def _written(
+        self, out: list[tuple[int, int, bytes, int]], which: Sequence[int], w: int
+    ) -> None:
+        """The frames ``out[k]`` for ``k`` in ``which`` were written at ``w``: their lag,
+        the counts and the trace."""
+        stats = self.stats
+        lag = stats.frame_lag
+        window = self.window
+        writes = stats.writes
+        for k in which:
+            t, _, packet, fid = out[k]
+            lag.add(w - t)
+            window.add(w - t)
+            stats.frames_out += 1
+            stats.bytes_out += len(packet)
+            if writes is not None:
+                writes.append((fid, t, w))
 
 
 def probe_wakeups(
