@@ -221,3 +221,35 @@ def test_every_packet_goes_up_once_in_its_flows_order_and_unchanged(
         assert [_payload(p) for p in again] == [_payload(packets[i]) for i in w]
         if len(w) == 1:
             assert again == [packets[w[0]]]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.binary(min_size=0, max_size=120),
+            st.integers(0, 15),
+            st.sampled_from([0x10, 0x18, 0x02, 0x80, 0xFF]),
+            st.integers(0, 3),
+        ),
+        max_size=30,
+    )
+)
+def test_any_bytes_a_station_sends_go_up_once_and_never_raise(
+    raw: list[tuple[bytes, int, int, int]],
+) -> None:
+    """A program in a station may send anything: IPv4/TCP-looking packets with any data
+    offset, flags and lengths (some consistent, most not) are each written once, never
+    raise, and a write never reaches 64 KiB."""
+    packets = []
+    for body, doff, flags, n in raw:
+        p = bytearray(seg(n * 10, len(body), flags=flags))
+        p[40:] = body
+        p[32] = doff << 4
+        packets.append(bytes(p))
+    out = coalesce(packets)
+    assert sorted(i for _, w in out for i in w) == list(range(len(packets)))
+    assert all(len(d) - VNET_HDR_BYTES < 65536 for d, _ in out)
+    for d, w in out:
+        if len(w) == 1:
+            assert d == PLAIN + packets[w[0]]
