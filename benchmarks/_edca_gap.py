@@ -798,7 +798,7 @@ def main() -> int:
         help="the window starts this long after the uploads, as the emulated one does: "
         "transparent.py starts the loop's window 2 s (its warm-up) + 3 s (its lead) after "
         "launching the programs, the uploads' first segments leave ~0.8 s after the launch "
-        "(`emu`'s window_after_uploads_s: 4.27 ± 0.08 s over 8 repetitions)",
+        "(`emu`'s window_after_uploads_s: 4.26 ± 0.04 s over 28 repetitions)",
     )
     e.add_argument("--warmup", type=float, default=2.0, help="transparent.py's --warmup")
     for p in (s, e):

@@ -135,15 +135,26 @@ def test_gro_writes_carry_a_tcp_upload_intact_and_udp_as_before() -> None:
         got = sink.read_line(30)
         _echo(em, "leader")
         echoed = em.run("r2", [sys.executable, "-c", CLIENT, "leader", "20", "1400"])
+        tcp = _tcp_counters(em, "leader")
         rep = em.stop()
     assert got.split() == sent.split() and got.split()[0] == "2000000"
     assert eval(echoed) == list(range(20))
+    # the leader's kernel verified every coalesced packet's checksum and found none wrong
+    assert tcp["InCsumErrors"] == 0 and tcp["InErrs"] == 0 and tcp["InSegs"] > 0
     d = rep.data
     assert d["gro"] is True and d["malformed"] == 0 and d["write_errors"] == 0
     # most of the upload went up as super-segments of several frames each
     assert d["gro_writes"] > 0 and d["gro_frames"] >= 3 * d["gro_writes"]
     assert d["gro_frames"] > 2_000_000 / 1500 / 2
     assert d["gro_frames"] < d["frames_out"]  # the acks, the handshake, UDP: one each
+
+
+def _tcp_counters(em: Emulation, station: str) -> dict[str, int]:
+    """The ``Tcp:`` counters of ``station``'s namespace (/proc/net/snmp)."""
+    out = subprocess.run(["ip", "netns", "exec", em.ns(station), "cat", "/proc/net/snmp"],
+                         capture_output=True, text=True, check=True, timeout=10).stdout  # fmt: skip
+    names, values = (line.split()[1:] for line in out.splitlines() if line.startswith("Tcp:"))
+    return dict(zip(names, map(int, values), strict=True))
 
 
 def _rps(em: Emulation, station: str) -> int:

@@ -63,6 +63,12 @@ def seg(
     return pkt[:36] + _tcp_checksum(pkt).to_bytes(2, "big") + pkt[38:]
 
 
+def checksum_ok(ip: bytes) -> bool:
+    """Whether ``ip``'s TCP checksum verifies, as the receiving stack checks it."""
+    pseudo = ip[12:20] + struct.pack("!HH", 6, len(ip) - 20)
+    return _fold(_sum(pseudo) + _sum(ip[20:])) == 0xFFFF
+
+
 def resegment(write: bytes) -> list[bytes]:
     """What the kernel would make of one write: its segments, checksums completed."""
     flags, gso_type, hdr_len, gso_size, start, off = struct.unpack_from("<BBHHHH", write)
@@ -70,12 +76,10 @@ def resegment(write: bytes) -> list[bytes]:
     if gso_type == 0:
         assert (flags, hdr_len, gso_size, start, off) == (0, 0, 0, 0, 0)
         return [pkt]
-    assert (flags, gso_type & 0x7F, start, off) == (1, 1, 20, 16)
+    assert (flags, gso_type & 0x7F, start, off) == (0, 1, 0, 0)  # no NEEDS_CSUM
     assert _fold(_sum(pkt[:20])) == 0xFFFF  # the rewritten IP header checksums
     assert int.from_bytes(pkt[2:4], "big") == len(pkt)
-    # The partial checksum: the field holds the pseudo-header's sum over the whole length.
-    pseudo = _fold(_sum(pkt[12:20]) + 6 + len(pkt) - 20)
-    assert int.from_bytes(pkt[36:38], "big") == pseudo
+    assert checksum_ok(pkt), "the coalesced packet's TCP checksum is not its own"
     head, data = pkt[:hdr_len], pkt[hdr_len:]
     seq0 = int.from_bytes(head[24:28], "big")
     out = []
@@ -103,7 +107,7 @@ def test_a_burst_of_one_flow_is_one_gso_packet_that_segments_back_into_it() -> N
     out = coalesce(segs)
     assert [w for _, w in out] == [list(range(10))]
     data = out[0][0]
-    assert struct.unpack_from("<BBHHHH", data) == (1, 1, 52, MSS, 20, 16)
+    assert struct.unpack_from("<BBHHHH", data) == (0, 1, 52, MSS, 0, 0)
     assert resegment(data) == segs  # headers, payloads and checksums, bit for bit
 
 
@@ -253,3 +257,21 @@ def test_any_bytes_a_station_sends_go_up_once_and_never_raise(
     for d, w in out:
         if len(w) == 1:
             assert d == PLAIN + packets[w[0]]
+
+
+def test_a_segment_with_a_wrong_checksum_spoils_the_packet_it_joins() -> None:
+    """The coalesced packet's checksum comes from the segments' own: one corrupted
+    payload byte (its checksum no longer matching) makes the whole packet fail the
+    receiving stack's check, where the clean batch passes; odd payload lengths too."""
+    good = [seg(k * MSS) for k in range(5)]
+    assert checksum_ok(coalesce(good)[0][0][VNET_HDR_BYTES:])
+    bad = list(good)
+    b = bytearray(bad[2])
+    b[100] ^= 0x5A
+    bad[2] = bytes(b)
+    out = coalesce(bad)
+    assert [w for _, w in out] == [[0, 1, 2, 3, 4]]
+    assert not checksum_ok(out[0][0][VNET_HDR_BYTES:])
+    odd = [seg(0, 999), seg(999, 999), seg(1998, 501)]  # 999 bytes: odd offsets follow
+    out = coalesce(odd)
+    assert [w for _, w in out] == [[0, 1, 2]] and checksum_ok(out[0][0][VNET_HDR_BYTES:])

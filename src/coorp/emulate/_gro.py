@@ -24,12 +24,15 @@ unchanged.
 
 A coalesced packet is the first segment's IP and TCP headers (IP total length and
 checksum rewritten, the PSH/FIN seen added to the flags) followed by every segment's
-payload, with a ``virtio_net_hdr`` asking for ``gso_type`` TCPv4 at ``gso_size`` and a
-partial checksum (``NEEDS_CSUM``: the TCP checksum field holds the pseudo-header's sum,
-as a sender's stack leaves it for its NIC), so the receiving stack trusts the payload,
-as it trusts a GRO packet whose segments the NIC checksummed, and could segment it again
-if it forwarded it. A single packet goes with an all-zero header (no offload: the stack
-checks its checksums itself, as before).
+payload, with a ``virtio_net_hdr`` giving ``gso_type`` TCPv4 at ``gso_size`` and its TCP
+checksum complete, computed from the segments' own checksums without reading their
+payloads: the receiving stack verifies it as it verifies any packet (no ``NEEDS_CSUM``,
+which would make it trust the payload). Why not trust it: a program in a station may
+send segments with wrong checksums (a raw socket), which a NIC's GRO would not merge and
+the receiving stack would drop; here such a segment spoils the checksum of the packet it
+joined, and the stack drops that packet (its good segments with it: the one departure
+from GRO, for senders that corrupt their own segments). A single packet goes with an
+all-zero header (no offload: the stack checks its checksums itself, as before).
 """
 
 from __future__ import annotations
@@ -48,7 +51,6 @@ MAX_GRO_BYTES = 65536
 #: ``MAX_GRO_SKBS``: flows held at once in one NAPI instance.
 MAX_FLOWS = 8
 
-_NEEDS_CSUM = 1  # VIRTIO_NET_HDR_F_NEEDS_CSUM
 _GSO_TCPV4 = 1  # VIRTIO_NET_HDR_GSO_TCPV4
 _GSO_ECN = 0x80  # VIRTIO_NET_HDR_GSO_ECN
 _FIN, _SYN, _RST, _PSH, _URG, _CWR = 0x01, 0x02, 0x04, 0x08, 0x20, 0x80
@@ -59,17 +61,17 @@ _HDR = struct.Struct("<BBHHHH")  # virtio_net_hdr, little-endian (x86 and TUN's 
 
 def vnet_header(gso_size: int, header_bytes: int, *, ecn: bool = False) -> bytes:
     """The ``virtio_net_hdr`` of a TCPv4 GSO packet with ``header_bytes`` of IP and TCP
-    headers and segments of ``gso_size`` payload bytes."""
-    return _HDR.pack(
-        _NEEDS_CSUM, _GSO_TCPV4 | (_GSO_ECN if ecn else 0), header_bytes, gso_size, 20, 16
-    )
+    headers and segments of ``gso_size`` payload bytes, its checksum complete (no
+    ``NEEDS_CSUM``: the receiving stack verifies it)."""
+    return _HDR.pack(0, _GSO_TCPV4 | (_GSO_ECN if ecn else 0), header_bytes, gso_size, 0, 0)
 
 
 class _Held:
     """One flow's super-segment in the making."""
 
     __slots__ = (
-        "count", "first", "header", "indices", "ip_len", "mss", "next_seq", "parts", "pushed",
+        "count", "even", "first", "header", "indices", "ip_len", "mss", "n_even", "n_odd",
+        "next_seq", "odd", "odd_at", "parts", "pushed",
     )  # fmt: skip
 
     def __init__(self, packet: bytes, header: int, payload: int, index: int) -> None:
@@ -82,6 +84,13 @@ class _Held:
         self.count = 1
         self.indices = [index]
         self.pushed = packet[33] & (_FIN | _PSH)
+        # For the checksum: the sums of the segments' varying words at even and at odd
+        # payload offsets (``_vary``), how many of each, and the next segment's parity.
+        self.even = _vary(packet)
+        self.n_even = 1
+        self.odd = 0
+        self.n_odd = 0
+        self.odd_at = payload & 1
 
     def takes(self, p: bytes, header: int, payload: int) -> bool:
         """Whether segment ``p`` merges (``tcp_gro_receive``'s flush conditions)."""
@@ -106,12 +115,19 @@ class _Held:
         return True
 
     def add(self, p: bytes, header: int, payload: int, index: int) -> None:
-        self.parts.append(p[header:])
+        self.parts.append(p)
         self.indices.append(index)
         self.count += 1
         self.ip_len += payload
         self.next_seq = (self.next_seq + payload) & 0xFFFFFFFF
         self.pushed |= p[33] & (_FIN | _PSH)
+        if self.odd_at:
+            self.odd += _vary(p)
+            self.n_odd += 1
+        else:
+            self.even += _vary(p)
+            self.n_even += 1
+        self.odd_at ^= payload & 1
 
     def packet(self) -> bytes:
         """The write: the virtio header and the (coalesced) packet."""
@@ -129,15 +145,42 @@ class _Held:
         ip[10:12] = (~s & 0xFFFF).to_bytes(2, "big")
         tcp = bytearray(f[20 : self.header])
         tcp[13] |= self.pushed
-        # NEEDS_CSUM: the field holds the pseudo-header's sum, not complemented
-        # (~tcp_v4_check(len, saddr, daddr, 0), as __tcp_v4_send_check leaves it).
-        a = struct.unpack("!4H", f[12:20])
-        s = a[0] + a[1] + a[2] + a[3] + 6 + (n - 20)
-        s = (s & 0xFFFF) + (s >> 16)
-        s = (s & 0xFFFF) + (s >> 16)
-        tcp[16:18] = s.to_bytes(2, "big")
+        tcp[16] = tcp[17] = 0
+        # The TCP checksum of the whole packet, from the segments' own, without reading
+        # a payload. One's complement sums are sums mod 65535. A segment's checksum
+        # makes its pseudo-header, header and payload sum to 0, so its payload sums to
+        # -(pseudo-header + header); merged segments differ only in the words ``_vary``
+        # reads (the rest, K, is the first's), and a payload at an odd offset counts
+        # byte-swapped (times 256). A segment whose checksum was wrong leaves the total
+        # wrong, and the receiving stack drops the packet.
+        h = self.header
+        addr = _sum16(f[12:20])
+        k = _sum16(f[20:h]) + addr + 6 - _vary_words(f)
+        payload = -(self.even + self.n_even * k) - 256 * (self.odd + self.n_odd * k)
+        total = _sum16(bytes(tcp)) + addr + 6 + (n - 20) + payload
+        tcp[16:18] = ((-total) % 65535).to_bytes(2, "big")
         head = vnet_header(self.mss, self.header, ecn=bool(f[33] & _CWR))
-        return b"".join((head, ip, tcp, f[self.header :], *self.parts[1:]))
+        return b"".join((head, ip, tcp, f[h:], *(p[h:] for p in self.parts[1:])))
+
+
+def _sum16(b: bytes) -> int:
+    """The sum of ``b``'s 16-bit big-endian words (``b`` of even length)."""
+    return sum(struct.unpack(f"!{len(b) // 2}H", b))
+
+
+def _vary_words(p: bytes) -> int:
+    """The sum of the TCP header words merged segments may differ in: the sequence
+    number, the data offset and flags, the checksum, the urgent pointer (the ports, ack,
+    window and options are equal, or they would not merge)."""
+    return (
+        ((p[24] << 8) | p[25]) + ((p[26] << 8) | p[27]) + ((p[32] << 8) | p[33])
+        + ((p[36] << 8) | p[37]) + ((p[38] << 8) | p[39])
+    )  # fmt: skip
+
+
+def _vary(p: bytes) -> int:
+    """``_vary_words`` and the segment's length in its pseudo-header."""
+    return _vary_words(p) + len(p) - 20
 
 
 def _tcp(p: bytes) -> int:
