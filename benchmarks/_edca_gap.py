@@ -38,6 +38,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from coorp.emulate import GRO_DEFAULT
 from coorp.scenario import AccessCategory
 from coorp.stats import mean_ci
 
@@ -774,7 +775,7 @@ def main() -> int:
     e.add_argument(
         "--gro",
         action=argparse.BooleanOptionalAction,
-        default=True,
+        default=GRO_DEFAULT,
         help="the receivers' stacks get each exchange's TCP segments coalesced as a NIC "
         "driver's GRO hands them (coorp emulate --gro, the default; compare with the "
         "simulator's --set tcp.gro_segments=45); --no-gro: one packet per frame",
@@ -798,7 +799,7 @@ def main() -> int:
         help="the window starts this long after the uploads, as the emulated one does: "
         "transparent.py starts the loop's window 2 s (its warm-up) + 3 s (its lead) after "
         "launching the programs, the uploads' first segments leave ~0.8 s after the launch "
-        "(`emu`'s window_after_uploads_s: 4.26 ± 0.04 s over 28 repetitions)",
+        "(`emu`'s window_after_uploads_s: 4.24 ± 0.03 s over 36 repetitions)",
     )
     e.add_argument("--warmup", type=float, default=2.0, help="transparent.py's --warmup")
     for p in (s, e):

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 import transparent as tb  # benchmarks/transparent.py
+from coorp.emulate import GRO_DEFAULT
 from coorp.stats import mean_ci
 
 
@@ -137,7 +138,7 @@ def transparent_wifi(args: Any, details: dict[str, Any]) -> list[dict[str, Any]]
             ack_category=getattr(args, "tw_ack_category", "") or None,
             ls_category=getattr(args, "tw_ls_category", "") or None,
             emu_split_cpus=getattr(args, "split_cpus", True),
-            emu_gro=getattr(args, "gro", True),
+            emu_gro=getattr(args, "gro", GRO_DEFAULT),
         )  # fmt: skip
         measured: list[dict[str, Any]] = []
         with (

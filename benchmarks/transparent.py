@@ -74,6 +74,7 @@ import numpy as np
 
 from coorp._manifest import build_manifest, write_json
 from coorp._netns import Proc, StarNetwork
+from coorp.emulate import GRO_DEFAULT
 from coorp.runtime import load_team_config, write_team_keys
 from coorp.stats import mean_ci
 from coorp.teambench._netns import Network, netns_unavailable
@@ -587,7 +588,7 @@ def network(args: argparse.Namespace, medium: str) -> Any:
                         queue_packets=getattr(args, "emu_queue_packets", 1000),
                         trace_dir=getattr(args, "emu_trace", None),
                         split_cpus=getattr(args, "emu_split_cpus", True),
-                        gro=getattr(args, "emu_gro", True))  # fmt: skip
+                        gro=getattr(args, "emu_gro", GRO_DEFAULT))  # fmt: skip
 
 
 def route_congestion_control(net: Any, cc: str, *, quickack: bool = False) -> None:
@@ -671,7 +672,7 @@ def main() -> int:
     p.add_argument(
         "--emu-gro",
         action=argparse.BooleanOptionalAction,
-        default=True,
+        default=GRO_DEFAULT,
         help="--medium wifi: the receivers' stacks get each exchange's TCP segments "
         "coalesced, as a NIC driver's GRO hands them (coorp emulate --gro, the default); "
         "--no-emu-gro: one packet per frame, as before 2026-12-03's GRO writes",

@@ -70,8 +70,8 @@ class _Held:
     """One flow's super-segment in the making."""
 
     __slots__ = (
-        "count", "even", "first", "header", "indices", "ip_len", "mss", "n_even", "n_odd",
-        "next_seq", "odd", "odd_at", "parts", "pushed",
+        "first", "header", "indices", "ip_len", "mss", "next_seq", "odd_at", "parts", "pushed",
+        "vsum", "wsum",
     )  # fmt: skip
 
     def __init__(self, packet: bytes, header: int, payload: int, index: int) -> None:
@@ -81,15 +81,13 @@ class _Held:
         self.ip_len = len(packet)
         self.next_seq = (int.from_bytes(packet[24:28], "big") + payload) & 0xFFFFFFFF
         self.parts = [packet]
-        self.count = 1
         self.indices = [index]
         self.pushed = packet[33] & (_FIN | _PSH)
-        # For the checksum: the sums of the segments' varying words at even and at odd
-        # payload offsets (``_vary``), how many of each, and the next segment's parity.
-        self.even = _vary(packet)
-        self.n_even = 1
-        self.odd = 0
-        self.n_odd = 0
+        # For the checksum: the segments' varying words (``_vary``), each weighted 1 at
+        # an even payload offset and 256 at an odd one; the weights' sum; the next
+        # segment's parity.
+        self.vsum = _vary(packet)
+        self.wsum = 1
         self.odd_at = payload & 1
 
     def takes(self, p: bytes, header: int, payload: int) -> bool:
@@ -110,39 +108,32 @@ class _Held:
             return False  # DF differs
         if not p[6] & 0x40:  # without DF the IDs must increment
             first_id = (f[4] << 8) | f[5]
-            if (p[4] << 8) | p[5] != (first_id + self.count) & 0xFFFF:
+            if (p[4] << 8) | p[5] != (first_id + len(self.parts)) & 0xFFFF:
                 return False
         return True
 
     def add(self, p: bytes, header: int, payload: int, index: int) -> None:
         self.parts.append(p)
         self.indices.append(index)
-        self.count += 1
         self.ip_len += payload
         self.next_seq = (self.next_seq + payload) & 0xFFFFFFFF
         self.pushed |= p[33] & (_FIN | _PSH)
-        if self.odd_at:
-            self.odd += _vary(p)
-            self.n_odd += 1
-        else:
-            self.even += _vary(p)
-            self.n_even += 1
+        w = 256 if self.odd_at else 1
+        self.vsum += w * _vary(p)
+        self.wsum += w
         self.odd_at ^= payload & 1
 
     def packet(self) -> bytes:
         """The write: the virtio header and the (coalesced) packet."""
         f = self.first
-        if self.count == 1:
+        if len(self.parts) == 1:
             return PLAIN + f
         n = self.ip_len
         ip = bytearray(f[:20])
         ip[2] = n >> 8
         ip[3] = n & 0xFF
         ip[10] = ip[11] = 0
-        s = sum(struct.unpack("!10H", ip))
-        s = (s & 0xFFFF) + (s >> 16)
-        s = (s & 0xFFFF) + (s >> 16)
-        ip[10:12] = (~s & 0xFFFF).to_bytes(2, "big")
+        ip[10:12] = (-_sum16(bytes(ip)) % 65535).to_bytes(2, "big")
         tcp = bytearray(f[20 : self.header])
         tcp[13] |= self.pushed
         tcp[16] = tcp[17] = 0
@@ -150,13 +141,13 @@ class _Held:
         # a payload. One's complement sums are sums mod 65535. A segment's checksum
         # makes its pseudo-header, header and payload sum to 0, so its payload sums to
         # -(pseudo-header + header); merged segments differ only in the words ``_vary``
-        # reads (the rest, K, is the first's), and a payload at an odd offset counts
+        # reads (the rest, k, is the first's), and a payload at an odd offset counts
         # byte-swapped (times 256). A segment whose checksum was wrong leaves the total
         # wrong, and the receiving stack drops the packet.
         h = self.header
         addr = _sum16(f[12:20])
         k = _sum16(f[20:h]) + addr + 6 - _vary_words(f)
-        payload = -(self.even + self.n_even * k) - 256 * (self.odd + self.n_odd * k)
+        payload = -(self.vsum + self.wsum * k)
         total = _sum16(bytes(tcp)) + addr + 6 + (n - 20) + payload
         tcp[16:18] = ((-total) % 65535).to_bytes(2, "big")
         head = vnet_header(self.mss, self.header, ecn=bool(f[33] & _CWR))
