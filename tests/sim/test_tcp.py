@@ -252,6 +252,32 @@ def test_cubic_grows_along_its_curve_after_a_loss() -> None:
     assert conn.cwnd > conn.ssthresh
 
 
+@pytest.mark.parametrize("hystart", [True, False])
+def test_hystart_ends_slow_start_without_a_loss_and_counts_it(hystart: bool) -> None:
+    # One upload, no loss in 300 ms: HyStart (Linux's default) sets ssthresh to the window
+    # once, where its ACK train or delay rise shows the queue building, and counts it as
+    # Linux's TCPHystart*Detect / *Cwnd do; without it slow start goes on.
+    sim = Simulation(_scenario("cubic", tcp={"hystart": hystart}))
+    conn = _upload(sim)
+    first: list[tuple[int, int]] = []
+
+    def look() -> None:
+        if not first and conn.ssthresh < 1 << 30:
+            first.append((conn.cwnd, conn.ssthresh))
+
+    for t in range(1, 300):
+        sim.call_at(t * MS, look)
+    res = sim.run(300 * MS)
+    cubic = conn.cc
+    assert res.tcp["up"]["fast_recoveries"] == 0 and res.tcp["up"]["timeouts"] == 0
+    if not hystart:
+        assert first == [] and cubic.hystart_exits == 0  # type: ignore[attr-defined]
+        return
+    assert cubic.hystart_exits == 1  # type: ignore[attr-defined]
+    assert cubic.hystart_cwnd == conn.ssthresh == first[0][1] >= 16  # type: ignore[attr-defined]
+    assert conn.cwnd > conn.ssthresh  # congestion avoidance from there
+
+
 # -- slow start after idle ----------------------------------------------------------------
 @pytest.mark.parametrize("after_idle", [True, False])
 def test_data_written_after_an_idle_rto_restarts_the_window(after_idle: bool) -> None:

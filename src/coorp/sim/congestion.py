@@ -23,17 +23,16 @@ with nothing in flight. Integer arithmetic throughout, in Linux's units (jiffies
 
 Reductions (module functions on the connection, Linux's ``tcp_input.c``): the third
 duplicate ACK starts fast recovery (``tcp_enter_recovery``; NewReno, RFC 6582, or with
-``[tcp] sack`` the scoreboard of ``coorp.sim.sack``),
-during which proportional rate reduction sets the window (``tcp_cwnd_reduction``, RFC
-6937); an RTO marks every outstanding segment lost with a window of one segment
-(``tcp_enter_loss``); an ACK showing the reduction was spurious restores the window
-(``tcp_undo_cwnd_reduction``); data written after an idle period longer than the RTO
-restarts the window (``tcp_cwnd_restart``). The RTO is RFC 6298's or Linux's (``rto_linux``).
+``[tcp] sack`` the scoreboard of ``coorp.sim.sack``), during which proportional rate
+reduction sets the window (``tcp_cwnd_reduction``, RFC 6937); an RTO marks every
+outstanding segment lost with a window of one (``tcp_enter_loss``); an ACK showing the
+reduction was spurious restores the window (``tcp_undo_cwnd_reduction``); data written
+after an idle period longer than the RTO restarts the window (``tcp_cwnd_restart``).
+The RTO is RFC 6298's or Linux's (``rto_linux``).
 
 The one import circle kept on purpose (speed): ``packets``, ``station``, ``mac``,
-``_ungated``, ``_txq``, ``tcp``, ``congestion`` and ``sack`` name each other's classes
-(mostly for typing only) so that mypyc compiles every access between packets, stations,
-TCP connections and the channel to a native field access.
+``_ungated``, ``_txq``, ``tcp``, ``congestion`` and ``sack`` name each other's classes so
+that mypyc compiles every access between them to a native field access.
 """
 
 from __future__ import annotations
@@ -211,6 +210,9 @@ class Cubic(CongestionControl):
         self.curr_rtt_us = 0
         self.sample_cnt = 0
         self.end_seq = 0
+        # slow starts HyStart ended, their windows summed (Linux: TCPHystart*Detect, *Cwnd)
+        self.hystart_exits = 0
+        self.hystart_cwnd = 0
 
     def _reset(self) -> None:
         """``bictcp_reset``."""
@@ -331,8 +333,7 @@ class Cubic(CongestionControl):
             # Without an fq qdisc (no pacing) the train may last half the minimum RTT.
             threshold = (self.delay_min_us + self._ack_delay_us(c)) >> 1
             if now_us - self.round_start_us > threshold:
-                self.found = True
-                c.ssthresh = c.cwnd
+                self._found(c)
                 return
         if self.curr_rtt_us > delay:
             self.curr_rtt_us = delay
@@ -341,20 +342,22 @@ class Cubic(CongestionControl):
         else:
             thresh = min(max(self.delay_min_us >> 3, _HYSTART_DELAY_MIN_US), _HYSTART_DELAY_MAX_US)
             if self.curr_rtt_us > self.delay_min_us + thresh:
-                self.found = True
-                c.ssthresh = c.cwnd
+                self._found(c)
+
+    def _found(self, c: TcpConnection) -> None:
+        """Slow start ends here, without a loss: ssthresh is the window."""
+        self.found = True
+        c.ssthresh = c.cwnd
+        self.hystart_exits += 1
+        self.hystart_cwnd += c.cwnd
 
     @staticmethod
     def _ack_delay_us(c: TcpConnection) -> int:
         """``hystart_ack_delay``: the time 4 GSO packets take at Linux's pacing rate
-        (200% of cwnd / srtt in slow start), at most 1 ms."""
+        (bytes/s: 200% of cwnd / srtt in slow start), at most 1 ms."""
         srtt_us = c.srtt_ns // 1000
-        if srtt_us <= 0:
-            return 0
-        rate = 2 * c.mss * max(c.cwnd, c.packets_out) * 1_000_000 // srtt_us  # bytes/s
-        if rate <= 0:
-            return 0
-        return min(1000, 4 * _GSO_MAX_SIZE * 1_000_000 // rate)
+        rate = 2 * c.mss * max(c.cwnd, c.packets_out) * 1_000_000 // srtt_us if srtt_us > 0 else 0
+        return min(1000, 4 * _GSO_MAX_SIZE * 1_000_000 // rate) if rate > 0 else 0
 
 
 #: The congestion controls by scenario name (``[tcp] sender``).
