@@ -8,15 +8,18 @@ up) and command (1.1 KB down), everything best effort (``benchmarks/_emulate_edc
 --medium wifi --apps dds``). Each side prints, per seed or repetition and as mean ± 95%
 CI: LS misses (perceptions, commands), bulk Mb/s, and what waits where — the AP's
 best-effort queue (TCP acks, the commands) and each robot's (its upload), in packets,
-sampled every 10 ms; the TCP windows; the kernel-queue drops. Both sides measure the
-loop's window: the emulated one starts ~4.2 s after its uploads (``transparent.py``'s
-warm-up and lead; ``window_after_uploads_s``), the simulator's ``--warmup`` (4.2 s).
+sampled every 10 ms; the TCP windows; the kernel-queue drops and their episodes; the
+slow starts HyStart ended. Both sides measure the loop's window in the uploads' steady
+state: the emulated one starts ~32.2 s after its uploads (``transparent.py``'s warm-up,
+30 s by default here, and lead; ``window_after_uploads_s``), the simulator's
+``--warmup`` (32.2 s). ``emu --warmup 2`` with ``sim --warmup 4.2`` measure the start-up
+instead (docs/emulate.md, "Steady state").
 
 ::
 
     # the simulator (seconds; --set as coorp compare's, e.g. hw_queue.kernel_queue_packets=1000)
     .venv/bin/python benchmarks/_edca_gap.py sim --seeds 5
-    # the emulator (root; 5 x (lead + 2 s + 10 s); --emu-queue-packets as coorp emulate's)
+    # the emulator (root; 5 x (lead + 30 s + 10 s); --emu-queue-packets as coorp emulate's)
     sudo nice -n 10 .venv/bin/python benchmarks/_edca_gap.py emu --repetitions 5 --json F
 """
 
@@ -49,6 +52,12 @@ ROBOTS = ["r1", "r2", "r3", "r4"]
 #: it): the emulator's trace finds each perception's time on the channel by it.
 PERCEPTION_TAIL_BYTES = 284
 BE = AccessCategory.BE
+#: The emulated runs' warm-up by default (``emu --warmup``): the uploads' CUBIC windows
+#: are past their start-up (HyStart's exit, the first losses) when the loop's window opens;
+#: the simulator's default window starts as long after its uploads (``sim --warmup``).
+STEADY_WARMUP_S = 30.0
+#: Drops further apart than this start a new overflow episode (``_episodes``).
+EPISODE_GAP_NS = 50_000_000
 
 
 def _ci(xs: list[float]) -> str:
@@ -98,6 +107,7 @@ def sim_seed(seed: int, overrides: list[str], warmup_s: float, window_s: float) 
                 # delivered, not yet acknowledged to the sender: the acks on their way
                 # back (and at most a GRO batch or a delayed ack at the receiver)
                 float(c.rcv_nxt - c.snd_una),
+                float(r.kernel_drops),
             ]
         rows.append(row)
         if t + SAMPLE_NS < b:
@@ -135,7 +145,7 @@ def sim_seed(seed: int, overrides: list[str], warmup_s: float, window_s: float) 
     (seg0, ack0, ret0, apd0, rd0, *_) = counts[0]
     seg1, ack1, ret1, apd1, rd1, fr1, to1, lp1, pr1, sp1 = counts[1]
     res["ack_ratio"] = (seg1 - seg0) / max(ack1 - ack0, 1)  # segments per ack, as the emulator's
-    robot_q = x[:, 3::5].mean(axis=0)
+    robot_q = x[:, 3::6].mean(axis=0)
     return {
         "seed": seed,
         **res,
@@ -144,13 +154,17 @@ def sim_seed(seed: int, overrides: list[str], warmup_s: float, window_s: float) 
         "ap_ring": float(x[:, 1].mean()),
         "ap_kernel_queue": float(x[:, 2].mean()),
         "robot_kernel_queue": float(robot_q.mean()),
-        "robot_ring": float(x[:, 4::5].mean()),
+        "robot_ring": float(x[:, 4::6].mean()),
         # kernel queue + ring per robot and sample: what a perception waits behind
-        "robot_queue_p50": float(np.percentile(x[:, 3::5] + x[:, 4::5], 50)),
-        "robot_queue_p95": float(np.percentile(x[:, 3::5] + x[:, 4::5], 95)),
-        "cwnd": float(x[:, 5::5].mean()),
-        "in_flight": float(x[:, 6::5].mean()),
-        "acked_data_in_transit": float(x[:, 7::5].mean()),
+        "robot_queue_p50": float(np.percentile(x[:, 3::6] + x[:, 4::6], 50)),
+        "robot_queue_p90": float(np.percentile(x[:, 3::6] + x[:, 4::6], 90)),
+        "robot_queue_p95": float(np.percentile(x[:, 3::6] + x[:, 4::6], 95)),
+        "loss_episodes": _episodes(
+            [np.flatnonzero(np.diff(x[:, col]) > 0) * SAMPLE_NS for col in range(8, x.shape[1], 6)]
+        ),
+        "cwnd": float(x[:, 5::6].mean()),
+        "in_flight": float(x[:, 6::6].mean()),
+        "acked_data_in_transit": float(x[:, 7::6].mean()),
         # the uploads' whole run (warm-up and window), as the emulator's run_* keys
         "run_fast_recoveries": fr1,
         "run_timeouts": to1,
@@ -158,11 +172,27 @@ def sim_seed(seed: int, overrides: list[str], warmup_s: float, window_s: float) 
         "run_loss_probes": lp1,
         "run_probe_recoveries": pr1,
         "run_spurious_rtos": sp1,
+        **_hystart(
+            {
+                "hystart_train": sum(getattr(c.cc, "hystart_exits", 0) for c in conns),
+                "hystart_delay": 0,
+                "hystart_train_cwnd": sum(getattr(c.cc, "hystart_cwnd", 0) for c in conns),
+                "hystart_delay_cwnd": 0,
+            }
+        ),
         # in the window, as the emulator's
         "retransmits": ret1 - ret0,
         "kernel_drops_ap": apd1 - apd0,
         "kernel_drops_robots": rd1 - rd0,
     }
+
+
+def _episodes(drops: list[Any], gap_ns: int = EPISODE_GAP_NS) -> float:
+    """Kernel-queue overflow episodes per robot: each robot's drop instants (ns, sorted)
+    grouped where more than ``gap_ns`` apart (one episode: the drops a window's overshoot
+    makes before the sender learns of the first), counted and averaged over the robots."""
+    n = [int(d.size > 0) + int((np.diff(d) > gap_ns).sum()) for d in map(np.asarray, drops)]
+    return float(np.mean(n)) if n else 0.0
 
 
 def _ap_exchanges(ex: list[Any], ap: str, a: int, b: int) -> dict[str, float]:
@@ -302,7 +332,21 @@ _NSTAT = {
     "partial_undos": "TcpExtTCPPartialUndo",
     "dsack_undos": "TcpExtTCPDSACKUndo",
     "spurious_rtos": "TcpExtTCPSpuriousRTOs",
+    # CUBIC's HyStart ending slow start without a loss (ack train or delay), and the
+    # windows it ended them at (summed)
+    "hystart_train": "TcpExtTCPHystartTrainDetect",
+    "hystart_delay": "TcpExtTCPHystartDelayDetect",
+    "hystart_train_cwnd": "TcpExtTCPHystartTrainCwnd",
+    "hystart_delay_cwnd": "TcpExtTCPHystartDelayCwnd",
 }
+
+
+def _hystart(tcp: dict[str, int]) -> dict[str, float]:
+    """The run's HyStart exits and their mean window (the simulator's ``Cubic`` counts
+    the same: ``hystart_exits``, ``hystart_cwnd``)."""
+    n = tcp["hystart_train"] + tcp["hystart_delay"]
+    cwnd = tcp["hystart_train_cwnd"] + tcp["hystart_delay_cwnd"]
+    return {"run_hystart_exits": n, "run_hystart_cwnd": cwnd / n if n else float("nan")}
 
 
 def _nstat(net: Any, hosts: list[str]) -> dict[str, int]:
@@ -408,7 +452,11 @@ def trace_queues(trace: Path, windows: list[tuple[int, int]], ap: int) -> list[d
                 "ap_acks_queue": occ((src == ap) & (size <= 100) & queued),
                 "robot_queue": float(np.mean([occ((src == s) & queued) for s in robots])),
                 "robot_queue_p50": float(np.percentile(robot_series, 50)),
+                "robot_queue_p90": float(np.percentile(robot_series, 90)),
                 "robot_queue_p95": float(np.percentile(robot_series, 95)),
+                "loss_episodes": _episodes(
+                    [np.sort(enq[(src == s) & (outc == 2) & in_w]) for s in robots]
+                ),
                 # A perception's last fragment (its 284-byte tail) waits behind the
                 # others: its sojourn is the message's time on the channel.
                 "perception_channel_miss": float((tail_soj > 33e6).mean())
@@ -581,7 +629,8 @@ def emu_main(args: argparse.Namespace) -> dict[str, Any]:
             "linux_cwnd": float(np.mean([s["cwnd"] for s in mine])) if mine else None,
             "linux_unacked": float(np.mean([s["unacked"] for s in mine])) if mine else None,
             # the robots' whole repetition (the uploads' warm-up and window, ~12 s)
-            **{f"run_{k}": v for k, v in row["linux_tcp"].items()},
+            **{f"run_{k}": v for k, v in row["linux_tcp"].items() if "hystart" not in k},
+            **_hystart(row["linux_tcp"]),
             **q,
         }
         per_rep.append(rec)
@@ -795,13 +844,21 @@ def main() -> int:
     s.add_argument(
         "--warmup",
         type=float,
-        default=4.2,
+        default=STEADY_WARMUP_S + 2.2,
         help="the window starts this long after the uploads, as the emulated one does: "
-        "transparent.py starts the loop's window 2 s (its warm-up) + 3 s (its lead) after "
+        "transparent.py starts the loop's window its warm-up + 3 s (its lead) after "
         "launching the programs, the uploads' first segments leave ~0.8 s after the launch "
-        "(`emu`'s window_after_uploads_s: 4.24 ± 0.03 s over 36 repetitions)",
+        "(`emu`'s window_after_uploads_s: 32.27 ± 0.09 s over 12 repetitions with "
+        "`emu --warmup 30`, 4.24 ± 0.03 s over 36 with 2: then use 4.2)",
     )
-    e.add_argument("--warmup", type=float, default=2.0, help="transparent.py's --warmup")
+    e.add_argument(
+        "--warmup",
+        type=float,
+        default=STEADY_WARMUP_S,
+        help="transparent.py's --warmup: the loop's window starts this + ~2.2 s after the "
+        "uploads (30: CUBIC's first epochs, which last ~10 s at these windows, are over; "
+        "2: the start-up, where the hosts' HyStart and the simulator's differ)",
+    )
     for p in (s, e):
         p.add_argument("--window", type=float, default=10.0)
         p.add_argument("--json", type=Path, default=None)

@@ -569,6 +569,7 @@ WIFI_SYSCTLS = [
     "net.ipv4.ipfrag_time=1",
     "net.ipv4.ipfrag_high_thresh=33554432",
     "net.ipv4.ipfrag_low_thresh=25165824",
+    "net.ipv4.tcp_no_metrics_save=1",
 ]  # as the wired star's (teambench)
 
 

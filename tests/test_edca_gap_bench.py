@@ -3,6 +3,7 @@ an emulator's frames table (a synthetic one here, every count known)."""
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -70,3 +71,22 @@ def test_the_aps_exchanges_are_counted_in_the_window_only() -> None:
     assert out["ap_exchange_share"] == 4 / 5
     assert out["ap_mpdus_per_exchange"] == (1 + 3 + 9 + 20) / 4
     assert out["ap_mpdus_p50"] == 6.0 and out["ap_small_exchanges"] == 0.5
+
+
+def test_overflow_episodes_are_drops_grouped_per_robot() -> None:
+    ms = 1_000_000
+    # r1: drops at 0-2 ms and 100-101 ms (two episodes, 50 ms apart or more); r2: one
+    # burst; r3: none; r4: drops 40 ms apart stay one episode.
+    drops = [[0, ms, 2 * ms, 100 * ms, 101 * ms], [5 * ms], [], [0, 40 * ms, 80 * ms]]
+    assert gap._episodes(drops) == (2 + 1 + 0 + 1) / 4
+    assert gap._episodes(drops, gap_ns=30 * ms) == (2 + 1 + 0 + 3) / 4
+    assert gap._episodes([]) == 0.0
+
+
+def test_hystart_exits_and_their_mean_window() -> None:
+    out = gap._hystart({"hystart_train": 3, "hystart_delay": 1,
+                        "hystart_train_cwnd": 300, "hystart_delay_cwnd": 500})  # fmt: skip
+    assert out == {"run_hystart_exits": 4, "run_hystart_cwnd": 200.0}
+    none = gap._hystart(dict.fromkeys(("hystart_train", "hystart_delay", "hystart_train_cwnd",
+                                       "hystart_delay_cwnd"), 0))  # fmt: skip
+    assert none["run_hystart_exits"] == 0 and math.isnan(none["run_hystart_cwnd"])
