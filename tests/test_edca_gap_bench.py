@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import _edca_gap as gap
@@ -90,3 +91,22 @@ def test_hystart_exits_and_their_mean_window() -> None:
     none = gap._hystart(dict.fromkeys(("hystart_train", "hystart_delay", "hystart_train_cwnd",
                                        "hystart_delay_cwnd"), 0))  # fmt: skip
     assert none["run_hystart_exits"] == 0 and math.isnan(none["run_hystart_cwnd"])
+
+
+def test_the_simulated_columns_read_each_robots_own_samples() -> None:
+    # A short window of the cell with a 300-packet kernel queue: each robot's queue
+    # (kernel queue + ring) stays within 300 + the ring, every upload's slow start ends
+    # by HyStart once, the windows are what is in flight, and overflow episodes are
+    # counted when, and only when, the robots' queues dropped.
+    sets = ["hw_queue.kernel_queue_fifo=true", "hw_queue.kernel_queue_packets=300",
+            "tcp.sack=true"]  # fmt: skip
+    r = gap.sim_seed(1, sets, 1.0, 2.0)
+    import _emulate_edca as edca
+
+    ring = edca.scenario("shared", gap.BE).hw_queue.capacity_packets
+    assert r["robot_queue_p50"] <= r["robot_queue_p90"] <= r["robot_queue_p95"] <= 300 + ring
+    assert r["robot_kernel_queue"] <= 300 and r["robot_ring"] <= ring
+    assert r["cwnd"] == pytest.approx(r["in_flight"], rel=0.01) and r["cwnd"] > 100
+    assert r["run_hystart_exits"] == 4 and r["run_hystart_cwnd"] >= 16
+    assert (r["loss_episodes"] > 0) == (r["kernel_drops_robots"] > 0)
+    assert r["loss_episodes"] * 4 <= r["kernel_drops_robots"]
